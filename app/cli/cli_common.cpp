@@ -1,0 +1,140 @@
+#include "cli_common.h"
+
+#include "error.h"
+#include "result_json.h"
+#include "version.h"
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+namespace gsrq::cli {
+
+void addRunOptions(CLI::App* cmd, RunOptions& o)
+{
+    cmd->add_option("dump", o.dump, "KV dump: .safetensors file, directory of shards, or 2-D .npy")->required();
+    cmd->add_option("--tensor,-t", o.tensor, "Tensor to cluster, e.g. layers.2.value (optional if the dump has one)");
+    cmd->add_option("--dim,-d", o.settings.dim, "Subspace width D; must divide the features (default: all features)");
+    cmd->add_option("--k,-k", o.settings.k, "Codewords per subspace")->capture_default_str();
+    cmd->add_option("--iters", o.settings.iterations, "Maximum iterations")->capture_default_str();
+    cmd->add_option("--seed", o.settings.seed, "Seed for the initial rows")->capture_default_str();
+    cmd->add_option("--methods", o.methods, "Methods to run: km, gskm or both")->capture_default_str();
+    cmd->add_flag("--residual", o.settings.residual, "Cluster the residual left by a KM pass (the paper's 1st residual)");
+    cmd->add_flag("--reseed-empty", o.settings.reseedEmpty, "Re-seed empty clusters by splitting the largest");
+    cmd->add_option("--weights", o.weights, "Row weights: none, grad-raw, grad-log (needs layers.L.key_grad/value_grad)")
+        ->capture_default_str();
+    cmd->add_option("--tau", o.tau, "τ of grad-log weights: λ = τ / median‖g‖")->capture_default_str();
+    cmd->add_flag("--drop-nonfinite", o.dropNonFinite, "Drop rows holding NaN/Inf instead of refusing the tensor");
+    cmd->add_option("--threads", o.threads, "CPU threads (default: all cores)");
+    cmd->add_flag("--json", o.json, "Print one JSON object on stdout");
+    cmd->add_flag("--quiet,-q", o.quiet, "No progress bar");
+}
+
+PreparedInput prepareInput(RunOptions& o)
+{
+    o.settings.methods.clear();
+    std::stringstream ss(o.methods);
+    for (std::string m; std::getline(ss, m, ',');) {
+        if (m == "km")
+            o.settings.methods.push_back(Method::KMeans);
+        else if (m == "gskm")
+            o.settings.methods.push_back(Method::GainShape);
+        else
+            throwInvalid("--methods: unknown method '", m, "' (km, gskm)");
+    }
+    if (o.settings.methods.empty())
+        throwInvalid("--methods: name at least one of km, gskm");
+    const auto mode = weightModeFromName(o.weights);
+    if (!mode)
+        throwInvalid("--weights: unknown mode '", o.weights, "' (none, grad-raw, grad-log)");
+    if (o.threads < 0)
+        throwInvalid("--threads ", o.threads, ": must be ≥ 0 (0 = all cores)");
+
+    PreparedInput in{KvDump::open(o.dump), {}, *mode, {}, {}};
+    const KvTensor& t = o.tensor.empty() ? in.dump.only() : in.dump.get(o.tensor);
+    in.data = loadForClustering(t, o.dropNonFinite);
+    validateCompare(o.settings, in.data.rows.rows(), in.data.rows.cols());
+
+    if (*mode != WeightMode::None) {
+        const KvTensor* g = in.dump.gradientOf(t);
+        if (!g)
+            throwInvalid("--weights ", o.weights, ": ", o.dump, " has no gradient for '", t.view.name,
+                         "' (expected layers.L.key_grad or layers.L.value_grad)");
+        if (g->view.rows() != t.view.rows())
+            throwInvalid(g->view.where(), ": has ", g->view.rows(), " rows but '", t.view.name, "' has ", t.view.rows());
+        MatrixRF grad = toMatrix(g->view);
+        if (!in.data.droppedRows.empty())
+            grad = dropRows(grad, in.data.droppedRows);
+        const auto bad = nonFiniteRows(grad);
+        if (!bad.empty())
+            throwInvalid(g->view.where(), ": ", bad.size(), " rows hold NaN or Inf (first: row ", bad.front(), ")");
+        in.weights = gradientWeights(grad, *mode, o.tau, &in.weightSummary);
+    }
+    return in;
+}
+
+nlohmann::ordered_json inputJson(const PreparedInput& in)
+{
+    nlohmann::ordered_json j = {{"file", in.dump.path()},
+                                {"tensor", in.data.name},
+                                {"rows", in.data.rows.rows()},
+                                {"features", in.data.rows.cols()},
+                                {"dropped_nonfinite_rows", in.data.droppedRows.size()}};
+    if (auto it = in.dump.metadata().find("synthetic"); it != in.dump.metadata().end())
+        j["synthetic"] = it->second;
+    j["weights"] = weightModeName(in.weightMode);
+    if (in.weightMode != WeightMode::None)
+        j["weight_summary"] = toJson(in.weightSummary);
+    return j;
+}
+
+void printJson(const nlohmann::ordered_json& j)
+{
+    std::cout << j.dump(2) << std::endl;
+}
+
+void printMethodTable(const CompareResult& r, const std::string& indent)
+{
+    std::printf("%s%-6s %12s %10s %11s %9s %10s %6s %9s\n", indent.c_str(), "method", "mse", "nmse", "gain_error",
+                "cosine", "shrinkage", "iters", "seconds");
+    for (const auto& m : r.methods)
+        std::printf("%s%-6s %12.6g %10.6f %11.6g %9.6f %10.6f %6d %9.3f\n", indent.c_str(), methodName(m.method),
+                    m.metrics.mse, m.metrics.nmse, m.metrics.gainError, m.metrics.cosine, m.metrics.shrinkage,
+                    m.iterations, m.seconds);
+}
+
+std::vector<int> parseIntList(const std::string& flag, const std::string& text)
+{
+    std::vector<int> out;
+    std::stringstream ss(text);
+    for (std::string item; std::getline(ss, item, ',');) {
+        std::size_t used = 0;
+        int v = 0;
+        try {
+            v = std::stoi(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != item.size())
+            throwInvalid(flag, ": '", item, "' is not an integer (expected a list like 16,32,64)");
+        out.push_back(v);
+    }
+    if (out.empty())
+        throwInvalid(flag, ": give at least one value");
+    return out;
+}
+
+std::string humanBytes(double b)
+{
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4) {
+        b /= 1024;
+        ++u;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+    return buf;
+}
+
+} // namespace gsrq::cli

@@ -1,0 +1,96 @@
+#include "cli_common.h"
+#include "clustering.h"
+#include "commands.h"
+#include "error.h"
+#include "kv_dump.h"
+#include "synth.h"
+#include "version.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+namespace gsrq::cli {
+
+namespace {
+
+double medianSeconds(const std::vector<IterationStats>& h)
+{
+    std::vector<double> s;
+    for (const auto& it : h)
+        s.push_back(it.seconds);
+    std::sort(s.begin(), s.end());
+    return s.empty() ? 0 : s[s.size() / 2];
+}
+
+} // namespace
+
+Command registerBenchCluster(CLI::App& root)
+{
+    struct Opts {
+        std::int64_t rows = 100000;
+        int dim = 128;
+        int k = 256;
+        int iters = 10;
+        std::uint64_t seed = 0;
+        int threads = 0;
+        std::string input;
+        bool json = false;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = root.add_subcommand("bench-cluster",
+                                    "Time KM and GSKM iterations (assign + accumulate + update) on the CPU backend");
+    cmd->add_option("--rows", o->rows, "Rows of synthetic Gaussian data")->capture_default_str();
+    cmd->add_option("--dim", o->dim, "Features per row")->capture_default_str();
+    cmd->add_option("--k", o->k, "Codewords")->capture_default_str();
+    cmd->add_option("--iters", o->iters, "Iterations timed per method")->capture_default_str();
+    cmd->add_option("--seed", o->seed, "Seed of the data and of the initial rows")->capture_default_str();
+    cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+    cmd->add_option("--input", o->input, "Time on this 2-D .npy instead of synthetic data");
+    cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
+    return {cmd, [o] {
+                if (o->iters < 1)
+                    throwInvalid("--iters ", o->iters, ": must be ≥ 1");
+                MatrixRF x;
+                std::string source;
+                if (o->input.empty()) {
+                    x = synthesize(SynthKind::Gaussian, o->rows, o->dim, o->seed);
+                    source = "synthetic gaussian";
+                } else {
+                    const auto d = KvDump::open(o->input);
+                    x = loadForClustering(d.only(), false).rows;
+                    source = o->input;
+                }
+                ClusteringParams p;
+                p.k = o->k;
+                p.maxIterations = o->iters;
+                p.seed = o->seed;
+                auto backend = makeCpuBackend(o->threads);
+                nlohmann::ordered_json methods = nlohmann::ordered_json::object();
+                for (Method m : {Method::KMeans, Method::GainShape}) {
+                    const auto r = cluster(x, nullptr, m, p, *backend);
+                    methods[methodName(m)] = {{"seconds_per_iteration", medianSeconds(r.history)},
+                                              {"iterations", r.iterations},
+                                              {"total_seconds", r.seconds},
+                                              {"final_objective", r.history.back().objective}};
+                }
+                const double flops = 2.0 * static_cast<double>(x.rows()) * static_cast<double>(x.cols()) * o->k;
+                if (o->json) {
+                    printJson({{"tool", "gsrq"}, {"version", kVersion}, {"command", "bench-cluster"},
+                               {"data", source}, {"rows", x.rows()}, {"dim", x.cols()}, {"k", o->k},
+                               {"backend", backend->name()}, {"device", backend->device()},
+                               {"gemm_flop_per_iteration", flops}, {"methods", methods}});
+                    return;
+                }
+                std::printf("bench-cluster: %s, %lld × %lld, K=%d, %s (%s)\n", source.c_str(),
+                            static_cast<long long>(x.rows()), static_cast<long long>(x.cols()), o->k,
+                            backend->name().c_str(), backend->device().c_str());
+                for (const auto& [name, v] : methods.items()) {
+                    const double s = v["seconds_per_iteration"].get<double>();
+                    std::printf("  %-5s %.4f s/iteration (median of %d), %.1f GFLOP/s in the distance GEMM\n",
+                                name.c_str(), s, v["iterations"].get<int>() + 1, flops / s / 1e9);
+                }
+            }};
+}
+
+} // namespace gsrq::cli

@@ -1,0 +1,85 @@
+#include "cli_common.h"
+#include "commands.h"
+#include "device.h"
+#include "error.h"
+#include "kv_dump.h"
+
+#include <cstdio>
+#include <memory>
+
+namespace gsrq::cli {
+
+Command registerInfo(CLI::App& root)
+{
+    struct Opts {
+        std::string path;
+        bool json = false;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = root.add_subcommand("info", "List the tensors of a KV dump: names, layers, dtypes, shapes, sizes");
+    cmd->add_option("dump", o->path, "KV dump: .safetensors file, directory of shards, or 2-D .npy")->required();
+    cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
+    return {cmd, [o] {
+                const KvDump d = KvDump::open(o->path);
+                if (o->json) {
+                    nlohmann::ordered_json j = {{"file", d.path()}, {"format", d.format()}, {"files", d.files()},
+                                                {"bytes", d.totalBytes()}, {"metadata", d.metadata()}};
+                    nlohmann::ordered_json ts = nlohmann::ordered_json::array();
+                    for (const auto& t : d.tensors()) {
+                        nlohmann::ordered_json tj = {{"name", t.view.name},        {"dtype", dtypeName(t.view.dtype)},
+                                                     {"shape", t.view.shape},      {"rows", t.view.rows()},
+                                                     {"features", t.view.features()}, {"bytes", t.view.nbytes}};
+                        if (t.layer >= 0) {
+                            tj["layer"] = t.layer;
+                            tj["kind"] = kvKindName(t.kind);
+                        }
+                        ts.push_back(tj);
+                    }
+                    j["tensors"] = ts;
+                    printJson(j);
+                    return;
+                }
+                std::printf("%s  (%s, %zu file%s, %s)\n", d.path().c_str(), d.format().c_str(), d.files().size(),
+                            d.files().size() == 1 ? "" : "s", humanBytes(static_cast<double>(d.totalBytes())).c_str());
+                for (const auto& [k, v] : d.metadata())
+                    std::printf("  %-16s %s\n", (k + ":").c_str(), v.c_str());
+                std::printf("\n  %-28s %5s %-10s %5s %-18s %8s %10s\n", "tensor", "layer", "kind", "dtype", "shape",
+                            "features", "size");
+                for (const auto& t : d.tensors())
+                    std::printf("  %-28s %5s %-10s %5s %-18s %8lld %10s\n", t.view.name.c_str(),
+                                t.layer >= 0 ? std::to_string(t.layer).c_str() : "-",
+                                t.layer >= 0 ? kvKindName(t.kind) : "-", dtypeName(t.view.dtype),
+                                t.view.shapeString().c_str(), static_cast<long long>(t.view.features()),
+                                humanBytes(static_cast<double>(t.view.nbytes)).c_str());
+            }};
+}
+
+Command registerDevices(CLI::App& root)
+{
+    auto json = std::make_shared<bool>(false);
+    auto* cmd = root.add_subcommand("devices", "List the compute backends: CPU threads and CUDA devices");
+    cmd->add_flag("--json", *json, "Print one JSON object on stdout");
+    return {cmd, [json] {
+                const auto q = gpu::queryDevices();
+                const int threads = resolveThreads(0);
+                if (*json) {
+                    nlohmann::ordered_json devs = nlohmann::ordered_json::array();
+                    for (const auto& d : q.devices)
+                        devs.push_back({{"index", d.index}, {"name", d.name}, {"memory_bytes", d.memoryBytes},
+                                        {"compute_capability", cat(d.computeMajor, ".", d.computeMinor)},
+                                        {"multiprocessors", d.multiprocessors}});
+                    printJson({{"cpu_threads", threads}, {"cuda_built", q.builtWithCuda}, {"cuda_devices", devs},
+                               {"message", q.message}});
+                    return;
+                }
+                std::printf("cpu: %d threads\n", threads);
+                for (const auto& d : q.devices)
+                    std::printf("cuda:%d  %s  sm_%d%d  %d SMs  %s\n", d.index, d.name.c_str(), d.computeMajor,
+                                d.computeMinor, d.multiprocessors,
+                                humanBytes(static_cast<double>(d.memoryBytes)).c_str());
+                if (q.devices.empty())
+                    std::printf("cuda: %s\n", q.message.c_str());
+            }};
+}
+
+} // namespace gsrq::cli

@@ -1,0 +1,23 @@
+#pragma once
+// Each command registers its subcommand and returns what to run when it is chosen.
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <vector>
+
+namespace gsrq::cli {
+
+struct Command {
+    CLI::App* app = nullptr;
+    std::function<void()> run; // throws gsrq::Error for bad input or failures
+};
+
+Command registerInfo(CLI::App& root);
+Command registerCompare(CLI::App& root);
+Command registerSweep(CLI::App& root);
+Command registerSynth(CLI::App& root);
+Command registerBenchCluster(CLI::App& root);
+Command registerDevices(CLI::App& root);
+
+} // namespace gsrq::cli

@@ -1,0 +1,47 @@
+// gsrq: the headless face of GSRQ Studio. Exit codes: 0 ok, 2 bad input or flags, 1 failure at run time.
+
+#include "commands.h"
+#include "error.h"
+#include "version.h"
+
+#include <cstdio>
+#include <iostream>
+#include <new>
+
+int main(int argc, char** argv)
+{
+    using namespace gsrq::cli;
+    CLI::App root{"gsrq: KV-cache quantization with Gain-Shape K-means and GSRQ"};
+    root.set_version_flag("--version", std::string("gsrq ") + gsrq::kVersion);
+    root.require_subcommand(1);
+    std::vector<Command> commands{registerInfo(root),   registerCompare(root),      registerSweep(root),
+                                  registerSynth(root),  registerBenchCluster(root), registerDevices(root)};
+    try {
+        root.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return root.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return root.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return root.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::cerr << "gsrq: " << e.what() << "\n";
+        std::cerr << "Run 'gsrq --help' or 'gsrq <command> --help' for usage.\n";
+        return 2;
+    }
+    try {
+        for (auto& c : commands)
+            if (c.app->parsed())
+                c.run();
+        return 0;
+    } catch (const gsrq::Error& e) {
+        std::cerr << "gsrq: " << e.what() << "\n";
+        return e.kind() == gsrq::ErrorKind::InvalidInput ? 2 : 1;
+    } catch (const std::bad_alloc&) {
+        std::cerr << "gsrq: out of memory\n";
+        return 1;
+    } catch (const std::exception& e) {
+        std::cerr << "gsrq: " << e.what() << "\n";
+        return 1;
+    }
+}

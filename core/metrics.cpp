@@ -1,0 +1,81 @@
+#include "metrics.h"
+
+#include "error.h"
+
+#include <cmath>
+
+namespace gsrq {
+
+namespace {
+
+template <class RowOf>
+QuantMetrics metricsOver(const MatrixRF& X, RowOf xhatRow)
+{
+    const auto n = X.rows();
+    double err = 0, sqX = 0, sqXhat = 0, gain = 0, cosSum = 0;
+    std::int64_t cosRows = 0;
+    for (Eigen::Index i = 0; i < n; ++i) {
+        const Eigen::RowVectorXd x = X.row(i).cast<double>();
+        const Eigen::RowVectorXd xh = xhatRow(i).template cast<double>();
+        const double nx2 = x.squaredNorm(), nh2 = xh.squaredNorm();
+        err += (x - xh).squaredNorm();
+        sqX += nx2;
+        sqXhat += nh2;
+        const double nx = std::sqrt(nx2), nh = std::sqrt(nh2);
+        gain += std::abs(nx - nh);
+        if (nx > 0) {
+            cosSum += nh > 0 ? x.dot(xh) / (nx * nh) : 0.0;
+            ++cosRows;
+        }
+    }
+    QuantMetrics m;
+    if (n == 0)
+        return m;
+    m.mse = err / n;
+    m.nmse = sqX > 0 ? err / sqX : 0.0;
+    m.gainError = gain / n;
+    m.cosine = cosRows ? cosSum / cosRows : 0.0;
+    m.shrinkage = sqX > 0 ? sqXhat / sqX : 0.0;
+    return m;
+}
+
+} // namespace
+
+QuantMetrics computeMetrics(const MatrixRF& X, const MatrixRF& Xhat)
+{
+    if (X.rows() != Xhat.rows() || X.cols() != Xhat.cols())
+        throwRuntime("metrics: data ", X.rows(), "×", X.cols(), " and reconstruction ", Xhat.rows(), "×", Xhat.cols(),
+                     " differ in shape");
+    return metricsOver(X, [&](Eigen::Index i) { return Xhat.row(i); });
+}
+
+QuantMetrics computeMetrics(const MatrixRF& X, const MatrixRF& C, std::span<const std::int32_t> labels)
+{
+    if (static_cast<Eigen::Index>(labels.size()) != X.rows() || C.cols() != X.cols())
+        throwRuntime("metrics: ", labels.size(), " labels or codebook width ", C.cols(), " do not match data ", X.rows(),
+                     "×", X.cols());
+    return metricsOver(X, [&](Eigen::Index i) { return C.row(labels[static_cast<std::size_t>(i)]); });
+}
+
+QuantMetrics meanMetrics(const std::vector<QuantMetrics>& blocks)
+{
+    QuantMetrics m;
+    if (blocks.empty())
+        return m;
+    for (const auto& b : blocks) {
+        m.mse += b.mse;
+        m.nmse += b.nmse;
+        m.gainError += b.gainError;
+        m.cosine += b.cosine;
+        m.shrinkage += b.shrinkage;
+    }
+    const double n = static_cast<double>(blocks.size());
+    m.mse /= n;
+    m.nmse /= n;
+    m.gainError /= n;
+    m.cosine /= n;
+    m.shrinkage /= n;
+    return m;
+}
+
+} // namespace gsrq

@@ -1,0 +1,32 @@
+#pragma once
+// Reconstruction metrics (DESIGN.md), computed in double over rows x and their reconstructions x̂:
+//   mse        = E‖x − x̂‖²            (summed over features, averaged over rows)
+//   nmse       = mse / E‖x‖²
+//   gain_error = E|‖x‖ − ‖x̂‖|
+//   cosine     = E cos(x, x̂)  over rows with ‖x‖ > 0 (cos = 0 where x̂ = 0)
+//   shrinkage  = E‖x̂‖² / E‖x‖²   (< 1: reconstructions shorter than the data)
+
+#include "tensor.h"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace gsrq {
+
+struct QuantMetrics {
+    double mse = 0;
+    double nmse = 0;
+    double gainError = 0;
+    double cosine = 0;
+    double shrinkage = 0;
+};
+
+// X: n × d; Xhat: n × d.
+QuantMetrics computeMetrics(const MatrixRF& X, const MatrixRF& Xhat);
+// Reconstruction by codebook lookup: x̂_i = C[labels[i]].
+QuantMetrics computeMetrics(const MatrixRF& X, const MatrixRF& C, std::span<const std::int32_t> labels);
+// Mean of each metric over blocks (the paper averages per-subspace values).
+QuantMetrics meanMetrics(const std::vector<QuantMetrics>& blocks);
+
+} // namespace gsrq

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what GSRQ Studio needs to build and test on Debian 12 (bookworm), skipping what is present.
+#   tools/setup.sh           build + test dependencies
+#   tools/setup.sh --bench   also the benchmark-only ones (FAISS with OpenBLAS, NumPy)
+set -euo pipefail
+
+pkgs=(build-essential cmake ninja-build ccache pkg-config
+      libeigen3-dev nlohmann-json3-dev libsqlite3-dev libcli11-dev
+      qt6-base-dev)
+if [[ "${1:-}" == "--bench" ]]; then
+  pkgs+=(python3-numpy python3-faiss libopenblas0-pthread)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  echo "setup: all dependencies present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+if [[ $(id -u) -eq 0 ]]; then as_root=(); else as_root=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update -qq
+"${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
