@@ -16,6 +16,18 @@ int main(int argc, char** argv)
     root.require_subcommand(1);
     std::vector<Command> commands{registerInfo(root),   registerCompare(root),      registerSweep(root),
                                   registerSynth(root),  registerBenchCluster(root), registerDevices(root)};
+    if (argc > 1 && argv[1][0] != '-') {
+        bool known = false;
+        std::string names;
+        for (const auto& c : commands) {
+            known = known || c.app->get_name() == argv[1];
+            names += (names.empty() ? "" : ", ") + c.app->get_name();
+        }
+        if (!known) {
+            std::cerr << "gsrq: unknown command '" << argv[1] << "' (commands: " << names << ")\n";
+            return 2;
+        }
+    }
     try {
         root.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

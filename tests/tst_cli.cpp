@@ -1,0 +1,243 @@
+// The gsrq command line end to end: generated files in, JSON out, parsed and checked; exit codes
+// for bad input; nothing overwritten by accident.
+
+#include "kv_dump.h"
+#include "npy.h"
+#include "safetensors.h"
+#include "test_util.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QtTest>
+
+#include <filesystem>
+#include <fstream>
+
+using namespace gsrq;
+
+namespace {
+
+struct Run {
+    int code = -1;
+    QByteArray out, err;
+};
+
+Run gsrqRun(const QStringList& args)
+{
+    QProcess p;
+    p.start(QStringLiteral(GSRQ_CLI_PATH), args);
+    Run r;
+    if (!p.waitForFinished(120000)) {
+        p.kill();
+        p.waitForFinished();
+        r.err = "timed out";
+        return r;
+    }
+    r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2;
+    r.out = p.readAllStandardOutput();
+    r.err = p.readAllStandardError();
+    return r;
+}
+
+QJsonObject parseObject(const Run& r)
+{
+    QJsonParseError e;
+    const auto doc = QJsonDocument::fromJson(r.out, &e);
+    if (e.error != QJsonParseError::NoError || !doc.isObject())
+        qWarning("not a JSON object: %s\nstderr: %s", r.out.constData(), r.err.constData());
+    return doc.object();
+}
+
+} // namespace
+
+class TestCli : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase();
+    void compareJson();
+    void compareTable();
+    void compareWithGradientWeights();
+    void sweepJson();
+    void infoJson();
+    void synthRefusesToOverwrite();
+    void nonFiniteRowsRefusedOrDropped();
+    void badInputExitsWithTwo_data();
+    void badInputExitsWithTwo();
+
+private:
+    QTemporaryDir m_dir;
+    QString m_data;
+};
+
+void TestCli::initTestCase()
+{
+    QVERIFY(m_dir.isValid());
+    m_data = m_dir.filePath("data.npy");
+    const auto r = gsrqRun({"synth", "gaussian", "--rows", "3000", "--features", "32", "--seed", "1", "--out", m_data});
+    QVERIFY2(r.code == 0, r.err.constData());
+    QVERIFY(r.err.contains("synthetic"));
+}
+
+void TestCli::compareJson()
+{
+    const auto r = gsrqRun({"compare", m_data, "--dim", "16", "--k", "32", "--iters", "300", "--seed", "0", "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto j = parseObject(r);
+    QCOMPARE(j["settings"].toObject()["dim"].toInt(), 16);
+    QCOMPARE(j["settings"].toObject()["k"].toInt(), 32);
+    QCOMPARE(j["blocks"].toInt(), 2);
+    QCOMPARE(j["input"].toObject()["rows"].toInt(), 3000);
+
+    // mse / nmse is E‖x‖² averaged over the blocks' own energies; compute it from the file.
+    const MatrixRF x = toMatrix(readNpy(m_data.toStdString()));
+    for (const char* method : {"km", "gskm"}) {
+        const auto m = j[method].toObject();
+        for (const char* key : {"mse", "nmse", "gain_error", "cosine", "shrinkage", "iterations", "seconds"})
+            QVERIFY2(m.contains(key), key);
+        QVERIFY(m["nmse"].toDouble() > 0 && m["nmse"].toDouble() < 1);
+        QVERIFY(m["cosine"].toDouble() > 0 && m["cosine"].toDouble() <= 1);
+        QVERIFY(m["iterations"].toInt() >= 1 && m["iterations"].toInt() <= 300);
+        const auto blocks = m["blocks"].toArray();
+        QCOMPARE(blocks.size(), 2);
+        for (int b = 0; b < 2; ++b) {
+            const auto bj = blocks[b].toObject();
+            const double energy = x.middleCols(16 * b, 16).cast<double>().rowwise().squaredNorm().mean();
+            // Both are printed from doubles with 17 digits: agreement to 1e-9 relative.
+            QVERIFY(std::abs(bj["mse"].toDouble() / bj["nmse"].toDouble() - energy) <= 1e-9 * energy);
+            QVERIFY(bj["history"].toArray().size() >= 2);
+            // At convergence both updates are projections (KM: the members' mean; GSKM: the
+            // optimal gain on its shape), so Pythagoras gives shrinkage + nmse = 1 exactly; the
+            // reported values are doubles from float centroids: 1e-5.
+            QCOMPARE(bj["stop"].toString(), QString("converged"));
+            QVERIFY(std::abs(bj["shrinkage"].toDouble() + bj["nmse"].toDouble() - 1) < 1e-5);
+        }
+    }
+}
+
+void TestCli::compareTable()
+{
+    const auto r = gsrqRun({"compare", m_data, "--dim", "32", "--k", "16", "--iters", "5"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const QString out = QString::fromUtf8(r.out);
+    QVERIFY(out.contains(QRegularExpression("^km\\s+[0-9.e+-]+\\s+0\\.\\d+", QRegularExpression::MultilineOption)));
+    QVERIFY(out.contains(QRegularExpression("^gskm\\s+", QRegularExpression::MultilineOption)));
+    QVERIFY(out.contains("shrinkage"));
+}
+
+void TestCli::compareWithGradientWeights()
+{
+    const QString dump = m_dir.filePath("kv.safetensors");
+    const MatrixRF v = test::randomRows(400, 8, 2);
+    MatrixRF g = test::randomRows(400, 8, 3, 0.01f);
+    g.row(5) *= 1000; // one row with a huge gradient
+    writeSafetensors(dump.toStdString(), {makeFloatBlob("layers.0.value", v, DType::F32, {400, 2, 4}),
+                                          makeFloatBlob("layers.0.value_grad", g, DType::BF16, {400, 2, 4})});
+    auto r = gsrqRun({"compare", dump, "--tensor", "layers.0.value", "--k", "8", "--weights", "grad-log", "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto w = parseObject(r)["input"].toObject()["weight_summary"].toObject();
+    // The log compresses the outlier: raw max/median is ~1000×, the weights' far less.
+    QVERIFY(w["raw_max_over_median"].toDouble() > 300);
+    QVERIFY(w["weight_max_over_median"].toDouble() < 10);
+
+    r = gsrqRun({"compare", m_data, "--k", "8", "--weights", "grad-log"}); // a plain .npy has no gradients
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("no gradient"));
+}
+
+void TestCli::sweepJson()
+{
+    const auto r = gsrqRun({"sweep", m_data, "--over", "dim", "--values", "8,16,32", "--k", "16", "--iters", "10", "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto j = parseObject(r);
+    const auto pts = j["points"].toArray();
+    QCOMPARE(pts.size(), 3);
+    QCOMPARE(pts[0].toObject()["dim"].toInt(), 8);
+    QCOMPARE(pts[2].toObject()["blocks"].toInt(), 1);
+    // With K fixed, wider subspaces are harder to quantize: nmse grows with D.
+    const double n8 = pts[0].toObject()["km"].toObject()["nmse"].toDouble();
+    const double n32 = pts[2].toObject()["km"].toObject()["nmse"].toDouble();
+    QVERIFY(n32 > n8);
+}
+
+void TestCli::infoJson()
+{
+    const auto r = gsrqRun({"info", GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors", "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto j = parseObject(r);
+    QCOMPARE(j["format"].toString(), QString("safetensors"));
+    int values = 0;
+    for (const auto& t : j["tensors"].toArray())
+        values += t.toObject()["kind"].toString() == "value";
+    QCOMPARE(values, 5); // five layers
+    QCOMPARE(j["metadata"].toObject()["key_rope"].toString(), QString("pre"));
+}
+
+void TestCli::synthRefusesToOverwrite()
+{
+    const QString path = m_dir.filePath("keep.npy");
+    QVERIFY(gsrqRun({"synth", "kv", "--rows", "10", "--features", "4", "--out", path}).code == 0);
+    const auto before = std::filesystem::file_size(path.toStdString());
+    const auto r = gsrqRun({"synth", "gaussian", "--rows", "100", "--features", "4", "--out", path});
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("--force"));
+    QCOMPARE(std::filesystem::file_size(path.toStdString()), before);
+    QCOMPARE(gsrqRun({"synth", "gaussian", "--rows", "100", "--features", "4", "--out", path, "--force"}).code, 0);
+    QVERIFY(std::filesystem::file_size(path.toStdString()) > before);
+}
+
+void TestCli::nonFiniteRowsRefusedOrDropped()
+{
+    const QString path = m_dir.filePath("nan.npy");
+    MatrixRF x = test::randomRows(300, 8, 9);
+    x(10, 0) = std::numeric_limits<float>::quiet_NaN();
+    x(20, 7) = -std::numeric_limits<float>::infinity();
+    writeNpy(path.toStdString(), x);
+    auto r = gsrqRun({"compare", path, "--k", "8"});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("2 of 300 rows") && r.err.contains("--drop-nonfinite"), r.err.constData());
+    r = gsrqRun({"compare", path, "--k", "8", "--drop-nonfinite", "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    QCOMPARE(parseObject(r)["input"].toObject()["dropped_nonfinite_rows"].toInt(), 2);
+}
+
+void TestCli::badInputExitsWithTwo_data()
+{
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("phrase");
+    const QString d = m_dir.filePath("data.npy");
+    QTest::newRow("dim does not divide") << QStringList{"compare", d, "--dim", "5"} << "--dim 5";
+    QTest::newRow("k above rows") << QStringList{"compare", d, "--k", "5000"} << "--k 5000";
+    QTest::newRow("missing file") << QStringList{"info", m_dir.filePath("nope.safetensors")} << "no such file";
+    QTest::newRow("unknown flag") << QStringList{"compare", d, "--bogus"} << "bogus";
+    QTest::newRow("unknown command") << QStringList{"frobnicate"} << "frobnicate";
+    QTest::newRow("bad method") << QStringList{"compare", d, "--methods", "pq"} << "--methods";
+    QTest::newRow("bad weights") << QStringList{"compare", d, "--weights", "x"} << "--weights";
+    QTest::newRow("bad sweep values") << QStringList{"sweep", d, "--over", "k", "--values", "8,x"} << "--values";
+    QTest::newRow("bad sweep axis") << QStringList{"sweep", d, "--over", "rows", "--values", "8"} << "--over";
+    QTest::newRow("non-numeric k") << QStringList{"compare", d, "--k", "many"} << "--k";
+    QTest::newRow("tensor missing") << QStringList{"compare", GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors",
+                                                   "--tensor", "layers.9.value"}
+                                    << "no tensor named 'layers.9.value'";
+    QTest::newRow("tensor not chosen") << QStringList{"compare", GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors"}
+                                       << "--tensor";
+    QTest::newRow("synth bad kind") << QStringList{"synth", "uniform", "--out", m_dir.filePath("u.npy")} << "uniform";
+    QTest::newRow("synth bad extension") << QStringList{"synth", "gaussian", "--out", m_dir.filePath("u.csv")} << "--out";
+    QTest::newRow("synth unwritable") << QStringList{"synth", "gaussian", "--rows", "4", "--out", "/proc/gsrq/u.npy"}
+                                      << "/proc/gsrq/u.npy";
+}
+
+void TestCli::badInputExitsWithTwo()
+{
+    QFETCH(QStringList, args);
+    QFETCH(QString, phrase);
+    const auto r = gsrqRun(args);
+    QCOMPARE(r.code, 2);
+    QVERIFY2(QString::fromUtf8(r.err).contains(phrase), r.err.constData());
+    QVERIFY(r.out.isEmpty()); // nothing half-printed on stdout
+}
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "tst_cli.moc"

@@ -1,0 +1,431 @@
+// KM and GSKM on cases computed by hand, the shared backend against brute force, weights,
+// initialisation, empty clusters, stopping and cancelling; metrics and weights by hand.
+
+#include "clustering.h"
+#include "error.h"
+#include "metrics.h"
+#include "test_util.h"
+#include "weights.h"
+
+#include <QtTest>
+
+#include <cmath>
+#include <set>
+
+using namespace gsrq;
+
+namespace {
+
+// Nearest centroid by brute force in double: the reference for the backend's labels.
+std::vector<std::int32_t> bruteForceLabels(const MatrixRF& X, const MatrixRF& C, double* objective)
+{
+    std::vector<std::int32_t> labels(std::size_t(X.rows()));
+    double total = 0;
+    for (Eigen::Index i = 0; i < X.rows(); ++i) {
+        double best = 1e300;
+        for (Eigen::Index k = 0; k < C.rows(); ++k) {
+            const double d = (X.row(i).cast<double>() - C.row(k).cast<double>()).squaredNorm();
+            if (d < best) {
+                best = d;
+                labels[std::size_t(i)] = std::int32_t(k);
+            }
+        }
+        total += best;
+    }
+    *objective = total / double(X.rows());
+    return labels;
+}
+
+// Four well-separated blobs in 3-D around known centres.
+MatrixRF blobs(Eigen::Index perBlob, MatrixRF* centres)
+{
+    MatrixRF c(4, 3);
+    c << 10, 0, 0, 0, 10, 0, 0, 0, 10, -10, -10, -10;
+    MatrixRF noise = test::randomRows(4 * perBlob, 3, 11, 0.1f);
+    MatrixRF x(4 * perBlob, 3);
+    for (Eigen::Index i = 0; i < x.rows(); ++i)
+        x.row(i) = c.row(i % 4) + noise.row(i);
+    *centres = c;
+    return x;
+}
+
+} // namespace
+
+class TestClustering : public QObject {
+    Q_OBJECT
+
+private slots:
+    void handCaseKm();
+    void handCaseGskm();
+    void gskmUpdateMatchesClosedForm();
+    void gskmNegativeProjectionGivesZeroGain();
+    void backendMatchesBruteForce();
+    void integerWeightsEqualDuplicatedRows();
+    void bothMethodsStartFromTheSameRows();
+    void kmObjectiveNeverIncreases();
+    void convergesOnSeparatedBlobs();
+    void seededRunsAreReproducible();
+    void emptyClusterKeptOrReseeded();
+    void cancelStopsWithinOneIteration();
+    void gskmGainIsBoundedByKmNorm();
+    void badParametersAreErrors();
+    void metricsByHand();
+    void gradientWeightsByHand();
+};
+
+void TestClustering::handCaseKm()
+{
+    MatrixRF X(2, 2);
+    X << 10, 0, 0, 1;
+    auto be = makeCpuBackend(1);
+    ClusteringParams p;
+    p.k = 1;
+    const auto r = cluster(X, nullptr, Method::KMeans, p, *be);
+    QCOMPARE(r.centroids(0, 0), 5.0f);
+    QCOMPARE(r.centroids(0, 1), 0.5f);
+    QCOMPARE(r.stop, StopReason::Converged);
+}
+
+void TestClustering::handCaseGskm()
+{
+    MatrixRF X(2, 2);
+    X << 10, 0, 0, 1;
+    auto be = makeCpuBackend(1);
+    ClusteringParams p;
+    p.k = 1;
+    const auto r = cluster(X, nullptr, Method::GainShape, p, *be);
+    // Shape: normalised mean of (1,0) and (0,1) = (1,1)/√2; gain: mean projection (10+1)/(2√2).
+    const double gain = 11.0 / (2.0 * std::sqrt(2.0));
+    const double expected = gain / std::sqrt(2.0); // each coordinate of g·s
+    // float32 centroids: within 2 ulp of the double closed form.
+    QVERIFY(std::abs(r.centroids(0, 0) - expected) <= 2 * std::numeric_limits<float>::epsilon() * expected);
+    QVERIFY(std::abs(r.centroids(0, 1) - expected) <= 2 * std::numeric_limits<float>::epsilon() * expected);
+}
+
+void TestClustering::gskmUpdateMatchesClosedForm()
+{
+    const MatrixRF X = test::randomRows(500, 8, 5);
+    Eigen::VectorXf w = (test::randomRows(500, 1, 6).array().abs() + 0.1f).matrix();
+    const MatrixRF C = X.topRows(7);
+    auto be = makeCpuBackend(2);
+    be->setData(X.data(), X.rows(), 8, w.data(), 1e-8f);
+    std::vector<std::int32_t> labels(500, -1);
+    AssignStats st;
+    be->assignAccumulate(C, true, labels, st);
+
+    MatrixRF updated = C;
+    GainShapeState gs{Eigen::VectorXd::Ones(7), MatrixRD::Zero(7, 8)};
+    updateCentroids(Method::GainShape, st, 1e-6, updated, gs);
+    for (int k = 0; k < 7; ++k) {
+        Eigen::RowVectorXd sy = Eigen::RowVectorXd::Zero(8), sx = Eigen::RowVectorXd::Zero(8);
+        double W = 0;
+        for (int i = 0; i < 500; ++i)
+            if (labels[std::size_t(i)] == k) {
+                const Eigen::RowVectorXd x = X.row(i).cast<double>();
+                sy += w[i] * x / (x.norm() + 1e-8);
+                sx += w[i] * x;
+                W += w[i];
+            }
+        QVERIFY(W > 0);
+        const Eigen::RowVectorXd s = sy.normalized();
+        const double g = std::max(0.0, sx.dot(s) / W);
+        const Eigen::RowVectorXd c = g * s;
+        // Same sums in a different order, then rounded to float: within 1e-5 relative.
+        QVERIFY2((updated.row(k).cast<double>() - c).norm() <= 1e-5 * c.norm(), qPrintable(QString("cluster %1").arg(k)));
+        QVERIFY(std::abs(gs.shapes.row(k).norm() - 1.0) < 1e-12);
+    }
+}
+
+void TestClustering::gskmNegativeProjectionGivesZeroGain()
+{
+    // Members' directions average to +x, but the large member points along −x: the mean
+    // projection is negative, so the gain is clamped to 0 (centroid at the origin).
+    AssignStats st;
+    st.weightSum = Eigen::VectorXd::Constant(1, 3.0);
+    st.count = Eigen::Matrix<std::int64_t, Eigen::Dynamic, 1>::Constant(1, 3);
+    st.sumX = MatrixRD(1, 2);
+    st.sumX << 1 + 1 - 10, 0;
+    st.sumY = MatrixRD(1, 2);
+    st.sumY << 1 + 1 - 1, 0;
+    MatrixRF c(1, 2);
+    c << 1, 1;
+    GainShapeState gs{Eigen::VectorXd::Ones(1), MatrixRD::Zero(1, 2)};
+    updateCentroids(Method::GainShape, st, 1e-6, c, gs);
+    QCOMPARE(gs.gains[0], 0.0);
+    QCOMPARE(c(0, 0), 0.0f);
+    QCOMPARE(gs.shapes(0, 0), 1.0);
+}
+
+void TestClustering::backendMatchesBruteForce()
+{
+    const MatrixRF X = test::randomRows(3000, 16, 1);
+    const MatrixRF C = test::randomRows(40, 16, 2);
+    auto be = makeCpuBackend(2);
+    be->setData(X.data(), X.rows(), 16, nullptr, 1e-8f);
+    std::vector<std::int32_t> labels(3000, -1);
+    AssignStats st;
+    be->assignAccumulate(C, false, labels, st);
+    double refObjective = 0;
+    const auto ref = bruteForceLabels(X, C, &refObjective);
+    int differ = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i)
+        differ += labels[i] != ref[i];
+    // GEMM-based distances round differently from direct ones: only near-ties may flip. With
+    // random data ties within float rounding are rare, so allow 0.1% of rows.
+    QVERIFY2(differ <= 3, qPrintable(QString("%1 labels differ").arg(differ)));
+    QCOMPARE(st.changed, std::int64_t(3000));
+    QCOMPARE(st.count.sum(), std::int64_t(3000));
+    // Objective: float rounding of ‖x‖² − best (magnitudes ~16 each) against double; 1e-4 relative.
+    QVERIFY(std::abs(st.weightedError / st.totalWeight - refObjective) <= 1e-4 * refObjective);
+    // Sufficient statistics equal the sums over the labels given.
+    MatrixRD sx = MatrixRD::Zero(40, 16);
+    for (int i = 0; i < 3000; ++i)
+        sx.row(labels[std::size_t(i)]) += X.row(i).cast<double>();
+    QVERIFY((sx - st.sumX).cwiseAbs().maxCoeff() < 1e-9);
+    // A second pass with the same centroids changes nothing.
+    be->assignAccumulate(C, false, labels, st);
+    QCOMPARE(st.changed, std::int64_t(0));
+}
+
+void TestClustering::integerWeightsEqualDuplicatedRows()
+{
+    const MatrixRF X = test::randomRows(200, 6, 3);
+    Eigen::VectorXf w(200);
+    std::vector<Eigen::Index> rows;
+    for (int i = 0; i < 200; ++i) {
+        w[i] = float(1 + i % 3);
+        for (int r = 0; r < 1 + i % 3; ++r)
+            rows.push_back(i);
+    }
+    MatrixRF dup(Eigen::Index(rows.size()), 6);
+    for (std::size_t j = 0; j < rows.size(); ++j)
+        dup.row(Eigen::Index(j)) = X.row(rows[j]);
+    const MatrixRF C = X.topRows(9);
+    auto be = makeCpuBackend(2);
+    for (Method m : {Method::KMeans, Method::GainShape}) {
+        AssignStats a, b;
+        std::vector<std::int32_t> la(200, -1), lb(rows.size(), -1);
+        be->setData(X.data(), X.rows(), 6, w.data(), 1e-8f);
+        be->assignAccumulate(C, true, la, a);
+        be->setData(dup.data(), dup.rows(), 6, nullptr, 1e-8f);
+        be->assignAccumulate(C, true, lb, b);
+        // The same double sums in another order: equal to 1e-12 relative.
+        QVERIFY((a.weightSum - b.weightSum).cwiseAbs().maxCoeff() < 1e-9);
+        QVERIFY((a.sumX - b.sumX).cwiseAbs().maxCoeff() < 1e-9);
+        QVERIFY((a.sumY - b.sumY).cwiseAbs().maxCoeff() < 1e-9);
+        QVERIFY(std::abs(a.weightedError - b.weightedError) <= 1e-9 * b.weightedError);
+        MatrixRF ca = C, cb = C;
+        GainShapeState ga, gb;
+        ga.gains = gb.gains = C.rowwise().norm().cast<double>();
+        ga.shapes = gb.shapes = C.rowwise().normalized().cast<double>();
+        updateCentroids(m, a, 1e-6, ca, ga);
+        updateCentroids(m, b, 1e-6, cb, gb);
+        QVERIFY((ca - cb).cwiseAbs().maxCoeff() < 1e-6);
+    }
+}
+
+void TestClustering::bothMethodsStartFromTheSameRows()
+{
+    const MatrixRF X = test::randomRows(300, 5, 4);
+    ClusteringParams p;
+    p.k = 12;
+    p.seed = 99;
+    p.maxIterations = 0;
+    auto be = makeCpuBackend(2);
+    const auto km = cluster(X, nullptr, Method::KMeans, p, *be);
+    const auto gs = cluster(X, nullptr, Method::GainShape, p, *be);
+    const auto rows = sampleRows(300, 12, 99);
+    QCOMPARE(std::set<std::int64_t>(rows.begin(), rows.end()).size(), size_t(12)); // distinct rows
+    for (int k = 0; k < 12; ++k) {
+        QCOMPARE(km.centroids.row(k), X.row(rows[std::size_t(k)]));
+        // GSKM stores g·s of the same row: equal up to float rounding of the split.
+        QVERIFY((gs.centroids.row(k) - X.row(rows[std::size_t(k)])).norm() <= 1e-6 * X.row(rows[std::size_t(k)]).norm());
+    }
+    QVERIFY(std::abs(km.history.front().objective - gs.history.front().objective) <= 1e-6 * km.history.front().objective);
+    QVERIFY(sampleRows(300, 12, 100) != rows); // the seed matters
+}
+
+void TestClustering::kmObjectiveNeverIncreases()
+{
+    const MatrixRF X = test::randomRows(2000, 8, 8);
+    ClusteringParams p;
+    p.k = 32;
+    p.maxIterations = 30;
+    auto be = makeCpuBackend(2);
+    const auto r = cluster(X, nullptr, Method::KMeans, p, *be);
+    QVERIFY(r.history.size() >= 3);
+    for (std::size_t i = 1; i < r.history.size(); ++i)
+        // Lloyd's iteration never increases the objective; 1e-6 relative absorbs float rounding.
+        QVERIFY2(r.history[i].objective <= r.history[i - 1].objective * (1 + 1e-6),
+                 qPrintable(QString("iteration %1").arg(i)));
+    QVERIFY(r.history.back().objective < 0.9 * r.history.front().objective);
+}
+
+void TestClustering::convergesOnSeparatedBlobs()
+{
+    MatrixRF centres;
+    const MatrixRF X = blobs(100, &centres);
+    auto be = makeCpuBackend(2);
+    ClusteringParams p;
+    p.k = 4;
+    p.reseedEmpty = true; // two seeds may land in one blob; splitting recovers the fourth
+    for (Method m : {Method::KMeans, Method::GainShape}) {
+        const auto r = cluster(X, nullptr, m, p, *be);
+        QCOMPARE(r.stop, StopReason::Converged);
+        for (int c = 0; c < 4; ++c) {
+            double nearest = 1e300;
+            for (int k = 0; k < 4; ++k)
+                nearest = std::min(nearest, double((r.centroids.row(k) - centres.row(c)).norm()));
+            // Each blob's mean is within a few noise σ/√100 of its centre: 0.1 is ~5 of them.
+            QVERIFY2(nearest < 0.1, qPrintable(QString("%1: centre %2 off by %3").arg(methodName(m)).arg(c).arg(nearest)));
+        }
+        // Recorded at the end: a pass in which no label changed.
+        QCOMPARE(r.history.back().changed, std::int64_t(0));
+    }
+}
+
+void TestClustering::seededRunsAreReproducible()
+{
+    const MatrixRF X = test::randomRows(5000, 16, 12);
+    ClusteringParams p;
+    p.k = 50;
+    p.maxIterations = 10;
+    auto be = makeCpuBackend(2);
+    const auto a = cluster(X, nullptr, Method::GainShape, p, *be);
+    const auto b = cluster(X, nullptr, Method::GainShape, p, *be);
+    QCOMPARE(a.centroids, b.centroids); // bit for bit: per-thread sums are reduced in a fixed order
+    QCOMPARE(a.labels, b.labels);
+}
+
+void TestClustering::emptyClusterKeptOrReseeded()
+{
+    // Three distinct points, 20 copies each, K = 4: two initial centroids coincide, and the
+    // nearest-centroid rule gives ties to the first, so the second starts empty.
+    MatrixRF X(60, 2);
+    for (int i = 0; i < 60; ++i)
+        X.row(i) = (i % 3 == 0) ? Eigen::RowVector2f(5, 0) : (i % 3 == 1) ? Eigen::RowVector2f(0, 5) : Eigen::RowVector2f(-5, -5);
+    ClusteringParams p;
+    p.k = 4;
+    p.maxIterations = 10;
+    auto be = makeCpuBackend(1);
+    const auto kept = cluster(X, nullptr, Method::KMeans, p, *be);
+    const auto init = sampleRows(60, 4, p.seed);
+    QVERIFY(kept.history.front().emptyClusters >= 1); // two seeds on one point: the second never wins
+    for (int k = 0; k < 4; ++k) {
+        const bool hasMembers = std::find(kept.labels.begin(), kept.labels.end(), k) != kept.labels.end();
+        if (!hasMembers) // kept exactly where it started
+            QCOMPARE(kept.centroids.row(k), X.row(init[std::size_t(k)]));
+    }
+    p.reseedEmpty = true;
+    const auto reseeded = cluster(X, nullptr, Method::KMeans, p, *be);
+    int splits = 0;
+    for (const auto& it : reseeded.history)
+        splits += it.reseeded;
+    QVERIFY(splits >= 1);
+    // The three points stay exactly represented; only the ±1/1024 nudge of a split centroid
+    // (at most 50/1024² ≈ 5e-5 in squared error) separates the error from zero.
+    QVERIFY(reseeded.history.back().objective < 1e-4);
+}
+
+void TestClustering::cancelStopsWithinOneIteration()
+{
+    const MatrixRF X = test::randomRows(4000, 8, 13);
+    ClusteringParams p;
+    p.k = 64;
+    p.maxIterations = 100;
+    auto be = makeCpuBackend(2);
+    int calls = 0;
+    const auto r = cluster(X, nullptr, Method::GainShape, p, *be, [&](const IterationStats&) { return ++calls < 3; });
+    QCOMPARE(r.stop, StopReason::Cancelled);
+    QCOMPARE(calls, 3);             // no callback after the one that said stop
+    QCOMPARE(r.history.size(), size_t(3));
+    QCOMPARE(r.iterations, 3);
+    // Labels returned match the centroids returned.
+    double obj = 0;
+    const auto ref = bruteForceLabels(X, r.centroids, &obj);
+    int differ = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i)
+        differ += ref[i] != r.labels[i];
+    QVERIFY(differ <= 4); // near-ties only (0.1%)
+}
+
+void TestClustering::gskmGainIsBoundedByKmNorm()
+{
+    // On the same members, KM's centroid is the MSE-optimal point, and its norm ‖mean x‖ is the
+    // largest mean projection over all unit directions; GSKM's gain is the mean projection on
+    // its own shape, so g ≤ ‖c_KM‖ (Cauchy–Schwarz) and GSKM's error is ≥ KM's. Both hold per
+    // cluster, up to float rounding of the centroids (1e-5 relative).
+    const MatrixRF X = test::randomRows(3000, 16, 21);
+    const MatrixRF C = X.topRows(24);
+    auto be = makeCpuBackend(2);
+    be->setData(X.data(), X.rows(), 16, nullptr, 1e-8f);
+    std::vector<std::int32_t> labels(3000, -1);
+    AssignStats st;
+    be->assignAccumulate(C, true, labels, st);
+    MatrixRF km = C, gs = C;
+    GainShapeState unusedKm, state{Eigen::VectorXd::Ones(24), MatrixRD::Zero(24, 16)};
+    updateCentroids(Method::KMeans, st, 1e-6, km, unusedKm);
+    updateCentroids(Method::GainShape, st, 1e-6, gs, state);
+    for (int k = 0; k < 24; ++k)
+        QVERIFY(state.gains[k] <= km.row(k).norm() * (1 + 1e-5));
+    double errKm = 0, errGs = 0;
+    for (int i = 0; i < 3000; ++i) {
+        errKm += (X.row(i) - km.row(labels[std::size_t(i)])).squaredNorm();
+        errGs += (X.row(i) - gs.row(labels[std::size_t(i)])).squaredNorm();
+    }
+    QVERIFY(errGs >= errKm * (1 - 1e-5));
+    QVERIFY(errGs > errKm); // and the shapes really differ from KM's directions on Gaussian data
+}
+
+void TestClustering::badParametersAreErrors()
+{
+    const MatrixRF X = test::randomRows(10, 2, 1);
+    auto be = makeCpuBackend(1);
+    ClusteringParams p;
+    p.k = 11;
+    QVERIFY_THROWS_EXCEPTION(Error, cluster(X, nullptr, Method::KMeans, p, *be));
+    p.k = 0;
+    QVERIFY_THROWS_EXCEPTION(Error, cluster(X, nullptr, Method::KMeans, p, *be));
+    p.k = 2;
+    const Eigen::VectorXf zeros = Eigen::VectorXf::Zero(10);
+    QVERIFY_THROWS_EXCEPTION(Error, cluster(X, zeros.data(), Method::KMeans, p, *be));
+    Eigen::VectorXf negative = Eigen::VectorXf::Ones(10);
+    negative[3] = -1;
+    QVERIFY_THROWS_EXCEPTION(Error, cluster(X, negative.data(), Method::KMeans, p, *be));
+}
+
+void TestClustering::metricsByHand()
+{
+    MatrixRF X(2, 2), Xh(2, 2);
+    X << 3, 4, 0, 0;
+    Xh << 0, 5, 1, 0;
+    const auto m = computeMetrics(X, Xh);
+    // Row 0: error 9 + 1 = 10, norms 5 and 5, cosine 20/25. Row 1: x = 0, error 1, gain error 1.
+    QCOMPARE(m.mse, (10.0 + 1.0) / 2);
+    QCOMPARE(m.nmse, 11.0 / 25.0);
+    QCOMPARE(m.gainError, (0.0 + 1.0) / 2);
+    QCOMPARE(m.cosine, 0.8); // the zero row has no direction and is left out
+    QCOMPARE(m.shrinkage, 26.0 / 25.0);
+    const auto mean = meanMetrics({m, QuantMetrics{1, 1, 1, 1, 1}});
+    QCOMPARE(mean.mse, (5.5 + 1) / 2);
+}
+
+void TestClustering::gradientWeightsByHand()
+{
+    MatrixRF g(4, 2);
+    g << 1, 0, 0, 2, 3, 0, 0, 4; // norms 1, 2, 3, 4; median 2.5
+    WeightSummary s;
+    const auto raw = gradientWeights(g, WeightMode::GradRaw, 1.0, &s);
+    QCOMPARE(raw[3], 4.0f);
+    QCOMPARE(s.rawMedian, 2.5);
+    const auto w = gradientWeights(g, WeightMode::GradLog, 2.0, &s);
+    const double lambda = 2.0 / (2.5 + 1e-12);
+    QVERIFY(std::abs(s.lambda - lambda) < 1e-12);
+    for (int i = 0; i < 4; ++i)
+        QVERIFY(std::abs(w[i] - std::log(1 + lambda * (i + 1))) < 1e-6);
+    QCOMPARE(gradientWeights(g, WeightMode::None)[2], 1.0f);
+    QVERIFY_THROWS_EXCEPTION(Error, gradientWeights(g, WeightMode::GradLog, 0.0));
+}
+
+QTEST_APPLESS_MAIN(TestClustering)
+#include "tst_clustering.moc"
