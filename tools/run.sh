@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the main job on the bundled sample (or on the dump
+# given as the first argument): the tensors of the dump, then KM against GSKM on a key and a value
+# tensor of a middle layer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+bash tools/build.sh
+gsrq=build/app/cli/gsrq
+dump=${1:-resources/samples/stories260K-gpl3.safetensors}
+
+"$gsrq" info "$dump"
+echo
+if [[ $# -eq 0 ]]; then
+  # The sample: 2,048 real tokens, 4 KV heads × head_dim 8 = 32 features per layer.
+  "$gsrq" compare "$dump" --tensor layers.2.key --dim 8 --k 64 --weights grad-log
+  echo
+  "$gsrq" compare "$dump" --tensor layers.2.value --dim 8 --k 64 --weights grad-log
+else
+  "$gsrq" compare "$dump" "${@:2}"
+fi
