@@ -58,4 +58,69 @@ nlohmann::ordered_json toJson(const CompareResult& r, bool withHistory)
     return out;
 }
 
+nlohmann::ordered_json toJson(const TensorTrainResult& r, WeightMode weights, bool withHistory)
+{
+    nlohmann::ordered_json j = {{"tensor", r.tensor},
+                                {"rows", r.rows},
+                                {"heldout_rows", r.heldoutRows},
+                                {"features", r.features},
+                                {"dropped_nonfinite_rows", r.droppedRows},
+                                {"rope_applied", r.ropeApplied},
+                                {"dim", r.train.codebooks.dim},
+                                {"subspaces", r.train.codebooks.subspaces},
+                                {"stages", r.train.codebooks.stages},
+                                {"k", r.train.codebooks.k},
+                                {"bpa", r.bpa},
+                                {"codebook_bytes", r.codebookBytes},
+                                {"effective_bpa", r.effectiveBpa}};
+    if (weights != WeightMode::None)
+        j["weight_summary"] = toJson(r.weightSummary);
+    int iterations = 0;
+    for (const auto& c : r.train.clusterings)
+        iterations = std::max(iterations, c.iterations);
+    auto train = toJson(r.train.metrics);
+    train["iterations"] = iterations;
+    train["seconds"] = r.train.seconds;
+    j["train"] = train;
+    if (r.heldout) {
+        auto h = toJson(*r.heldout);
+        h["iterations"] = iterations;
+        h["seconds"] = r.heldoutSeconds;
+        j["heldout"] = h;
+    }
+    nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+    for (std::size_t s = 0; s < r.train.afterStage.size(); ++s) {
+        nlohmann::ordered_json sj = {{"stage", s + 1}};
+        sj.update(toJson(r.train.afterStage[s]));
+        stages.push_back(sj);
+    }
+    j["stages"] = stages;
+    if (withHistory) {
+        nlohmann::ordered_json cl = nlohmann::ordered_json::array();
+        for (const auto& c : r.train.clusterings) {
+            nlohmann::ordered_json h = nlohmann::ordered_json::array();
+            for (const auto& it : c.history)
+                h.push_back(toJson(it));
+            cl.push_back({{"stage", c.stage + 1}, {"subspace", c.subspace}, {"iterations", c.iterations},
+                          {"stop", stopReasonName(c.stop)}, {"seconds", c.seconds}, {"history", h}});
+        }
+        j["clusterings"] = cl;
+    }
+    return j;
+}
+
+nlohmann::ordered_json toJson(const LayerAttention& a)
+{
+    return {{"layer", a.layer}, {"keys", a.keys}, {"values", a.values}, {"queries", a.fidelity.queries},
+            {"relative_l2", a.fidelity.relativeL2}, {"top8_overlap", a.fidelity.top8Overlap}};
+}
+
+nlohmann::ordered_json toJson(const EvalResult& r)
+{
+    nlohmann::ordered_json j = {{"tensor", r.tensor}, {"rows", r.rows}};
+    j.update(toJson(r.metrics));
+    j["seconds"] = r.seconds;
+    return j;
+}
+
 } // namespace gsrq

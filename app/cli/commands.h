@@ -19,5 +19,8 @@ Command registerSweep(CLI::App& root);
 Command registerSynth(CLI::App& root);
 Command registerBenchCluster(CLI::App& root);
 Command registerDevices(CLI::App& root);
+Command registerTrain(CLI::App& root);
+Command registerEval(CLI::App& root);
+Command registerCodebooks(CLI::App& root);
 
 } // namespace gsrq::cli

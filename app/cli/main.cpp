@@ -15,7 +15,8 @@ int main(int argc, char** argv)
     root.set_version_flag("--version", std::string("gsrq ") + gsrq::kVersion);
     root.require_subcommand(1);
     std::vector<Command> commands{registerInfo(root),   registerCompare(root),      registerSweep(root),
-                                  registerSynth(root),  registerBenchCluster(root), registerDevices(root)};
+                                  registerSynth(root),  registerBenchCluster(root), registerDevices(root),
+                                  registerTrain(root),  registerEval(root),         registerCodebooks(root)};
     if (argc > 1 && argv[1][0] != '-') {
         bool known = false;
         std::string names;

@@ -1,0 +1,311 @@
+#include "cli_common.h"
+#include "codebook_file.h"
+#include "commands.h"
+#include "error.h"
+#include "progress_bar.h"
+#include "result_json.h"
+#include "train_job.h"
+#include "version.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+namespace gsrq::cli {
+
+namespace {
+
+std::vector<std::string> splitList(const std::string& s)
+{
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty())
+            out.push_back(item);
+    return out;
+}
+
+void refuseOverwrite(const std::string& path, bool force, const char* flag)
+{
+    if (!path.empty() && std::filesystem::exists(path) && !force)
+        throwInvalid(flag, " ", path, ": file exists; pass --force to overwrite it");
+}
+
+DType codebookDType(const std::string& s)
+{
+    if (s == "f32")
+        return DType::F32;
+    if (s == "f16")
+        return DType::F16;
+    throwInvalid("--dtype: '", s, "' is not f16 or f32");
+}
+
+void printMetricsRow(const char* label, const QuantMetrics& m, double seconds)
+{
+    std::printf("  %-8s %12.6g %10.6f %11.6g %9.6f %10.6f %9.3f\n", label, m.mse, m.nmse, m.gainError, m.cosine,
+                m.shrinkage, seconds);
+}
+
+} // namespace
+
+Command registerTrain(CLI::App& root)
+{
+    struct Opts {
+        std::string dump, tensors, layers, method = "gskm", weights = "none", eval, out, dtype = "f32",
+                                           keyRope = "as-dumped";
+        double bpa = 0, tau = 1, holdout = 0;
+        int dim = 0, stages = 0, k = 0, threads = 0, attentionQueries = 128;
+        bool json = false, quiet = false, force = false, withCodes = false, dropNonFinite = false;
+        TrainSettings s;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = root.add_subcommand("train", "Train GSRQ codebooks (product × residual quantization) on a dump");
+    cmd->add_option("dump", o->dump, "KV dump: .safetensors file, directory of shards, or 2-D .npy")->required();
+    cmd->add_option("--tensors", o->tensors, "Comma-separated globs, e.g. 'layers.*.value' (default: keys and values)");
+    cmd->add_option("--layers", o->layers, "Layers to train, e.g. 0-3,7 (default: all)");
+    cmd->add_option("--bpa", o->bpa, "Bits per activation from the paper: 2, 1, 0.75 (D=128) or 0.375 (D=256)");
+    cmd->add_option("--dim,-d", o->dim, "Subspace width D (with --stages and --k, instead of --bpa)");
+    cmd->add_option("--stages,-r", o->stages, "Residual stages R");
+    cmd->add_option("--k,-k", o->k, "Codewords per stage K (a power of two up to 65,536)");
+    cmd->add_option("--method", o->method, "gskm or km")->capture_default_str();
+    cmd->add_option("--iters", o->s.rq.iterations, "Maximum iterations per stage")->capture_default_str();
+    cmd->add_option("--seed", o->s.rq.seed, "Seed")->capture_default_str();
+    cmd->add_option("--beam", o->s.rq.beam, "Beam width of encoding (1 = greedy)")->capture_default_str();
+    cmd->add_flag("--reseed-empty", o->s.rq.reseedEmpty, "Re-seed empty clusters by splitting the largest");
+    cmd->add_option("--weights", o->weights, "none, grad-raw or grad-log")->capture_default_str();
+    cmd->add_option("--tau", o->tau, "τ of grad-log weights")->capture_default_str();
+    cmd->add_option("--eval", o->eval, "Held-out dump with the same tensors (a .npy pairs with a .npy)");
+    cmd->add_option("--holdout", o->holdout, "Fraction of rows (the last ones) held out for evaluation");
+    cmd->add_option("--key-rope", o->keyRope, "as-dumped, or post: apply RoPE to pre-RoPE keys before training")
+        ->capture_default_str();
+    cmd->add_option("--attention-queries", o->attentionQueries,
+                    "Query rows sampled for attention fidelity (0: skip)")->capture_default_str();
+    cmd->add_option("--out,-o", o->out, "Codebooks file to write (.safetensors)");
+    cmd->add_option("--dtype", o->dtype, "Codebook dtype in the file: f32 or f16")->capture_default_str();
+    cmd->add_flag("--with-codes", o->withCodes, "Also store the training rows' codes");
+    cmd->add_flag("--force", o->force, "Overwrite an existing --out file");
+    cmd->add_flag("--drop-nonfinite", o->dropNonFinite, "Drop rows holding NaN/Inf instead of refusing the tensor");
+    cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+    cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
+    cmd->add_flag("--quiet,-q", o->quiet, "No progress bar");
+    return {cmd, [o] {
+                TrainSettings& s = o->s;
+                if (o->method == "gskm")
+                    s.rq.method = Method::GainShape;
+                else if (o->method == "km")
+                    s.rq.method = Method::KMeans;
+                else
+                    throwInvalid("--method: '", o->method, "' is not gskm or km");
+                const auto w = weightModeFromName(o->weights);
+                if (!w)
+                    throwInvalid("--weights: unknown mode '", o->weights, "' (none, grad-raw, grad-log)");
+                s.weights = *w;
+                s.tau = o->tau;
+                if (o->keyRope != "as-dumped" && o->keyRope != "post")
+                    throwInvalid("--key-rope: '", o->keyRope, "' is not as-dumped or post");
+                s.keyRope = o->keyRope == "post" ? KeyRope::Post : KeyRope::AsDumped;
+                s.tensorPatterns = splitList(o->tensors);
+                s.layers = o->layers;
+                s.evalPath = o->eval;
+                s.holdout = o->holdout;
+                s.dropNonFinite = o->dropNonFinite;
+                s.attentionQueries = o->attentionQueries;
+                s.exportDType = codebookDType(o->dtype);
+                s.keepCodes = o->withCodes;
+                refuseOverwrite(o->out, o->force, "--out");
+                if (!o->out.empty() && std::filesystem::path(o->out).extension() != ".safetensors")
+                    throwInvalid("--out ", o->out, ": name it .safetensors");
+
+                const KvDump dump = KvDump::open(o->dump);
+                const auto selected = selectTensors(dump, s.tensorPatterns, s.layers);
+                const std::int64_t F = selected.front()->view.features();
+                const bool direct = o->dim || o->stages || o->k;
+                if (o->bpa > 0 && direct)
+                    throwInvalid("--bpa sets D, R and K; give either --bpa or --dim/--stages/--k");
+                if (o->bpa > 0) {
+                    auto c = paperBpa(o->bpa);
+                    if (!c || F % c->dim != 0) {
+                        std::string hint;
+                        for (const auto& sg : suggestBpa(o->bpa, F))
+                            hint += cat(hint.empty() ? "" : "; ", "--dim ", sg.dim, " --stages ", sg.stages, " --k ", sg.k);
+                        throwInvalid("--bpa ", o->bpa,
+                                     c ? cat(": the paper's D=", c->dim, " does not divide the ", F, " features")
+                                       : std::string(": not one of the paper's settings (2, 1, 0.75, 0.375)"),
+                                     hint.empty() ? std::string("; no D, R, K reach it exactly")
+                                                  : cat("; settings that reach it exactly: ", hint));
+                    }
+                    s.rq.dim = c->dim;
+                    s.rq.stages = c->stages;
+                    s.rq.k = c->k;
+                } else if (direct) {
+                    if (!o->dim || !o->stages || !o->k)
+                        throwInvalid("--dim, --stages and --k go together (or use --bpa)");
+                    s.rq.dim = o->dim;
+                    s.rq.stages = o->stages;
+                    s.rq.k = o->k;
+                } else {
+                    throwInvalid("give --bpa, or --dim, --stages and --k");
+                }
+
+                auto backend = makeCpuBackend(o->threads);
+                ProgressBar bar(!o->quiet);
+                const auto r = runTrain(dump, s, *backend, [&](const ProgressEvent& e) {
+                    bar.update(e.fraction, e.what);
+                    return true;
+                });
+                bar.finish();
+                if (!o->out.empty())
+                    writeCodebookFile(o->out, r.file, s.exportDType);
+
+                if (o->json) {
+                    nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "train"}};
+                    j["input"] = {{"file", dump.path()}, {"sha256", r.file.metadata.at("source_sha256")}};
+                    if (auto it = dump.metadata().find("synthetic"); it != dump.metadata().end())
+                        j["input"]["synthetic"] = it->second;
+                    j["settings"] = {{"dim", s.rq.dim},          {"stages", s.rq.stages},
+                                     {"k", s.rq.k},              {"bpa", bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k)},
+                                     {"method", o->method},      {"iters", s.rq.iterations},
+                                     {"seed", s.rq.seed},        {"beam", s.rq.beam},
+                                     {"weights", o->weights},    {"tau", s.tau},
+                                     {"key_rope", o->keyRope},   {"holdout", s.holdout},
+                                     {"eval", s.evalPath},       {"dtype", o->dtype},
+                                     {"backend", backend->name()}, {"device", backend->device()}};
+                    nlohmann::ordered_json ts = nlohmann::ordered_json::array();
+                    for (const auto& t : r.tensors)
+                        ts.push_back(toJson(t, s.weights));
+                    j["tensors"] = ts;
+                    nlohmann::ordered_json att = nlohmann::ordered_json::array();
+                    for (const auto& a : r.attention)
+                        att.push_back(toJson(a));
+                    j["attention"] = att;
+                    j["notes"] = r.notes;
+                    j["out"] = o->out;
+                    printJson(j);
+                    return;
+                }
+                std::printf("%s: D=%d, R=%d, K=%d (%.4g bits per activation), %s, weights %s, beam %d, backend %s (%s)\n",
+                            dump.path().c_str(), s.rq.dim, s.rq.stages, s.rq.k,
+                            bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k), o->method.c_str(), o->weights.c_str(),
+                            s.rq.beam, backend->name().c_str(), backend->device().c_str());
+                for (const auto& t : r.tensors) {
+                    std::printf("\n%s  [%lld rows × %lld]  codebooks %s, effective %.4g bits per activation%s\n",
+                                t.tensor.c_str(), static_cast<long long>(t.rows), static_cast<long long>(t.features),
+                                humanBytes(double(t.codebookBytes)).c_str(), t.effectiveBpa,
+                                t.ropeApplied ? "  (RoPE applied)" : "");
+                    std::printf("  %-8s %12s %10s %11s %9s %10s %9s\n", "rows", "mse", "nmse", "gain_error", "cosine",
+                                "shrinkage", "seconds");
+                    printMetricsRow("train", t.train.metrics, t.train.seconds);
+                    if (t.heldout)
+                        printMetricsRow("heldout", *t.heldout, t.heldoutSeconds);
+                    std::printf("  nmse after each stage:");
+                    for (const auto& m : t.train.afterStage)
+                        std::printf(" %.4f", m.nmse);
+                    std::printf("\n");
+                }
+                for (const auto& a : r.attention)
+                    std::printf("\nattention, layer %d (%s keys, %s values, %d queries): relative L2 %.4f, top-8 overlap %.3f\n",
+                                a.layer, a.keys.c_str(), a.values.c_str(), a.fidelity.queries, a.fidelity.relativeL2,
+                                a.fidelity.top8Overlap);
+                for (const auto& n : r.notes)
+                    std::printf("note: %s\n", n.c_str());
+                if (!o->out.empty())
+                    std::printf("\nwrote %s\n", o->out.c_str());
+            }};
+}
+
+Command registerEval(CLI::App& root)
+{
+    struct Opts {
+        std::string dump, codebooks;
+        int beam = 0, threads = 0;
+        bool json = false, dropNonFinite = false;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = root.add_subcommand("eval", "Encode a dump with a codebooks file and report the metrics");
+    cmd->add_option("dump", o->dump, "KV dump with the tensors the codebooks were trained for")->required();
+    cmd->add_option("--codebooks,-c", o->codebooks, "Codebooks file from gsrq train")->required();
+    cmd->add_option("--beam", o->beam, "Beam width (default: the one used in training)");
+    cmd->add_flag("--drop-nonfinite", o->dropNonFinite, "Drop rows holding NaN/Inf");
+    cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+    cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
+    return {cmd, [o] {
+                const auto file = readCodebookFile(o->codebooks);
+                const KvDump dump = KvDump::open(o->dump);
+                int beam = o->beam;
+                if (beam == 0)
+                    beam = file.metadata.count("beam") ? std::stoi(file.metadata.at("beam")) : 1;
+                if (beam < 1 || beam > 256)
+                    throwInvalid("--beam ", beam, ": must be between 1 and 256");
+                auto backend = makeCpuBackend(o->threads);
+                const auto results = runEval(dump, file, beam, *backend, o->dropNonFinite);
+                if (o->json) {
+                    nlohmann::ordered_json ts = nlohmann::ordered_json::array();
+                    for (const auto& r : results)
+                        ts.push_back(toJson(r));
+                    printJson({{"tool", "gsrq"}, {"version", kVersion}, {"command", "eval"},
+                               {"input", {{"file", dump.path()}}}, {"codebooks", o->codebooks}, {"beam", beam},
+                               {"tensors", ts}});
+                    return;
+                }
+                std::printf("%s with %s (beam %d)\n  %-24s %12s %10s %11s %9s %10s\n", dump.path().c_str(),
+                            o->codebooks.c_str(), beam, "tensor", "mse", "nmse", "gain_error", "cosine", "shrinkage");
+                for (const auto& r : results)
+                    std::printf("  %-24s %12.6g %10.6f %11.6g %9.6f %10.6f\n", r.tensor.c_str(), r.metrics.mse,
+                                r.metrics.nmse, r.metrics.gainError, r.metrics.cosine, r.metrics.shrinkage);
+            }};
+}
+
+Command registerCodebooks(CLI::App& root)
+{
+    struct Opts {
+        std::string infoPath, out, dtype = "f32";
+        std::vector<std::string> inputs;
+        bool json = false, force = false;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = root.add_subcommand("codebooks", "Inspect or merge codebooks files");
+    cmd->require_subcommand(1);
+    auto* info = cmd->add_subcommand("info", "Settings and tensors of a codebooks file");
+    info->add_option("file", o->infoPath, "Codebooks file")->required();
+    info->add_flag("--json", o->json, "Print one JSON object on stdout");
+    auto* merge = cmd->add_subcommand("merge", "Join codebooks files trained with the same settings");
+    merge->add_option("files", o->inputs, "Two or more codebooks files")->required();
+    merge->add_option("-o,--out", o->out, "Merged file")->required();
+    merge->add_option("--dtype", o->dtype, "Codebook dtype of the merged file: f32 or f16")->capture_default_str();
+    merge->add_flag("--force", o->force, "Overwrite an existing output");
+    return {cmd, [o, info, merge] {
+                if (merge->parsed()) {
+                    refuseOverwrite(o->out, o->force, "--out");
+                    const auto f = mergeCodebookFiles(o->inputs);
+                    writeCodebookFile(o->out, f, codebookDType(o->dtype));
+                    std::fprintf(stderr, "wrote %s: %zu tensors from %zu files\n", o->out.c_str(), f.entries.size(),
+                                 o->inputs.size());
+                    return;
+                }
+                if (!info->parsed())
+                    return;
+                const auto f = readCodebookFile(o->infoPath);
+                if (o->json) {
+                    nlohmann::ordered_json ts = nlohmann::ordered_json::array();
+                    for (const auto& e : f.entries)
+                        ts.push_back({{"tensor", e.tensor},
+                                      {"shape", {e.codebooks.subspaces, e.codebooks.stages, e.codebooks.k, e.codebooks.dim}},
+                                      {"features", e.codebooks.features()},
+                                      {"codes_rows", e.codes ? e.codes->rows() : 0}});
+                    printJson({{"file", o->infoPath}, {"metadata", f.metadata}, {"tensors", ts}});
+                    return;
+                }
+                std::printf("%s\n", o->infoPath.c_str());
+                for (const auto& [k, v] : f.metadata)
+                    std::printf("  %-16s %s\n", (k + ":").c_str(), v.c_str());
+                std::printf("\n  %-28s %-22s %s\n", "tensor", "[M, R, K, D]", "codes");
+                for (const auto& e : f.entries)
+                    std::printf("  %-28s [%d, %d, %d, %d]%*s %s\n", e.tensor.c_str(), e.codebooks.subspaces,
+                                e.codebooks.stages, e.codebooks.k, e.codebooks.dim, 4, "",
+                                e.codes ? cat(e.codes->rows(), " rows").c_str() : "-");
+            }};
+}
+
+} // namespace gsrq::cli
