@@ -244,8 +244,8 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
                 out.codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1) = codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1);
             residual = X - decode(out.codes, out.codebooks, r + 1);
         }
-        if (!out.cancelled)
-            out.afterStage.push_back(computeMetrics(X, X - residual));
+        if (!out.cancelled) // from the codes, exactly as a decoder of the exported file sees them
+            out.afterStage.push_back(computeMetrics(X, decode(out.codes, out.codebooks, r + 1)));
     }
     if (!out.afterStage.empty())
         out.metrics = out.afterStage.back();

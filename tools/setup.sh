@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Installs what GSRQ Studio needs to build and test on Debian 12 (bookworm), skipping what is present.
 #   tools/setup.sh           build + test dependencies
-#   tools/setup.sh --bench   also the benchmark-only ones (FAISS with OpenBLAS, NumPy)
+#   tools/setup.sh --bench   also the benchmark-only ones (FAISS with OpenBLAS)
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libeigen3-dev nlohmann-json3-dev libsqlite3-dev libcli11-dev
-      qt6-base-dev)
+      qt6-base-dev python3-numpy)
 if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(python3-numpy python3-faiss libopenblas0-pthread)
+  pkgs+=(python3-faiss libopenblas0-pthread)
 fi
 
 missing=()

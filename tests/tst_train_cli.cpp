@@ -1,0 +1,226 @@
+// gsrq train / eval / codebooks end to end on the bundled real sample and on generated files.
+
+#include "npy.h"
+#include "safetensors.h"
+#include "test_util.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QtTest>
+
+#include <filesystem>
+
+using namespace gsrq;
+
+namespace {
+
+struct Run {
+    int code = -1;
+    QByteArray out, err;
+};
+
+Run gsrqRun(const QStringList& args)
+{
+    QProcess p;
+    p.start(QStringLiteral(GSRQ_CLI_PATH), args);
+    Run r;
+    if (!p.waitForFinished(240000)) {
+        p.kill();
+        p.waitForFinished();
+        return r;
+    }
+    r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2;
+    r.out = p.readAllStandardOutput();
+    r.err = p.readAllStandardError();
+    return r;
+}
+
+QJsonObject json(const Run& r) { return QJsonDocument::fromJson(r.out).object(); }
+
+const QString kSample = QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors");
+
+bool close(double a, double b, double rel) { return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b)); }
+
+} // namespace
+
+class TestTrainCli : public QObject {
+    Q_OBJECT
+
+private slots:
+    void trainSampleThenEvalReproduces();
+    void holdoutAndNpyEval();
+    void mergeLayersTrainedApart();
+    void bpaThatCannotBeMet();
+    void badInputs_data();
+    void badInputs();
+    void existingOutputKept();
+
+private:
+    QTemporaryDir m_dir;
+};
+
+void TestTrainCli::trainSampleThenEvalReproduces()
+{
+    const QString cb = m_dir.filePath("layer2.safetensors");
+    auto r = gsrqRun({"train", kSample, "--layers", "2", "--dim", "8", "--stages", "3", "--k", "32", "--weights",
+                      "grad-log", "--out", cb, "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto j = json(r);
+    const auto tensors = j["tensors"].toArray();
+    QCOMPARE(tensors.size(), 2); // layers.2.key and layers.2.value
+    for (const auto& tv : tensors) {
+        const auto t = tv.toObject();
+        const auto train = t["train"].toObject();
+        for (const char* key : {"mse", "nmse", "gain_error", "cosine", "shrinkage", "iterations", "seconds"})
+            QVERIFY2(train.contains(key), key);
+        QCOMPARE(t["stages"].toArray().size(), 3);
+        QCOMPARE(t["bpa"].toDouble(), 3 * 5.0 / 8); // R·log2(K)/D
+        QCOMPARE(t["codebook_bytes"].toInt(), 4 * 3 * 32 * 8 * 4); // M·R·K·D float32
+        // Codebooks add their bits over the dump's 2,048 tokens × 32 features.
+        QVERIFY(close(t["effective_bpa"].toDouble(), t["bpa"].toDouble() + 4.0 * 3 * 32 * 8 * 32 / (2048.0 * 32), 1e-12));
+        QVERIFY(t["weight_summary"].toObject()["raw_max_over_median"].toDouble() > 1);
+        QVERIFY(train["nmse"].toDouble() < t["stages"].toArray()[0].toObject()["nmse"].toDouble());
+    }
+    const auto att = j["attention"].toArray();
+    QCOMPARE(att.size(), 1);
+    QCOMPARE(att[0].toObject()["layer"].toInt(), 2);
+    QVERIFY(att[0].toObject()["top8_overlap"].toDouble() > 0.5);
+
+    // The file alone reproduces the training metrics (float32 codebooks, same rows, same encoding).
+    r = gsrqRun({"eval", kSample, "--codebooks", cb, "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto ev = json(r)["tensors"].toArray();
+    QCOMPARE(ev.size(), 2);
+    for (int i = 0; i < 2; ++i) {
+        const auto a = tensors[i].toObject()["train"].toObject(), b = ev[i].toObject();
+        for (const char* key : {"mse", "nmse", "gain_error", "cosine", "shrinkage"})
+            QVERIFY2(close(a[key].toDouble(), b[key].toDouble(), 1e-12), key);
+    }
+    r = gsrqRun({"codebooks", "info", cb, "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    QCOMPARE(json(r)["metadata"].toObject()["weights"].toString(), QString("grad-log"));
+}
+
+void TestTrainCli::holdoutAndNpyEval()
+{
+    auto r = gsrqRun({"train", kSample, "--tensors", "layers.4.value", "--dim", "16", "--stages", "2", "--k", "16",
+                      "--holdout", "0.25", "--json", "--attention-queries", "0"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    auto t = json(r)["tensors"].toArray()[0].toObject();
+    QCOMPARE(t["rows"].toInt(), 1536);
+    QCOMPARE(t["heldout_rows"].toInt(), 512);
+    QVERIFY(t["heldout"].toObject()["nmse"].toDouble() > 0);
+
+    const QString train = m_dir.filePath("train.npy"), test = m_dir.filePath("test.npy");
+    QCOMPARE(gsrqRun({"synth", "gaussian", "--rows", "2000", "--features", "16", "--seed", "1", "--out", train}).code, 0);
+    QCOMPARE(gsrqRun({"synth", "gaussian", "--rows", "500", "--features", "16", "--seed", "2", "--out", test}).code, 0);
+    r = gsrqRun({"train", train, "--dim", "8", "--stages", "2", "--k", "16", "--method", "km", "--eval", test, "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    t = json(r)["tensors"].toArray()[0].toObject();
+    QCOMPARE(t["heldout_rows"].toInt(), 500);
+    // Fresh Gaussian rows are quantized a little worse than the rows the codebooks were fit to.
+    QVERIFY(t["heldout"].toObject()["nmse"].toDouble() > t["train"].toObject()["nmse"].toDouble());
+}
+
+void TestTrainCli::mergeLayersTrainedApart()
+{
+    const QString a = m_dir.filePath("l1.safetensors"), b = m_dir.filePath("l3.safetensors"),
+                  all = m_dir.filePath("all.safetensors"), other = m_dir.filePath("other.safetensors");
+    const QStringList common{"--dim", "8", "--stages", "2", "--k", "16", "--attention-queries", "0", "-q"};
+    QCOMPARE(gsrqRun(QStringList{"train", kSample, "--layers", "1", "--out", a} + common).code, 0);
+    QCOMPARE(gsrqRun(QStringList{"train", kSample, "--layers", "3", "--out", b} + common).code, 0);
+    auto r = gsrqRun({"codebooks", "merge", a, b, "-o", all});
+    QVERIFY2(r.code == 0, r.err.constData());
+    r = gsrqRun({"codebooks", "info", all, "--json"});
+    QCOMPARE(json(r)["tensors"].toArray().size(), 4);
+    r = gsrqRun({"eval", kSample, "--codebooks", all, "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    QCOMPARE(json(r)["tensors"].toArray().size(), 4);
+
+    QCOMPARE(gsrqRun({"train", kSample, "--layers", "0", "--dim", "8", "--stages", "2", "--k", "32", "-q",
+                      "--attention-queries", "0", "--out", other}).code,
+             0);
+    r = gsrqRun({"codebooks", "merge", a, other, "-o", m_dir.filePath("bad.safetensors")});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("k = 32"), r.err.constData());
+    QVERIFY(!std::filesystem::exists(m_dir.filePath("bad.safetensors").toStdString()));
+}
+
+void TestTrainCli::bpaThatCannotBeMet()
+{
+    auto r = gsrqRun({"train", kSample, "--bpa", "1"});
+    QCOMPARE(r.code, 2); // D = 128 does not divide the sample's 32 features
+    QVERIFY2(r.err.contains("settings that reach it exactly") && r.err.contains("--dim 32 --stages 4 --k 256"),
+             r.err.constData());
+    r = gsrqRun({"train", kSample, "--bpa", "0.3"});
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("not one of the paper's settings"));
+}
+
+void TestTrainCli::badInputs_data()
+{
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("phrase");
+    const QString nanDump = m_dir.filePath("nangrad.safetensors");
+    MatrixRF v = test::randomRows(64, 8, 1), g = test::randomRows(64, 8, 2);
+    g(7, 3) = std::numeric_limits<float>::quiet_NaN();
+    writeSafetensors(nanDump.toStdString(), {makeFloatBlob("layers.0.value", v, DType::F32),
+                                             makeFloatBlob("layers.0.value_grad", g, DType::F32)});
+    const QString narrow = m_dir.filePath("narrow.npy");
+    writeNpy(narrow.toStdString(), test::randomRows(100, 16, 3));
+    const QString wide = m_dir.filePath("wide.npy");
+    writeNpy(wide.toStdString(), test::randomRows(100, 32, 4));
+    const QString wideCb = m_dir.filePath("wide.safetensors");
+    gsrqRun({"train", wide, "--dim", "8", "--stages", "1", "--k", "4", "--out", wideCb, "-q"});
+
+    QTest::newRow("NaN in gradients") << QStringList{"train", nanDump, "--dim", "4", "--stages", "1", "--k", "4",
+                                                     "--weights", "grad-log"}
+                                      << "NaN";
+    QTest::newRow("weights without gradients") << QStringList{"train", narrow, "--dim", "4", "--stages", "1", "--k",
+                                                              "4", "--weights", "grad-raw"}
+                                               << "no gradient";
+    QTest::newRow("codebooks cover other features") << QStringList{"eval", narrow, "--codebooks", wideCb}
+                                                    << "features but its codebooks cover 32";
+    QTest::newRow("tensor missing for codebooks") << QStringList{"eval", kSample, "--codebooks", wideCb}
+                                                  << "no tensor named 'wide'";
+    QTest::newRow("not a codebooks file") << QStringList{"eval", narrow, "--codebooks", kSample} << "not a GSRQ codebooks";
+    QTest::newRow("no tensor selected") << QStringList{"train", kSample, "--tensors", "layers.*.keys", "--dim", "8",
+                                                       "--stages", "1", "--k", "4"}
+                                        << "no tensor matches";
+    QTest::newRow("K not a power of two") << QStringList{"train", narrow, "--dim", "4", "--stages", "1", "--k", "12"}
+                                          << "power of two";
+    QTest::newRow("bpa with dim") << QStringList{"train", narrow, "--bpa", "1", "--dim", "4"} << "either --bpa";
+    QTest::newRow("bad holdout") << QStringList{"train", narrow, "--dim", "4", "--stages", "1", "--k", "4", "--holdout",
+                                                "1.5"}
+                                 << "--holdout";
+    QTest::newRow("bad layers") << QStringList{"train", kSample, "--layers", "2-x", "--dim", "8", "--stages", "1",
+                                               "--k", "4"}
+                                << "--layers";
+}
+
+void TestTrainCli::badInputs()
+{
+    QFETCH(QStringList, args);
+    QFETCH(QString, phrase);
+    const auto r = gsrqRun(args);
+    QCOMPARE(r.code, 2);
+    QVERIFY2(QString::fromUtf8(r.err).contains(phrase), r.err.constData());
+}
+
+void TestTrainCli::existingOutputKept()
+{
+    const QString out = m_dir.filePath("keep.safetensors");
+    const QStringList args{"train", kSample, "--layers", "0", "--dim", "8", "--stages", "1", "--k", "8", "-q",
+                           "--attention-queries", "0", "--out", out};
+    QCOMPARE(gsrqRun(args).code, 0);
+    const auto before = std::filesystem::last_write_time(out.toStdString());
+    const auto r = gsrqRun(args);
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("--force"));
+    QCOMPARE(std::filesystem::last_write_time(out.toStdString()), before);
+}
+
+QTEST_GUILESS_MAIN(TestTrainCli)
+#include "tst_train_cli.moc"
