@@ -5,6 +5,8 @@
 #include "rope.h"
 #include "sha256.h"
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cmath>
 #include <fnmatch.h>
@@ -184,6 +186,16 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
                          {"bpa", cat(bitsPerActivation(D, s.rq.stages, s.rq.k))},
                          {"key_rope", s.keyRope == KeyRope::Post || keysStoredPost(dump) ? "post" : "pre"},
                          {"source", dump.path()},
+                         {"settings", nlohmann::ordered_json{{"dim", D}, {"stages", s.rq.stages}, {"k", s.rq.k},
+                                                             {"method", methodName(s.rq.method)},
+                                                             {"iterations", s.rq.iterations}, {"seed", s.rq.seed},
+                                                             {"beam", s.rq.beam}, {"reseed_empty", s.rq.reseedEmpty},
+                                                             {"weights", weightModeName(s.weights)}, {"tau", s.tau},
+                                                             {"tensors", s.tensorPatterns}, {"layers", s.layers},
+                                                             {"holdout", s.holdout}, {"eval", s.evalPath},
+                                                             {"key_rope", s.keyRope == KeyRope::Post ? "post" : "as-dumped"},
+                                                             {"drop_nonfinite", s.dropNonFinite}}
+                                          .dump()},
                          {"source_sha256", sha256Files(dump.files())}};
 
     const double bitsPerValue = s.exportDType == DType::F16 ? 16 : 32;

@@ -194,6 +194,10 @@ Command registerTrain(CLI::App& root)
                                 t.tensor.c_str(), static_cast<long long>(t.rows), static_cast<long long>(t.features),
                                 humanBytes(double(t.codebookBytes)).c_str(), t.effectiveBpa,
                                 t.ropeApplied ? "  (RoPE applied)" : "");
+                    if (s.weights != WeightMode::None)
+                        std::printf("  weights %s: raw max/median %.1f, weight max/median %.2f\n", o->weights.c_str(),
+                                    t.weightSummary.rawMax / std::max(t.weightSummary.rawMedian, 1e-300),
+                                    t.weightSummary.weightMax / std::max(t.weightSummary.weightMedian, 1e-300));
                     std::printf("  %-8s %12s %10s %11s %9s %10s %9s\n", "rows", "mse", "nmse", "gain_error", "cosine",
                                 "shrinkage", "seconds");
                     printMetricsRow("train", t.train.metrics, t.train.seconds);
