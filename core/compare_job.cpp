@@ -40,11 +40,14 @@ struct JobProgress {
     double total = 1; // units in the whole job
     bool cancelled = false;
 
-    bool report(const std::string& what, const IterationStats& it, double unitsInStep)
+    int sweepPoint = -1;
+
+    bool report(const std::string& what, const IterationStats& it, double unitsInStep, Method method, int block,
+                int stage)
     {
         if (!fn)
             return true;
-        ProgressEvent e{what, std::min(1.0, (done + unitsInStep) / total), it};
+        ProgressEvent e{what, std::min(1.0, (done + unitsInStep) / total), it, {}, method, block, stage, sweepPoint};
         if (!fn(e))
             cancelled = true;
         return !cancelled;
@@ -75,7 +78,7 @@ CompareResult compareImpl(const MatrixRF& X, const float* weights, const Compare
         if (s.residual) {
             const std::string what = cat("block ", b + 1, "/", M, " km (1st stage)");
             auto first = cluster(block, weights, Method::KMeans, p, backend, [&](const IterationStats& it) {
-                return jp.report(what, it, std::min<double>(it.iteration, unitsPerRun));
+                return jp.report(what, it, std::min<double>(it.iteration, unitsPerRun), Method::KMeans, b, 0);
             });
             jp.done += unitsPerRun;
             if (first.stop == StopReason::Cancelled)
@@ -86,7 +89,8 @@ CompareResult compareImpl(const MatrixRF& X, const float* weights, const Compare
         for (auto& mr : out.methods) {
             const std::string what = cat("block ", b + 1, "/", M, " ", methodName(mr.method));
             auto r = cluster(block, weights, mr.method, p, backend, [&](const IterationStats& it) {
-                return jp.report(what, it, std::min<double>(it.iteration, unitsPerRun));
+                return jp.report(what, it, std::min<double>(it.iteration, unitsPerRun), mr.method, b,
+                                 s.residual ? 1 : -1);
             });
             jp.done += unitsPerRun;
             BlockResult br;
@@ -149,8 +153,10 @@ std::vector<SweepPoint> runSweep(const MatrixRF& X, const float* weights, const 
     for (const auto& s : all)
         jp.total += runsIn(s, X.cols());
     std::vector<SweepPoint> out;
-    for (std::size_t i = 0; i < all.size() && !jp.cancelled; ++i)
+    for (std::size_t i = 0; i < all.size() && !jp.cancelled; ++i) {
+        jp.sweepPoint = int(i);
         out.push_back({values[i], compareImpl(X, weights, all[i], backend, jp)});
+    }
     return out;
 }
 

@@ -57,6 +57,12 @@ struct ProgressEvent {
     std::string what;      // "block 3/8 gskm"
     double fraction = 0;   // of the whole job, 0..1
     IterationStats iteration;
+    // Which clustering the iteration belongs to (-1 / empty where not applicable).
+    std::string tensor;
+    Method method = Method::KMeans;
+    int subspace = -1;     // the block of compare, the subspace of GSRQ
+    int stage = -1;        // GSRQ stage; compare --residual: 0 for the first KM pass, 1 after
+    int sweepPoint = -1;   // index into the sweep's values
 };
 // Returns false to cancel.
 using ProgressFn = std::function<bool(const ProgressEvent&)>;

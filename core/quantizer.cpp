@@ -221,7 +221,8 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
             auto c = cluster(block, weights, s.method, p, backend, [&](const IterationStats& it) {
                 if (!progress)
                     return true;
-                if (!progress({what, std::min(1.0, (done + std::min(it.iteration, s.iterations)) / total), it}))
+                if (!progress({what, std::min(1.0, (done + std::min(it.iteration, s.iterations)) / total), it, {},
+                               s.method, m, r}))
                     out.cancelled = true;
                 return !out.cancelled;
             });

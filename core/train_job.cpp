@@ -196,7 +196,7 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
                                                              {"key_rope", s.keyRope == KeyRope::Post ? "post" : "as-dumped"},
                                                              {"drop_nonfinite", s.dropNonFinite}}
                                           .dump()},
-                         {"source_sha256", sha256Files(dump.files())}};
+                         {"source_sha256", s.sourceSha256.empty() ? sha256Files(dump.files()) : s.sourceSha256}};
 
     const double bitsPerValue = s.exportDType == DType::F16 ? 16 : 32;
     std::map<int, std::map<KvKind, MatrixRF>> recon; // per layer: full reconstructions for attention
@@ -229,7 +229,11 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
         r.train = trainResidualQuantizer(xTrain, wp, s.rq, backend, [&](const ProgressEvent& e) {
             if (!progress)
                 return true;
-            return progress({cat(t.view.name, " ", e.what), (double(ti) + e.fraction) * perTensor, e.iteration});
+            ProgressEvent ev = e;
+            ev.what = cat(t.view.name, " ", e.what);
+            ev.fraction = (double(ti) + e.fraction) * perTensor;
+            ev.tensor = t.view.name;
+            return progress(ev);
         });
         if (r.train.cancelled) {
             out.cancelled = true;

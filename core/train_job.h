@@ -30,6 +30,7 @@ struct TrainSettings {
     int attentionQueries = 128;              // 0: no attention fidelity
     DType exportDType = DType::F32;          // counts the codebook bytes as exported
     bool keepCodes = false;                  // store training codes in the file
+    std::string sourceSha256;                // the dump's hash when already known (else computed)
 };
 
 struct TensorTrainResult {

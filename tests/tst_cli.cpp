@@ -75,6 +75,7 @@ private:
 void TestCli::initTestCase()
 {
     QVERIFY(m_dir.isValid());
+    qputenv("XDG_DATA_HOME", m_dir.filePath("xdg").toUtf8()); // runs go to a store of our own
     m_data = m_dir.filePath("data.npy");
     const auto r = gsrqRun({"synth", "gaussian", "--rows", "3000", "--features", "32", "--seed", "1", "--out", m_data});
     QVERIFY2(r.code == 0, r.err.constData());

@@ -49,6 +49,7 @@ class TestTrainCli : public QObject {
     Q_OBJECT
 
 private slots:
+    void initTestCase() { qputenv("XDG_DATA_HOME", m_dir.filePath("xdg").toUtf8()); } // a store of our own
     void trainSampleThenEvalReproduces();
     void holdoutAndNpyEval();
     void mergeLayersTrainedApart();

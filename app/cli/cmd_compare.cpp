@@ -2,6 +2,7 @@
 #include "commands.h"
 #include "error.h"
 #include "progress_bar.h"
+#include "recording.h"
 #include "result_json.h"
 #include "version.h"
 
@@ -45,31 +46,46 @@ Command registerCompare(CLI::App& root)
     return {cmd, [o] {
                 auto in = prepareInput(*o);
                 auto backend = makeCpuBackend(o->threads);
-                if (!o->json)
-                    printHeader(in, *backend);
-                ProgressBar bar(!o->quiet);
-                const auto r = runCompare(in.data.rows, in.weightPtr(), o->settings, *backend,
-                                          [&](const ProgressEvent& e) {
-                                              bar.update(e.fraction, e.what);
-                                              return true;
-                                          });
-                bar.finish();
-                if (o->json) {
-                    nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "compare"}};
-                    j["input"] = inputJson(in);
-                    auto s = settingsJson(*o, *backend);
-                    s["dim"] = r.dim;
-                    j["settings"] = s;
-                    j["blocks"] = r.blocks;
-                    j.update(toJson(r));
-                    printJson(j);
-                    return;
-                }
-                std::printf("D=%d (%d block%s), K=%d, up to %d iterations, seed %llu%s\n\n", r.dim, r.blocks,
-                            r.blocks == 1 ? "" : "s", o->settings.k, o->settings.iterations,
-                            static_cast<unsigned long long>(o->settings.seed),
-                            o->settings.residual ? ", on the 1st residual" : "");
-                printMethodTable(r);
+                CliRun run("compare", settingsJson(*o, *backend).dump(), in.dump.path(), in.dump.files(),
+                           backend->name(), backend->device(), in.data.name);
+                run.guard([&] {
+                    if (!o->json)
+                        printHeader(in, *backend);
+                    ProgressBar bar(!o->quiet);
+                    const auto r = runCompare(in.data.rows, in.weightPtr(), o->settings, *backend,
+                                              [&](const ProgressEvent& e) {
+                                                  bar.update(e.fraction, e.what);
+                                                  run.progress(e);
+                                                  return true;
+                                              });
+                    bar.finish();
+                    if (run)
+                        run->recordCompare(r, in.data.name);
+                    nlohmann::ordered_json summary = nlohmann::ordered_json::object();
+                    for (const auto& m : r.methods)
+                        summary[methodName(m.method)] = toJson(m.metrics);
+                    run.done(summary.dump());
+                    if (o->json) {
+                        nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "compare"}};
+                        if (run)
+                            j["run_id"] = run->id();
+                        j["input"] = inputJson(in);
+                        auto s = settingsJson(*o, *backend);
+                        s["dim"] = r.dim;
+                        j["settings"] = s;
+                        j["blocks"] = r.blocks;
+                        j.update(toJson(r));
+                        printJson(j);
+                        return;
+                    }
+                    std::printf("D=%d (%d block%s), K=%d, up to %d iterations, seed %llu%s\n\n", r.dim, r.blocks,
+                                r.blocks == 1 ? "" : "s", o->settings.k, o->settings.iterations,
+                                static_cast<unsigned long long>(o->settings.seed),
+                                o->settings.residual ? ", on the 1st residual" : "");
+                    printMethodTable(r);
+                    if (run)
+                        std::printf("\nrecorded as run %lld\n", static_cast<long long>(run->id()));
+                });
             }};
 }
 
@@ -89,37 +105,49 @@ Command registerSweep(CLI::App& root)
                 const SweepAxis axis = o->over == "dim" ? SweepAxis::Dim : SweepAxis::K;
                 auto in = prepareInput(*o);
                 auto backend = makeCpuBackend(o->threads);
-                if (!o->json)
-                    printHeader(in, *backend);
-                ProgressBar bar(!o->quiet);
-                const auto points = runSweep(in.data.rows, in.weightPtr(), o->settings, axis, values, *backend,
-                                             [&](const ProgressEvent& e) {
-                                                 bar.update(e.fraction, e.what);
-                                                 return true;
-                                             });
-                bar.finish();
-                if (o->json) {
-                    nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "sweep"}};
-                    j["input"] = inputJson(in);
-                    auto s = settingsJson(*o, *backend);
-                    s["over"] = o->over;
-                    s["values"] = values;
-                    j["settings"] = s;
-                    nlohmann::ordered_json pts = nlohmann::ordered_json::array();
-                    for (const auto& p : points) {
-                        nlohmann::ordered_json pj = {{o->over, p.value}, {"blocks", p.result.blocks}};
-                        pj.update(toJson(p.result, false));
-                        pts.push_back(pj);
+                auto settings = settingsJson(*o, *backend);
+                settings["over"] = o->over;
+                settings["values"] = values;
+                CliRun run("sweep", settings.dump(), in.dump.path(), in.dump.files(), backend->name(),
+                           backend->device(), in.data.name);
+                run.guard([&] {
+                    if (!o->json)
+                        printHeader(in, *backend);
+                    ProgressBar bar(!o->quiet);
+                    const auto points = runSweep(in.data.rows, in.weightPtr(), o->settings, axis, values, *backend,
+                                                 [&](const ProgressEvent& e) {
+                                                     bar.update(e.fraction, e.what);
+                                                     run.progress(e);
+                                                     return true;
+                                                 });
+                    bar.finish();
+                    if (run)
+                        run->recordSweep(points, o->over, in.data.name);
+                    run.done();
+                    if (o->json) {
+                        nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "sweep"}};
+                        if (run)
+                            j["run_id"] = run->id();
+                        j["input"] = inputJson(in);
+                        j["settings"] = settings;
+                        nlohmann::ordered_json pts = nlohmann::ordered_json::array();
+                        for (const auto& p : points) {
+                            nlohmann::ordered_json pj = {{o->over, p.value}, {"blocks", p.result.blocks}};
+                            pj.update(toJson(p.result, false));
+                            pts.push_back(pj);
+                        }
+                        j["points"] = pts;
+                        printJson(j);
+                        return;
                     }
-                    j["points"] = pts;
-                    printJson(j);
-                    return;
-                }
-                for (const auto& p : points) {
-                    std::printf("\n%s = %d  (%d block%s)\n", o->over.c_str(), p.value, p.result.blocks,
-                                p.result.blocks == 1 ? "" : "s");
-                    printMethodTable(p.result, "  ");
-                }
+                    for (const auto& p : points) {
+                        std::printf("\n%s = %d  (%d block%s)\n", o->over.c_str(), p.value, p.result.blocks,
+                                    p.result.blocks == 1 ? "" : "s");
+                        printMethodTable(p.result, "  ");
+                    }
+                    if (run)
+                        std::printf("\nrecorded as run %lld\n", static_cast<long long>(run->id()));
+                });
             }};
 }
 

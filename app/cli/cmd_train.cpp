@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "error.h"
 #include "progress_bar.h"
+#include "recording.h"
 #include "result_json.h"
 #include "train_job.h"
 #include "version.h"
@@ -150,28 +151,44 @@ Command registerTrain(CLI::App& root)
                 }
 
                 auto backend = makeCpuBackend(o->threads);
+                nlohmann::ordered_json settings = {
+                    {"dim", s.rq.dim},       {"stages", s.rq.stages}, {"k", s.rq.k},
+                    {"bpa", bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k)},
+                    {"method", o->method},   {"iters", s.rq.iterations}, {"seed", s.rq.seed},
+                    {"beam", s.rq.beam},     {"reseed_empty", s.rq.reseedEmpty},
+                    {"weights", o->weights}, {"tau", s.tau},         {"tensors", s.tensorPatterns},
+                    {"layers", s.layers},    {"key_rope", o->keyRope}, {"holdout", s.holdout},
+                    {"eval", s.evalPath},    {"dtype", o->dtype},    {"out", o->out},
+                    {"backend", backend->name()}, {"device", backend->device()}};
+                CliRun run("train", settings.dump(), dump.path(), dump.files(), backend->name(), backend->device());
+                s.sourceSha256 = run.dumpSha256();
+                run.guard([&] {
                 ProgressBar bar(!o->quiet);
                 const auto r = runTrain(dump, s, *backend, [&](const ProgressEvent& e) {
                     bar.update(e.fraction, e.what);
+                    run.progress(e);
                     return true;
                 });
                 bar.finish();
                 if (!o->out.empty())
                     writeCodebookFile(o->out, r.file, s.exportDType);
-
+                if (run) {
+                    run->recordTrain(r);
+                    if (!o->out.empty())
+                        run->recordArtifact(o->out, "codebooks");
+                }
+                nlohmann::ordered_json summary = nlohmann::ordered_json::object();
+                for (const auto& t : r.tensors)
+                    summary[t.tensor] = toJson(t.train.metrics);
+                run.done(summary.dump());
                 if (o->json) {
                     nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "train"}};
+                    if (run)
+                        j["run_id"] = run->id();
                     j["input"] = {{"file", dump.path()}, {"sha256", r.file.metadata.at("source_sha256")}};
                     if (auto it = dump.metadata().find("synthetic"); it != dump.metadata().end())
                         j["input"]["synthetic"] = it->second;
-                    j["settings"] = {{"dim", s.rq.dim},          {"stages", s.rq.stages},
-                                     {"k", s.rq.k},              {"bpa", bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k)},
-                                     {"method", o->method},      {"iters", s.rq.iterations},
-                                     {"seed", s.rq.seed},        {"beam", s.rq.beam},
-                                     {"weights", o->weights},    {"tau", s.tau},
-                                     {"key_rope", o->keyRope},   {"holdout", s.holdout},
-                                     {"eval", s.evalPath},       {"dtype", o->dtype},
-                                     {"backend", backend->name()}, {"device", backend->device()}};
+                    j["settings"] = settings;
                     nlohmann::ordered_json ts = nlohmann::ordered_json::array();
                     for (const auto& t : r.tensors)
                         ts.push_back(toJson(t, s.weights));
@@ -216,6 +233,9 @@ Command registerTrain(CLI::App& root)
                     std::printf("note: %s\n", n.c_str());
                 if (!o->out.empty())
                     std::printf("\nwrote %s\n", o->out.c_str());
+                if (run)
+                    std::printf("recorded as run %lld\n", static_cast<long long>(run->id()));
+                });
             }};
 }
 
@@ -243,14 +263,27 @@ Command registerEval(CLI::App& root)
                 if (beam < 1 || beam > 256)
                     throwInvalid("--beam ", beam, ": must be between 1 and 256");
                 auto backend = makeCpuBackend(o->threads);
+                const nlohmann::ordered_json settings = {{"codebooks", o->codebooks}, {"beam", beam},
+                                                         {"drop_nonfinite", o->dropNonFinite},
+                                                         {"codebook_settings", file.metadata}};
+                CliRun run("eval", settings.dump(), dump.path(), dump.files(), backend->name(), backend->device());
+                run.guard([&] {
                 const auto results = runEval(dump, file, beam, *backend, o->dropNonFinite);
+                if (run)
+                    run->recordEval(results);
+                run.done();
                 if (o->json) {
                     nlohmann::ordered_json ts = nlohmann::ordered_json::array();
                     for (const auto& r : results)
                         ts.push_back(toJson(r));
-                    printJson({{"tool", "gsrq"}, {"version", kVersion}, {"command", "eval"},
-                               {"input", {{"file", dump.path()}}}, {"codebooks", o->codebooks}, {"beam", beam},
-                               {"tensors", ts}});
+                    nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "eval"}};
+                    if (run)
+                        j["run_id"] = run->id();
+                    j["input"] = {{"file", dump.path()}};
+                    j["codebooks"] = o->codebooks;
+                    j["beam"] = beam;
+                    j["tensors"] = ts;
+                    printJson(j);
                     return;
                 }
                 std::printf("%s with %s (beam %d)\n  %-24s %12s %10s %11s %9s %10s\n", dump.path().c_str(),
@@ -258,6 +291,7 @@ Command registerEval(CLI::App& root)
                 for (const auto& r : results)
                     std::printf("  %-24s %12.6g %10.6f %11.6g %9.6f %10.6f\n", r.tensor.c_str(), r.metrics.mse,
                                 r.metrics.nmse, r.metrics.gainError, r.metrics.cosine, r.metrics.shrinkage);
+                });
             }};
 }
 

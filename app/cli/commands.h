@@ -22,5 +22,6 @@ Command registerDevices(CLI::App& root);
 Command registerTrain(CLI::App& root);
 Command registerEval(CLI::App& root);
 Command registerCodebooks(CLI::App& root);
+Command registerRuns(CLI::App& root);
 
 } // namespace gsrq::cli

@@ -2,6 +2,7 @@
 
 #include "commands.h"
 #include "error.h"
+#include "recording.h"
 #include "version.h"
 
 #include <cstdio>
@@ -14,18 +15,28 @@ int main(int argc, char** argv)
     CLI::App root{"gsrq: KV-cache quantization with Gain-Shape K-means and GSRQ"};
     root.set_version_flag("--version", std::string("gsrq ") + gsrq::kVersion);
     root.require_subcommand(1);
+    auto& global = gsrq::cli::globalOptions();
+    root.add_option("--db", global.db, "Run store to record into (default: $XDG_DATA_HOME/gsrq/runs.db)");
+    root.add_flag("--no-db", global.noDb, "Record nothing");
+    for (int i = 0; i < argc; ++i)
+        global.command += (i ? " " : "") + std::string(argv[i]);
     std::vector<Command> commands{registerInfo(root),   registerCompare(root),      registerSweep(root),
                                   registerSynth(root),  registerBenchCluster(root), registerDevices(root),
-                                  registerTrain(root),  registerEval(root),         registerCodebooks(root)};
-    if (argc > 1 && argv[1][0] != '-') {
+                                  registerTrain(root),  registerEval(root),         registerCodebooks(root),
+                                  registerRuns(root)};
+    // The first word that is not a global option names the command.
+    int first = 1;
+    while (first < argc && (std::string(argv[first]) == "--no-db" || std::string(argv[first]) == "--db"))
+        first += std::string(argv[first]) == "--db" ? 2 : 1;
+    if (first < argc && argv[first][0] != '-') {
         bool known = false;
         std::string names;
         for (const auto& c : commands) {
-            known = known || c.app->get_name() == argv[1];
+            known = known || c.app->get_name() == argv[first];
             names += (names.empty() ? "" : ", ") + c.app->get_name();
         }
         if (!known) {
-            std::cerr << "gsrq: unknown command '" << argv[1] << "' (commands: " << names << ")\n";
+            std::cerr << "gsrq: unknown command '" << argv[first] << "' (commands: " << names << ")\n";
             return 2;
         }
     }

@@ -1,0 +1,58 @@
+#pragma once
+// How the CLI records its runs: the global --db / --no-db flags, and a run that is closed as
+// failed (with the error) when the command throws.
+
+#include "run_recorder.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace gsrq::cli {
+
+struct GlobalOptions {
+    std::string db;       // empty: RunStore::defaultPath()
+    bool noDb = false;
+    std::string command;  // the command line, recorded with each run
+};
+GlobalOptions& globalOptions();
+
+// The store the flags name, or nullptr with --no-db.
+std::unique_ptr<RunStore> openStore();
+
+class CliRun {
+public:
+    // Opens the store and begins a run of `kind` (nothing is recorded with --no-db).
+    CliRun(const std::string& kind, const std::string& settingsJson, const std::string& dumpPath,
+           const std::vector<std::string>& dumpFiles, const std::string& backend, const std::string& device,
+           const std::string& tensor = {});
+    RunRecorder* operator->() { return m_recorder ? &*m_recorder : nullptr; }
+    explicit operator bool() const { return m_recorder.has_value(); }
+    const std::string& dumpSha256() const { return m_sha; }
+    void progress(const ProgressEvent& e)
+    {
+        if (m_recorder)
+            m_recorder->onProgress(e);
+    }
+
+    // Runs `body`; on an exception closes the run as failed with its message, then rethrows.
+    template <class F>
+    void guard(F&& body)
+    {
+        try {
+            body();
+        } catch (const std::exception& e) {
+            fail(e.what());
+            throw;
+        }
+    }
+    void done(const std::string& summaryJson = "{}");
+
+private:
+    void fail(const std::string& message);
+    std::unique_ptr<RunStore> m_store;
+    std::optional<RunRecorder> m_recorder;
+    std::string m_sha;
+};
+
+} // namespace gsrq::cli

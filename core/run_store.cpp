@@ -1,0 +1,469 @@
+#include "run_store.h"
+
+#include "error.h"
+#include "sha256.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <signal.h>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace gsrq {
+
+namespace {
+
+// Ordered migrations: entry v brings the schema from version v to v + 1.
+const char* const kMigrations[] = {
+    R"sql(
+CREATE TABLE runs (
+  id            INTEGER PRIMARY KEY,
+  kind          TEXT NOT NULL,
+  status        TEXT NOT NULL CHECK (status IN ('running','done','failed','cancelled','interrupted')),
+  started_at    TEXT NOT NULL,
+  finished_at   TEXT,
+  tool_version  TEXT NOT NULL,
+  host          TEXT NOT NULL,
+  pid           INTEGER NOT NULL,
+  pid_start     INTEGER NOT NULL DEFAULT 0,
+  backend       TEXT NOT NULL DEFAULT '',
+  device        TEXT NOT NULL DEFAULT '',
+  dump_path     TEXT NOT NULL DEFAULT '',
+  dump_sha256   TEXT NOT NULL DEFAULT '',
+  command       TEXT NOT NULL DEFAULT '',
+  settings_json TEXT NOT NULL DEFAULT '{}',
+  summary_json  TEXT NOT NULL DEFAULT '{}',
+  error         TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX runs_kind ON runs (kind, started_at);
+CREATE TABLE iterations (
+  run_id         INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  method         TEXT NOT NULL,
+  tensor         TEXT NOT NULL,
+  subspace       INTEGER,
+  stage          INTEGER,
+  iteration      INTEGER NOT NULL,
+  objective      REAL NOT NULL,
+  changed        INTEGER NOT NULL,
+  empty_clusters INTEGER NOT NULL,
+  seconds        REAL NOT NULL
+);
+CREATE INDEX iterations_run ON iterations (run_id);
+CREATE TABLE metrics (
+  run_id   INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  scope    TEXT NOT NULL,
+  method   TEXT NOT NULL DEFAULT '',
+  tensor   TEXT NOT NULL DEFAULT '',
+  stage    INTEGER,
+  subspace INTEGER,
+  name     TEXT NOT NULL,
+  value    REAL
+);
+CREATE INDEX metrics_run ON metrics (run_id);
+CREATE TABLE series (
+  run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  name   TEXT NOT NULL,
+  idx    INTEGER NOT NULL,
+  x      REAL NOT NULL,
+  y      REAL
+);
+CREATE INDEX series_run ON series (run_id, name, idx);
+CREATE TABLE artifacts (
+  run_id     INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  path       TEXT NOT NULL,
+  kind       TEXT NOT NULL,
+  sha256     TEXT NOT NULL,
+  bytes      INTEGER NOT NULL,
+  created_at TEXT NOT NULL
+);
+CREATE TABLE notes (
+  id         INTEGER PRIMARY KEY,
+  run_id     INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  created_at TEXT NOT NULL,
+  text       TEXT NOT NULL
+);
+CREATE TABLE dump_hashes (
+  path   TEXT NOT NULL,
+  bytes  INTEGER NOT NULL,
+  mtime  INTEGER NOT NULL,
+  sha256 TEXT NOT NULL,
+  PRIMARY KEY (path, bytes, mtime)
+);
+)sql",
+};
+constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
+static_assert(kMigrationCount == kRunStoreSchemaVersion);
+
+// SQLite's NULL for the "not applicable" -1 of subspace and stage.
+std::optional<std::int64_t> optIndex(int v) { return v < 0 ? std::nullopt : std::optional<std::int64_t>(v); }
+
+RunInfo readRun(const sql::Stmt& s)
+{
+    RunInfo r;
+    r.id = s.int64(0);
+    r.kind = s.text(1);
+    r.status = s.text(2);
+    r.startedAt = s.text(3);
+    r.finishedAt = s.text(4);
+    r.toolVersion = s.text(5);
+    r.host = s.text(6);
+    r.pid = s.int64(7);
+    r.backend = s.text(8);
+    r.device = s.text(9);
+    r.dumpPath = s.text(10);
+    r.dumpSha256 = s.text(11);
+    r.command = s.text(12);
+    r.settingsJson = s.text(13);
+    r.summaryJson = s.text(14);
+    r.error = s.text(15);
+    return r;
+}
+
+const char* kRunColumns = "id, kind, status, started_at, finished_at, tool_version, host, pid, backend, device, "
+                          "dump_path, dump_sha256, command, settings_json, summary_json, error";
+
+int openFlags(const std::string& path)
+{
+    std::error_code ec;
+    const auto dir = fs::path(path).parent_path();
+    if (!dir.empty() && !fs::exists(dir, ec))
+        fs::create_directories(dir, ec); // a failure shows up as "cannot open" with the path
+    return SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+}
+
+} // namespace
+
+std::string isoNowUtc()
+{
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t t = std::chrono::system_clock::to_time_t(now);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[40];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    return cat(buf, ".", ms < 100 ? (ms < 10 ? "00" : "0") : "", ms, "Z");
+}
+
+std::string hostName()
+{
+    char buf[256] = {};
+    if (gethostname(buf, sizeof buf - 1) != 0)
+        return "unknown";
+    return buf;
+}
+
+std::int64_t processStartTicks(std::int64_t pid)
+{
+    // Field 22 of /proc/PID/stat: the start time in clock ticks since boot; with the pid it names
+    // a process uniquely, so a reused pid does not pass for the one that died.
+    std::ifstream in(cat("/proc/", pid, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos)
+        return 0;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string field;
+    for (int i = 3; i <= 22 && rest >> field; ++i)
+        if (i == 22)
+            return std::atoll(field.c_str());
+    return 0;
+}
+
+bool processAlive(std::int64_t pid, std::int64_t startTicks)
+{
+    if (pid <= 0)
+        return false;
+    if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH)
+        return false;
+    return startTicks == 0 || processStartTicks(pid) == startTicks;
+}
+
+std::string RunStore::defaultPath()
+{
+    if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x)
+        return (fs::path(x) / "gsrq" / "runs.db").string();
+    const char* home = std::getenv("HOME");
+    return (fs::path(home && *home ? home : ".") / ".local" / "share" / "gsrq" / "runs.db").string();
+}
+
+RunStore::RunStore(const std::string& path) : m_db(path, openFlags(path))
+{
+    sqlite3_busy_timeout(m_db.handle(), 10000);
+    // Read the version before changing anything: a newer schema is refused untouched.
+    const int version = schemaVersion();
+    if (version > kRunStoreSchemaVersion)
+        throwInvalid("run store ", path, ": schema version ", version, " is newer than this gsrq understands (",
+                     kRunStoreSchemaVersion, "); it was left unchanged. Use a newer gsrq, or --db for another file");
+    // Switching to WAL takes an exclusive lock and SQLite does not wait for it through the busy
+    // handler, so a second process opening a new store at the same moment retries here.
+    for (int attempt = 0;; ++attempt) {
+        try {
+            sql::Stmt wal(m_db, "PRAGMA journal_mode=WAL");
+            wal.step();
+            break;
+        } catch (const Error&) {
+            if (attempt >= 500)
+                throw;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    }
+    m_db.exec("PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL");
+    migrate();
+    markInterrupted();
+}
+
+int RunStore::schemaVersion()
+{
+    sql::Stmt s(m_db, "PRAGMA user_version");
+    return s.step() ? int(s.int64(0)) : 0;
+}
+
+void RunStore::migrate()
+{
+    if (schemaVersion() == kRunStoreSchemaVersion)
+        return;
+    sql::Transaction tx(m_db);
+    // Another process may have migrated while we waited for the write lock.
+    for (int v = schemaVersion(); v < kRunStoreSchemaVersion; ++v) {
+        m_db.exec(kMigrations[v]);
+        m_db.exec(cat("PRAGMA user_version=", v + 1));
+    }
+    tx.commit();
+}
+
+int RunStore::markInterrupted()
+{
+    std::vector<std::int64_t> dead;
+    {
+        sql::Stmt s(m_db, "SELECT id, pid, pid_start FROM runs WHERE status='running' AND host=?");
+        s.bind(1, hostName());
+        while (s.step())
+            if (!processAlive(s.int64(1), s.int64(2)))
+                dead.push_back(s.int64(0));
+    }
+    if (dead.empty())
+        return 0;
+    sql::Transaction tx(m_db);
+    sql::Stmt u(m_db, "UPDATE runs SET status='interrupted', finished_at=?, "
+                      "error='the process ended without finishing the run' WHERE id=? AND status='running'");
+    for (auto id : dead)
+        u.bind(1, isoNowUtc()).bind(2, id).run();
+    tx.commit();
+    return int(dead.size());
+}
+
+std::int64_t RunStore::beginRun(RunInfo r)
+{
+    sql::Transaction tx(m_db);
+    sql::Stmt s(m_db, "INSERT INTO runs (kind, status, started_at, tool_version, host, pid, pid_start, backend, device, "
+                      "dump_path, dump_sha256, command, settings_json) VALUES (?,'running',?,?,?,?,?,?,?,?,?,?,?)");
+    const std::int64_t pid = ::getpid();
+    s.bind(1, r.kind).bind(2, isoNowUtc()).bind(3, r.toolVersion).bind(4, hostName()).bind(5, pid);
+    s.bind(6, processStartTicks(pid)).bind(7, r.backend).bind(8, r.device).bind(9, r.dumpPath).bind(10, r.dumpSha256);
+    s.bind(11, r.command).bind(12, r.settingsJson);
+    s.run();
+    const auto id = m_db.lastInsertId();
+    tx.commit();
+    return id;
+}
+
+void RunStore::addIterations(std::int64_t run, const std::vector<IterationRow>& rows)
+{
+    if (rows.empty())
+        return;
+    sql::Transaction tx(m_db);
+    sql::Stmt s(m_db, "INSERT INTO iterations (run_id, method, tensor, subspace, stage, iteration, objective, changed, "
+                      "empty_clusters, seconds) VALUES (?,?,?,?,?,?,?,?,?,?)");
+    for (const auto& r : rows) {
+        s.bind(1, run).bind(2, r.method).bind(3, r.tensor).bind(4, optIndex(r.subspace)).bind(5, optIndex(r.stage));
+        s.bind(6, r.iteration).bind(7, r.objective).bind(8, r.changed).bind(9, r.emptyClusters).bind(10, r.seconds);
+        s.run();
+    }
+    tx.commit();
+}
+
+void RunStore::addMetrics(std::int64_t run, const std::vector<MetricRow>& rows)
+{
+    if (rows.empty())
+        return;
+    sql::Transaction tx(m_db);
+    sql::Stmt s(m_db, "INSERT INTO metrics (run_id, scope, method, tensor, stage, subspace, name, value) "
+                      "VALUES (?,?,?,?,?,?,?,?)");
+    for (const auto& r : rows) {
+        s.bind(1, run).bind(2, r.scope).bind(3, r.method).bind(4, r.tensor).bind(5, optIndex(r.stage));
+        s.bind(6, optIndex(r.subspace)).bind(7, r.name).bind(8, r.value);
+        s.run();
+    }
+    tx.commit();
+}
+
+void RunStore::addSeries(std::int64_t run, const std::vector<SeriesPoint>& points)
+{
+    if (points.empty())
+        return;
+    sql::Transaction tx(m_db);
+    sql::Stmt next(m_db, "SELECT COALESCE(MAX(idx) + 1, 0) FROM series WHERE run_id=? AND name=?");
+    sql::Stmt s(m_db, "INSERT INTO series (run_id, name, idx, x, y) VALUES (?,?,?,?,?)");
+    for (const auto& p : points) {
+        next.bind(1, run).bind(2, p.name);
+        next.step();
+        const auto idx = next.int64(0);
+        next.reset();
+        s.bind(1, run).bind(2, p.name).bind(3, idx).bind(4, p.x).bind(5, p.y).run();
+    }
+    tx.commit();
+}
+
+void RunStore::addArtifact(std::int64_t run, const ArtifactRow& a)
+{
+    sql::Stmt s(m_db, "INSERT INTO artifacts (run_id, path, kind, sha256, bytes, created_at) VALUES (?,?,?,?,?,?)");
+    s.bind(1, run).bind(2, a.path).bind(3, a.kind).bind(4, a.sha256).bind(5, a.bytes).bind(6, isoNowUtc()).run();
+}
+
+void RunStore::finishRun(std::int64_t run, const std::string& status, const std::string& summaryJson,
+                         const std::string& error)
+{
+    sql::Stmt s(m_db, "UPDATE runs SET status=?, finished_at=?, summary_json=?, error=? WHERE id=?");
+    s.bind(1, status).bind(2, isoNowUtc()).bind(3, summaryJson).bind(4, error).bind(5, run).run();
+}
+
+std::int64_t RunStore::addNote(std::int64_t run, const std::string& text)
+{
+    requireRun(run);
+    sql::Stmt s(m_db, "INSERT INTO notes (run_id, created_at, text) VALUES (?,?,?)");
+    s.bind(1, run).bind(2, isoNowUtc()).bind(3, text).run();
+    return m_db.lastInsertId();
+}
+
+void RunStore::deleteRun(std::int64_t run)
+{
+    const auto r = requireRun(run);
+    if (r.status == "running")
+        throwInvalid("run ", run, " is still running (process ", r.pid, " on ", r.host, "); it can be deleted once it ends");
+    sql::Transaction tx(m_db);
+    sql::Stmt s(m_db, "DELETE FROM runs WHERE id=?");
+    s.bind(1, run).run();
+    tx.commit();
+}
+
+std::vector<RunInfo> RunStore::listRuns(const RunFilter& f)
+{
+    std::string q = cat("SELECT ", kRunColumns, " FROM runs WHERE (?1 = '' OR kind = ?1) AND (?2 = '' OR status = ?2) "
+                                                "ORDER BY id DESC");
+    if (f.limit > 0)
+        q += cat(" LIMIT ", f.limit);
+    sql::Stmt s(m_db, q);
+    s.bind(1, f.kind).bind(2, f.status);
+    std::vector<RunInfo> out;
+    while (s.step())
+        out.push_back(readRun(s));
+    return out;
+}
+
+std::optional<RunInfo> RunStore::run(std::int64_t id)
+{
+    sql::Stmt s(m_db, cat("SELECT ", kRunColumns, " FROM runs WHERE id=?"));
+    s.bind(1, id);
+    if (!s.step())
+        return std::nullopt;
+    return readRun(s);
+}
+
+RunInfo RunStore::requireRun(std::int64_t id)
+{
+    auto r = run(id);
+    if (!r)
+        throwInvalid("run store ", path(), ": no run ", id, " (gsrq runs list shows the runs)");
+    return *r;
+}
+
+std::vector<IterationRow> RunStore::iterations(std::int64_t run)
+{
+    sql::Stmt s(m_db, "SELECT method, tensor, COALESCE(subspace, -1), COALESCE(stage, -1), iteration, objective, "
+                      "changed, empty_clusters, seconds FROM iterations WHERE run_id=? ORDER BY rowid");
+    s.bind(1, run);
+    std::vector<IterationRow> out;
+    while (s.step())
+        out.push_back({s.text(0), s.text(1), int(s.int64(2)), int(s.int64(3)), int(s.int64(4)), s.real(5), s.int64(6),
+                       int(s.int64(7)), s.real(8)});
+    return out;
+}
+
+std::vector<MetricRow> RunStore::metrics(std::int64_t run)
+{
+    sql::Stmt s(m_db, "SELECT scope, method, tensor, COALESCE(stage, -1), COALESCE(subspace, -1), name, value "
+                      "FROM metrics WHERE run_id=? ORDER BY rowid");
+    s.bind(1, run);
+    std::vector<MetricRow> out;
+    while (s.step())
+        out.push_back({s.text(0), s.text(1), s.text(2), int(s.int64(3)), int(s.int64(4)), s.text(5), s.real(6)});
+    return out;
+}
+
+std::vector<SeriesPoint> RunStore::series(std::int64_t run)
+{
+    sql::Stmt s(m_db, "SELECT name, x, y FROM series WHERE run_id=? ORDER BY name, idx");
+    s.bind(1, run);
+    std::vector<SeriesPoint> out;
+    while (s.step())
+        out.push_back({s.text(0), s.real(1), s.real(2)});
+    return out;
+}
+
+std::vector<ArtifactRow> RunStore::artifacts(std::int64_t run)
+{
+    sql::Stmt s(m_db, "SELECT path, kind, sha256, bytes FROM artifacts WHERE run_id=? ORDER BY rowid");
+    s.bind(1, run);
+    std::vector<ArtifactRow> out;
+    while (s.step())
+        out.push_back({s.text(0), s.text(1), s.text(2), s.int64(3)});
+    return out;
+}
+
+std::vector<NoteRow> RunStore::notes(std::int64_t run)
+{
+    sql::Stmt s(m_db, "SELECT id, created_at, text FROM notes WHERE run_id=? ORDER BY id");
+    s.bind(1, run);
+    std::vector<NoteRow> out;
+    while (s.step())
+        out.push_back({s.int64(0), s.text(1), s.text(2)});
+    return out;
+}
+
+std::string RunStore::dumpHash(const std::vector<std::string>& files)
+{
+    std::string key, keyBytes;
+    std::int64_t bytes = 0, mtime = 0;
+    for (const auto& f : files) {
+        std::error_code ec;
+        bytes += std::int64_t(fs::file_size(f, ec));
+        mtime = std::max<std::int64_t>(mtime, fs::last_write_time(f, ec).time_since_epoch().count());
+        key += (key.empty() ? "" : "\n") + fs::absolute(f, ec).string();
+    }
+    {
+        sql::Stmt s(m_db, "SELECT sha256 FROM dump_hashes WHERE path=? AND bytes=? AND mtime=?");
+        s.bind(1, key).bind(2, bytes).bind(3, mtime);
+        if (s.step())
+            return s.text(0);
+    }
+    const std::string h = sha256Files(files);
+    sql::Stmt s(m_db, "INSERT OR REPLACE INTO dump_hashes (path, bytes, mtime, sha256) VALUES (?,?,?,?)");
+    s.bind(1, key).bind(2, bytes).bind(3, mtime).bind(4, h).run();
+    return h;
+}
+
+bool RunStore::integrityOk()
+{
+    sql::Stmt s(m_db, "PRAGMA integrity_check");
+    return s.step() && s.text(0) == "ok";
+}
+
+} // namespace gsrq

@@ -1,0 +1,123 @@
+#pragma once
+// The run store: every run of the tool, its settings and its curves, in one SQLite file per user
+// (schema in docs/run-store.md). WAL, foreign keys, a busy timeout, schema version in
+// PRAGMA user_version with ordered migrations inside a transaction.
+//
+// Thread-safety: a RunStore is one connection; use one per thread (the GUI's reader and a job's
+// writer each open their own). Several processes may write at once: writes are short
+// BEGIN IMMEDIATE transactions and wait up to the busy timeout.
+
+#include "sqlite_db.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gsrq {
+
+inline constexpr int kRunStoreSchemaVersion = 1;
+
+struct RunInfo {
+    std::int64_t id = 0;
+    std::string kind;    // compare, sweep, train, eval, bench-...
+    std::string status;  // running, done, failed, cancelled, interrupted
+    std::string startedAt, finishedAt; // ISO 8601 UTC
+    std::string toolVersion, host;
+    std::int64_t pid = 0;
+    std::string backend, device;
+    std::string dumpPath, dumpSha256;
+    std::string settingsJson = "{}";
+    std::string summaryJson = "{}";
+    std::string error;
+    std::string command; // the command line
+};
+
+// One assignment pass of one clustering.
+struct IterationRow {
+    std::string method, tensor;
+    int subspace = -1, stage = -1, iteration = 0; // -1: not applicable
+    double objective = 0;
+    std::int64_t changed = 0;
+    int emptyClusters = 0;
+    double seconds = 0;
+};
+
+// scope: final, heldout, block, stage, attention, ... ; -1 where not applicable.
+struct MetricRow {
+    std::string scope, method, tensor;
+    int stage = -1, subspace = -1;
+    std::string name;
+    double value = 0;
+};
+
+struct SeriesPoint {
+    std::string name;
+    double x = 0, y = 0;
+};
+
+struct ArtifactRow {
+    std::string path, kind, sha256;
+    std::int64_t bytes = 0;
+};
+
+struct NoteRow {
+    std::int64_t id = 0;
+    std::string createdAt, text;
+};
+
+struct RunFilter {
+    std::string kind, status;
+    int limit = 0; // 0: all
+};
+
+class RunStore {
+public:
+    // $XDG_DATA_HOME/gsrq/runs.db, else ~/.local/share/gsrq/runs.db.
+    static std::string defaultPath();
+
+    // Creates the file (and its directory) when missing and migrates it; refuses a file that is not
+    // a database or comes from a newer schema (without modifying it). Runs left `running` by a
+    // process that is gone are marked `interrupted`.
+    explicit RunStore(const std::string& path);
+    const std::string& path() const { return m_db.path(); }
+    int schemaVersion();
+
+    std::int64_t beginRun(RunInfo info); // inserted as `running` and committed at once
+    void addIterations(std::int64_t run, const std::vector<IterationRow>& rows);
+    void addMetrics(std::int64_t run, const std::vector<MetricRow>& rows);
+    void addSeries(std::int64_t run, const std::vector<SeriesPoint>& points);
+    void addArtifact(std::int64_t run, const ArtifactRow& a);
+    void finishRun(std::int64_t run, const std::string& status, const std::string& summaryJson = "{}",
+                   const std::string& error = "");
+    std::int64_t addNote(std::int64_t run, const std::string& text);
+    void deleteRun(std::int64_t run); // with everything recorded for it
+
+    std::vector<RunInfo> listRuns(const RunFilter& f = {});
+    std::optional<RunInfo> run(std::int64_t id);
+    RunInfo requireRun(std::int64_t id); // throws Error(InvalidInput) for an unknown id
+    std::vector<IterationRow> iterations(std::int64_t run);
+    std::vector<MetricRow> metrics(std::int64_t run);
+    std::vector<SeriesPoint> series(std::int64_t run);
+    std::vector<ArtifactRow> artifacts(std::int64_t run);
+    std::vector<NoteRow> notes(std::int64_t run);
+
+    // SHA-256 of a dump's files, cached by path, size and modification time.
+    std::string dumpHash(const std::vector<std::string>& files);
+
+    bool integrityOk();
+    int markInterrupted(); // returns how many runs it marked
+
+private:
+    void migrate();
+    sql::Db m_db;
+};
+
+std::string isoNowUtc();
+std::string hostName();
+// Whether the process `pid` on this host, started at `startTicks` (0: unknown), still runs.
+bool processAlive(std::int64_t pid, std::int64_t startTicks);
+std::int64_t processStartTicks(std::int64_t pid);
+
+} // namespace gsrq

@@ -1,0 +1,378 @@
+// The run store: schema and pragmas, recording and reading back, cascading deletes, interrupted
+// runs, refusals (not a database, newer schema, unwritable place), and against real gsrq
+// processes: SIGKILL mid-run, two writers at once, a disk that fills up.
+
+#include "error.h"
+#include "run_recorder.h"
+#include "run_store.h"
+#include "sha256.h"
+#include "test_util.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QtTest>
+
+#include <csignal>
+#include <fstream>
+#include <sys/wait.h>
+#include <thread>
+
+using namespace gsrq;
+
+namespace {
+
+std::int64_t count(const std::string& db, const std::string& table, std::int64_t run)
+{
+    sql::Db d(db, SQLITE_OPEN_READONLY);
+    sql::Stmt s(d, "SELECT COUNT(*) FROM " + table + " WHERE run_id=?");
+    s.bind(1, run);
+    s.step();
+    return s.int64(0);
+}
+
+QProcess* startGsrq(const QStringList& args, QObject* parent)
+{
+    auto* p = new QProcess(parent);
+    p->start(QStringLiteral(GSRQ_CLI_PATH), args);
+    return p;
+}
+
+std::string fileHash(const std::string& path) { return sha256Files({path}); }
+
+} // namespace
+
+class TestRunStore : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase();
+    void schemaAndPragmas();
+    void recordAndReadBack();
+    void deleteCascades();
+    void deadProcessReadsAsInterrupted();
+    void notADatabaseRefused();
+    void newerSchemaRefusedUntouched();
+    void unwritableLocationRefused();
+    void dumpHashCached();
+    void sigkillMidRunLeavesInterruptedAndIntact();
+    void twoWritersLoseNothing();
+    void fullDiskFailsCleanly();
+    void cliBrowsesTheStore();
+
+private:
+    QTemporaryDir m_dir;
+    QString m_data;
+};
+
+void TestRunStore::initTestCase()
+{
+    QVERIFY(m_dir.isValid());
+    m_data = m_dir.filePath("data.npy");
+    QProcess p;
+    p.start(QStringLiteral(GSRQ_CLI_PATH), {"--no-db", "synth", "gaussian", "--rows", "20000", "--features", "64",
+                                            "--seed", "3", "--out", m_data});
+    QVERIFY(p.waitForFinished(60000) && p.exitCode() == 0);
+}
+
+void TestRunStore::schemaAndPragmas()
+{
+    const auto path = test::pathIn(m_dir, "schema/new.db"); // the directory is created too
+    RunStore store(path);
+    QCOMPARE(store.schemaVersion(), kRunStoreSchemaVersion);
+    sql::Db d(path, SQLITE_OPEN_READONLY);
+    sql::Stmt mode(d, "PRAGMA journal_mode");
+    QVERIFY(mode.step());
+    QCOMPARE(mode.text(0), std::string("wal"));
+    sql::Stmt tables(d, "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name IN "
+                        "('runs','iterations','metrics','series','artifacts','notes')");
+    tables.step();
+    QCOMPARE(tables.int64(0), std::int64_t(6));
+    QVERIFY(store.integrityOk());
+    RunStore again(path); // re-opening an up-to-date store migrates nothing
+    QCOMPARE(again.schemaVersion(), kRunStoreSchemaVersion);
+}
+
+void TestRunStore::recordAndReadBack()
+{
+    const auto path = test::pathIn(m_dir, "record.db");
+    RunStore store(path);
+    RunInfo info;
+    info.kind = "compare";
+    info.settingsJson = R"({"k": 8})";
+    info.dumpPath = "x.npy";
+    std::int64_t id = 0;
+    {
+        RunRecorder rec(store, info, "data");
+        id = rec.id();
+        QCOMPARE(store.requireRun(id).status, std::string("running")); // visible before any result
+        for (int i = 0; i < 1200; ++i) {
+            ProgressEvent e;
+            e.iteration.iteration = i % 100;
+            e.iteration.objective = 1.0 / (1 + i);
+            e.method = Method::GainShape;
+            e.subspace = i / 100;
+            rec.onProgress(e);
+        }
+        // More than one batch was due: at least 512 rows are committed before the run ends.
+        QVERIFY(count(path, "iterations", id) >= 512);
+        CompareResult r;
+        r.methods.push_back({Method::KMeans, QuantMetrics{1, 0.5, 0.1, 0.9, 0.7}, 10, 1, 0.2, {}});
+        rec.recordCompare(r, "data");
+        rec.finish("done", R"({"ok": true})");
+    }
+    const auto run = store.requireRun(id);
+    QCOMPARE(run.status, std::string("done"));
+    QCOMPARE(run.kind, std::string("compare"));
+    QVERIFY(!run.finishedAt.empty());
+    QCOMPARE(run.pid, std::int64_t(::getpid()));
+    const auto its = store.iterations(id);
+    QCOMPARE(its.size(), size_t(1200));
+    QCOMPARE(its[150].subspace, 1);
+    QCOMPARE(its[150].stage, -1); // not applicable: stored as NULL, read as −1
+    QCOMPARE(its[150].method, std::string("gskm"));
+    bool found = false;
+    for (const auto& m : store.metrics(id))
+        found = found || (m.scope == "final" && m.method == "km" && m.name == "nmse" && m.value == 0.5);
+    QVERIFY(found);
+    store.addSeries(id, {{"curve", 1, 2}, {"curve", 2, 3}});
+    store.addSeries(id, {{"curve", 3, 4}});
+    QCOMPARE(store.series(id).size(), size_t(3));
+    QCOMPARE(store.series(id)[2].x, 3.0);
+    store.addNote(id, "looks right");
+    QCOMPARE(store.notes(id).at(0).text, std::string("looks right"));
+    QVERIFY_THROWS_EXCEPTION(Error, store.addNote(id + 100, "no such run"));
+}
+
+void TestRunStore::deleteCascades()
+{
+    const auto path = test::pathIn(m_dir, "delete.db");
+    RunStore store(path);
+    RunInfo info;
+    info.kind = "train";
+    const auto id = store.beginRun(info);
+    QVERIFY_THROWS_EXCEPTION(Error, store.deleteRun(id)); // still running: refused
+    store.addIterations(id, {IterationRow{"km", "t", 0, 0, 0, 1.0, 5, 0, 0.1}});
+    store.addMetrics(id, {MetricRow{"final", "km", "t", -1, -1, "mse", 1.0}});
+    store.addSeries(id, {{"s", 0, 1}});
+    store.addArtifact(id, {"/tmp/x", "codebooks", "00", 1});
+    store.addNote(id, "n");
+    store.finishRun(id, "done");
+    store.deleteRun(id);
+    QVERIFY(!store.run(id));
+    for (const char* t : {"iterations", "metrics", "series", "artifacts", "notes"})
+        QCOMPARE(count(path, t, id), std::int64_t(0));
+}
+
+void TestRunStore::deadProcessReadsAsInterrupted()
+{
+    const auto path = test::pathIn(m_dir, "dead.db");
+    std::int64_t id = 0;
+    {
+        RunStore store(path);
+        RunInfo info;
+        info.kind = "train";
+        id = store.beginRun(info);
+        // A pid that certainly ended: a child we started and reaped.
+        const pid_t child = fork();
+        if (child == 0)
+            _exit(0);
+        waitpid(child, nullptr, 0);
+        sql::Db d(path, SQLITE_OPEN_READWRITE);
+        sql::Stmt s(d, "UPDATE runs SET pid=?, pid_start=0 WHERE id=?");
+        s.bind(1, std::int64_t(child)).bind(2, id).run();
+    }
+    RunStore reopened(path);
+    const auto r = reopened.requireRun(id);
+    QCOMPARE(r.status, std::string("interrupted"));
+    QVERIFY(!r.error.empty());
+}
+
+void TestRunStore::notADatabaseRefused()
+{
+    const auto path = test::pathIn(m_dir, "notes.txt");
+    {
+        std::ofstream(path) << std::string(5000, 'x');
+    }
+    const auto before = fileHash(path);
+    try {
+        RunStore store(path);
+        QFAIL("a text file must be refused");
+    } catch (const Error& e) {
+        QCOMPARE(e.kind(), ErrorKind::InvalidInput);
+        QVERIFY2(std::string(e.what()).find(path) != std::string::npos, e.what());
+    }
+    QCOMPARE(fileHash(path), before);
+}
+
+void TestRunStore::newerSchemaRefusedUntouched()
+{
+    const auto path = test::pathIn(m_dir, "future.db");
+    {
+        sql::Db d(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+        d.exec("CREATE TABLE runs (id INTEGER PRIMARY KEY, future TEXT); PRAGMA user_version=99");
+    }
+    const auto before = fileHash(path);
+    try {
+        RunStore store(path);
+        QFAIL("a newer schema must be refused");
+    } catch (const Error& e) {
+        QCOMPARE(e.kind(), ErrorKind::InvalidInput);
+        QVERIFY2(std::string(e.what()).find("schema version 99") != std::string::npos, e.what());
+    }
+    QCOMPARE(fileHash(path), before);
+    QVERIFY(!std::filesystem::exists(path + "-wal")); // not even switched to WAL
+}
+
+void TestRunStore::unwritableLocationRefused()
+{
+    // /proc refuses new files even to root (permission bits would not stop root).
+    try {
+        RunStore store("/proc/gsrq-no-such-dir/runs.db");
+        QFAIL("an unwritable location must be refused");
+    } catch (const Error& e) {
+        QCOMPARE(e.kind(), ErrorKind::InvalidInput);
+        QVERIFY2(std::string(e.what()).find("cannot open") != std::string::npos, e.what());
+    }
+    QProcess p;
+    p.start(QStringLiteral(GSRQ_CLI_PATH), {"--db", "/proc/gsrq-no-such-dir/runs.db", "compare", m_data, "--k", "4",
+                                            "--iters", "1", "--dim", "64"});
+    QVERIFY(p.waitForFinished(60000));
+    QCOMPARE(p.exitCode(), 2);
+    QVERIFY(p.readAllStandardError().contains("--no-db"));
+}
+
+void TestRunStore::dumpHashCached()
+{
+    RunStore store(test::pathIn(m_dir, "hash.db"));
+    const auto h = store.dumpHash({m_data.toStdString()});
+    QCOMPARE(h, sha256Files({m_data.toStdString()}));
+    QCOMPARE(store.dumpHash({m_data.toStdString()}), h);
+}
+
+void TestRunStore::sigkillMidRunLeavesInterruptedAndIntact()
+{
+    const auto db = test::pathIn(m_dir, "kill.db");
+    auto* p = startGsrq({"--db", QString::fromStdString(db), "train", m_data, "--dim", "8", "--stages", "64", "--k",
+                         "64", "--iters", "100", "-q", "--attention-queries", "0"},
+                        this);
+    QVERIFY(p->waitForStarted());
+    // Wait until batches of iterations have been committed, then kill without warning.
+    std::int64_t before = 0;
+    for (int i = 0; i < 600 && before < 600; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (std::filesystem::exists(db))
+            try {
+                before = count(db, "iterations", 1);
+            } catch (const Error&) {
+                before = 0; // the schema is being created
+            }
+    }
+    QVERIFY2(before >= 600, "the child recorded too little before the deadline");
+    QCOMPARE(p->state(), QProcess::Running);
+    ::kill(pid_t(p->processId()), SIGKILL);
+    QVERIFY(p->waitForFinished(10000));
+
+    RunStore store(db);
+    const auto r = store.requireRun(1);
+    QCOMPARE(r.status, std::string("interrupted"));
+    QVERIFY(std::int64_t(store.iterations(1).size()) >= before); // nothing committed was lost
+    QVERIFY(store.integrityOk());
+}
+
+void TestRunStore::twoWritersLoseNothing()
+{
+    const auto db = QString::fromStdString(test::pathIn(m_dir, "two.db"));
+    const QStringList args{"--db", db, "compare", m_data, "--dim", "8", "--k", "64", "--iters", "40", "--json", "-q"};
+    auto* a = startGsrq(args, this);
+    auto* b = startGsrq(args + QStringList{"--seed", "1"}, this);
+    QVERIFY(a->waitForFinished(240000) && b->waitForFinished(240000));
+    QVERIFY2(a->exitCode() == 0, a->readAllStandardError().constData());
+    QVERIFY2(b->exitCode() == 0, b->readAllStandardError().constData());
+    RunStore store(db.toStdString());
+    for (auto* p : {a, b}) {
+        const auto j = QJsonDocument::fromJson(p->readAllStandardOutput()).object();
+        const auto id = std::int64_t(j["run_id"].toInteger());
+        std::int64_t expected = 0;
+        for (const char* m : {"km", "gskm"})
+            for (const auto& block : j[m].toObject()["blocks"].toArray())
+                expected += block.toObject()["history"].toArray().size();
+        QCOMPARE(store.requireRun(id).status, std::string("done"));
+        QCOMPARE(std::int64_t(store.iterations(id).size()), expected); // every pass, once
+    }
+    QCOMPARE(store.listRuns().size(), size_t(2));
+    QVERIFY(store.integrityOk());
+}
+
+void TestRunStore::fullDiskFailsCleanly()
+{
+    // The shell caps the size of any file gsrq writes (ulimit -f, in KiB) and ignores SIGXFSZ, so
+    // writes past the cap fail as on a full disk.
+    const auto db = QString::fromStdString(test::pathIn(m_dir, "full.db"));
+    QProcess p;
+    p.start("sh", {"-c", QString("ulimit -f 160; trap '' XFSZ; exec '%1' --db '%2' train '%3' --dim 8 --stages 64 "
+                                 "--k 64 --iters 100 -q --attention-queries 0")
+                             .arg(GSRQ_CLI_PATH, db, m_data)});
+    QVERIFY(p.waitForFinished(240000));
+    QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(p.exitCode(), 1); // a failure at run time, reported, not a crash
+    QVERIFY2(p.readAllStandardError().contains("run store"), "the message names the run store");
+    RunStore store(db.toStdString()); // still readable and consistent
+    QVERIFY(store.integrityOk());
+    const auto runs = store.listRuns();
+    QCOMPARE(runs.size(), size_t(1));
+    QVERIFY(runs[0].status == "failed" || runs[0].status == "interrupted");
+}
+
+void TestRunStore::cliBrowsesTheStore()
+{
+    const QString db = QString::fromStdString(test::pathIn(m_dir, "cli.db"));
+    auto gsrq = [&](QStringList args) {
+        QProcess p;
+        p.start(QStringLiteral(GSRQ_CLI_PATH), QStringList{"--db", db} + args);
+        p.waitForFinished(120000);
+        return std::make_tuple(p.exitCode(), p.readAllStandardOutput(), p.readAllStandardError());
+    };
+    const QStringList compare{"compare", m_data, "--dim", "32", "--k", "16", "--iters", "5", "-q"};
+    QCOMPARE(std::get<0>(gsrq(compare)), 0);
+    QCOMPARE(std::get<0>(gsrq(compare + QStringList{"--seed", "7"})), 0);
+    QCOMPARE(std::get<0>(gsrq(QStringList{"--no-db"} + compare)), 0); // records nothing
+
+    auto [code, out, err] = gsrq({"runs", "list", "--json"});
+    QCOMPARE(code, 0);
+    const auto runs = QJsonDocument::fromJson(out).object()["runs"].toArray();
+    QCOMPARE(runs.size(), 2);
+    QCOMPARE(runs[0].toObject()["id"].toInt(), 2); // newest first
+    QCOMPARE(runs[0].toObject()["settings"].toObject()["seed"].toInt(), 7);
+
+    std::tie(code, out, err) = gsrq({"runs", "show", "1", "--json"});
+    QCOMPARE(code, 0);
+    const auto shown = QJsonDocument::fromJson(out).object();
+    const auto iterations = shown["iterations"].toArray().size();
+    QVERIFY(iterations >= 4); // 2 blocks × 2 methods, at least one pass each
+    QVERIFY(shown["metrics"].toArray().size() > 10);
+
+    const QString dir = m_dir.filePath("export1");
+    QCOMPARE(std::get<0>(gsrq({"runs", "export", "1", "--csv", dir})), 0);
+    QFile csv(dir + "/iterations.csv");
+    QVERIFY(csv.open(QIODevice::ReadOnly));
+    QCOMPARE(csv.readAll().count('\n'), iterations + 1); // a header, then one line per pass
+    QVERIFY(QFile::exists(dir + "/settings.json") && QFile::exists(dir + "/metrics.csv"));
+
+    std::tie(code, out, err) = gsrq({"runs", "compare", "1", "2"});
+    QCOMPARE(code, 0);
+    QVERIFY(out.contains("seed") && out.contains("final data gskm nmse"));
+    QCOMPARE(std::get<0>(gsrq({"runs", "note", "1", "baseline"})), 0);
+    std::tie(code, out, err) = gsrq({"runs", "show", "1"});
+    QVERIFY(out.contains("baseline"));
+    QCOMPARE(std::get<0>(gsrq({"runs", "delete", "2"})), 0);
+    std::tie(code, out, err) = gsrq({"runs", "list", "--json"});
+    QCOMPARE(QJsonDocument::fromJson(out).object()["runs"].toArray().size(), 1);
+    std::tie(code, out, err) = gsrq({"runs", "show", "2"});
+    QCOMPARE(code, 2);
+    QVERIFY(err.contains("no run 2"));
+}
+
+QTEST_GUILESS_MAIN(TestRunStore)
+#include "tst_run_store.moc"
