@@ -5,6 +5,7 @@
 #include "kv_dump.h"
 #include "npy.h"
 #include "safetensors.h"
+#include "sha256.h"
 #include "test_util.h"
 
 #include <QtTest>
@@ -30,6 +31,7 @@ private slots:
     void integerTensors();
     void nonFiniteRowsCountedAndDropped();
     void bundledSampleMatchesRealData();
+    void sha256KnownVectors();
 };
 
 void TestReaders::safetensorsRoundTrip_data()
@@ -243,6 +245,29 @@ void TestReaders::bundledSampleMatchesRealData()
     // The sample stores values as F16: each element within F16's relative rounding 2^-11
     // (plus F16's subnormal spacing 2^-24 for values near zero).
     QVERIFY(((a - b).cwiseAbs().array() <= std::ldexp(1.0f, -11) * a.cwiseAbs().array() + std::ldexp(1.0f, -24)).all());
+}
+
+// FIPS 180-4 examples, and a million 'a' fed in odd-sized pieces (exercises the block buffer).
+void TestReaders::sha256KnownVectors()
+{
+    auto hex = [](const std::string& s) {
+        Sha256 h;
+        h.update(s.data(), s.size());
+        return h.hexDigest();
+    };
+    QCOMPARE(hex(""), std::string("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
+    QCOMPARE(hex("abc"), std::string("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+    QCOMPARE(hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+             std::string("248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"));
+    Sha256 h;
+    const std::string chunk(997, 'a');
+    std::size_t left = 1000000;
+    while (left) {
+        const std::size_t n = std::min(left, chunk.size());
+        h.update(chunk.data(), n);
+        left -= n;
+    }
+    QCOMPARE(h.hexDigest(), std::string("cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"));
 }
 
 QTEST_APPLESS_MAIN(TestReaders)
