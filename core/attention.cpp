@@ -42,12 +42,14 @@ AttentionFidelity attentionFidelity(const AttentionInputs& in, int sampleQueries
             auto attend = [&](const MatrixRF& K, const MatrixRF& V, Eigen::VectorXd& p) {
                 p.resize(W);
                 for (Eigen::Index j = 0; j < W; ++j)
-                    p[j] = scale * K.block(window[std::size_t(j)], Eigen::Index(kvh) * hd, 1, hd).cast<double>().row(0).dot(qh);
+                    p[j] = scale *
+                           K.block(window[std::size_t(j)], Eigen::Index(kvh) * hd, 1, hd).cast<double>().row(0).dot(qh);
                 p = (p.array() - p.maxCoeff()).exp();
                 p /= p.sum();
                 Eigen::VectorXd o = Eigen::VectorXd::Zero(hd);
                 for (Eigen::Index j = 0; j < W; ++j)
-                    o += p[j] * V.block(window[std::size_t(j)], Eigen::Index(kvh) * hd, 1, hd).cast<double>().transpose();
+                    o += p[j] *
+                         V.block(window[std::size_t(j)], Eigen::Index(kvh) * hd, 1, hd).cast<double>().transpose();
                 return o;
             };
             Eigen::VectorXd p, pHat;
@@ -58,8 +60,9 @@ AttentionFidelity attentionFidelity(const AttentionInputs& in, int sampleQueries
             auto topIdx = [&](const Eigen::VectorXd& w) {
                 std::vector<Eigen::Index> idx(static_cast<std::size_t>(W));
                 std::iota(idx.begin(), idx.end(), 0);
-                std::partial_sort(idx.begin(), idx.begin() + top, idx.end(),
-                                  [&](Eigen::Index a, Eigen::Index b) { return w[a] > w[b] || (w[a] == w[b] && a < b); });
+                std::partial_sort(idx.begin(), idx.begin() + top, idx.end(), [&](Eigen::Index a, Eigen::Index b) {
+                    return w[a] > w[b] || (w[a] == w[b] && a < b);
+                });
                 idx.resize(std::size_t(top));
                 std::sort(idx.begin(), idx.end());
                 return idx;

@@ -12,9 +12,9 @@
 namespace gsrq {
 
 struct AttentionFidelity {
-    double relativeL2 = 0;   // mean over (query, head) of ‖o − ô‖ / ‖o‖
-    double top8Overlap = 0;  // mean of |top8(p) ∩ top8(p̂)| / min(8, keys visible)
-    int queries = 0;         // query rows sampled
+    double relativeL2 = 0;  // mean over (query, head) of ‖o − ô‖ / ‖o‖
+    double top8Overlap = 0; // mean of |top8(p) ∩ top8(p̂)| / min(8, keys visible)
+    int queries = 0;        // query rows sampled
 };
 
 struct AttentionInputs {

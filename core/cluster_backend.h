@@ -17,13 +17,13 @@ namespace gsrq {
 
 // Sums over the rows assigned to each cluster k (K rows; D columns), in double.
 struct AssignStats {
-    Eigen::VectorXd weightSum;                    // W_k  = Σ w
+    Eigen::VectorXd weightSum;                            // W_k  = Σ w
     Eigen::Matrix<std::int64_t, Eigen::Dynamic, 1> count; // members (empty cluster: 0)
-    MatrixRD sumX;                                // Sx_k = Σ w·x
-    MatrixRD sumY;                                // Sy_k = Σ w·x/(‖x‖+ε); 0×0 unless asked for
-    double weightedError = 0;                     // Σ w·‖x − c_label‖²
-    double totalWeight = 0;                       // Σ w
-    std::int64_t changed = 0;                     // rows whose label differs from the one passed in
+    MatrixRD sumX;                                        // Sx_k = Σ w·x
+    MatrixRD sumY;                                        // Sy_k = Σ w·x/(‖x‖+ε); 0×0 unless asked for
+    double weightedError = 0;                             // Σ w·‖x − c_label‖²
+    double totalWeight = 0;                               // Σ w
+    std::int64_t changed = 0;                             // rows whose label differs from the one passed in
 };
 
 class ClusterBackend {

@@ -8,14 +8,20 @@
 
 namespace gsrq {
 
-const char* methodName(Method m) { return m == Method::KMeans ? "km" : "gskm"; }
+const char* methodName(Method m)
+{
+    return m == Method::KMeans ? "km" : "gskm";
+}
 
 const char* stopReasonName(StopReason r)
 {
     switch (r) {
-    case StopReason::Converged: return "converged";
-    case StopReason::MaxIterations: return "max_iterations";
-    case StopReason::Cancelled: return "cancelled";
+    case StopReason::Converged:
+        return "converged";
+    case StopReason::MaxIterations:
+        return "max_iterations";
+    case StopReason::Cancelled:
+        return "cancelled";
     }
     return "?";
 }

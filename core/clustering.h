@@ -22,33 +22,33 @@ enum class Method { KMeans, GainShape };
 const char* methodName(Method m); // "km", "gskm"
 
 struct ClusteringParams {
-    int k = 256;                   // codewords
-    int maxIterations = 50;        // updates at most (the paper runs up to 100)
-    std::uint64_t seed = 0;        // picks the K initial rows
-    float epsilon = 1e-8f;         // ε in y = x/(‖x‖+ε)
-    double shapeEpsilon = 1e-6;    // GSKM: a mean direction shorter than this keeps the old shape
-    bool reseedEmpty = false;      // split the heaviest cluster into an empty one
+    int k = 256;                // codewords
+    int maxIterations = 50;     // updates at most (the paper runs up to 100)
+    std::uint64_t seed = 0;     // picks the K initial rows
+    float epsilon = 1e-8f;      // ε in y = x/(‖x‖+ε)
+    double shapeEpsilon = 1e-6; // GSKM: a mean direction shorter than this keeps the old shape
+    bool reseedEmpty = false;   // split the heaviest cluster into an empty one
 };
 
 // One assignment pass. iteration = updates done before it (0: the initial centroids).
 struct IterationStats {
     int iteration = 0;
-    double objective = 0;   // Σw‖x − c‖² / Σw for the centroids of this pass
+    double objective = 0;     // Σw‖x − c‖² / Σw for the centroids of this pass
     std::int64_t changed = 0; // labels that changed (all rows at iteration 0)
     int emptyClusters = 0;
-    int reseeded = 0;       // empty clusters re-seeded by the update that follows
-    double seconds = 0;     // wall time of this pass and the update after it
+    int reseeded = 0;   // empty clusters re-seeded by the update that follows
+    double seconds = 0; // wall time of this pass and the update after it
 };
 
 enum class StopReason { Converged, MaxIterations, Cancelled };
 const char* stopReasonName(StopReason r); // "converged", "max_iterations", "cancelled"
 
 struct ClusteringResult {
-    MatrixRF centroids;                // K × D
-    std::vector<std::int32_t> labels;  // n, nearest centroid of `centroids`
+    MatrixRF centroids;               // K × D
+    std::vector<std::int32_t> labels; // n, nearest centroid of `centroids`
     std::vector<IterationStats> history;
     StopReason stop = StopReason::MaxIterations;
-    int iterations = 0;                // updates performed
+    int iterations = 0; // updates performed
     double seconds = 0;
 };
 

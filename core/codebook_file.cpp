@@ -18,9 +18,9 @@ const CodebookEntry* CodebookFile::find(const std::string& tensor) const
 
 const std::vector<std::string>& codebookSettingKeys()
 {
-    static const std::vector<std::string> keys{"format",  "format_version", "dim",      "stages", "k",
-                                               "method",  "weights",        "tau",      "beam",   "key_rope",
-                                               "source_sha256"};
+    static const std::vector<std::string> keys{"format", "format_version", "dim",          "stages",
+                                               "k",      "method",         "weights",      "tau",
+                                               "beam",   "key_rope",       "source_sha256"};
     return keys;
 }
 
@@ -120,7 +120,8 @@ CodebookFile readCodebookFile(const std::string& path)
             const TensorView& c = *it->second;
             if (c.shape.size() != 3 || c.shape[1] != t.shape[0] || c.shape[2] != R ||
                 (c.dtype != DType::U8 && c.dtype != DType::U16))
-                throwInvalid(c.where(), ": shape ", c.shapeString(), " ", dtypeName(c.dtype), " is not [N, M, R] U8/U16");
+                throwInvalid(c.where(), ": shape ", c.shapeString(), " ", dtypeName(c.dtype),
+                             " is not [N, M, R] U8/U16");
             const auto v = toInt64(c);
             Codes cd(c.shape[0], t.shape[0] * R);
             for (std::size_t i = 0; i < v.size(); ++i) {
@@ -156,7 +157,8 @@ CodebookFile mergeCodebookFiles(const std::vector<std::string>& paths)
         }
         for (auto& e : f.entries) {
             if (!seen.insert(e.tensor).second)
-                throwInvalid("codebooks merge: tensor '", e.tensor, "' is in more than one file (again in ", paths[i], ")");
+                throwInvalid("codebooks merge: tensor '", e.tensor, "' is in more than one file (again in ", paths[i],
+                             ")");
             out.entries.push_back(std::move(e));
         }
     }

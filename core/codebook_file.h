@@ -19,9 +19,9 @@ inline constexpr const char* kCodebookFormat = "gsrq-codebooks";
 inline constexpr int kCodebookFormatVersion = 1;
 
 struct CodebookEntry {
-    std::string tensor;          // the dump's tensor, e.g. layers.2.value
+    std::string tensor; // the dump's tensor, e.g. layers.2.value
     Codebooks codebooks;
-    std::optional<Codes> codes;  // N × (M·R)
+    std::optional<Codes> codes; // N × (M·R)
 };
 
 struct CodebookFile {

@@ -18,7 +18,7 @@
 namespace gsrq {
 
 struct CompareSettings {
-    int dim = 0;           // D; 0 = all features in one block
+    int dim = 0; // D; 0 = all features in one block
     int k = 256;
     int iterations = 50;
     std::uint64_t seed = 0;
@@ -38,10 +38,10 @@ struct BlockResult {
 
 struct MethodResult {
     Method method = Method::KMeans;
-    QuantMetrics metrics;    // mean over blocks
-    int iterations = 0;      // the most any block needed
+    QuantMetrics metrics; // mean over blocks
+    int iterations = 0;   // the most any block needed
     int convergedBlocks = 0;
-    double seconds = 0;      // all blocks
+    double seconds = 0; // all blocks
     std::vector<BlockResult> blocks;
 };
 
@@ -54,15 +54,15 @@ struct CompareResult {
 };
 
 struct ProgressEvent {
-    std::string what;      // "block 3/8 gskm"
-    double fraction = 0;   // of the whole job, 0..1
+    std::string what;    // "block 3/8 gskm"
+    double fraction = 0; // of the whole job, 0..1
     IterationStats iteration;
     // Which clustering the iteration belongs to (-1 / empty where not applicable).
     std::string tensor;
     Method method = Method::KMeans;
-    int subspace = -1;     // the block of compare, the subspace of GSRQ
-    int stage = -1;        // GSRQ stage; compare --residual: 0 for the first KM pass, 1 after
-    int sweepPoint = -1;   // index into the sweep's values
+    int subspace = -1;   // the block of compare, the subspace of GSRQ
+    int stage = -1;      // GSRQ stage; compare --residual: 0 for the first KM pass, 1 after
+    int sweepPoint = -1; // index into the sweep's values
 };
 // Returns false to cancel.
 using ProgressFn = std::function<bool(const ProgressEvent&)>;

@@ -139,6 +139,9 @@ private:
 
 } // namespace
 
-std::unique_ptr<ClusterBackend> makeCpuBackend(int threads) { return std::make_unique<CpuBackend>(threads); }
+std::unique_ptr<ClusterBackend> makeCpuBackend(int threads)
+{
+    return std::make_unique<CpuBackend>(threads);
+}
 
 } // namespace gsrq

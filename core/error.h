@@ -21,22 +21,19 @@ private:
 };
 
 // Concatenates anything streamable: cat("tensor '", name, "' has ", n, " rows").
-template <class... Args>
-std::string cat(const Args&... args)
+template <class... Args> std::string cat(const Args&... args)
 {
     std::ostringstream s;
     (s << ... << args);
     return s.str();
 }
 
-template <class... Args>
-[[noreturn]] void throwInvalid(const Args&... args)
+template <class... Args> [[noreturn]] void throwInvalid(const Args&... args)
 {
     throw Error(ErrorKind::InvalidInput, cat(args...));
 }
 
-template <class... Args>
-[[noreturn]] void throwRuntime(const Args&... args)
+template <class... Args> [[noreturn]] void throwRuntime(const Args&... args)
 {
     throw Error(ErrorKind::Runtime, cat(args...));
 }

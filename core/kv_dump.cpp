@@ -15,12 +15,18 @@ namespace gsrq {
 const char* kvKindName(KvKind k)
 {
     switch (k) {
-    case KvKind::Key: return "key";
-    case KvKind::Value: return "value";
-    case KvKind::Query: return "query";
-    case KvKind::KeyGrad: return "key_grad";
-    case KvKind::ValueGrad: return "value_grad";
-    case KvKind::Other: break;
+    case KvKind::Key:
+        return "key";
+    case KvKind::Value:
+        return "value";
+    case KvKind::Query:
+        return "query";
+    case KvKind::KeyGrad:
+        return "key_grad";
+    case KvKind::ValueGrad:
+        return "value_grad";
+    case KvKind::Other:
+        break;
     }
     return "other";
 }
@@ -47,11 +53,11 @@ void KvDump::add(TensorView v)
     if (std::regex_match(v.name, m, kName)) {
         t.layer = std::stoi(m[1].str());
         const std::string k = m[2].str();
-        t.kind = k == "key" ? KvKind::Key
-               : k == "value" ? KvKind::Value
-               : k == "query" ? KvKind::Query
-               : k == "key_grad" ? KvKind::KeyGrad
-                                 : KvKind::ValueGrad;
+        t.kind = k == "key"        ? KvKind::Key
+                 : k == "value"    ? KvKind::Value
+                 : k == "query"    ? KvKind::Query
+                 : k == "key_grad" ? KvKind::KeyGrad
+                                   : KvKind::ValueGrad;
         if (v.shape.size() != 2 && v.shape.size() != 3)
             throwInvalid(v.where(), ": shape ", v.shapeString(),
                          " is neither [tokens, features] nor [tokens, heads, head_dim]");
@@ -168,7 +174,8 @@ LoadedTensor loadForClustering(const KvTensor& t, bool dropNonFinite)
     LoadedTensor out;
     out.name = t.view.name;
     if (t.view.shape.size() < 2)
-        throwInvalid(t.view.where(), ": shape ", t.view.shapeString(), " has no feature axis; expected [rows, features]");
+        throwInvalid(t.view.where(), ": shape ", t.view.shapeString(),
+                     " has no feature axis; expected [rows, features]");
     if (t.view.rows() == 0 || t.view.features() == 0)
         throwInvalid(t.view.where(), ": is empty (shape ", t.view.shapeString(), ")");
     out.rows = toMatrix(t.view);
@@ -176,8 +183,8 @@ LoadedTensor loadForClustering(const KvTensor& t, bool dropNonFinite)
     const auto bad = nonFiniteRows(out.rows);
     if (!bad.empty()) {
         if (!dropNonFinite)
-            throwInvalid(t.view.where(), ": ", bad.size(), " of ", out.originalRows, " rows hold NaN or Inf (first: row ",
-                         bad.front(), "); pass --drop-nonfinite to drop them");
+            throwInvalid(t.view.where(), ": ", bad.size(), " of ", out.originalRows,
+                         " rows hold NaN or Inf (first: row ", bad.front(), "); pass --drop-nonfinite to drop them");
         if (static_cast<std::int64_t>(bad.size()) == out.originalRows)
             throwInvalid(t.view.where(), ": every row holds NaN or Inf; nothing is left to cluster");
         out.rows = dropRows(out.rows, bad);

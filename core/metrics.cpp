@@ -8,8 +8,7 @@ namespace gsrq {
 
 namespace {
 
-template <class RowOf>
-QuantMetrics metricsOver(const MatrixRF& X, RowOf xhatRow)
+template <class RowOf> QuantMetrics metricsOver(const MatrixRF& X, RowOf xhatRow)
 {
     const auto n = X.rows();
     double err = 0, sqX = 0, sqXhat = 0, gain = 0, cosSum = 0;
@@ -52,8 +51,8 @@ QuantMetrics computeMetrics(const MatrixRF& X, const MatrixRF& Xhat)
 QuantMetrics computeMetrics(const MatrixRF& X, const MatrixRF& C, std::span<const std::int32_t> labels)
 {
     if (static_cast<Eigen::Index>(labels.size()) != X.rows() || C.cols() != X.cols())
-        throwRuntime("metrics: ", labels.size(), " labels or codebook width ", C.cols(), " do not match data ", X.rows(),
-                     "×", X.cols());
+        throwRuntime("metrics: ", labels.size(), " labels or codebook width ", C.cols(), " do not match data ",
+                     X.rows(), "×", X.cols());
     return metricsOver(X, [&](Eigen::Index i) { return C.row(labels[static_cast<std::size_t>(i)]); });
 }
 

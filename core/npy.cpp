@@ -198,8 +198,8 @@ void writeNpy(const std::string& path, const MatrixRF& m, DType dtype)
     const char* descr = dtype == DType::F16 ? "<f2" : dtype == DType::F64 ? "<f8" : "<f4";
     if (dtype != DType::F16 && dtype != DType::F32 && dtype != DType::F64)
         throwInvalid(path, ": .npy can be written as F16, F32 or F64, not ", dtypeName(dtype));
-    std::string header = cat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (", m.rows(), ", ", m.cols(),
-                             "), }");
+    std::string header =
+        cat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (", m.rows(), ", ", m.cols(), "), }");
     // Pad so that magic + length + header is a multiple of 64 and ends with '\n', as NumPy does.
     const std::size_t total = ((10 + header.size() + 1 + 63) / 64) * 64;
     header.append(total - 10 - header.size() - 1, ' ');

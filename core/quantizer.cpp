@@ -9,7 +9,10 @@
 
 namespace gsrq {
 
-double bitsPerActivation(int dim, int stages, int k) { return stages * std::log2(double(k)) / dim; }
+double bitsPerActivation(int dim, int stages, int k)
+{
+    return stages * std::log2(double(k)) / dim;
+}
 
 std::optional<BpaChoice> paperBpa(double bpa)
 {
@@ -221,8 +224,13 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
             auto c = cluster(block, weights, s.method, p, backend, [&](const IterationStats& it) {
                 if (!progress)
                     return true;
-                if (!progress({what, std::min(1.0, (done + std::min(it.iteration, s.iterations)) / total), it, {},
-                               s.method, m, r}))
+                if (!progress({what,
+                               std::min(1.0, (done + std::min(it.iteration, s.iterations)) / total),
+                               it,
+                               {},
+                               s.method,
+                               m,
+                               r}))
                     out.cancelled = true;
                 return !out.cancelled;
             });
@@ -242,7 +250,8 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
             // Re-encode stages 0..r with the beam; the next stage trains on what it leaves.
             const Codes codes = encode(X, out.codebooks, s.beam, backend, r + 1);
             for (int m = 0; m < M; ++m)
-                out.codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1) = codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1);
+                out.codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1) =
+                    codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1);
             residual = X - decode(out.codes, out.codebooks, r + 1);
         }
         if (!out.cancelled) // from the codes, exactly as a decoder of the exported file sees them

@@ -19,13 +19,13 @@
 namespace gsrq {
 
 struct RqSettings {
-    int dim = 0;       // D; 0 = all features
-    int stages = 1;    // R
-    int k = 256;       // K: a power of two, 2..65,536
+    int dim = 0;    // D; 0 = all features
+    int stages = 1; // R
+    int k = 256;    // K: a power of two, 2..65,536
     Method method = Method::GainShape;
     int iterations = 25;
     std::uint64_t seed = 0;
-    int beam = 1;      // 1 = greedy
+    int beam = 1; // 1 = greedy
     bool reseedEmpty = false;
 };
 

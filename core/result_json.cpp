@@ -4,13 +4,17 @@ namespace gsrq {
 
 nlohmann::ordered_json toJson(const QuantMetrics& m)
 {
-    return {{"mse", m.mse}, {"nmse", m.nmse}, {"gain_error", m.gainError}, {"cosine", m.cosine}, {"shrinkage", m.shrinkage}};
+    return {{"mse", m.mse},
+            {"nmse", m.nmse},
+            {"gain_error", m.gainError},
+            {"cosine", m.cosine},
+            {"shrinkage", m.shrinkage}};
 }
 
 nlohmann::ordered_json toJson(const IterationStats& it)
 {
-    return {{"iteration", it.iteration}, {"objective", it.objective}, {"changed", it.changed},
-            {"empty_clusters", it.emptyClusters}, {"reseeded", it.reseeded}, {"seconds", it.seconds}};
+    return {{"iteration", it.iteration},          {"objective", it.objective}, {"changed", it.changed},
+            {"empty_clusters", it.emptyClusters}, {"reseeded", it.reseeded},   {"seconds", it.seconds}};
 }
 
 nlohmann::ordered_json toJson(const CompareSettings& s)
@@ -18,15 +22,21 @@ nlohmann::ordered_json toJson(const CompareSettings& s)
     nlohmann::ordered_json methods = nlohmann::ordered_json::array();
     for (auto m : s.methods)
         methods.push_back(methodName(m));
-    return {{"dim", s.dim}, {"k", s.k}, {"iters", s.iterations}, {"seed", s.seed}, {"residual", s.residual},
-            {"reseed_empty", s.reseedEmpty}, {"methods", methods}};
+    return {{"dim", s.dim},           {"k", s.k},
+            {"iters", s.iterations},  {"seed", s.seed},
+            {"residual", s.residual}, {"reseed_empty", s.reseedEmpty},
+            {"methods", methods}};
 }
 
 nlohmann::ordered_json toJson(const WeightSummary& w)
 {
-    return {{"raw_max", w.rawMax}, {"raw_median", w.rawMedian}, {"raw_max_over_median", w.rawMedian > 0 ? w.rawMax / w.rawMedian : 0.0},
-            {"weight_max", w.weightMax}, {"weight_median", w.weightMedian},
-            {"weight_max_over_median", w.weightMedian > 0 ? w.weightMax / w.weightMedian : 0.0}, {"lambda", w.lambda}};
+    return {{"raw_max", w.rawMax},
+            {"raw_median", w.rawMedian},
+            {"raw_max_over_median", w.rawMedian > 0 ? w.rawMax / w.rawMedian : 0.0},
+            {"weight_max", w.weightMax},
+            {"weight_median", w.weightMedian},
+            {"weight_max_over_median", w.weightMedian > 0 ? w.weightMax / w.weightMedian : 0.0},
+            {"lambda", w.lambda}};
 }
 
 nlohmann::ordered_json toJson(const CompareResult& r, bool withHistory)
@@ -101,8 +111,12 @@ nlohmann::ordered_json toJson(const TensorTrainResult& r, WeightMode weights, bo
             nlohmann::ordered_json h = nlohmann::ordered_json::array();
             for (const auto& it : c.history)
                 h.push_back(toJson(it));
-            cl.push_back({{"stage", c.stage + 1}, {"subspace", c.subspace}, {"iterations", c.iterations},
-                          {"stop", stopReasonName(c.stop)}, {"seconds", c.seconds}, {"history", h}});
+            cl.push_back({{"stage", c.stage + 1},
+                          {"subspace", c.subspace},
+                          {"iterations", c.iterations},
+                          {"stop", stopReasonName(c.stop)},
+                          {"seconds", c.seconds},
+                          {"history", h}});
         }
         j["clusterings"] = cl;
     }
@@ -111,8 +125,12 @@ nlohmann::ordered_json toJson(const TensorTrainResult& r, WeightMode weights, bo
 
 nlohmann::ordered_json toJson(const LayerAttention& a)
 {
-    return {{"layer", a.layer}, {"keys", a.keys}, {"values", a.values}, {"queries", a.fidelity.queries},
-            {"relative_l2", a.fidelity.relativeL2}, {"top8_overlap", a.fidelity.top8Overlap}};
+    return {{"layer", a.layer},
+            {"keys", a.keys},
+            {"values", a.values},
+            {"queries", a.fidelity.queries},
+            {"relative_l2", a.fidelity.relativeL2},
+            {"top8_overlap", a.fidelity.top8Overlap}};
 }
 
 nlohmann::ordered_json toJson(const EvalResult& r)

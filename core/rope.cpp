@@ -37,7 +37,8 @@ MatrixRF applyRope(const MatrixRF& X, int headDim, const std::vector<std::int64_
     MatrixRF out(X.rows(), X.cols());
     for (Eigen::Index t = 0; t < X.rows(); ++t) {
         for (int i = 0; i < half; ++i) {
-            const double a = static_cast<double>(positions[static_cast<std::size_t>(t)]) * invFreq[static_cast<std::size_t>(i)];
+            const double a =
+                static_cast<double>(positions[static_cast<std::size_t>(t)]) * invFreq[static_cast<std::size_t>(i)];
             const double c = std::cos(a), s = std::sin(a);
             for (Eigen::Index h = 0; h < heads; ++h) {
                 const Eigen::Index base = h * headDim;

@@ -102,7 +102,10 @@ constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0])
 static_assert(kMigrationCount == kRunStoreSchemaVersion);
 
 // SQLite's NULL for the "not applicable" -1 of subspace and stage.
-std::optional<std::int64_t> optIndex(int v) { return v < 0 ? std::nullopt : std::optional<std::int64_t>(v); }
+std::optional<std::int64_t> optIndex(int v)
+{
+    return v < 0 ? std::nullopt : std::optional<std::int64_t>(v);
+}
 
 RunInfo readRun(const sql::Stmt& s)
 {
@@ -263,8 +266,9 @@ int RunStore::markInterrupted()
 std::int64_t RunStore::beginRun(RunInfo r)
 {
     sql::Transaction tx(m_db);
-    sql::Stmt s(m_db, "INSERT INTO runs (kind, status, started_at, tool_version, host, pid, pid_start, backend, device, "
-                      "dump_path, dump_sha256, command, settings_json) VALUES (?,'running',?,?,?,?,?,?,?,?,?,?,?)");
+    sql::Stmt s(m_db,
+                "INSERT INTO runs (kind, status, started_at, tool_version, host, pid, pid_start, backend, device, "
+                "dump_path, dump_sha256, command, settings_json) VALUES (?,'running',?,?,?,?,?,?,?,?,?,?,?)");
     const std::int64_t pid = ::getpid();
     s.bind(1, r.kind).bind(2, isoNowUtc()).bind(3, r.toolVersion).bind(4, hostName()).bind(5, pid);
     s.bind(6, processStartTicks(pid)).bind(7, r.backend).bind(8, r.device).bind(9, r.dumpPath).bind(10, r.dumpSha256);
@@ -347,7 +351,8 @@ void RunStore::deleteRun(std::int64_t run)
 {
     const auto r = requireRun(run);
     if (r.status == "running")
-        throwInvalid("run ", run, " is still running (process ", r.pid, " on ", r.host, "); it can be deleted once it ends");
+        throwInvalid("run ", run, " is still running (process ", r.pid, " on ", r.host,
+                     "); it can be deleted once it ends");
     sql::Transaction tx(m_db);
     sql::Stmt s(m_db, "DELETE FROM runs WHERE id=?");
     s.bind(1, run).run();
@@ -356,8 +361,9 @@ void RunStore::deleteRun(std::int64_t run)
 
 std::vector<RunInfo> RunStore::listRuns(const RunFilter& f)
 {
-    std::string q = cat("SELECT ", kRunColumns, " FROM runs WHERE (?1 = '' OR kind = ?1) AND (?2 = '' OR status = ?2) "
-                                                "ORDER BY id DESC");
+    std::string q = cat("SELECT ", kRunColumns,
+                        " FROM runs WHERE (?1 = '' OR kind = ?1) AND (?2 = '' OR status = ?2) "
+                        "ORDER BY id DESC");
     if (f.limit > 0)
         q += cat(" LIMIT ", f.limit);
     sql::Stmt s(m_db, q);

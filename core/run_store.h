@@ -21,8 +21,8 @@ inline constexpr int kRunStoreSchemaVersion = 1;
 
 struct RunInfo {
     std::int64_t id = 0;
-    std::string kind;    // compare, sweep, train, eval, bench-...
-    std::string status;  // running, done, failed, cancelled, interrupted
+    std::string kind;                  // compare, sweep, train, eval, bench-...
+    std::string status;                // running, done, failed, cancelled, interrupted
     std::string startedAt, finishedAt; // ISO 8601 UTC
     std::string toolVersion, host;
     std::int64_t pid = 0;

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <limits>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace gsrq {
@@ -191,7 +191,8 @@ void writeSafetensors(const std::string& path, const std::vector<TensorBlob>& te
                          numel * dtypeSize(t.dtype));
         if (header.contains(t.name))
             throwRuntime(path, ": tensor '", t.name, "' given twice");
-        header[t.name] = {{"dtype", dtypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+        header[t.name] = {
+            {"dtype", dtypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
         offset += t.bytes.size();
     }
     std::string json = header.dump();

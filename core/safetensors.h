@@ -32,8 +32,7 @@ struct TensorBlob {
     std::vector<std::byte> bytes;
 };
 
-TensorBlob makeFloatBlob(const std::string& name, const MatrixRF& m, DType dtype,
-                         std::vector<std::int64_t> shape = {});
+TensorBlob makeFloatBlob(const std::string& name, const MatrixRF& m, DType dtype, std::vector<std::int64_t> shape = {});
 
 // Writes to `path` + ".tmp-XXXX" then renames over `path`; on any failure the temporary file is
 // removed and an existing `path` is left untouched.

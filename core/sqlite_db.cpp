@@ -28,8 +28,8 @@ void Db::fail(int rc, std::string_view what) const
     const std::string msg = cat("run store ", m_path, ": ", what, ": ", sqlite3_errmsg(m_db));
     // A file that is not a database, or one we may not write, is bad input; the rest is a
     // failure at run time (a full disk, an I/O error).
-    if (primary == SQLITE_NOTADB || primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY || primary == SQLITE_PERM ||
-        primary == SQLITE_AUTH)
+    if (primary == SQLITE_NOTADB || primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY ||
+        primary == SQLITE_PERM || primary == SQLITE_AUTH)
         throw Error(ErrorKind::InvalidInput, msg);
     throw Error(ErrorKind::Runtime, msg);
 }
@@ -51,7 +51,10 @@ Stmt::Stmt(Db& db, const std::string& sqlText) : m_db(db)
         db.fail(rc, cat("prepare '", sqlText.substr(0, 60), "'"));
 }
 
-Stmt::~Stmt() { sqlite3_finalize(m_stmt); }
+Stmt::~Stmt()
+{
+    sqlite3_finalize(m_stmt);
+}
 
 Stmt& Stmt::bind(int i, std::int64_t v)
 {
@@ -104,10 +107,14 @@ void Stmt::reset()
 std::string Stmt::text(int col) const
 {
     const auto* p = sqlite3_column_text(m_stmt, col);
-    return p ? std::string(reinterpret_cast<const char*>(p), std::size_t(sqlite3_column_bytes(m_stmt, col))) : std::string();
+    return p ? std::string(reinterpret_cast<const char*>(p), std::size_t(sqlite3_column_bytes(m_stmt, col)))
+             : std::string();
 }
 
-Transaction::Transaction(Db& db) : m_db(db) { m_db.exec("BEGIN IMMEDIATE"); }
+Transaction::Transaction(Db& db) : m_db(db)
+{
+    m_db.exec("BEGIN IMMEDIATE");
+}
 
 Transaction::~Transaction()
 {

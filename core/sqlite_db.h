@@ -45,14 +45,10 @@ public:
     Stmt& bind(int i, const std::string& v);
     Stmt& bind(int i, const char* v) { return bind(i, std::string(v)); }
     Stmt& bindNull(int i);
-    template <class T>
-    Stmt& bind(int i, const std::optional<T>& v)
-    {
-        return v ? bind(i, *v) : bindNull(i);
-    }
+    template <class T> Stmt& bind(int i, const std::optional<T>& v) { return v ? bind(i, *v) : bindNull(i); }
 
-    bool step();      // true while a row is available
-    void run();       // step to completion, then reset for reuse
+    bool step(); // true while a row is available
+    void run();  // step to completion, then reset for reuse
     void reset();
 
     std::int64_t int64(int col) const { return sqlite3_column_int64(m_stmt, col); }

@@ -31,7 +31,7 @@ public:
             return m_spare;
         }
         const double u1 = (static_cast<double>(m_rng() >> 11) + 0.5) * 0x1.0p-53; // (0, 1)
-        const double u2 = static_cast<double>(m_rng() >> 11) * 0x1.0p-53;        // [0, 1)
+        const double u2 = static_cast<double>(m_rng() >> 11) * 0x1.0p-53;         // [0, 1)
         const double r = std::sqrt(-2.0 * std::log(u1));
         m_spare = static_cast<float>(r * std::sin(2 * std::numbers::pi * u2));
         m_hasSpare = true;

@@ -19,10 +19,18 @@ struct DTypeInfo {
 };
 
 constexpr std::array<DTypeInfo, 13> kDTypes{{
-    {DType::Bool, "BOOL", 1}, {DType::U8, "U8", 1},    {DType::I8, "I8", 1},
-    {DType::U16, "U16", 2},   {DType::I16, "I16", 2},  {DType::F16, "F16", 2},
-    {DType::BF16, "BF16", 2}, {DType::U32, "U32", 4},  {DType::I32, "I32", 4},
-    {DType::F32, "F32", 4},   {DType::U64, "U64", 8},  {DType::I64, "I64", 8},
+    {DType::Bool, "BOOL", 1},
+    {DType::U8, "U8", 1},
+    {DType::I8, "I8", 1},
+    {DType::U16, "U16", 2},
+    {DType::I16, "I16", 2},
+    {DType::F16, "F16", 2},
+    {DType::BF16, "BF16", 2},
+    {DType::U32, "U32", 4},
+    {DType::I32, "I32", 4},
+    {DType::F32, "F32", 4},
+    {DType::U64, "U64", 8},
+    {DType::I64, "I64", 8},
     {DType::F64, "F64", 8},
 }};
 
@@ -34,8 +42,7 @@ const DTypeInfo& info(DType t)
     return kDTypes[0]; // unreachable: every enumerator is listed
 }
 
-template <class T>
-T load(const std::byte* p)
+template <class T> T load(const std::byte* p)
 {
     T v;
     std::memcpy(&v, p, sizeof(T));
@@ -59,8 +66,7 @@ void convertFloats(const std::byte* src, std::size_t n, DType t, float* dst)
         return;
     case DType::BF16:
         for (std::size_t i = 0; i < n; ++i)
-            dst[i] = static_cast<float>(
-                Eigen::numext::bit_cast<Eigen::bfloat16>(load<std::uint16_t>(src + 2 * i)));
+            dst[i] = static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(load<std::uint16_t>(src + 2 * i)));
         return;
     default:
         return;
@@ -69,8 +75,14 @@ void convertFloats(const std::byte* src, std::size_t n, DType t, float* dst)
 
 } // namespace
 
-std::size_t dtypeSize(DType t) { return info(t).size; }
-const char* dtypeName(DType t) { return info(t).name; }
+std::size_t dtypeSize(DType t)
+{
+    return info(t).size;
+}
+const char* dtypeName(DType t)
+{
+    return info(t).name;
+}
 
 std::optional<DType> dtypeFromName(const std::string& name)
 {
@@ -80,7 +92,10 @@ std::optional<DType> dtypeFromName(const std::string& name)
     return std::nullopt;
 }
 
-bool isFloat(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32 || t == DType::F64; }
+bool isFloat(DType t)
+{
+    return t == DType::F16 || t == DType::BF16 || t == DType::F32 || t == DType::F64;
+}
 
 std::int64_t TensorView::numel() const
 {
@@ -90,7 +105,10 @@ std::int64_t TensorView::numel() const
     return n;
 }
 
-std::int64_t TensorView::rows() const { return shape.empty() ? 1 : shape[0]; }
+std::int64_t TensorView::rows() const
+{
+    return shape.empty() ? 1 : shape[0];
+}
 
 std::int64_t TensorView::features() const
 {
@@ -132,15 +150,32 @@ std::vector<std::int64_t> toInt64(const TensorView& t)
     for (std::size_t i = 0; i < n; ++i) {
         switch (t.dtype) {
         case DType::Bool:
-        case DType::U8: out[i] = load<std::uint8_t>(p + i); break;
-        case DType::I8: out[i] = load<std::int8_t>(p + i); break;
-        case DType::U16: out[i] = load<std::uint16_t>(p + 2 * i); break;
-        case DType::I16: out[i] = load<std::int16_t>(p + 2 * i); break;
-        case DType::U32: out[i] = load<std::uint32_t>(p + 4 * i); break;
-        case DType::I32: out[i] = load<std::int32_t>(p + 4 * i); break;
-        case DType::U64: out[i] = static_cast<std::int64_t>(load<std::uint64_t>(p + 8 * i)); break;
-        case DType::I64: out[i] = load<std::int64_t>(p + 8 * i); break;
-        default: throwInvalid(t.where(), ": dtype ", dtypeName(t.dtype), " is not an integer type");
+        case DType::U8:
+            out[i] = load<std::uint8_t>(p + i);
+            break;
+        case DType::I8:
+            out[i] = load<std::int8_t>(p + i);
+            break;
+        case DType::U16:
+            out[i] = load<std::uint16_t>(p + 2 * i);
+            break;
+        case DType::I16:
+            out[i] = load<std::int16_t>(p + 2 * i);
+            break;
+        case DType::U32:
+            out[i] = load<std::uint32_t>(p + 4 * i);
+            break;
+        case DType::I32:
+            out[i] = load<std::int32_t>(p + 4 * i);
+            break;
+        case DType::U64:
+            out[i] = static_cast<std::int64_t>(load<std::uint64_t>(p + 8 * i));
+            break;
+        case DType::I64:
+            out[i] = load<std::int64_t>(p + 8 * i);
+            break;
+        default:
+            throwInvalid(t.where(), ": dtype ", dtypeName(t.dtype), " is not an integer type");
         }
     }
     return out;
@@ -176,7 +211,9 @@ std::vector<std::byte> encodeFloats(const float* values, std::size_t n, DType t)
     for (std::size_t i = 0; i < n; ++i) {
         std::byte* p = out.data() + i * dtypeSize(t);
         switch (t) {
-        case DType::F32: std::memcpy(p, &values[i], 4); break;
+        case DType::F32:
+            std::memcpy(p, &values[i], 4);
+            break;
         case DType::F64: {
             const double d = values[i];
             std::memcpy(p, &d, 8);
@@ -192,7 +229,8 @@ std::vector<std::byte> encodeFloats(const float* values, std::size_t n, DType t)
             std::memcpy(p, &b, 2);
             break;
         }
-        default: throwInvalid("cannot encode floats as ", dtypeName(t));
+        default:
+            throwInvalid("cannot encode floats as ", dtypeName(t));
         }
     }
     return out;

@@ -20,7 +20,7 @@ namespace gsrq {
 enum class DType { Bool, U8, I8, U16, I16, F16, BF16, U32, I32, F32, U64, I64, F64 };
 
 std::size_t dtypeSize(DType t);
-const char* dtypeName(DType t);              // safetensors spelling: "F32", "BF16", ...
+const char* dtypeName(DType t); // safetensors spelling: "F32", "BF16", ...
 std::optional<DType> dtypeFromName(const std::string& name);
 bool isFloat(DType t);
 
@@ -41,7 +41,7 @@ struct TensorView {
     std::int64_t rows() const;
     std::int64_t features() const;
     std::string shapeString() const; // "[2048, 4, 8]"
-    std::string where() const;        // "tensor 'name' in file.safetensors"
+    std::string where() const;       // "tensor 'name' in file.safetensors"
 };
 
 // Converts a floating-point tensor (F16, BF16, F32, F64) to [rows, features] float32.

@@ -164,8 +164,8 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
             throwInvalid("--weights ", weightModeName(s.weights), ": ", dump.path(), " has no gradient for '",
                          t->view.name, "' (expected layers.L.key_grad or layers.L.value_grad)");
         if (evalDump) {
-            const KvTensor& e = evalDump->format() == "npy" && dump.format() == "npy" ? evalDump->only()
-                                                                                       : evalDump->get(t->view.name);
+            const KvTensor& e =
+                evalDump->format() == "npy" && dump.format() == "npy" ? evalDump->only() : evalDump->get(t->view.name);
             if (e.view.features() != t->view.features())
                 throwInvalid(e.view.where(), ": has ", e.view.features(), " features, the training tensor ",
                              t->view.features());
@@ -174,29 +174,37 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
 
     TrainJobResult out;
     const int D = s.rq.dim;
-    out.file.metadata = {{"dim", std::to_string(D)},
-                         {"stages", std::to_string(s.rq.stages)},
-                         {"k", std::to_string(s.rq.k)},
-                         {"method", methodName(s.rq.method)},
-                         {"weights", weightModeName(s.weights)},
-                         {"tau", cat(s.tau)},
-                         {"beam", std::to_string(s.rq.beam)},
-                         {"iterations", std::to_string(s.rq.iterations)},
-                         {"seed", std::to_string(s.rq.seed)},
-                         {"bpa", cat(bitsPerActivation(D, s.rq.stages, s.rq.k))},
-                         {"key_rope", s.keyRope == KeyRope::Post || keysStoredPost(dump) ? "post" : "pre"},
-                         {"source", dump.path()},
-                         {"settings", nlohmann::ordered_json{{"dim", D}, {"stages", s.rq.stages}, {"k", s.rq.k},
-                                                             {"method", methodName(s.rq.method)},
-                                                             {"iterations", s.rq.iterations}, {"seed", s.rq.seed},
-                                                             {"beam", s.rq.beam}, {"reseed_empty", s.rq.reseedEmpty},
-                                                             {"weights", weightModeName(s.weights)}, {"tau", s.tau},
-                                                             {"tensors", s.tensorPatterns}, {"layers", s.layers},
-                                                             {"holdout", s.holdout}, {"eval", s.evalPath},
-                                                             {"key_rope", s.keyRope == KeyRope::Post ? "post" : "as-dumped"},
-                                                             {"drop_nonfinite", s.dropNonFinite}}
-                                          .dump()},
-                         {"source_sha256", s.sourceSha256.empty() ? sha256Files(dump.files()) : s.sourceSha256}};
+    out.file.metadata = {
+        {"dim", std::to_string(D)},
+        {"stages", std::to_string(s.rq.stages)},
+        {"k", std::to_string(s.rq.k)},
+        {"method", methodName(s.rq.method)},
+        {"weights", weightModeName(s.weights)},
+        {"tau", cat(s.tau)},
+        {"beam", std::to_string(s.rq.beam)},
+        {"iterations", std::to_string(s.rq.iterations)},
+        {"seed", std::to_string(s.rq.seed)},
+        {"bpa", cat(bitsPerActivation(D, s.rq.stages, s.rq.k))},
+        {"key_rope", s.keyRope == KeyRope::Post || keysStoredPost(dump) ? "post" : "pre"},
+        {"source", dump.path()},
+        {"settings", nlohmann::ordered_json{{"dim", D},
+                                            {"stages", s.rq.stages},
+                                            {"k", s.rq.k},
+                                            {"method", methodName(s.rq.method)},
+                                            {"iterations", s.rq.iterations},
+                                            {"seed", s.rq.seed},
+                                            {"beam", s.rq.beam},
+                                            {"reseed_empty", s.rq.reseedEmpty},
+                                            {"weights", weightModeName(s.weights)},
+                                            {"tau", s.tau},
+                                            {"tensors", s.tensorPatterns},
+                                            {"layers", s.layers},
+                                            {"holdout", s.holdout},
+                                            {"eval", s.evalPath},
+                                            {"key_rope", s.keyRope == KeyRope::Post ? "post" : "as-dumped"},
+                                            {"drop_nonfinite", s.dropNonFinite}}
+                         .dump()},
+        {"source_sha256", s.sourceSha256.empty() ? sha256Files(dump.files()) : s.sourceSha256}};
 
     const double bitsPerValue = s.exportDType == DType::F16 ? 16 : 32;
     std::map<int, std::map<KvKind, MatrixRF>> recon; // per layer: full reconstructions for attention
@@ -213,7 +221,8 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
         if (s.weights != WeightMode::None) {
             const KvTensor& g = *dump.gradientOf(t);
             if (g.view.rows() != t.view.rows())
-                throwInvalid(g.view.where(), ": has ", g.view.rows(), " rows but '", t.view.name, "' has ", t.view.rows());
+                throwInvalid(g.view.where(), ": has ", g.view.rows(), " rows but '", t.view.name, "' has ",
+                             t.view.rows());
             MatrixRF grad = toMatrix(g.view);
             if (!loaded.droppedRows.empty())
                 grad = dropRows(grad, loaded.droppedRows);
@@ -253,8 +262,8 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
             r.heldout = computeMetrics(xh, decode(heldCodes, r.train.codebooks));
             r.heldoutSeconds = elapsed(t0);
         } else if (evalDump) {
-            const KvTensor& e = evalDump->format() == "npy" && dump.format() == "npy" ? evalDump->only()
-                                                                                       : evalDump->get(t.view.name);
+            const KvTensor& e =
+                evalDump->format() == "npy" && dump.format() == "npy" ? evalDump->only() : evalDump->get(t.view.name);
             const MatrixRF xe = preparedRows(*evalDump, e, s.keyRope, s.dropNonFinite, nullptr, nullptr);
             r.heldoutRows = xe.rows();
             r.heldout = metricsOf(xe, r.train.codebooks, s.rq.beam, backend, &r.heldoutSeconds);

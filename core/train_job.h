@@ -24,13 +24,13 @@ struct TrainSettings {
     WeightMode weights = WeightMode::None;
     double tau = 1.0;
     bool dropNonFinite = false;
-    std::string evalPath;                    // held-out dump (same tensor names), or empty
-    double holdout = 0;                      // fraction of rows held out (the last rows), or 0
+    std::string evalPath; // held-out dump (same tensor names), or empty
+    double holdout = 0;   // fraction of rows held out (the last rows), or 0
     KeyRope keyRope = KeyRope::AsDumped;
-    int attentionQueries = 128;              // 0: no attention fidelity
-    DType exportDType = DType::F32;          // counts the codebook bytes as exported
-    bool keepCodes = false;                  // store training codes in the file
-    std::string sourceSha256;                // the dump's hash when already known (else computed)
+    int attentionQueries = 128;     // 0: no attention fidelity
+    DType exportDType = DType::F32; // counts the codebook bytes as exported
+    bool keepCodes = false;         // store training codes in the file
+    std::string sourceSha256;       // the dump's hash when already known (else computed)
 };
 
 struct TensorTrainResult {
@@ -38,7 +38,7 @@ struct TensorTrainResult {
     std::int64_t rows = 0, heldoutRows = 0, features = 0, droppedRows = 0;
     double bpa = 0;
     std::uint64_t codebookBytes = 0;
-    double effectiveBpa = 0;       // BPA + codebook bits / (tokens in the dump × features)
+    double effectiveBpa = 0; // BPA + codebook bits / (tokens in the dump × features)
     bool ropeApplied = false;
     WeightSummary weightSummary;
     RqTrainResult train;
@@ -48,7 +48,7 @@ struct TensorTrainResult {
 
 struct LayerAttention {
     int layer = 0;
-    std::string keys, values;      // "quantized" or "exact"
+    std::string keys, values; // "quantized" or "exact"
     AttentionFidelity fidelity;
 };
 

@@ -21,9 +21,12 @@ std::optional<WeightMode> weightModeFromName(const std::string& s)
 const char* weightModeName(WeightMode m)
 {
     switch (m) {
-    case WeightMode::None: return "none";
-    case WeightMode::GradRaw: return "grad-raw";
-    case WeightMode::GradLog: return "grad-log";
+    case WeightMode::None:
+        return "none";
+    case WeightMode::GradRaw:
+        return "grad-raw";
+    case WeightMode::GradLog:
+        return "grad-log";
     }
     return "?";
 }
@@ -51,8 +54,12 @@ Eigen::VectorXf gradientWeights(const MatrixRF& grad, WeightMode mode, double ta
     s.rawMax = norms.size() ? norms.maxCoeff() : 0;
     s.rawMedian = median(norms);
     switch (mode) {
-    case WeightMode::None: w = Eigen::VectorXd::Ones(grad.rows()); break;
-    case WeightMode::GradRaw: w = norms; break;
+    case WeightMode::None:
+        w = Eigen::VectorXd::Ones(grad.rows());
+        break;
+    case WeightMode::GradRaw:
+        w = norms;
+        break;
     case WeightMode::GradLog:
         s.lambda = tau / (s.rawMedian + epsilon);
         w = (1.0 + s.lambda * norms.array()).log().matrix();

@@ -18,9 +18,9 @@ std::optional<WeightMode> weightModeFromName(const std::string& s); // "none", "
 const char* weightModeName(WeightMode m);
 
 struct WeightSummary {
-    double rawMax = 0, rawMedian = 0;         // of ‖g‖
-    double weightMax = 0, weightMedian = 0;   // of the weights used
-    double lambda = 0;                        // grad-log only
+    double rawMax = 0, rawMedian = 0;       // of ‖g‖
+    double weightMax = 0, weightMedian = 0; // of the weights used
+    double lambda = 0;                      // grad-log only
 };
 
 // grad: n × d gradient rows (finite). Returns n weights ≥ 0.

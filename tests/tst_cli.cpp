@@ -150,7 +150,8 @@ void TestCli::compareWithGradientWeights()
 
 void TestCli::sweepJson()
 {
-    const auto r = gsrqRun({"sweep", m_data, "--over", "dim", "--values", "8,16,32", "--k", "16", "--iters", "10", "--json"});
+    const auto r =
+        gsrqRun({"sweep", m_data, "--over", "dim", "--values", "8,16,32", "--k", "16", "--iters", "10", "--json"});
     QVERIFY2(r.code == 0, r.err.constData());
     const auto j = parseObject(r);
     const auto pts = j["points"].toArray();
@@ -219,13 +220,16 @@ void TestCli::badInputExitsWithTwo_data()
     QTest::newRow("bad sweep values") << QStringList{"sweep", d, "--over", "k", "--values", "8,x"} << "--values";
     QTest::newRow("bad sweep axis") << QStringList{"sweep", d, "--over", "rows", "--values", "8"} << "--over";
     QTest::newRow("non-numeric k") << QStringList{"compare", d, "--k", "many"} << "--k";
-    QTest::newRow("tensor missing") << QStringList{"compare", GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors",
+    QTest::newRow("tensor missing") << QStringList{"compare",
+                                                   GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors",
                                                    "--tensor", "layers.9.value"}
                                     << "no tensor named 'layers.9.value'";
-    QTest::newRow("tensor not chosen") << QStringList{"compare", GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors"}
+    QTest::newRow("tensor not chosen") << QStringList{"compare",
+                                                      GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors"}
                                        << "--tensor";
     QTest::newRow("synth bad kind") << QStringList{"synth", "uniform", "--out", m_dir.filePath("u.npy")} << "uniform";
-    QTest::newRow("synth bad extension") << QStringList{"synth", "gaussian", "--out", m_dir.filePath("u.csv")} << "--out";
+    QTest::newRow("synth bad extension") << QStringList{"synth", "gaussian", "--out", m_dir.filePath("u.csv")}
+                                         << "--out";
     QTest::newRow("synth unwritable") << QStringList{"synth", "gaussian", "--rows", "4", "--out", "/proc/gsrq/u.npy"}
                                       << "/proc/gsrq/u.npy";
 }

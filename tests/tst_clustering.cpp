@@ -131,7 +131,8 @@ void TestClustering::gskmUpdateMatchesClosedForm()
         const double g = std::max(0.0, sx.dot(s) / W);
         const Eigen::RowVectorXd c = g * s;
         // Same sums in a different order, then rounded to float: within 1e-5 relative.
-        QVERIFY2((updated.row(k).cast<double>() - c).norm() <= 1e-5 * c.norm(), qPrintable(QString("cluster %1").arg(k)));
+        QVERIFY2((updated.row(k).cast<double>() - c).norm() <= 1e-5 * c.norm(),
+                 qPrintable(QString("cluster %1").arg(k)));
         QVERIFY(std::abs(gs.shapes.row(k).norm() - 1.0) < 1e-12);
     }
 }
@@ -239,9 +240,11 @@ void TestClustering::bothMethodsStartFromTheSameRows()
     for (int k = 0; k < 12; ++k) {
         QCOMPARE(km.centroids.row(k), X.row(rows[std::size_t(k)]));
         // GSKM stores g·s of the same row: equal up to float rounding of the split.
-        QVERIFY((gs.centroids.row(k) - X.row(rows[std::size_t(k)])).norm() <= 1e-6 * X.row(rows[std::size_t(k)]).norm());
+        QVERIFY((gs.centroids.row(k) - X.row(rows[std::size_t(k)])).norm() <=
+                1e-6 * X.row(rows[std::size_t(k)]).norm());
     }
-    QVERIFY(std::abs(km.history.front().objective - gs.history.front().objective) <= 1e-6 * km.history.front().objective);
+    QVERIFY(std::abs(km.history.front().objective - gs.history.front().objective) <=
+            1e-6 * km.history.front().objective);
     QVERIFY(sampleRows(300, 12, 100) != rows); // the seed matters
 }
 
@@ -277,7 +280,8 @@ void TestClustering::convergesOnSeparatedBlobs()
             for (int k = 0; k < 4; ++k)
                 nearest = std::min(nearest, double((r.centroids.row(k) - centres.row(c)).norm()));
             // Each blob's mean is within a few noise σ/√100 of its centre: 0.1 is ~5 of them.
-            QVERIFY2(nearest < 0.1, qPrintable(QString("%1: centre %2 off by %3").arg(methodName(m)).arg(c).arg(nearest)));
+            QVERIFY2(nearest < 0.1,
+                     qPrintable(QString("%1: centre %2 off by %3").arg(methodName(m)).arg(c).arg(nearest)));
         }
         // Recorded at the end: a pass in which no label changed.
         QCOMPARE(r.history.back().changed, std::int64_t(0));
@@ -303,7 +307,9 @@ void TestClustering::emptyClusterKeptOrReseeded()
     // nearest-centroid rule gives ties to the first, so the second starts empty.
     MatrixRF X(60, 2);
     for (int i = 0; i < 60; ++i)
-        X.row(i) = (i % 3 == 0) ? Eigen::RowVector2f(5, 0) : (i % 3 == 1) ? Eigen::RowVector2f(0, 5) : Eigen::RowVector2f(-5, -5);
+        X.row(i) = (i % 3 == 0)   ? Eigen::RowVector2f(5, 0)
+                   : (i % 3 == 1) ? Eigen::RowVector2f(0, 5)
+                                  : Eigen::RowVector2f(-5, -5);
     ClusteringParams p;
     p.k = 4;
     p.maxIterations = 10;
@@ -337,7 +343,7 @@ void TestClustering::cancelStopsWithinOneIteration()
     int calls = 0;
     const auto r = cluster(X, nullptr, Method::GainShape, p, *be, [&](const IterationStats&) { return ++calls < 3; });
     QCOMPARE(r.stop, StopReason::Cancelled);
-    QCOMPARE(calls, 3);             // no callback after the one that said stop
+    QCOMPARE(calls, 3); // no callback after the one that said stop
     QCOMPARE(r.history.size(), size_t(3));
     QCOMPARE(r.iterations, 3);
     // Labels returned match the centroids returned.

@@ -135,7 +135,8 @@ void TestQuantizer::stagesNeverIncreaseTrainingError()
     QCOMPARE(r.afterStage.size(), size_t(6));
     QCOMPARE(r.clusterings.size(), size_t(12)); // 2 subspaces × 6 stages
     for (std::size_t i = 1; i < r.afterStage.size(); ++i)
-        QVERIFY2(r.afterStage[i].mse <= r.afterStage[i - 1].mse * (1 + 1e-6), qPrintable(QString("stage %1").arg(i + 1)));
+        QVERIFY2(r.afterStage[i].mse <= r.afterStage[i - 1].mse * (1 + 1e-6),
+                 qPrintable(QString("stage %1").arg(i + 1)));
     QVERIFY(r.afterStage.back().nmse < 0.5 * r.afterStage.front().nmse);
     // The reported metrics are those of the codes' reconstruction.
     const auto m = computeMetrics(X, decode(r.codes, r.codebooks));
@@ -200,7 +201,7 @@ void TestQuantizer::exportImportReconstructsIdentically()
         const MatrixRF a = decode(r.codes, r.codebooks), b = decode(*e.codes, e.codebooks);
         if (dt == DType::F32)
             QCOMPARE(a, b); // identical
-        else // two F16-rounded codewords summed: within 2 × 2^-11 of the largest magnitude
+        else                // two F16-rounded codewords summed: within 2 × 2^-11 of the largest magnitude
             QVERIFY((a - b).cwiseAbs().maxCoeff() <= 2 * std::ldexp(1.0f, -11) * a.cwiseAbs().maxCoeff() * 2);
         QCOMPARE(g.metadata.at("format"), std::string(kCodebookFormat));
     }
@@ -239,8 +240,9 @@ void TestQuantizer::otherFormatVersionRefused()
     Codebooks cb;
     cb.allocate(2, 1, 2, 1);
     const auto path = test::pathIn(dir, "v2.safetensors");
-    writeSafetensors(path, {makeFloatBlob("x.codebooks", MatrixRF::Zero(1, 4), DType::F32, {1, 1, 2, 2})},
-                     {{"format", "gsrq-codebooks"}, {"format_version", "2"}, {"dim", "2"}, {"stages", "1"}, {"k", "2"}});
+    writeSafetensors(
+        path, {makeFloatBlob("x.codebooks", MatrixRF::Zero(1, 4), DType::F32, {1, 1, 2, 2})},
+        {{"format", "gsrq-codebooks"}, {"format_version", "2"}, {"dim", "2"}, {"stages", "1"}, {"k", "2"}});
     try {
         readCodebookFile(path);
         QFAIL("version 2 must be refused");
@@ -316,7 +318,8 @@ void TestQuantizer::ropeMatchesComplexRotation()
 void TestQuantizer::attentionExactIsPerfect()
 {
     const int N = 64, hd = 4;
-    const MatrixRF q = test::randomRows(N, 4 * hd, 47), k = test::randomRows(N, 2 * hd, 48), v = test::randomRows(N, 2 * hd, 49);
+    const MatrixRF q = test::randomRows(N, 4 * hd, 47), k = test::randomRows(N, 2 * hd, 48),
+                   v = test::randomRows(N, 2 * hd, 49);
     AttentionInputs in;
     in.q = &q;
     in.k = &k;

@@ -66,7 +66,8 @@ void TestReaders::safetensorsRoundTrip()
     QCOMPARE(y.cols(), 12);
     for (Eigen::Index i = 0; i < x.size(); ++i) {
         const double a = x.data()[i], b = y.data()[i];
-        QVERIFY2(std::abs(a - b) <= relTol * std::abs(a), qPrintable(QString("element %1: %2 vs %3").arg(i).arg(a).arg(b)));
+        QVERIFY2(std::abs(a - b) <= relTol * std::abs(a),
+                 qPrintable(QString("element %1: %2 vs %3").arg(i).arg(a).arg(b)));
     }
     if (DType(dtype) == DType::F16) // the library type's rounding, bit for bit
         QCOMPARE(y(0, 0), static_cast<float>(Eigen::half(x(0, 0))));

@@ -39,7 +39,10 @@ QProcess* startGsrq(const QStringList& args, QObject* parent)
     return p;
 }
 
-std::string fileHash(const std::string& path) { return sha256Files({path}); }
+std::string fileHash(const std::string& path)
+{
+    return sha256Files({path});
+}
 
 } // namespace
 
@@ -71,8 +74,8 @@ void TestRunStore::initTestCase()
     QVERIFY(m_dir.isValid());
     m_data = m_dir.filePath("data.npy");
     QProcess p;
-    p.start(QStringLiteral(GSRQ_CLI_PATH), {"--no-db", "synth", "gaussian", "--rows", "20000", "--features", "64",
-                                            "--seed", "3", "--out", m_data});
+    p.start(QStringLiteral(GSRQ_CLI_PATH),
+            {"--no-db", "synth", "gaussian", "--rows", "20000", "--features", "64", "--seed", "3", "--out", m_data});
     QVERIFY(p.waitForFinished(60000) && p.exitCode() == 0);
 }
 
@@ -236,8 +239,8 @@ void TestRunStore::unwritableLocationRefused()
         QVERIFY2(std::string(e.what()).find("cannot open") != std::string::npos, e.what());
     }
     QProcess p;
-    p.start(QStringLiteral(GSRQ_CLI_PATH), {"--db", "/proc/gsrq-no-such-dir/runs.db", "compare", m_data, "--k", "4",
-                                            "--iters", "1", "--dim", "64"});
+    p.start(QStringLiteral(GSRQ_CLI_PATH),
+            {"--db", "/proc/gsrq-no-such-dir/runs.db", "compare", m_data, "--k", "4", "--iters", "1", "--dim", "64"});
     QVERIFY(p.waitForFinished(60000));
     QCOMPARE(p.exitCode(), 2);
     QVERIFY(p.readAllStandardError().contains("--no-db"));

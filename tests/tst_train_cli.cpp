@@ -37,11 +37,17 @@ Run gsrqRun(const QStringList& args)
     return r;
 }
 
-QJsonObject json(const Run& r) { return QJsonDocument::fromJson(r.out).object(); }
+QJsonObject json(const Run& r)
+{
+    return QJsonDocument::fromJson(r.out).object();
+}
 
 const QString kSample = QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors");
 
-bool close(double a, double b, double rel) { return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b)); }
+bool close(double a, double b, double rel)
+{
+    return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b));
+}
 
 } // namespace
 
@@ -77,10 +83,11 @@ void TestTrainCli::trainSampleThenEvalReproduces()
         for (const char* key : {"mse", "nmse", "gain_error", "cosine", "shrinkage", "iterations", "seconds"})
             QVERIFY2(train.contains(key), key);
         QCOMPARE(t["stages"].toArray().size(), 3);
-        QCOMPARE(t["bpa"].toDouble(), 3 * 5.0 / 8); // R·log2(K)/D
+        QCOMPARE(t["bpa"].toDouble(), 3 * 5.0 / 8);                // R·log2(K)/D
         QCOMPARE(t["codebook_bytes"].toInt(), 4 * 3 * 32 * 8 * 4); // M·R·K·D float32
         // Codebooks add their bits over the dump's 2,048 tokens × 32 features.
-        QVERIFY(close(t["effective_bpa"].toDouble(), t["bpa"].toDouble() + 4.0 * 3 * 32 * 8 * 32 / (2048.0 * 32), 1e-12));
+        QVERIFY(
+            close(t["effective_bpa"].toDouble(), t["bpa"].toDouble() + 4.0 * 3 * 32 * 8 * 32 / (2048.0 * 32), 1e-12));
         QVERIFY(t["weight_summary"].toObject()["raw_max_over_median"].toDouble() > 1);
         QVERIFY(train["nmse"].toDouble() < t["stages"].toArray()[0].toObject()["nmse"].toDouble());
     }
@@ -115,9 +122,11 @@ void TestTrainCli::holdoutAndNpyEval()
     QVERIFY(t["heldout"].toObject()["nmse"].toDouble() > 0);
 
     const QString train = m_dir.filePath("train.npy"), test = m_dir.filePath("test.npy");
-    QCOMPARE(gsrqRun({"synth", "gaussian", "--rows", "2000", "--features", "16", "--seed", "1", "--out", train}).code, 0);
+    QCOMPARE(gsrqRun({"synth", "gaussian", "--rows", "2000", "--features", "16", "--seed", "1", "--out", train}).code,
+             0);
     QCOMPARE(gsrqRun({"synth", "gaussian", "--rows", "500", "--features", "16", "--seed", "2", "--out", test}).code, 0);
-    r = gsrqRun({"train", train, "--dim", "8", "--stages", "2", "--k", "16", "--method", "km", "--eval", test, "--json"});
+    r = gsrqRun(
+        {"train", train, "--dim", "8", "--stages", "2", "--k", "16", "--method", "km", "--eval", test, "--json"});
     QVERIFY2(r.code == 0, r.err.constData());
     t = json(r)["tensors"].toArray()[0].toObject();
     QCOMPARE(t["heldout_rows"].toInt(), 500);
@@ -141,7 +150,8 @@ void TestTrainCli::mergeLayersTrainedApart()
     QCOMPARE(json(r)["tensors"].toArray().size(), 4);
 
     QCOMPARE(gsrqRun({"train", kSample, "--layers", "0", "--dim", "8", "--stages", "2", "--k", "32", "-q",
-                      "--attention-queries", "0", "--out", other}).code,
+                      "--attention-queries", "0", "--out", other})
+                 .code,
              0);
     r = gsrqRun({"codebooks", "merge", a, other, "-o", m_dir.filePath("bad.safetensors")});
     QCOMPARE(r.code, 2);
@@ -176,28 +186,29 @@ void TestTrainCli::badInputs_data()
     const QString wideCb = m_dir.filePath("wide.safetensors");
     gsrqRun({"train", wide, "--dim", "8", "--stages", "1", "--k", "4", "--out", wideCb, "-q"});
 
-    QTest::newRow("NaN in gradients") << QStringList{"train", nanDump, "--dim", "4", "--stages", "1", "--k", "4",
-                                                     "--weights", "grad-log"}
+    QTest::newRow("NaN in gradients") << QStringList{"train", nanDump, "--dim", "4",         "--stages",
+                                                     "1",     "--k",   "4",     "--weights", "grad-log"}
                                       << "NaN";
-    QTest::newRow("weights without gradients") << QStringList{"train", narrow, "--dim", "4", "--stages", "1", "--k",
-                                                              "4", "--weights", "grad-raw"}
-                                               << "no gradient";
-    QTest::newRow("codebooks cover other features") << QStringList{"eval", narrow, "--codebooks", wideCb}
-                                                    << "features but its codebooks cover 32";
-    QTest::newRow("tensor missing for codebooks") << QStringList{"eval", kSample, "--codebooks", wideCb}
-                                                  << "no tensor named 'wide'";
-    QTest::newRow("not a codebooks file") << QStringList{"eval", narrow, "--codebooks", kSample} << "not a GSRQ codebooks";
-    QTest::newRow("no tensor selected") << QStringList{"train", kSample, "--tensors", "layers.*.keys", "--dim", "8",
-                                                       "--stages", "1", "--k", "4"}
+    QTest::newRow("weights without gradients")
+        << QStringList{"train", narrow, "--dim", "4", "--stages", "1", "--k", "4", "--weights", "grad-raw"}
+        << "no gradient";
+    QTest::newRow("codebooks cover other features")
+        << QStringList{"eval", narrow, "--codebooks", wideCb} << "features but its codebooks cover 32";
+    QTest::newRow("tensor missing for codebooks")
+        << QStringList{"eval", kSample, "--codebooks", wideCb} << "no tensor named 'wide'";
+    QTest::newRow("not a codebooks file")
+        << QStringList{"eval", narrow, "--codebooks", kSample} << "not a GSRQ codebooks";
+    QTest::newRow("no tensor selected") << QStringList{"train", kSample,    "--tensors", "layers.*.keys", "--dim",
+                                                       "8",     "--stages", "1",         "--k",           "4"}
                                         << "no tensor matches";
-    QTest::newRow("K not a power of two") << QStringList{"train", narrow, "--dim", "4", "--stages", "1", "--k", "12"}
-                                          << "power of two";
+    QTest::newRow("K not a power of two")
+        << QStringList{"train", narrow, "--dim", "4", "--stages", "1", "--k", "12"} << "power of two";
     QTest::newRow("bpa with dim") << QStringList{"train", narrow, "--bpa", "1", "--dim", "4"} << "either --bpa";
-    QTest::newRow("bad holdout") << QStringList{"train", narrow, "--dim", "4", "--stages", "1", "--k", "4", "--holdout",
-                                                "1.5"}
+    QTest::newRow("bad holdout") << QStringList{"train", narrow, "--dim", "4",         "--stages",
+                                                "1",     "--k",  "4",     "--holdout", "1.5"}
                                  << "--holdout";
-    QTest::newRow("bad layers") << QStringList{"train", kSample, "--layers", "2-x", "--dim", "8", "--stages", "1",
-                                               "--k", "4"}
+    QTest::newRow("bad layers") << QStringList{"train", kSample,    "--layers", "2-x", "--dim",
+                                               "8",     "--stages", "1",        "--k", "4"}
                                 << "--layers";
 }
 
@@ -213,8 +224,9 @@ void TestTrainCli::badInputs()
 void TestTrainCli::existingOutputKept()
 {
     const QString out = m_dir.filePath("keep.safetensors");
-    const QStringList args{"train", kSample, "--layers", "0", "--dim", "8", "--stages", "1", "--k", "8", "-q",
-                           "--attention-queries", "0", "--out", out};
+    const QStringList args{"train",    kSample, "--layers", "0", "--dim", "8",
+                           "--stages", "1",     "--k",      "8", "-q",    "--attention-queries",
+                           "0",        "--out", out};
     QCOMPARE(gsrqRun(args).code, 0);
     const auto before = std::filesystem::last_write_time(out.toStdString());
     const auto r = gsrqRun(args);

@@ -19,9 +19,11 @@ void addRunOptions(CLI::App* cmd, RunOptions& o)
     cmd->add_option("--iters", o.settings.iterations, "Maximum iterations")->capture_default_str();
     cmd->add_option("--seed", o.settings.seed, "Seed for the initial rows")->capture_default_str();
     cmd->add_option("--methods", o.methods, "Methods to run: km, gskm or both")->capture_default_str();
-    cmd->add_flag("--residual", o.settings.residual, "Cluster the residual left by a KM pass (the paper's 1st residual)");
+    cmd->add_flag("--residual", o.settings.residual,
+                  "Cluster the residual left by a KM pass (the paper's 1st residual)");
     cmd->add_flag("--reseed-empty", o.settings.reseedEmpty, "Re-seed empty clusters by splitting the largest");
-    cmd->add_option("--weights", o.weights, "Row weights: none, grad-raw, grad-log (needs layers.L.key_grad/value_grad)")
+    cmd->add_option("--weights", o.weights,
+                    "Row weights: none, grad-raw, grad-log (needs layers.L.key_grad/value_grad)")
         ->capture_default_str();
     cmd->add_option("--tau", o.tau, "τ of grad-log weights: λ = τ / median‖g‖")->capture_default_str();
     cmd->add_flag("--drop-nonfinite", o.dropNonFinite, "Drop rows holding NaN/Inf instead of refusing the tensor");
@@ -61,7 +63,8 @@ PreparedInput prepareInput(RunOptions& o)
             throwInvalid("--weights ", o.weights, ": ", o.dump, " has no gradient for '", t.view.name,
                          "' (expected layers.L.key_grad or layers.L.value_grad)");
         if (g->view.rows() != t.view.rows())
-            throwInvalid(g->view.where(), ": has ", g->view.rows(), " rows but '", t.view.name, "' has ", t.view.rows());
+            throwInvalid(g->view.where(), ": has ", g->view.rows(), " rows but '", t.view.name, "' has ",
+                         t.view.rows());
         MatrixRF grad = toMatrix(g->view);
         if (!in.data.droppedRows.empty())
             grad = dropRows(grad, in.data.droppedRows);

@@ -76,10 +76,17 @@ Command registerBenchCluster(CLI::App& root)
                 }
                 const double flops = 2.0 * static_cast<double>(x.rows()) * static_cast<double>(x.cols()) * o->k;
                 if (o->json) {
-                    printJson({{"tool", "gsrq"}, {"version", kVersion}, {"command", "bench-cluster"},
-                               {"data", source}, {"rows", x.rows()}, {"dim", x.cols()}, {"k", o->k},
-                               {"backend", backend->name()}, {"device", backend->device()},
-                               {"gemm_flop_per_iteration", flops}, {"methods", methods}});
+                    printJson({{"tool", "gsrq"},
+                               {"version", kVersion},
+                               {"command", "bench-cluster"},
+                               {"data", source},
+                               {"rows", x.rows()},
+                               {"dim", x.cols()},
+                               {"k", o->k},
+                               {"backend", backend->name()},
+                               {"device", backend->device()},
+                               {"gemm_flop_per_iteration", flops},
+                               {"methods", methods}});
                     return;
                 }
                 std::printf("bench-cluster: %s, %lld × %lld, K=%d, %s (%s)\n", source.c_str(),

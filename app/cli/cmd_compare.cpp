@@ -52,12 +52,12 @@ Command registerCompare(CLI::App& root)
                     if (!o->json)
                         printHeader(in, *backend);
                     ProgressBar bar(!o->quiet);
-                    const auto r = runCompare(in.data.rows, in.weightPtr(), o->settings, *backend,
-                                              [&](const ProgressEvent& e) {
-                                                  bar.update(e.fraction, e.what);
-                                                  run.progress(e);
-                                                  return true;
-                                              });
+                    const auto r =
+                        runCompare(in.data.rows, in.weightPtr(), o->settings, *backend, [&](const ProgressEvent& e) {
+                            bar.update(e.fraction, e.what);
+                            run.progress(e);
+                            return true;
+                        });
                     bar.finish();
                     if (run)
                         run->recordCompare(r, in.data.name);

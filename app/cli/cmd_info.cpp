@@ -22,13 +22,16 @@ Command registerInfo(CLI::App& root)
     return {cmd, [o] {
                 const KvDump d = KvDump::open(o->path);
                 if (o->json) {
-                    nlohmann::ordered_json j = {{"file", d.path()}, {"format", d.format()}, {"files", d.files()},
-                                                {"bytes", d.totalBytes()}, {"metadata", d.metadata()}};
+                    nlohmann::ordered_json j = {{"file", d.path()},
+                                                {"format", d.format()},
+                                                {"files", d.files()},
+                                                {"bytes", d.totalBytes()},
+                                                {"metadata", d.metadata()}};
                     nlohmann::ordered_json ts = nlohmann::ordered_json::array();
                     for (const auto& t : d.tensors()) {
-                        nlohmann::ordered_json tj = {{"name", t.view.name},        {"dtype", dtypeName(t.view.dtype)},
-                                                     {"shape", t.view.shape},      {"rows", t.view.rows()},
-                                                     {"features", t.view.features()}, {"bytes", t.view.nbytes}};
+                        nlohmann::ordered_json tj = {
+                            {"name", t.view.name},   {"dtype", dtypeName(t.view.dtype)}, {"shape", t.view.shape},
+                            {"rows", t.view.rows()}, {"features", t.view.features()},    {"bytes", t.view.nbytes}};
                         if (t.layer >= 0) {
                             tj["layer"] = t.layer;
                             tj["kind"] = kvKindName(t.kind);
@@ -65,10 +68,14 @@ Command registerDevices(CLI::App& root)
                 if (*json) {
                     nlohmann::ordered_json devs = nlohmann::ordered_json::array();
                     for (const auto& d : q.devices)
-                        devs.push_back({{"index", d.index}, {"name", d.name}, {"memory_bytes", d.memoryBytes},
+                        devs.push_back({{"index", d.index},
+                                        {"name", d.name},
+                                        {"memory_bytes", d.memoryBytes},
                                         {"compute_capability", cat(d.computeMajor, ".", d.computeMinor)},
                                         {"multiprocessors", d.multiprocessors}});
-                    printJson({{"cpu_threads", threads}, {"cuda_built", q.builtWithCuda}, {"cuda_devices", devs},
+                    printJson({{"cpu_threads", threads},
+                               {"cuda_built", q.builtWithCuda},
+                               {"cuda_devices", devs},
                                {"message", q.message}});
                     return;
                 }

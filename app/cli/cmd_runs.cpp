@@ -103,7 +103,8 @@ Command registerRuns(CLI::App& root)
     cmd->require_subcommand(1);
     auto* list = cmd->add_subcommand("list", "Recorded runs, newest first");
     list->add_option("--kind", o->kind, "Only runs of this kind (compare, sweep, train, eval)");
-    list->add_option("--status", o->status, "Only runs with this status (running, done, failed, cancelled, interrupted)");
+    list->add_option("--status", o->status,
+                     "Only runs with this status (running, done, failed, cancelled, interrupted)");
     list->add_option("--limit", o->limit, "At most this many (0: all)")->capture_default_str();
     list->add_flag("--json", o->json, "Print JSON");
     auto* show = cmd->add_subcommand("show", "One run: settings, metrics, curves, artifacts, notes");
@@ -122,163 +123,173 @@ Command registerRuns(CLI::App& root)
     note->add_option("id", o->id, "Run id")->required();
     note->add_option("text", o->note, "The note")->required();
 
-    return {cmd, [o, list, show, exp, del, cmp, note] {
-                auto store = requireStore();
-                if (list->parsed()) {
-                    const auto runs = store->listRuns({o->kind, o->status, o->limit});
-                    if (o->json) {
-                        nlohmann::ordered_json arr = nlohmann::ordered_json::array();
-                        for (const auto& r : runs)
-                            arr.push_back(runJson(r));
-                        printJson({{"store", store->path()}, {"runs", arr}});
-                        return;
-                    }
-                    std::printf("%s\n%6s  %-8s %-11s %-24s %s\n", store->path().c_str(), "id", "kind", "status",
-                                "started (UTC)", "dump");
+    return {
+        cmd, [o, list, show, exp, del, cmp, note] {
+            auto store = requireStore();
+            if (list->parsed()) {
+                const auto runs = store->listRuns({o->kind, o->status, o->limit});
+                if (o->json) {
+                    nlohmann::ordered_json arr = nlohmann::ordered_json::array();
                     for (const auto& r : runs)
-                        std::printf("%6lld  %-8s %-11s %-24s %s\n", static_cast<long long>(r.id), r.kind.c_str(),
-                                    r.status.c_str(), r.startedAt.c_str(), r.dumpPath.c_str());
+                        arr.push_back(runJson(r));
+                    printJson({{"store", store->path()}, {"runs", arr}});
                     return;
                 }
-                if (show->parsed()) {
-                    const auto r = store->requireRun(o->id);
-                    const auto metrics = store->metrics(o->id);
-                    const auto series = store->series(o->id);
-                    const auto artifacts = store->artifacts(o->id);
-                    const auto notes = store->notes(o->id);
-                    const auto iterations = store->iterations(o->id);
-                    if (o->json) {
-                        auto j = runJson(r);
-                        nlohmann::ordered_json ms = nlohmann::ordered_json::array(), ss = ms, as = ms, ns = ms, is = ms;
-                        for (const auto& m : metrics)
-                            ms.push_back({{"scope", m.scope}, {"method", m.method}, {"tensor", m.tensor},
-                                          {"stage", m.stage}, {"subspace", m.subspace}, {"name", m.name},
-                                          {"value", m.value}});
-                        for (const auto& p : series)
-                            ss.push_back({{"name", p.name}, {"x", p.x}, {"y", p.y}});
-                        for (const auto& a : artifacts)
-                            as.push_back({{"path", a.path}, {"kind", a.kind}, {"sha256", a.sha256}, {"bytes", a.bytes}});
-                        for (const auto& n : notes)
-                            ns.push_back({{"id", n.id}, {"created_at", n.createdAt}, {"text", n.text}});
-                        for (const auto& it : iterations)
-                            is.push_back({{"method", it.method}, {"tensor", it.tensor}, {"subspace", it.subspace},
-                                          {"stage", it.stage}, {"iteration", it.iteration}, {"objective", it.objective},
-                                          {"changed", it.changed}, {"empty_clusters", it.emptyClusters},
-                                          {"seconds", it.seconds}});
-                        j["metrics"] = ms;
-                        j["series"] = ss;
-                        j["artifacts"] = as;
-                        j["notes"] = ns;
-                        j["iterations"] = is;
-                        printJson(j);
-                        return;
-                    }
-                    std::printf("run %lld: %s, %s\n  started  %s\n  finished %s\n  host %s (pid %lld), gsrq %s, %s (%s)\n",
-                                static_cast<long long>(r.id), r.kind.c_str(), r.status.c_str(), r.startedAt.c_str(),
-                                r.finishedAt.empty() ? "-" : r.finishedAt.c_str(), r.host.c_str(),
-                                static_cast<long long>(r.pid), r.toolVersion.c_str(), r.backend.c_str(),
-                                r.device.c_str());
-                    std::printf("  dump %s\n  sha256 %s\n  command %s\n  settings %s\n", r.dumpPath.c_str(),
-                                r.dumpSha256.c_str(), r.command.c_str(), r.settingsJson.c_str());
-                    if (!r.error.empty())
-                        std::printf("  error %s\n", r.error.c_str());
-                    std::printf("\n  %zu iteration rows, %zu series points\n", iterations.size(), series.size());
-                    bool header = false;
-                    for (const auto& m : metrics) {
-                        if (m.scope != "final" && m.scope != "heldout" && m.scope != "attention")
-                            continue;
-                        if (!header)
-                            std::printf("\n  metrics\n");
-                        header = true;
-                        std::printf("    %-56s %.6g\n", metricKey(m).c_str(), m.value);
-                    }
+                std::printf("%s\n%6s  %-8s %-11s %-24s %s\n", store->path().c_str(), "id", "kind", "status",
+                            "started (UTC)", "dump");
+                for (const auto& r : runs)
+                    std::printf("%6lld  %-8s %-11s %-24s %s\n", static_cast<long long>(r.id), r.kind.c_str(),
+                                r.status.c_str(), r.startedAt.c_str(), r.dumpPath.c_str());
+                return;
+            }
+            if (show->parsed()) {
+                const auto r = store->requireRun(o->id);
+                const auto metrics = store->metrics(o->id);
+                const auto series = store->series(o->id);
+                const auto artifacts = store->artifacts(o->id);
+                const auto notes = store->notes(o->id);
+                const auto iterations = store->iterations(o->id);
+                if (o->json) {
+                    auto j = runJson(r);
+                    nlohmann::ordered_json ms = nlohmann::ordered_json::array(), ss = ms, as = ms, ns = ms, is = ms;
+                    for (const auto& m : metrics)
+                        ms.push_back({{"scope", m.scope},
+                                      {"method", m.method},
+                                      {"tensor", m.tensor},
+                                      {"stage", m.stage},
+                                      {"subspace", m.subspace},
+                                      {"name", m.name},
+                                      {"value", m.value}});
+                    for (const auto& p : series)
+                        ss.push_back({{"name", p.name}, {"x", p.x}, {"y", p.y}});
                     for (const auto& a : artifacts)
-                        std::printf("\n  artifact %s (%s, %lld bytes, sha256 %s)", a.path.c_str(), a.kind.c_str(),
-                                    static_cast<long long>(a.bytes), a.sha256.c_str());
-                    if (!artifacts.empty())
-                        std::printf("\n");
+                        as.push_back({{"path", a.path}, {"kind", a.kind}, {"sha256", a.sha256}, {"bytes", a.bytes}});
                     for (const auto& n : notes)
-                        std::printf("\n  note %lld (%s): %s\n", static_cast<long long>(n.id), n.createdAt.c_str(),
-                                    n.text.c_str());
+                        ns.push_back({{"id", n.id}, {"created_at", n.createdAt}, {"text", n.text}});
+                    for (const auto& it : iterations)
+                        is.push_back({{"method", it.method},
+                                      {"tensor", it.tensor},
+                                      {"subspace", it.subspace},
+                                      {"stage", it.stage},
+                                      {"iteration", it.iteration},
+                                      {"objective", it.objective},
+                                      {"changed", it.changed},
+                                      {"empty_clusters", it.emptyClusters},
+                                      {"seconds", it.seconds}});
+                    j["metrics"] = ms;
+                    j["series"] = ss;
+                    j["artifacts"] = as;
+                    j["notes"] = ns;
+                    j["iterations"] = is;
+                    printJson(j);
                     return;
                 }
-                if (exp->parsed()) {
-                    const auto r = store->requireRun(o->id);
-                    const std::filesystem::path dir(o->csvDir);
-                    std::error_code ec;
-                    std::filesystem::create_directories(dir, ec);
-                    if (!std::filesystem::is_directory(dir))
-                        throwInvalid("--csv ", o->csvDir, ": cannot create the directory");
-                    writeText(dir / "settings.json", runJson(r).dump(2) + "\n");
-                    std::string it = "method,tensor,subspace,stage,iteration,objective,changed,empty_clusters,seconds\n";
-                    for (const auto& x : store->iterations(o->id))
-                        it += cat(csvField(x.method), ",", csvField(x.tensor), ",", x.subspace, ",", x.stage, ",",
-                                  x.iteration, ",", x.objective, ",", x.changed, ",", x.emptyClusters, ",", x.seconds, "\n");
-                    writeText(dir / "iterations.csv", it);
-                    std::string ms = "scope,method,tensor,stage,subspace,name,value\n";
-                    for (const auto& m : store->metrics(o->id))
-                        ms += cat(m.scope, ",", csvField(m.method), ",", csvField(m.tensor), ",", m.stage, ",", m.subspace,
-                                  ",", m.name, ",", m.value, "\n");
-                    writeText(dir / "metrics.csv", ms);
-                    std::map<std::string, std::string> perSeries;
-                    for (const auto& p : store->series(o->id)) {
-                        auto& text = perSeries[p.name];
-                        if (text.empty())
-                            text = "x,y\n";
-                        text += cat(p.x, ",", p.y, "\n");
+                std::printf("run %lld: %s, %s\n  started  %s\n  finished %s\n  host %s (pid %lld), gsrq %s, %s (%s)\n",
+                            static_cast<long long>(r.id), r.kind.c_str(), r.status.c_str(), r.startedAt.c_str(),
+                            r.finishedAt.empty() ? "-" : r.finishedAt.c_str(), r.host.c_str(),
+                            static_cast<long long>(r.pid), r.toolVersion.c_str(), r.backend.c_str(), r.device.c_str());
+                std::printf("  dump %s\n  sha256 %s\n  command %s\n  settings %s\n", r.dumpPath.c_str(),
+                            r.dumpSha256.c_str(), r.command.c_str(), r.settingsJson.c_str());
+                if (!r.error.empty())
+                    std::printf("  error %s\n", r.error.c_str());
+                std::printf("\n  %zu iteration rows, %zu series points\n", iterations.size(), series.size());
+                bool header = false;
+                for (const auto& m : metrics) {
+                    if (m.scope != "final" && m.scope != "heldout" && m.scope != "attention")
+                        continue;
+                    if (!header)
+                        std::printf("\n  metrics\n");
+                    header = true;
+                    std::printf("    %-56s %.6g\n", metricKey(m).c_str(), m.value);
+                }
+                for (const auto& a : artifacts)
+                    std::printf("\n  artifact %s (%s, %lld bytes, sha256 %s)", a.path.c_str(), a.kind.c_str(),
+                                static_cast<long long>(a.bytes), a.sha256.c_str());
+                if (!artifacts.empty())
+                    std::printf("\n");
+                for (const auto& n : notes)
+                    std::printf("\n  note %lld (%s): %s\n", static_cast<long long>(n.id), n.createdAt.c_str(),
+                                n.text.c_str());
+                return;
+            }
+            if (exp->parsed()) {
+                const auto r = store->requireRun(o->id);
+                const std::filesystem::path dir(o->csvDir);
+                std::error_code ec;
+                std::filesystem::create_directories(dir, ec);
+                if (!std::filesystem::is_directory(dir))
+                    throwInvalid("--csv ", o->csvDir, ": cannot create the directory");
+                writeText(dir / "settings.json", runJson(r).dump(2) + "\n");
+                std::string it = "method,tensor,subspace,stage,iteration,objective,changed,empty_clusters,seconds\n";
+                for (const auto& x : store->iterations(o->id))
+                    it +=
+                        cat(csvField(x.method), ",", csvField(x.tensor), ",", x.subspace, ",", x.stage, ",",
+                            x.iteration, ",", x.objective, ",", x.changed, ",", x.emptyClusters, ",", x.seconds, "\n");
+                writeText(dir / "iterations.csv", it);
+                std::string ms = "scope,method,tensor,stage,subspace,name,value\n";
+                for (const auto& m : store->metrics(o->id))
+                    ms += cat(m.scope, ",", csvField(m.method), ",", csvField(m.tensor), ",", m.stage, ",", m.subspace,
+                              ",", m.name, ",", m.value, "\n");
+                writeText(dir / "metrics.csv", ms);
+                std::map<std::string, std::string> perSeries;
+                for (const auto& p : store->series(o->id)) {
+                    auto& text = perSeries[p.name];
+                    if (text.empty())
+                        text = "x,y\n";
+                    text += cat(p.x, ",", p.y, "\n");
+                }
+                for (const auto& [name, text] : perSeries)
+                    writeText(dir / ("series_" + safeName(name) + ".csv"), text);
+                std::fprintf(stderr, "wrote settings.json, iterations.csv, metrics.csv and %zu series to %s\n",
+                             perSeries.size(), o->csvDir.c_str());
+                return;
+            }
+            if (del->parsed()) {
+                store->deleteRun(o->id);
+                std::fprintf(stderr, "deleted run %lld\n", static_cast<long long>(o->id));
+                return;
+            }
+            if (note->parsed()) {
+                const auto id = store->addNote(o->id, o->note);
+                std::fprintf(stderr, "note %lld added to run %lld\n", static_cast<long long>(id),
+                             static_cast<long long>(o->id));
+                return;
+            }
+            if (cmp->parsed()) {
+                const auto a = store->requireRun(o->id), b = store->requireRun(o->other);
+                std::map<std::string, std::string> sa, sb;
+                flatten(nlohmann::ordered_json::parse(a.settingsJson, nullptr, false), "", sa);
+                flatten(nlohmann::ordered_json::parse(b.settingsJson, nullptr, false), "", sb);
+                std::set<std::string> keys;
+                for (const auto& [k, v] : sa)
+                    keys.insert(k);
+                for (const auto& [k, v] : sb)
+                    keys.insert(k);
+                std::printf("run %lld (%s) vs run %lld (%s)\n\nsettings that differ:\n", static_cast<long long>(a.id),
+                            a.kind.c_str(), static_cast<long long>(b.id), b.kind.c_str());
+                int differ = 0;
+                for (const auto& k : keys) {
+                    const std::string va = sa.count(k) ? sa[k] : "-", vb = sb.count(k) ? sb[k] : "-";
+                    if (va != vb) {
+                        std::printf("  %-28s %-24s %s\n", k.c_str(), va.c_str(), vb.c_str());
+                        ++differ;
                     }
-                    for (const auto& [name, text] : perSeries)
-                        writeText(dir / ("series_" + safeName(name) + ".csv"), text);
-                    std::fprintf(stderr, "wrote settings.json, iterations.csv, metrics.csv and %zu series to %s\n",
-                                 perSeries.size(), o->csvDir.c_str());
-                    return;
                 }
-                if (del->parsed()) {
-                    store->deleteRun(o->id);
-                    std::fprintf(stderr, "deleted run %lld\n", static_cast<long long>(o->id));
-                    return;
-                }
-                if (note->parsed()) {
-                    const auto id = store->addNote(o->id, o->note);
-                    std::fprintf(stderr, "note %lld added to run %lld\n", static_cast<long long>(id),
-                                 static_cast<long long>(o->id));
-                    return;
-                }
-                if (cmp->parsed()) {
-                    const auto a = store->requireRun(o->id), b = store->requireRun(o->other);
-                    std::map<std::string, std::string> sa, sb;
-                    flatten(nlohmann::ordered_json::parse(a.settingsJson, nullptr, false), "", sa);
-                    flatten(nlohmann::ordered_json::parse(b.settingsJson, nullptr, false), "", sb);
-                    std::set<std::string> keys;
-                    for (const auto& [k, v] : sa)
-                        keys.insert(k);
-                    for (const auto& [k, v] : sb)
-                        keys.insert(k);
-                    std::printf("run %lld (%s) vs run %lld (%s)\n\nsettings that differ:\n", static_cast<long long>(a.id),
-                                a.kind.c_str(), static_cast<long long>(b.id), b.kind.c_str());
-                    int differ = 0;
-                    for (const auto& k : keys) {
-                        const std::string va = sa.count(k) ? sa[k] : "-", vb = sb.count(k) ? sb[k] : "-";
-                        if (va != vb) {
-                            std::printf("  %-28s %-24s %s\n", k.c_str(), va.c_str(), vb.c_str());
-                            ++differ;
-                        }
-                    }
-                    if (!differ)
-                        std::printf("  (none)\n");
-                    std::map<std::string, std::pair<std::string, std::string>> rows;
-                    for (const auto& m : store->metrics(a.id))
-                        if (o->all || m.scope == "final" || m.scope == "heldout")
-                            rows[metricKey(m)].first = cat(m.value);
-                    for (const auto& m : store->metrics(b.id))
-                        if (o->all || m.scope == "final" || m.scope == "heldout")
-                            rows[metricKey(m)].second = cat(m.value);
-                    std::printf("\n%-58s %14s %14s\n", "metric", cat("run ", a.id).c_str(), cat("run ", b.id).c_str());
-                    for (const auto& [k, v] : rows)
-                        std::printf("%-58s %14s %14s\n", k.c_str(), v.first.empty() ? "-" : v.first.c_str(),
-                                    v.second.empty() ? "-" : v.second.c_str());
-                }
-            }};
+                if (!differ)
+                    std::printf("  (none)\n");
+                std::map<std::string, std::pair<std::string, std::string>> rows;
+                for (const auto& m : store->metrics(a.id))
+                    if (o->all || m.scope == "final" || m.scope == "heldout")
+                        rows[metricKey(m)].first = cat(m.value);
+                for (const auto& m : store->metrics(b.id))
+                    if (o->all || m.scope == "final" || m.scope == "heldout")
+                        rows[metricKey(m)].second = cat(m.value);
+                std::printf("\n%-58s %14s %14s\n", "metric", cat("run ", a.id).c_str(), cat("run ", b.id).c_str());
+                for (const auto& [k, v] : rows)
+                    std::printf("%-58s %14s %14s\n", k.c_str(), v.first.empty() ? "-" : v.first.c_str(),
+                                v.second.empty() ? "-" : v.second.c_str());
+            }
+        }};
 }
 
 } // namespace gsrq::cli

@@ -37,11 +37,12 @@ Command registerSynth(CLI::App& root)
                 const auto kind = synthKindFromName(o->kind);
                 if (!kind)
                     throwInvalid("synth: unknown kind '", o->kind, "' (gaussian, kv)");
-                const DType dtype = o->dtype == "f32"    ? DType::F32
-                                    : o->dtype == "f16"  ? DType::F16
-                                    : o->dtype == "bf16" ? DType::BF16
-                                                         : throw Error(ErrorKind::InvalidInput,
-                                                                       cat("--dtype: '", o->dtype, "' is not f32, f16 or bf16"));
+                const DType dtype = o->dtype == "f32"   ? DType::F32
+                                    : o->dtype == "f16" ? DType::F16
+                                    : o->dtype == "bf16"
+                                        ? DType::BF16
+                                        : throw Error(ErrorKind::InvalidInput,
+                                                      cat("--dtype: '", o->dtype, "' is not f32, f16 or bf16"));
                 const std::filesystem::path out(o->out);
                 const std::string ext = out.extension().string();
                 if (ext != ".npy" && ext != ".safetensors")
@@ -54,11 +55,11 @@ Command registerSynth(CLI::App& root)
                 if (ext == ".npy") {
                     writeNpy(o->out, x, dtype);
                 } else {
-                    writeSafetensors(o->out, {makeFloatBlob("layers.0.value", x, dtype)},
-                                     {{"format", "gsrq-kv-dump"},
-                                      {"synthetic", cat(o->kind, " rows=", o->rows, " features=", o->features,
-                                                        " seed=", o->seed)},
-                                      {"tool", cat("gsrq ", kVersion)}});
+                    writeSafetensors(
+                        o->out, {makeFloatBlob("layers.0.value", x, dtype)},
+                        {{"format", "gsrq-kv-dump"},
+                         {"synthetic", cat(o->kind, " rows=", o->rows, " features=", o->features, " seed=", o->seed)},
+                         {"tool", cat("gsrq ", kVersion)}});
                 }
                 std::fprintf(stderr, "wrote %s: synthetic %s data, %lld × %d %s\n", o->out.c_str(), o->kind.c_str(),
                              static_cast<long long>(o->rows), o->features, dtypeName(dtype));

@@ -81,8 +81,8 @@ Command registerTrain(CLI::App& root)
     cmd->add_option("--holdout", o->holdout, "Fraction of rows (the last ones) held out for evaluation");
     cmd->add_option("--key-rope", o->keyRope, "as-dumped, or post: apply RoPE to pre-RoPE keys before training")
         ->capture_default_str();
-    cmd->add_option("--attention-queries", o->attentionQueries,
-                    "Query rows sampled for attention fidelity (0: skip)")->capture_default_str();
+    cmd->add_option("--attention-queries", o->attentionQueries, "Query rows sampled for attention fidelity (0: skip)")
+        ->capture_default_str();
     cmd->add_option("--out,-o", o->out, "Codebooks file to write (.safetensors)");
     cmd->add_option("--dtype", o->dtype, "Codebook dtype in the file: f32 or f16")->capture_default_str();
     cmd->add_flag("--with-codes", o->withCodes, "Also store the training rows' codes");
@@ -91,78 +91,90 @@ Command registerTrain(CLI::App& root)
     cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     cmd->add_flag("--quiet,-q", o->quiet, "No progress bar");
-    return {cmd, [o] {
-                TrainSettings& s = o->s;
-                if (o->method == "gskm")
-                    s.rq.method = Method::GainShape;
-                else if (o->method == "km")
-                    s.rq.method = Method::KMeans;
-                else
-                    throwInvalid("--method: '", o->method, "' is not gskm or km");
-                const auto w = weightModeFromName(o->weights);
-                if (!w)
-                    throwInvalid("--weights: unknown mode '", o->weights, "' (none, grad-raw, grad-log)");
-                s.weights = *w;
-                s.tau = o->tau;
-                if (o->keyRope != "as-dumped" && o->keyRope != "post")
-                    throwInvalid("--key-rope: '", o->keyRope, "' is not as-dumped or post");
-                s.keyRope = o->keyRope == "post" ? KeyRope::Post : KeyRope::AsDumped;
-                s.tensorPatterns = splitList(o->tensors);
-                s.layers = o->layers;
-                s.evalPath = o->eval;
-                s.holdout = o->holdout;
-                s.dropNonFinite = o->dropNonFinite;
-                s.attentionQueries = o->attentionQueries;
-                s.exportDType = codebookDType(o->dtype);
-                s.keepCodes = o->withCodes;
-                refuseOverwrite(o->out, o->force, "--out");
-                if (!o->out.empty() && std::filesystem::path(o->out).extension() != ".safetensors")
-                    throwInvalid("--out ", o->out, ": name it .safetensors");
+    return {
+        cmd, [o] {
+            TrainSettings& s = o->s;
+            if (o->method == "gskm")
+                s.rq.method = Method::GainShape;
+            else if (o->method == "km")
+                s.rq.method = Method::KMeans;
+            else
+                throwInvalid("--method: '", o->method, "' is not gskm or km");
+            const auto w = weightModeFromName(o->weights);
+            if (!w)
+                throwInvalid("--weights: unknown mode '", o->weights, "' (none, grad-raw, grad-log)");
+            s.weights = *w;
+            s.tau = o->tau;
+            if (o->keyRope != "as-dumped" && o->keyRope != "post")
+                throwInvalid("--key-rope: '", o->keyRope, "' is not as-dumped or post");
+            s.keyRope = o->keyRope == "post" ? KeyRope::Post : KeyRope::AsDumped;
+            s.tensorPatterns = splitList(o->tensors);
+            s.layers = o->layers;
+            s.evalPath = o->eval;
+            s.holdout = o->holdout;
+            s.dropNonFinite = o->dropNonFinite;
+            s.attentionQueries = o->attentionQueries;
+            s.exportDType = codebookDType(o->dtype);
+            s.keepCodes = o->withCodes;
+            refuseOverwrite(o->out, o->force, "--out");
+            if (!o->out.empty() && std::filesystem::path(o->out).extension() != ".safetensors")
+                throwInvalid("--out ", o->out, ": name it .safetensors");
 
-                const KvDump dump = KvDump::open(o->dump);
-                const auto selected = selectTensors(dump, s.tensorPatterns, s.layers);
-                const std::int64_t F = selected.front()->view.features();
-                const bool direct = o->dim || o->stages || o->k;
-                if (o->bpa > 0 && direct)
-                    throwInvalid("--bpa sets D, R and K; give either --bpa or --dim/--stages/--k");
-                if (o->bpa > 0) {
-                    auto c = paperBpa(o->bpa);
-                    if (!c || F % c->dim != 0) {
-                        std::string hint;
-                        for (const auto& sg : suggestBpa(o->bpa, F))
-                            hint += cat(hint.empty() ? "" : "; ", "--dim ", sg.dim, " --stages ", sg.stages, " --k ", sg.k);
-                        throwInvalid("--bpa ", o->bpa,
-                                     c ? cat(": the paper's D=", c->dim, " does not divide the ", F, " features")
-                                       : std::string(": not one of the paper's settings (2, 1, 0.75, 0.375)"),
-                                     hint.empty() ? std::string("; no D, R, K reach it exactly")
-                                                  : cat("; settings that reach it exactly: ", hint));
-                    }
-                    s.rq.dim = c->dim;
-                    s.rq.stages = c->stages;
-                    s.rq.k = c->k;
-                } else if (direct) {
-                    if (!o->dim || !o->stages || !o->k)
-                        throwInvalid("--dim, --stages and --k go together (or use --bpa)");
-                    s.rq.dim = o->dim;
-                    s.rq.stages = o->stages;
-                    s.rq.k = o->k;
-                } else {
-                    throwInvalid("give --bpa, or --dim, --stages and --k");
+            const KvDump dump = KvDump::open(o->dump);
+            const auto selected = selectTensors(dump, s.tensorPatterns, s.layers);
+            const std::int64_t F = selected.front()->view.features();
+            const bool direct = o->dim || o->stages || o->k;
+            if (o->bpa > 0 && direct)
+                throwInvalid("--bpa sets D, R and K; give either --bpa or --dim/--stages/--k");
+            if (o->bpa > 0) {
+                auto c = paperBpa(o->bpa);
+                if (!c || F % c->dim != 0) {
+                    std::string hint;
+                    for (const auto& sg : suggestBpa(o->bpa, F))
+                        hint += cat(hint.empty() ? "" : "; ", "--dim ", sg.dim, " --stages ", sg.stages, " --k ", sg.k);
+                    throwInvalid("--bpa ", o->bpa,
+                                 c ? cat(": the paper's D=", c->dim, " does not divide the ", F, " features")
+                                   : std::string(": not one of the paper's settings (2, 1, 0.75, 0.375)"),
+                                 hint.empty() ? std::string("; no D, R, K reach it exactly")
+                                              : cat("; settings that reach it exactly: ", hint));
                 }
+                s.rq.dim = c->dim;
+                s.rq.stages = c->stages;
+                s.rq.k = c->k;
+            } else if (direct) {
+                if (!o->dim || !o->stages || !o->k)
+                    throwInvalid("--dim, --stages and --k go together (or use --bpa)");
+                s.rq.dim = o->dim;
+                s.rq.stages = o->stages;
+                s.rq.k = o->k;
+            } else {
+                throwInvalid("give --bpa, or --dim, --stages and --k");
+            }
 
-                auto backend = makeCpuBackend(o->threads);
-                nlohmann::ordered_json settings = {
-                    {"dim", s.rq.dim},       {"stages", s.rq.stages}, {"k", s.rq.k},
-                    {"bpa", bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k)},
-                    {"method", o->method},   {"iters", s.rq.iterations}, {"seed", s.rq.seed},
-                    {"beam", s.rq.beam},     {"reseed_empty", s.rq.reseedEmpty},
-                    {"weights", o->weights}, {"tau", s.tau},         {"tensors", s.tensorPatterns},
-                    {"layers", s.layers},    {"key_rope", o->keyRope}, {"holdout", s.holdout},
-                    {"eval", s.evalPath},    {"dtype", o->dtype},    {"out", o->out},
-                    {"backend", backend->name()}, {"device", backend->device()}};
-                CliRun run("train", settings.dump(), dump.path(), dump.files(), backend->name(), backend->device());
-                s.sourceSha256 = run.dumpSha256();
-                run.guard([&] {
+            auto backend = makeCpuBackend(o->threads);
+            nlohmann::ordered_json settings = {{"dim", s.rq.dim},
+                                               {"stages", s.rq.stages},
+                                               {"k", s.rq.k},
+                                               {"bpa", bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k)},
+                                               {"method", o->method},
+                                               {"iters", s.rq.iterations},
+                                               {"seed", s.rq.seed},
+                                               {"beam", s.rq.beam},
+                                               {"reseed_empty", s.rq.reseedEmpty},
+                                               {"weights", o->weights},
+                                               {"tau", s.tau},
+                                               {"tensors", s.tensorPatterns},
+                                               {"layers", s.layers},
+                                               {"key_rope", o->keyRope},
+                                               {"holdout", s.holdout},
+                                               {"eval", s.evalPath},
+                                               {"dtype", o->dtype},
+                                               {"out", o->out},
+                                               {"backend", backend->name()},
+                                               {"device", backend->device()}};
+            CliRun run("train", settings.dump(), dump.path(), dump.files(), backend->name(), backend->device());
+            s.sourceSha256 = run.dumpSha256();
+            run.guard([&] {
                 ProgressBar bar(!o->quiet);
                 const auto r = runTrain(dump, s, *backend, [&](const ProgressEvent& e) {
                     bar.update(e.fraction, e.what);
@@ -202,10 +214,11 @@ Command registerTrain(CLI::App& root)
                     printJson(j);
                     return;
                 }
-                std::printf("%s: D=%d, R=%d, K=%d (%.4g bits per activation), %s, weights %s, beam %d, backend %s (%s)\n",
-                            dump.path().c_str(), s.rq.dim, s.rq.stages, s.rq.k,
-                            bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k), o->method.c_str(), o->weights.c_str(),
-                            s.rq.beam, backend->name().c_str(), backend->device().c_str());
+                std::printf(
+                    "%s: D=%d, R=%d, K=%d (%.4g bits per activation), %s, weights %s, beam %d, backend %s (%s)\n",
+                    dump.path().c_str(), s.rq.dim, s.rq.stages, s.rq.k,
+                    bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k), o->method.c_str(), o->weights.c_str(), s.rq.beam,
+                    backend->name().c_str(), backend->device().c_str());
                 for (const auto& t : r.tensors) {
                     std::printf("\n%s  [%lld rows × %lld]  codebooks %s, effective %.4g bits per activation%s\n",
                                 t.tensor.c_str(), static_cast<long long>(t.rows), static_cast<long long>(t.features),
@@ -226,7 +239,8 @@ Command registerTrain(CLI::App& root)
                     std::printf("\n");
                 }
                 for (const auto& a : r.attention)
-                    std::printf("\nattention, layer %d (%s keys, %s values, %d queries): relative L2 %.4f, top-8 overlap %.3f\n",
+                    std::printf("\nattention, layer %d (%s keys, %s values, %d queries): relative L2 %.4f, top-8 "
+                                "overlap %.3f\n",
                                 a.layer, a.keys.c_str(), a.values.c_str(), a.fidelity.queries, a.fidelity.relativeL2,
                                 a.fidelity.top8Overlap);
                 for (const auto& n : r.notes)
@@ -235,8 +249,8 @@ Command registerTrain(CLI::App& root)
                     std::printf("\nwrote %s\n", o->out.c_str());
                 if (run)
                     std::printf("recorded as run %lld\n", static_cast<long long>(run->id()));
-                });
-            }};
+            });
+        }};
 }
 
 Command registerEval(CLI::App& root)
@@ -263,34 +277,36 @@ Command registerEval(CLI::App& root)
                 if (beam < 1 || beam > 256)
                     throwInvalid("--beam ", beam, ": must be between 1 and 256");
                 auto backend = makeCpuBackend(o->threads);
-                const nlohmann::ordered_json settings = {{"codebooks", o->codebooks}, {"beam", beam},
+                const nlohmann::ordered_json settings = {{"codebooks", o->codebooks},
+                                                         {"beam", beam},
                                                          {"drop_nonfinite", o->dropNonFinite},
                                                          {"codebook_settings", file.metadata}};
                 CliRun run("eval", settings.dump(), dump.path(), dump.files(), backend->name(), backend->device());
                 run.guard([&] {
-                const auto results = runEval(dump, file, beam, *backend, o->dropNonFinite);
-                if (run)
-                    run->recordEval(results);
-                run.done();
-                if (o->json) {
-                    nlohmann::ordered_json ts = nlohmann::ordered_json::array();
-                    for (const auto& r : results)
-                        ts.push_back(toJson(r));
-                    nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "eval"}};
+                    const auto results = runEval(dump, file, beam, *backend, o->dropNonFinite);
                     if (run)
-                        j["run_id"] = run->id();
-                    j["input"] = {{"file", dump.path()}};
-                    j["codebooks"] = o->codebooks;
-                    j["beam"] = beam;
-                    j["tensors"] = ts;
-                    printJson(j);
-                    return;
-                }
-                std::printf("%s with %s (beam %d)\n  %-24s %12s %10s %11s %9s %10s\n", dump.path().c_str(),
-                            o->codebooks.c_str(), beam, "tensor", "mse", "nmse", "gain_error", "cosine", "shrinkage");
-                for (const auto& r : results)
-                    std::printf("  %-24s %12.6g %10.6f %11.6g %9.6f %10.6f\n", r.tensor.c_str(), r.metrics.mse,
-                                r.metrics.nmse, r.metrics.gainError, r.metrics.cosine, r.metrics.shrinkage);
+                        run->recordEval(results);
+                    run.done();
+                    if (o->json) {
+                        nlohmann::ordered_json ts = nlohmann::ordered_json::array();
+                        for (const auto& r : results)
+                            ts.push_back(toJson(r));
+                        nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "eval"}};
+                        if (run)
+                            j["run_id"] = run->id();
+                        j["input"] = {{"file", dump.path()}};
+                        j["codebooks"] = o->codebooks;
+                        j["beam"] = beam;
+                        j["tensors"] = ts;
+                        printJson(j);
+                        return;
+                    }
+                    std::printf("%s with %s (beam %d)\n  %-24s %12s %10s %11s %9s %10s\n", dump.path().c_str(),
+                                o->codebooks.c_str(), beam, "tensor", "mse", "nmse", "gain_error", "cosine",
+                                "shrinkage");
+                    for (const auto& r : results)
+                        std::printf("  %-24s %12.6g %10.6f %11.6g %9.6f %10.6f\n", r.tensor.c_str(), r.metrics.mse,
+                                    r.metrics.nmse, r.metrics.gainError, r.metrics.cosine, r.metrics.shrinkage);
                 });
             }};
 }
@@ -328,10 +344,11 @@ Command registerCodebooks(CLI::App& root)
                 if (o->json) {
                     nlohmann::ordered_json ts = nlohmann::ordered_json::array();
                     for (const auto& e : f.entries)
-                        ts.push_back({{"tensor", e.tensor},
-                                      {"shape", {e.codebooks.subspaces, e.codebooks.stages, e.codebooks.k, e.codebooks.dim}},
-                                      {"features", e.codebooks.features()},
-                                      {"codes_rows", e.codes ? e.codes->rows() : 0}});
+                        ts.push_back(
+                            {{"tensor", e.tensor},
+                             {"shape", {e.codebooks.subspaces, e.codebooks.stages, e.codebooks.k, e.codebooks.dim}},
+                             {"features", e.codebooks.features()},
+                             {"codes_rows", e.codes ? e.codes->rows() : 0}});
                     printJson({{"file", o->infoPath}, {"metadata", f.metadata}, {"tensors", ts}});
                     return;
                 }

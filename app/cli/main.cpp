@@ -20,9 +20,9 @@ int main(int argc, char** argv)
     root.add_flag("--no-db", global.noDb, "Record nothing");
     for (int i = 0; i < argc; ++i)
         global.command += (i ? " " : "") + std::string(argv[i]);
-    std::vector<Command> commands{registerInfo(root),   registerCompare(root),      registerSweep(root),
-                                  registerSynth(root),  registerBenchCluster(root), registerDevices(root),
-                                  registerTrain(root),  registerEval(root),         registerCodebooks(root),
+    std::vector<Command> commands{registerInfo(root),  registerCompare(root),      registerSweep(root),
+                                  registerSynth(root), registerBenchCluster(root), registerDevices(root),
+                                  registerTrain(root), registerEval(root),         registerCodebooks(root),
                                   registerRuns(root)};
     // The first word that is not a global option names the command.
     int first = 1;

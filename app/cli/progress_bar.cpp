@@ -11,7 +11,10 @@ ProgressBar::ProgressBar(bool enabled)
 {
 }
 
-ProgressBar::~ProgressBar() { finish(); }
+ProgressBar::~ProgressBar()
+{
+    finish();
+}
 
 void ProgressBar::update(double fraction, const std::string& what)
 {

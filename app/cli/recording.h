@@ -11,9 +11,9 @@
 namespace gsrq::cli {
 
 struct GlobalOptions {
-    std::string db;       // empty: RunStore::defaultPath()
+    std::string db; // empty: RunStore::defaultPath()
     bool noDb = false;
-    std::string command;  // the command line, recorded with each run
+    std::string command; // the command line, recorded with each run
 };
 GlobalOptions& globalOptions();
 
@@ -36,8 +36,7 @@ public:
     }
 
     // Runs `body`; on an exception closes the run as failed with its message, then rethrows.
-    template <class F>
-    void guard(F&& body)
+    template <class F> void guard(F&& body)
     {
         try {
             body();
