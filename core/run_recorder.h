@@ -22,6 +22,7 @@ public:
     RunRecorder& operator=(const RunRecorder&) = delete;
 
     std::int64_t id() const { return m_id; }
+    bool finished() const { return m_finished; }
     void onProgress(const ProgressEvent& e); // call from the job's progress callback
     void flush();
 

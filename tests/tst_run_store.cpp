@@ -63,6 +63,7 @@ private slots:
     void twoWritersLoseNothing();
     void fullDiskFailsCleanly();
     void cliBrowsesTheStore();
+    void ctrlCRecordsCancelled();
 
 private:
     QTemporaryDir m_dir;
@@ -375,6 +376,35 @@ void TestRunStore::cliBrowsesTheStore()
     std::tie(code, out, err) = gsrq({"runs", "show", "2"});
     QCOMPARE(code, 2);
     QVERIFY(err.contains("no run 2"));
+}
+
+// Ctrl-C stops the job at its next iteration; the run is closed as cancelled, nothing exported.
+void TestRunStore::ctrlCRecordsCancelled()
+{
+    const auto db = test::pathIn(m_dir, "cancel.db");
+    const QString out = m_dir.filePath("never.safetensors");
+    auto* p = startGsrq({"--db", QString::fromStdString(db), "train", m_data, "--dim", "8", "--stages", "64", "--k",
+                         "64", "--iters", "100", "-q", "--attention-queries", "0", "--out", out},
+                        this);
+    QVERIFY(p->waitForStarted());
+    std::int64_t rows = 0;
+    for (int i = 0; i < 600 && rows < 100; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        try {
+            rows = std::filesystem::exists(db) ? count(db, "iterations", 1) : 0;
+        } catch (const Error&) {
+            rows = 0;
+        }
+    }
+    QVERIFY(rows >= 100);
+    ::kill(pid_t(p->processId()), SIGINT);
+    QVERIFY(p->waitForFinished(30000));
+    QCOMPARE(p->exitStatus(), QProcess::NormalExit);
+    QCOMPARE(p->exitCode(), 130);
+    QVERIFY(p->readAllStandardError().contains("cancelled"));
+    RunStore store(db);
+    QCOMPARE(store.requireRun(1).status, std::string("cancelled"));
+    QVERIFY(!QFile::exists(out));
 }
 
 QTEST_GUILESS_MAIN(TestRunStore)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the main job on the bundled sample (or on the dump
-# given as the first argument): the tensors of the dump, then KM against GSKM on a key and a value
-# tensor of a middle layer.
+# given as the first argument): the tensors of the dump, KM against GSKM on a key and a value
+# tensor of a middle layer, then GSRQ codebooks for that layer with held-out rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -16,6 +16,11 @@ if [[ $# -eq 0 ]]; then
   "$gsrq" compare "$dump" --tensor layers.2.key --dim 8 --k 64 --weights grad-log
   echo
   "$gsrq" compare "$dump" --tensor layers.2.value --dim 8 --k 64 --weights grad-log
+  echo
+  "$gsrq" train "$dump" --layers 2 --dim 8 --stages 4 --k 64 --weights grad-log --holdout 0.25 \
+    --out build/sample-codebooks.safetensors --force
+  echo
+  "$gsrq" runs list --limit 3
 else
   "$gsrq" compare "$dump" "${@:2}"
 fi

@@ -56,7 +56,7 @@ Command registerCompare(CLI::App& root)
                         runCompare(in.data.rows, in.weightPtr(), o->settings, *backend, [&](const ProgressEvent& e) {
                             bar.update(e.fraction, e.what);
                             run.progress(e);
-                            return true;
+                            return !stopRequested();
                         });
                     bar.finish();
                     if (run)
@@ -64,6 +64,8 @@ Command registerCompare(CLI::App& root)
                     nlohmann::ordered_json summary = nlohmann::ordered_json::object();
                     for (const auto& m : r.methods)
                         summary[methodName(m.method)] = toJson(m.metrics);
+                    if (r.cancelled)
+                        run.cancelled(summary.dump());
                     run.done(summary.dump());
                     if (o->json) {
                         nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "compare"}};
@@ -118,11 +120,13 @@ Command registerSweep(CLI::App& root)
                                                  [&](const ProgressEvent& e) {
                                                      bar.update(e.fraction, e.what);
                                                      run.progress(e);
-                                                     return true;
+                                                     return !stopRequested();
                                                  });
                     bar.finish();
                     if (run)
                         run->recordSweep(points, o->over, in.data.name);
+                    if (points.size() < values.size() || (!points.empty() && points.back().result.cancelled))
+                        run.cancelled();
                     run.done();
                     if (o->json) {
                         nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "sweep"}};

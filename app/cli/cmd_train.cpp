@@ -179,9 +179,14 @@ Command registerTrain(CLI::App& root)
                 const auto r = runTrain(dump, s, *backend, [&](const ProgressEvent& e) {
                     bar.update(e.fraction, e.what);
                     run.progress(e);
-                    return true;
+                    return !stopRequested();
                 });
                 bar.finish();
+                if (r.cancelled) {
+                    if (run)
+                        run->recordTrain(r); // the tensors that finished
+                    run.cancelled();         // nothing is exported from a stopped training
+                }
                 if (!o->out.empty())
                     writeCodebookFile(o->out, r.file, s.exportDType);
                 if (run) {

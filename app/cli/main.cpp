@@ -53,11 +53,15 @@ int main(int argc, char** argv)
         std::cerr << "Run 'gsrq --help' or 'gsrq <command> --help' for usage.\n";
         return 2;
     }
+    gsrq::cli::installStopHandler();
     try {
         for (auto& c : commands)
             if (c.app->parsed())
                 c.run();
         return 0;
+    } catch (const gsrq::cli::Cancelled& c) {
+        std::cerr << "gsrq: " << c.message << "\n";
+        return 130;
     } catch (const gsrq::Error& e) {
         std::cerr << "gsrq: " << e.what() << "\n";
         return e.kind() == gsrq::ErrorKind::InvalidInput ? 2 : 1;

@@ -1,6 +1,11 @@
 #include "recording.h"
 
+#include "error.h"
+
 #include "version.h"
+
+#include <atomic>
+#include <csignal>
 
 namespace gsrq::cli {
 
@@ -9,6 +14,28 @@ GlobalOptions& globalOptions()
     static GlobalOptions options;
     return options;
 }
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void onStopSignal(int sig)
+{
+    if (g_stop.exchange(true)) {
+        std::signal(sig, SIG_DFL);
+        std::raise(sig);
+    }
+}
+
+} // namespace
+
+void installStopHandler()
+{
+    std::signal(SIGINT, onStopSignal);
+    std::signal(SIGTERM, onStopSignal);
+}
+
+bool stopRequested() { return g_stop.load(); }
 
 std::unique_ptr<RunStore> openStore()
 {
@@ -44,9 +71,19 @@ void CliRun::done(const std::string& summaryJson)
         m_recorder->finish("done", summaryJson);
 }
 
+void CliRun::cancelled(const std::string& summaryJson)
+{
+    std::string where;
+    if (m_recorder) {
+        m_recorder->finish("cancelled", summaryJson, "stopped on request");
+        where = cat("; what it finished is recorded as run ", m_recorder->id());
+    }
+    throw Cancelled{cat("cancelled", where)};
+}
+
 void CliRun::fail(const std::string& message)
 {
-    if (!m_recorder)
+    if (!m_recorder || m_recorder->finished())
         return;
     try {
         m_recorder->finish("failed", "{}", message);

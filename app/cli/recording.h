@@ -17,6 +17,16 @@ struct GlobalOptions {
 };
 GlobalOptions& globalOptions();
 
+// Ctrl-C (SIGINT) or SIGTERM asks the running job to stop at its next iteration; a second Ctrl-C
+// ends the process at once. Jobs poll stopRequested() from their progress callbacks.
+void installStopHandler();
+bool stopRequested();
+
+// Thrown when a job stopped on request; main() exits with 130.
+struct Cancelled {
+    std::string message;
+};
+
 // The store the flags name, or nullptr with --no-db.
 std::unique_ptr<RunStore> openStore();
 
@@ -46,6 +56,8 @@ public:
         }
     }
     void done(const std::string& summaryJson = "{}");
+    // Closes the run as cancelled and throws Cancelled.
+    [[noreturn]] void cancelled(const std::string& summaryJson = "{}");
 
 private:
     void fail(const std::string& message);
