@@ -3,6 +3,7 @@
 
 #include "tensor.h"
 
+#include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -25,6 +26,30 @@ inline MatrixRF randomRows(Eigen::Index n, Eigen::Index d, std::uint64_t seed, f
 inline std::string pathIn(const QTemporaryDir& dir, const char* name)
 {
     return dir.filePath(QString::fromUtf8(name)).toStdString();
+}
+
+
+// The gsrq binary run to completion: exit code (−1 timed out, −2 crashed) and its output.
+struct Run {
+    int code = -1;
+    QByteArray out, err;
+};
+
+inline Run gsrqRun(const QStringList& args, int timeoutMs = 240000)
+{
+    QProcess p;
+    p.start(QStringLiteral(GSRQ_CLI_PATH), args);
+    Run r;
+    if (!p.waitForFinished(timeoutMs)) {
+        p.kill();
+        p.waitForFinished();
+        r.err = "timed out";
+        return r;
+    }
+    r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2;
+    r.out = p.readAllStandardOutput();
+    r.err = p.readAllStandardError();
+    return r;
 }
 
 } // namespace gsrq::test

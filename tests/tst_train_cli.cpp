@@ -16,26 +16,8 @@ using namespace gsrq;
 
 namespace {
 
-struct Run {
-    int code = -1;
-    QByteArray out, err;
-};
-
-Run gsrqRun(const QStringList& args)
-{
-    QProcess p;
-    p.start(QStringLiteral(GSRQ_CLI_PATH), args);
-    Run r;
-    if (!p.waitForFinished(240000)) {
-        p.kill();
-        p.waitForFinished();
-        return r;
-    }
-    r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2;
-    r.out = p.readAllStandardOutput();
-    r.err = p.readAllStandardError();
-    return r;
-}
+using test::gsrqRun;
+using test::Run;
 
 QJsonObject json(const Run& r)
 {
