@@ -22,6 +22,7 @@ struct AssignStats {
     MatrixRD sumX;                                        // Sx_k = Σ w·x
     MatrixRD sumY;                                        // Sy_k = Σ w·x/(‖x‖+ε); 0×0 unless asked for
     double weightedError = 0;                             // Σ w·‖x − c_label‖²
+    double weightedSquaredNorm = 0;                       // Σ w·‖x‖²
     double totalWeight = 0;                               // Σ w
     std::int64_t changed = 0;                             // rows whose label differs from the one passed in
 };

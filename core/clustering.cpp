@@ -154,6 +154,7 @@ ClusteringResult cluster(const MatrixRF& X, const float* weights, Method method,
         IterationStats it;
         it.iteration = r.iterations;
         it.objective = st.weightedError / st.totalWeight;
+        it.nmse = st.weightedSquaredNorm > 0 ? st.weightedError / st.weightedSquaredNorm : 0.0;
         it.changed = st.changed;
         it.emptyClusters = static_cast<int>((st.count.array() == 0).count());
 

@@ -34,6 +34,7 @@ struct ClusteringParams {
 struct IterationStats {
     int iteration = 0;
     double objective = 0;     // Σw‖x − c‖² / Σw for the centroids of this pass
+    double nmse = 0;          // Σw‖x − c‖² / Σw‖x‖²
     std::int64_t changed = 0; // labels that changed (all rows at iteration 0)
     int emptyClusters = 0;
     int reseeded = 0;   // empty clusters re-seeded by the update that follows

@@ -66,6 +66,7 @@ public:
         else
             out.sumY.resize(0, 0);
         out.weightedError = 0;
+        out.weightedSquaredNorm = 0;
         out.totalWeight = 0;
         out.changed = 0;
 
@@ -102,6 +103,7 @@ public:
                     const std::int64_t row = r0 + i;
                     const double w = m_w ? m_w[row] : 1.0;
                     acc.weightedError += w * std::max(0.0, static_cast<double>(m_sqNorm[row]) - best);
+                    acc.weightedSquaredNorm += w * static_cast<double>(m_sqNorm[row]);
                     acc.totalWeight += w;
                     if (labels[row] != label)
                         ++acc.changed;
@@ -122,6 +124,7 @@ public:
             if (withShapeSums)
                 out.sumY += acc.sumY;
             out.weightedError += acc.weightedError;
+            out.weightedSquaredNorm += acc.weightedSquaredNorm;
             out.totalWeight += acc.totalWeight;
             out.changed += acc.changed;
         }

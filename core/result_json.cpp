@@ -13,8 +13,9 @@ nlohmann::ordered_json toJson(const QuantMetrics& m)
 
 nlohmann::ordered_json toJson(const IterationStats& it)
 {
-    return {{"iteration", it.iteration},          {"objective", it.objective}, {"changed", it.changed},
-            {"empty_clusters", it.emptyClusters}, {"reseeded", it.reseeded},   {"seconds", it.seconds}};
+    return {{"iteration", it.iteration}, {"objective", it.objective},          {"nmse", it.nmse},
+            {"changed", it.changed},     {"empty_clusters", it.emptyClusters}, {"reseeded", it.reseeded},
+            {"seconds", it.seconds}};
 }
 
 nlohmann::ordered_json toJson(const CompareSettings& s)

@@ -31,6 +31,7 @@ public:
     void recordTrain(const TrainJobResult& r);
     void recordEval(const std::vector<EvalResult>& r);
     void recordArtifact(const std::string& path, const std::string& kind);
+    void recordMetrics(const std::vector<MetricRow>& rows) { m_store.addMetrics(m_id, rows); }
 
     void finish(const std::string& status, const std::string& summaryJson = "{}", const std::string& error = "");
 

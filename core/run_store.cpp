@@ -51,6 +51,7 @@ CREATE TABLE iterations (
   stage          INTEGER,
   iteration      INTEGER NOT NULL,
   objective      REAL NOT NULL,
+  nmse           REAL NOT NULL,
   changed        INTEGER NOT NULL,
   empty_clusters INTEGER NOT NULL,
   seconds        REAL NOT NULL
@@ -284,11 +285,12 @@ void RunStore::addIterations(std::int64_t run, const std::vector<IterationRow>& 
     if (rows.empty())
         return;
     sql::Transaction tx(m_db);
-    sql::Stmt s(m_db, "INSERT INTO iterations (run_id, method, tensor, subspace, stage, iteration, objective, changed, "
-                      "empty_clusters, seconds) VALUES (?,?,?,?,?,?,?,?,?,?)");
+    sql::Stmt s(m_db, "INSERT INTO iterations (run_id, method, tensor, subspace, stage, iteration, objective, nmse, "
+                      "changed, empty_clusters, seconds) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
     for (const auto& r : rows) {
         s.bind(1, run).bind(2, r.method).bind(3, r.tensor).bind(4, optIndex(r.subspace)).bind(5, optIndex(r.stage));
-        s.bind(6, r.iteration).bind(7, r.objective).bind(8, r.changed).bind(9, r.emptyClusters).bind(10, r.seconds);
+        s.bind(6, r.iteration).bind(7, r.objective).bind(8, r.nmse).bind(9, r.changed).bind(10, r.emptyClusters);
+        s.bind(11, r.seconds);
         s.run();
     }
     tx.commit();
@@ -394,12 +396,12 @@ RunInfo RunStore::requireRun(std::int64_t id)
 std::vector<IterationRow> RunStore::iterations(std::int64_t run)
 {
     sql::Stmt s(m_db, "SELECT method, tensor, COALESCE(subspace, -1), COALESCE(stage, -1), iteration, objective, "
-                      "changed, empty_clusters, seconds FROM iterations WHERE run_id=? ORDER BY rowid");
+                      "nmse, changed, empty_clusters, seconds FROM iterations WHERE run_id=? ORDER BY rowid");
     s.bind(1, run);
     std::vector<IterationRow> out;
     while (s.step())
-        out.push_back({s.text(0), s.text(1), int(s.int64(2)), int(s.int64(3)), int(s.int64(4)), s.real(5), s.int64(6),
-                       int(s.int64(7)), s.real(8)});
+        out.push_back({s.text(0), s.text(1), int(s.int64(2)), int(s.int64(3)), int(s.int64(4)), s.real(5), s.real(6),
+                       s.int64(7), int(s.int64(8)), s.real(9)});
     return out;
 }
 

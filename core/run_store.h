@@ -39,6 +39,7 @@ struct IterationRow {
     std::string method, tensor;
     int subspace = -1, stage = -1, iteration = 0; // -1: not applicable
     double objective = 0;
+    double nmse = 0;
     std::int64_t changed = 0;
     int emptyClusters = 0;
     double seconds = 0;

@@ -28,7 +28,6 @@ inline std::string pathIn(const QTemporaryDir& dir, const char* name)
     return dir.filePath(QString::fromUtf8(name)).toStdString();
 }
 
-
 // The gsrq binary run to completion: exit code (−1 timed out, −2 crashed) and its output.
 struct Run {
     int code = -1;

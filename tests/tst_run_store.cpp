@@ -157,7 +157,7 @@ void TestRunStore::deleteCascades()
     info.kind = "train";
     const auto id = store.beginRun(info);
     QVERIFY_THROWS_EXCEPTION(Error, store.deleteRun(id)); // still running: refused
-    store.addIterations(id, {IterationRow{"km", "t", 0, 0, 0, 1.0, 5, 0, 0.1}});
+    store.addIterations(id, {IterationRow{"km", "t", 0, 0, 0, 1.0, 0.5, 5, 0, 0.1}});
     store.addMetrics(id, {MetricRow{"final", "km", "t", -1, -1, "mse", 1.0}});
     store.addSeries(id, {{"s", 0, 1}});
     store.addArtifact(id, {"/tmp/x", "codebooks", "00", 1});
@@ -355,6 +355,14 @@ void TestRunStore::cliBrowsesTheStore()
     const auto shown = QJsonDocument::fromJson(out).object();
     const auto iterations = shown["iterations"].toArray().size();
     QVERIFY(iterations >= 4); // 2 blocks × 2 methods, at least one pass each
+    // nmse of each pass, from the clustering's own sums: positive, and at most 1 once centroids are
+    // means or optimal gains of their members (Pythagoras); sampled rows at iteration 0 may exceed it.
+    for (const auto& it : shown["iterations"].toArray()) {
+        const double nmse = it.toObject()["nmse"].toDouble();
+        QVERIFY(nmse > 0);
+        if (it.toObject()["iteration"].toInt() > 0)
+            QVERIFY(nmse <= 1.0 + 1e-9);
+    }
     QVERIFY(shown["metrics"].toArray().size() > 10);
 
     const QString dir = m_dir.filePath("export1");

@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "error.h"
 #include "kv_dump.h"
+#include "recording.h"
 #include "synth.h"
 #include "version.h"
 
@@ -66,37 +67,51 @@ Command registerBenchCluster(CLI::App& root)
                 p.maxIterations = o->iters;
                 p.seed = o->seed;
                 auto backend = makeCpuBackend(o->threads);
-                nlohmann::ordered_json methods = nlohmann::ordered_json::object();
-                for (Method m : {Method::KMeans, Method::GainShape}) {
-                    const auto r = cluster(x, nullptr, m, p, *backend);
-                    methods[methodName(m)] = {{"seconds_per_iteration", medianSeconds(r.history)},
-                                              {"iterations", r.iterations},
-                                              {"total_seconds", r.seconds},
-                                              {"final_objective", r.history.back().objective}};
-                }
-                const double flops = 2.0 * static_cast<double>(x.rows()) * static_cast<double>(x.cols()) * o->k;
-                if (o->json) {
-                    printJson({{"tool", "gsrq"},
-                               {"version", kVersion},
-                               {"command", "bench-cluster"},
-                               {"data", source},
-                               {"rows", x.rows()},
-                               {"dim", x.cols()},
-                               {"k", o->k},
-                               {"backend", backend->name()},
-                               {"device", backend->device()},
-                               {"gemm_flop_per_iteration", flops},
-                               {"methods", methods}});
-                    return;
-                }
-                std::printf("bench-cluster: %s, %lld × %lld, K=%d, %s (%s)\n", source.c_str(),
-                            static_cast<long long>(x.rows()), static_cast<long long>(x.cols()), o->k,
-                            backend->name().c_str(), backend->device().c_str());
-                for (const auto& [name, v] : methods.items()) {
-                    const double s = v["seconds_per_iteration"].get<double>();
-                    std::printf("  %-5s %.4f s/iteration (median of %d), %.1f GFLOP/s in the distance GEMM\n",
-                                name.c_str(), s, v["iterations"].get<int>() + 1, flops / s / 1e9);
-                }
+                const nlohmann::ordered_json settings = {{"data", source}, {"rows", x.rows()},  {"dim", x.cols()},
+                                                         {"k", o->k},      {"iters", o->iters}, {"seed", o->seed}};
+                CliRun run("bench-cluster", settings.dump(), o->input,
+                           o->input.empty() ? std::vector<std::string>{} : std::vector<std::string>{o->input},
+                           backend->name(), backend->device(), "data");
+                run.guard([&] {
+                    nlohmann::ordered_json methods = nlohmann::ordered_json::object();
+                    std::vector<MetricRow> rows;
+                    for (Method m : {Method::KMeans, Method::GainShape}) {
+                        const auto r = cluster(x, nullptr, m, p, *backend);
+                        const double perIteration = medianSeconds(r.history);
+                        methods[methodName(m)] = {{"seconds_per_iteration", perIteration},
+                                                  {"iterations", r.iterations},
+                                                  {"total_seconds", r.seconds},
+                                                  {"final_objective", r.history.back().objective}};
+                        rows.push_back({"final", methodName(m), "data", -1, -1, "seconds_per_iteration", perIteration});
+                        rows.push_back({"final", methodName(m), "data", -1, -1, "iterations", double(r.iterations)});
+                    }
+                    if (run)
+                        run->recordMetrics(rows);
+                    run.done(methods.dump());
+                    const double flops = 2.0 * static_cast<double>(x.rows()) * static_cast<double>(x.cols()) * o->k;
+                    if (o->json) {
+                        printJson({{"tool", "gsrq"},
+                                   {"version", kVersion},
+                                   {"command", "bench-cluster"},
+                                   {"data", source},
+                                   {"rows", x.rows()},
+                                   {"dim", x.cols()},
+                                   {"k", o->k},
+                                   {"backend", backend->name()},
+                                   {"device", backend->device()},
+                                   {"gemm_flop_per_iteration", flops},
+                                   {"methods", methods}});
+                        return;
+                    }
+                    std::printf("bench-cluster: %s, %lld × %lld, K=%d, %s (%s)\n", source.c_str(),
+                                static_cast<long long>(x.rows()), static_cast<long long>(x.cols()), o->k,
+                                backend->name().c_str(), backend->device().c_str());
+                    for (const auto& [name, v] : methods.items()) {
+                        const double s = v["seconds_per_iteration"].get<double>();
+                        std::printf("  %-5s %.4f s/iteration (median of %d), %.1f GFLOP/s in the distance GEMM\n",
+                                    name.c_str(), s, v["iterations"].get<int>() + 1, flops / s / 1e9);
+                    }
+                });
             }};
 }
 

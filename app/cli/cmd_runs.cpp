@@ -58,6 +58,14 @@ void flatten(const nlohmann::ordered_json& j, const std::string& prefix, std::ma
     out[prefix] = j.dump();
 }
 
+// Numbers in CSV keep 12 significant digits (the default stream precision keeps 6).
+std::string num(double v)
+{
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.12g", v);
+    return buf;
+}
+
 std::string csvField(const std::string& s)
 {
     if (s.find_first_of(",\"\n") == std::string::npos)
@@ -135,10 +143,10 @@ Command registerRuns(CLI::App& root)
                     printJson({{"store", store->path()}, {"runs", arr}});
                     return;
                 }
-                std::printf("%s\n%6s  %-8s %-11s %-24s %s\n", store->path().c_str(), "id", "kind", "status",
+                std::printf("%s\n%6s  %-13s %-11s %-24s %s\n", store->path().c_str(), "id", "kind", "status",
                             "started (UTC)", "dump");
                 for (const auto& r : runs)
-                    std::printf("%6lld  %-8s %-11s %-24s %s\n", static_cast<long long>(r.id), r.kind.c_str(),
+                    std::printf("%6lld  %-13s %-11s %-24s %s\n", static_cast<long long>(r.id), r.kind.c_str(),
                                 r.status.c_str(), r.startedAt.c_str(), r.dumpPath.c_str());
                 return;
             }
@@ -173,6 +181,7 @@ Command registerRuns(CLI::App& root)
                                       {"stage", it.stage},
                                       {"iteration", it.iteration},
                                       {"objective", it.objective},
+                                      {"nmse", it.nmse},
                                       {"changed", it.changed},
                                       {"empty_clusters", it.emptyClusters},
                                       {"seconds", it.seconds}});
@@ -220,23 +229,24 @@ Command registerRuns(CLI::App& root)
                 if (!std::filesystem::is_directory(dir))
                     throwInvalid("--csv ", o->csvDir, ": cannot create the directory");
                 writeText(dir / "settings.json", runJson(r).dump(2) + "\n");
-                std::string it = "method,tensor,subspace,stage,iteration,objective,changed,empty_clusters,seconds\n";
+                std::string it =
+                    "method,tensor,subspace,stage,iteration,objective,nmse,changed,empty_clusters,seconds\n";
                 for (const auto& x : store->iterations(o->id))
-                    it +=
-                        cat(csvField(x.method), ",", csvField(x.tensor), ",", x.subspace, ",", x.stage, ",",
-                            x.iteration, ",", x.objective, ",", x.changed, ",", x.emptyClusters, ",", x.seconds, "\n");
+                    it += cat(csvField(x.method), ",", csvField(x.tensor), ",", x.subspace, ",", x.stage, ",",
+                              x.iteration, ",", num(x.objective), ",", num(x.nmse), ",", x.changed, ",",
+                              x.emptyClusters, ",", num(x.seconds), "\n");
                 writeText(dir / "iterations.csv", it);
                 std::string ms = "scope,method,tensor,stage,subspace,name,value\n";
                 for (const auto& m : store->metrics(o->id))
                     ms += cat(m.scope, ",", csvField(m.method), ",", csvField(m.tensor), ",", m.stage, ",", m.subspace,
-                              ",", m.name, ",", m.value, "\n");
+                              ",", m.name, ",", num(m.value), "\n");
                 writeText(dir / "metrics.csv", ms);
                 std::map<std::string, std::string> perSeries;
                 for (const auto& p : store->series(o->id)) {
                     auto& text = perSeries[p.name];
                     if (text.empty())
                         text = "x,y\n";
-                    text += cat(p.x, ",", p.y, "\n");
+                    text += cat(num(p.x), ",", num(p.y), "\n");
                 }
                 for (const auto& [name, text] : perSeries)
                     writeText(dir / ("series_" + safeName(name) + ".csv"), text);

@@ -35,7 +35,10 @@ void installStopHandler()
     std::signal(SIGTERM, onStopSignal);
 }
 
-bool stopRequested() { return g_stop.load(); }
+bool stopRequested()
+{
+    return g_stop.load();
+}
 
 std::unique_ptr<RunStore> openStore()
 {
