@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs the main job on the bundled sample (or on the dump
-# given as the first argument): the tensors of the dump, KM against GSKM on a key and a value
-# tensor of a middle layer, then GSRQ codebooks for that layer with held-out rows.
+# given as the first argument). With a display: the desktop app on that dump. Without one: the
+# tensors of the dump, KM against GSKM on a key and a value tensor of a middle layer, then GSRQ
+# codebooks for that layer with held-out rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 bash tools/build.sh
 gsrq=build/app/cli/gsrq
 dump=${1:-resources/samples/stories260K-gpl3.safetensors}
+
+# With a display, the desktop app opens the dump; without one, the command-line job below runs.
+if [[ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" && -x build/app/studio/gsrq-studio ]]; then
+  exec build/app/studio/gsrq-studio "$dump"
+fi
 
 "$gsrq" info "$dump"
 echo

@@ -6,7 +6,7 @@ set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libeigen3-dev nlohmann-json3-dev libsqlite3-dev libcli11-dev
-      qt6-base-dev python3-numpy)
+      qt6-base-dev qt6-qpa-plugins qt6-charts-dev qt6-svg-dev libqt6opengl6-dev python3-numpy)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3-faiss libopenblas0-pthread)
 fi

@@ -1,0 +1,232 @@
+#include "compare_page.h"
+
+#include "chart_panel.h"
+#include "metrics_table_model.h"
+#include "result_json.h"
+#include "weights.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QTableView>
+#include <QVBoxLayout>
+
+namespace gsrq::studio {
+
+namespace {
+
+QSpinBox* spin(int lo, int hi, int value, QWidget* parent)
+{
+    auto* s = new QSpinBox(parent);
+    s->setRange(lo, hi);
+    s->setValue(value);
+    return s;
+}
+
+} // namespace
+
+ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx)
+{
+    m_tensor = new QComboBox(this);
+    m_dim = spin(1, 65536, 8, this);
+    m_k = spin(1, 65536, 64, this);
+    m_iters = spin(0, 10000, 50, this);
+    m_seed = spin(0, 1 << 30, 0, this);
+    m_weights = new QComboBox(this);
+    m_weights->addItems({"none", "grad-raw", "grad-log"});
+    m_residual = new QCheckBox(tr("on the 1st residual (after a KM pass)"), this);
+    m_run = new QPushButton(tr("Run"), this);
+    m_cancel = new QPushButton(tr("Cancel"), this);
+    m_cancel->setEnabled(false);
+    m_progress = new QProgressBar(this);
+    m_progress->setRange(0, 1000);
+    m_status = new QLabel(this);
+    m_status->setWordWrap(true);
+
+    auto* form = new QFormLayout();
+    form->addRow(tr("Tensor"), m_tensor);
+    form->addRow(tr("Subspace width D"), m_dim);
+    form->addRow(tr("Codewords K"), m_k);
+    form->addRow(tr("Iterations (max)"), m_iters);
+    form->addRow(tr("Seed"), m_seed);
+    form->addRow(tr("Weights"), m_weights);
+    form->addRow(QString(), m_residual);
+    auto* buttons = new QHBoxLayout();
+    buttons->addWidget(m_run);
+    buttons->addWidget(m_cancel);
+    form->addRow(buttons);
+    form->addRow(m_progress);
+    form->addRow(m_status);
+
+    m_chart = new views::ChartPanel(tr("Convergence: nmse of each assignment pass"), tr("pass (blocks in order)"),
+                                    tr("nmse"), this);
+    m_model = new views::MetricsTableModel(this);
+    m_table = new QTableView(this);
+    m_table->setModel(m_model);
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+    m_table->setMaximumHeight(110);
+
+    auto* right = new QVBoxLayout();
+    right->addWidget(m_chart, 1);
+    right->addWidget(m_table);
+    auto* layout = new QHBoxLayout(this);
+    auto* formBox = new QWidget(this);
+    formBox->setLayout(form);
+    formBox->setMaximumWidth(340);
+    layout->addWidget(formBox);
+    layout->addLayout(right, 1);
+
+    connect(&m_ctx, &StudioContext::dumpChanged, this, &ComparePage::onDumpChanged);
+    connect(m_tensor, &QComboBox::currentIndexChanged, this, &ComparePage::onTensorChanged);
+    connect(m_run, &QPushButton::clicked, this, &ComparePage::start);
+    connect(m_cancel, &QPushButton::clicked, this, [this] {
+        if (m_ctx.runner().currentId() == m_job)
+            m_ctx.runner().cancel();
+    });
+    connect(&m_ctx.runner(), &JobRunner::cancelled, this, [this](int id) {
+        if (id != m_job)
+            return;
+        m_status->setText(tr("Cancelled; partial results are recorded in the run store."));
+        m_run->setEnabled(true);
+        m_cancel->setEnabled(false);
+        emit runFinished(false);
+    });
+    connect(&m_ctx.runner(), &JobRunner::failed, this, [this](int id, const QString& message) {
+        if (id != m_job)
+            return;
+        m_status->setText(message);
+        m_ctx.showMessage(message);
+        m_run->setEnabled(true);
+        m_cancel->setEnabled(false);
+        emit runFinished(false);
+    });
+    onDumpChanged();
+}
+
+void ComparePage::onDumpChanged()
+{
+    m_tensor->clear();
+    const auto dump = m_ctx.dump();
+    m_run->setEnabled(bool(dump));
+    if (!dump)
+        return;
+    for (const auto& t : dump->tensors())
+        if (isFloat(t.view.dtype) && t.view.shape.size() >= 2 && t.kind != KvKind::KeyGrad &&
+            t.kind != KvKind::ValueGrad)
+            m_tensor->addItem(QString::fromStdString(t.view.name));
+}
+
+void ComparePage::onTensorChanged()
+{
+    const auto dump = m_ctx.dump();
+    if (!dump || m_tensor->currentText().isEmpty())
+        return;
+    const auto* t = dump->find(m_tensor->currentText().toStdString());
+    if (!t)
+        return;
+    m_dim->setMaximum(int(t->view.features()));
+    const bool hasGrad = dump->gradientOf(*t) != nullptr;
+    m_weights->setEnabled(hasGrad);
+    if (!hasGrad)
+        m_weights->setCurrentIndex(0);
+}
+
+void ComparePage::start()
+{
+    const auto dump = m_ctx.dump();
+    if (!dump || m_tensor->currentText().isEmpty())
+        return;
+    CompareSettings s;
+    s.dim = m_dim->value();
+    s.k = m_k->value();
+    s.iterations = m_iters->value();
+    s.seed = std::uint64_t(m_seed->value());
+    s.residual = m_residual->isChecked();
+    const std::string tensor = m_tensor->currentText().toStdString();
+    const WeightMode mode = *weightModeFromName(m_weights->currentText().toStdString());
+    const QString storePath = m_ctx.storePath();
+    const int threads = m_ctx.threads();
+
+    m_chart->clear();
+    m_model->setTable({}, {}, {});
+    m_progress->setValue(0);
+    m_status->setText(tr("Running…"));
+    m_run->setEnabled(false);
+    m_cancel->setEnabled(true);
+    auto passes = std::make_shared<std::map<std::string, int>>(); // x position per method, on the GUI thread
+
+    m_job = 0; // the runner cancels whatever runs; that notice is not about this run
+    m_job =
+        m_ctx.runner().start(tr("compare %1").arg(m_tensor->currentText()), [=, this](const JobRunner::Context& job) {
+            const auto& t = dump->get(tensor);
+            const LoadedTensor data = loadForClustering(t, false);
+            validateCompare(s, data.rows.rows(), data.rows.cols());
+            Eigen::VectorXf w;
+            WeightSummary ws;
+            if (mode != WeightMode::None)
+                w = gradientWeights(toMatrix(dump->gradientOf(t)->view), mode, 1.0, &ws);
+            auto backend = makeCpuBackend(threads);
+            RunInfo info;
+            info.kind = "compare";
+            info.backend = backend->name();
+            info.device = backend->device();
+            info.dumpPath = dump->path();
+            auto settingsJson = toJson(s);
+            settingsJson["weights"] = weightModeName(mode);
+            info.settingsJson = settingsJson.dump();
+            WorkerRecording rec(storePath, info, tensor, job, &m_ctx);
+            ProgressBatcher batch(job, [this, passes](const std::vector<ProgressEvent>& events) {
+                for (const auto& e : events) {
+                    const std::string name = methodName(e.method);
+                    const int x = (*passes)[name]++;
+                    m_chart->appendPoint(QString::fromStdString(name), QPointF(x, e.iteration.nmse));
+                    m_progress->setValue(int(e.fraction * 1000));
+                    m_status->setText(QString::fromStdString(e.what));
+                }
+            });
+            const auto r =
+                runCompare(data.rows, w.size() ? w.data() : nullptr, s, *backend, [&](const ProgressEvent& e) {
+                    rec.progress(e);
+                    return batch.add(e);
+                });
+            batch.flush();
+            if (rec)
+                rec->recordCompare(r, tensor);
+            nlohmann::ordered_json summary = nlohmann::ordered_json::object();
+            for (const auto& m : r.methods)
+                summary[methodName(m.method)] = toJson(m.metrics);
+            rec.finish(r.cancelled ? "cancelled" : "done", summary.dump());
+            if (r.cancelled)
+                return;
+            QStringList rows;
+            std::vector<std::vector<double>> values;
+            for (const auto& m : r.methods) {
+                rows << methodName(m.method);
+                values.push_back({m.metrics.mse, m.metrics.nmse, m.metrics.gainError, m.metrics.cosine,
+                                  m.metrics.shrinkage, double(m.iterations), m.seconds});
+            }
+            const QString summaryText = tr("D=%1 (%2 blocks), K=%3; recorded as run %4")
+                                            .arg(r.dim)
+                                            .arg(r.blocks)
+                                            .arg(s.k)
+                                            .arg(rec ? QString::number(rec->id()) : tr("— (not recorded)"));
+            job.post([this, rows, values, summaryText] {
+                m_model->setTable(rows, {"mse", "nmse", "gain_error", "cosine", "shrinkage", "iterations", "seconds"},
+                                  values);
+                m_progress->setValue(1000);
+                m_status->setText(summaryText);
+                m_run->setEnabled(true);
+                m_cancel->setEnabled(false);
+                m_chart->flush();
+                emit runFinished(true);
+            });
+        });
+}
+
+} // namespace gsrq::studio

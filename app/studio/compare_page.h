@@ -1,0 +1,62 @@
+#pragma once
+// KM vs GSKM: pick a tensor, D, K, iterations, seed and weights; run; both methods' convergence
+// drawn live (nmse of every assignment pass) and their metrics side by side.
+
+#include "studio_context.h"
+
+#include <QWidget>
+
+class QComboBox;
+class QCheckBox;
+class QLabel;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+class QTableView;
+
+namespace gsrq::views {
+class ChartPanel;
+class MetricsTableModel;
+} // namespace gsrq::views
+
+namespace gsrq::studio {
+
+class ComparePage : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit ComparePage(StudioContext& ctx, QWidget* parent = nullptr);
+
+    // Controls, for the main window's --run option and the tests.
+    QComboBox* tensorBox() const { return m_tensor; }
+    QSpinBox* dimBox() const { return m_dim; }
+    QSpinBox* kBox() const { return m_k; }
+    QSpinBox* itersBox() const { return m_iters; }
+    QPushButton* runButton() const { return m_run; }
+    QPushButton* cancelButton() const { return m_cancel; }
+    views::ChartPanel* convergenceChart() const { return m_chart; }
+    views::MetricsTableModel* resultsModel() const { return m_model; }
+
+signals:
+    void runFinished(bool ok);
+
+private:
+    void onDumpChanged();
+    void onTensorChanged();
+    void start();
+
+    StudioContext& m_ctx;
+    QComboBox* m_tensor;
+    QSpinBox *m_dim, *m_k, *m_iters, *m_seed;
+    QComboBox* m_weights;
+    QCheckBox* m_residual;
+    QPushButton *m_run, *m_cancel;
+    QProgressBar* m_progress;
+    QLabel* m_status;
+    views::ChartPanel* m_chart;
+    views::MetricsTableModel* m_model;
+    QTableView* m_table;
+    int m_job = 0;
+};
+
+} // namespace gsrq::studio

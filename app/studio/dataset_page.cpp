@@ -1,0 +1,174 @@
+#include "dataset_page.h"
+
+#include "chart_panel.h"
+#include "tensor.h"
+
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLocale>
+#include <QPushButton>
+#include <QSplitter>
+#include <QTreeWidget>
+#include <QVBoxLayout>
+
+#include <cmath>
+#include <map>
+
+namespace gsrq::studio {
+
+DatasetPage::DatasetPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx)
+{
+    auto* open = new QPushButton(tr("Open dump…"), this);
+    connect(open, &QPushButton::clicked, this, &DatasetPage::openRequested);
+    m_summary = new QLabel(tr("No dump open. Open a .safetensors file, a directory of shards or a 2-D .npy "
+                              "(File ▸ Open, drag and drop, or the command line)."),
+                           this);
+    m_summary->setWordWrap(true);
+    m_tree = new QTreeWidget(this);
+    m_tree->setColumnCount(4);
+    m_tree->setHeaderLabels({tr("Tensor"), tr("Dtype"), tr("Shape"), tr("Size")});
+    m_tree->header()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    connect(m_tree, &QTreeWidget::currentItemChanged, this, [this](QTreeWidgetItem* item) {
+        if (item && item->data(0, Qt::UserRole).isValid())
+            computeStats(item->data(0, Qt::UserRole).toString());
+    });
+    m_stats = new QLabel(this);
+    m_stats->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_norms = new views::ChartPanel(tr("Row norms"), tr("‖x‖"), tr("rows"), this);
+    m_channels = new views::ChartPanel(tr("Per-channel RMS"), tr("channel"), tr("RMS"), this);
+
+    auto* left = new QWidget(this);
+    auto* l = new QVBoxLayout(left);
+    l->addWidget(open);
+    l->addWidget(m_summary);
+    l->addWidget(m_tree, 1);
+    auto* right = new QWidget(this);
+    auto* r = new QVBoxLayout(right);
+    r->addWidget(m_stats);
+    r->addWidget(m_norms, 1);
+    r->addWidget(m_channels, 1);
+    auto* split = new QSplitter(this);
+    split->addWidget(left);
+    split->addWidget(right);
+    split->setStretchFactor(1, 1);
+    auto* layout = new QHBoxLayout(this);
+    layout->addWidget(split);
+    connect(&m_ctx, &StudioContext::dumpChanged, this, &DatasetPage::rebuild);
+}
+
+void DatasetPage::rebuild()
+{
+    m_tree->clear();
+    m_norms->clear();
+    m_channels->clear();
+    m_stats->clear();
+    const auto dump = m_ctx.dump();
+    if (!dump)
+        return;
+    const QLocale loc;
+    m_summary->setText(tr("%1 — %2, %3 file(s), %4")
+                           .arg(QString::fromStdString(dump->path()), QString::fromStdString(dump->format()))
+                           .arg(dump->files().size())
+                           .arg(loc.formattedDataSize(qint64(dump->totalBytes()))));
+    std::map<int, QTreeWidgetItem*> layers;
+    QTreeWidgetItem* other = nullptr;
+    for (const auto& t : dump->tensors()) {
+        QTreeWidgetItem* parent = nullptr;
+        if (t.layer >= 0) {
+            auto& item = layers[t.layer];
+            if (!item) {
+                item = new QTreeWidgetItem(m_tree, {tr("layer %1").arg(t.layer)});
+                item->setExpanded(t.layer == layers.begin()->first);
+            }
+            parent = item;
+        } else {
+            if (!other)
+                other = new QTreeWidgetItem(m_tree, {tr("other")});
+            parent = other;
+        }
+        auto* item = new QTreeWidgetItem(parent, {QString::fromStdString(t.view.name), dtypeName(t.view.dtype),
+                                                  QString::fromStdString(t.view.shapeString()),
+                                                  loc.formattedDataSize(qint64(t.view.nbytes))});
+        item->setData(0, Qt::UserRole, QString::fromStdString(t.view.name));
+    }
+    if (other)
+        other->setExpanded(true);
+}
+
+void DatasetPage::selectTensor(const QString& name)
+{
+    const auto items = m_tree->findItems(name, Qt::MatchExactly | Qt::MatchRecursive);
+    if (!items.isEmpty())
+        m_tree->setCurrentItem(items.first());
+}
+
+QString DatasetPage::statsText() const
+{
+    return m_stats->text();
+}
+
+void DatasetPage::computeStats(const QString& tensor)
+{
+    const auto dump = m_ctx.dump();
+    if (!dump)
+        return;
+    m_stats->setText(tr("Reading %1…").arg(tensor));
+    m_statsRunner.start(tr("statistics of %1").arg(tensor), [this, dump, tensor](const JobRunner::Context& job) {
+        const auto& t = dump->get(tensor.toStdString());
+        if (!isFloat(t.view.dtype) || t.view.shape.size() < 2) {
+            job.post([this, tensor] { m_stats->setText(tr("%1: not a float matrix; no statistics").arg(tensor)); });
+            return;
+        }
+        const MatrixRF x = toMatrix(t.view);
+        const auto bad = nonFiniteRows(x);
+        // Norms of finite rows, a 60-bin histogram; RMS per channel over finite rows.
+        std::vector<double> norms;
+        Eigen::VectorXd sumSq = Eigen::VectorXd::Zero(x.cols());
+        std::size_t nb = 0;
+        for (Eigen::Index i = 0; i < x.rows(); ++i) {
+            if (nb < bad.size() && bad[nb] == i) {
+                ++nb;
+                continue;
+            }
+            const Eigen::RowVectorXd r = x.row(i).cast<double>();
+            norms.push_back(r.norm());
+            sumSq += r.cwiseAbs2().transpose();
+        }
+        const double finiteRows = double(norms.size());
+        QList<QPointF> hist, rms;
+        double lo = 0, hi = 0, mean = 0;
+        if (!norms.empty()) {
+            lo = *std::min_element(norms.begin(), norms.end());
+            hi = *std::max_element(norms.begin(), norms.end());
+            const int bins = 60;
+            std::vector<int> counts(bins, 0);
+            for (double n : norms) {
+                mean += n / finiteRows;
+                counts[std::size_t(std::min(bins - 1, int((n - lo) / std::max(hi - lo, 1e-30) * bins)))]++;
+            }
+            for (int b = 0; b < bins; ++b)
+                hist << QPointF(lo + (b + 0.5) * (hi - lo) / bins, counts[std::size_t(b)]);
+            for (Eigen::Index c = 0; c < x.cols(); ++c)
+                rms << QPointF(double(c), std::sqrt(sumSq[c] / finiteRows));
+        }
+        const QString text = tr("%1: %2 rows × %3 features, %4 rows with NaN/Inf; ‖x‖ from %5 to %6, mean %7")
+                                 .arg(tensor)
+                                 .arg(x.rows())
+                                 .arg(x.cols())
+                                 .arg(bad.size())
+                                 .arg(lo, 0, 'g', 4)
+                                 .arg(hi, 0, 'g', 4)
+                                 .arg(mean, 0, 'g', 4);
+        job.post([this, tensor, text, hist, rms] {
+            m_stats->setText(text);
+            m_norms->clear();
+            m_channels->clear();
+            m_norms->setSeries(tensor, hist);
+            m_channels->setSeries(tensor, rms);
+            emit statsReady(tensor);
+        });
+    });
+}
+
+} // namespace gsrq::studio

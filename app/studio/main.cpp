@@ -1,0 +1,120 @@
+// gsrq-studio: the desktop face of GSRQ Studio.
+//   gsrq-studio [DUMP]
+//   gsrq-studio --screenshot FILE.png [--page dataset|compare|train|runs] [--open DUMP] [--run compare|train]
+//               [--tensor NAME] [--store FILE]
+// --screenshot renders a page (after a job, with --run) to a PNG and exits: 0 on success.
+
+#include "compare_page.h"
+#include "dataset_page.h"
+#include "main_window.h"
+#include "train_page.h"
+
+#include <QApplication>
+#include <QComboBox>
+#include <QCommandLineParser>
+#include <QEventLoop>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QTimer>
+
+#include <cstdio>
+
+using namespace gsrq::studio;
+
+namespace {
+
+// Starts the named job on its page and waits for it; false if it failed or could not start.
+bool runAndWait(MainWindow& w, const QString& job, const QString& tensor)
+{
+    QEventLoop loop;
+    bool ok = false;
+    auto done = [&](bool success) {
+        ok = success;
+        loop.quit();
+    };
+    if (job == "compare") {
+        auto* page = w.comparePage();
+        if (!tensor.isEmpty())
+            page->tensorBox()->setCurrentText(tensor);
+        QObject::connect(page, &ComparePage::runFinished, &loop, done);
+        if (!page->runButton()->isEnabled())
+            return false;
+        page->runButton()->click();
+    } else if (job == "train") {
+        auto* page = w.trainPage();
+        if (!tensor.isEmpty())
+            page->tensorsEdit()->setText(tensor);
+        QObject::connect(page, &TrainPage::runFinished, &loop, done);
+        page->runButton()->click();
+    } else {
+        return false;
+    }
+    loop.exec();
+    return ok;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    QApplication app(argc, argv);
+    QApplication::setOrganizationName("gsrq");
+    QApplication::setApplicationName("gsrq-studio");
+    QApplication::setStyle("Fusion");
+
+    QCommandLineParser parser;
+    parser.setApplicationDescription("GSRQ Studio: KV-cache quantization with Gain-Shape K-means and GSRQ");
+    parser.addHelpOption();
+    parser.addPositionalArgument("dump", "KV dump to open");
+    QCommandLineOption screenshot("screenshot", "Render a page to FILE.png and exit", "FILE");
+    QCommandLineOption page("page", "Page to show: dataset, compare, train, runs", "NAME", "dataset");
+    QCommandLineOption open("open", "KV dump to open", "DUMP");
+    QCommandLineOption run("run", "Run a job before the screenshot: compare or train", "JOB");
+    QCommandLineOption tensor("tensor", "Tensor for --run (compare) or tensor globs (train)", "NAME");
+    QCommandLineOption store("store", "Run store to use instead of the configured one", "FILE");
+    parser.addOptions({screenshot, page, open, run, tensor, store});
+    parser.process(app);
+
+    MainWindow w(parser.value(store));
+    QString dump = parser.value(open);
+    if (dump.isEmpty() && !parser.positionalArguments().isEmpty())
+        dump = parser.positionalArguments().first();
+    if (!dump.isEmpty())
+        w.openDump(dump);
+
+    if (!parser.isSet(screenshot)) {
+        w.show();
+        return QApplication::exec();
+    }
+    w.resize(1440, 900);
+    w.show();
+    if (!w.showPage(parser.value(page))) {
+        std::fprintf(stderr, "gsrq-studio: --page %s: not one of dataset, compare, train, runs\n",
+                     qPrintable(parser.value(page)));
+        return 2;
+    }
+    if (parser.isSet(run) && !runAndWait(w, parser.value(run), parser.value(tensor))) {
+        std::fprintf(stderr, "gsrq-studio: --run %s did not finish: %s\n", qPrintable(parser.value(run)),
+                     qPrintable(w.lastMessage()));
+        return 1;
+    }
+    if (parser.value(page) == "dataset" && w.context().dump()) {
+        QEventLoop loop;
+        QObject::connect(w.datasetPage(), &DatasetPage::statsReady, &loop, &QEventLoop::quit);
+        const auto& tensors = w.context().dump()->tensors();
+        const QString name =
+            parser.isSet(tensor) ? parser.value(tensor) : QString::fromStdString(tensors.back().view.name);
+        w.datasetPage()->selectTensor(name);
+        QTimer::singleShot(30000, &loop, &QEventLoop::quit);
+        loop.exec();
+    }
+    // Let coalesced chart updates land before grabbing.
+    QEventLoop settle;
+    QTimer::singleShot(200, &settle, &QEventLoop::quit);
+    settle.exec();
+    if (!w.grab().save(parser.value(screenshot), "PNG")) {
+        std::fprintf(stderr, "gsrq-studio: cannot write %s\n", qPrintable(parser.value(screenshot)));
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,217 @@
+#include "main_window.h"
+
+#include "compare_page.h"
+#include "dataset_page.h"
+#include "runs_page.h"
+#include "train_page.h"
+
+#include <QCloseEvent>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QDragEnterEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMenuBar>
+#include <QMimeData>
+#include <QSettings>
+#include <QSpinBox>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QVBoxLayout>
+
+namespace gsrq::studio {
+
+MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
+{
+    QSettings settings;
+    if (storePath.isEmpty())
+        storePath = settings.value("store/path", QString::fromStdString(RunStore::defaultPath())).toString();
+    m_ctx = new StudioContext(storePath, this);
+    m_ctx->setThreads(settings.value("backend/threads", 0).toInt());
+
+    m_banner = new QLabel(this);
+    m_banner->setWordWrap(true);
+    m_banner->setMargin(6);
+    m_banner->hide();
+    m_tabs = new QTabWidget(this);
+    m_dataset = new DatasetPage(*m_ctx, this);
+    m_compare = new ComparePage(*m_ctx, this);
+    m_train = new TrainPage(*m_ctx, this);
+    m_runs = new RunsPage(*m_ctx, this);
+    m_tabs->addTab(m_dataset, tr("Dataset"));
+    m_tabs->addTab(m_compare, tr("KM vs GSKM"));
+    m_tabs->addTab(m_train, tr("GSRQ training"));
+    m_tabs->addTab(m_runs, tr("Runs"));
+    connect(m_tabs, &QTabWidget::currentChanged, this, [this](int i) {
+        if (m_tabs->widget(i) == m_runs)
+            m_runs->refresh();
+    });
+
+    auto* central = new QWidget(this);
+    auto* layout = new QVBoxLayout(central);
+    layout->setContentsMargins(4, 4, 4, 4);
+    layout->addWidget(m_banner);
+    layout->addWidget(m_tabs, 1);
+    setCentralWidget(central);
+    setAcceptDrops(true);
+    setWindowTitle(tr("GSRQ Studio"));
+
+    m_statusBackend = new QLabel(this);
+    m_statusJob = new QLabel(this);
+    statusBar()->addWidget(m_statusJob, 1);
+    statusBar()->addPermanentWidget(m_statusBackend);
+    connect(&m_ctx->runner(), &JobRunner::started, this,
+            [this](int, const QString& what) { m_statusJob->setText(tr("Running: %1").arg(what)); });
+    connect(&m_ctx->runner(), &JobRunner::finished, this, [this] { m_statusJob->setText(tr("Ready")); });
+    connect(&m_ctx->runner(), &JobRunner::cancelled, this, [this] { m_statusJob->setText(tr("Cancelled")); });
+    connect(&m_ctx->runner(), &JobRunner::failed, this, [this] { m_statusJob->setText(tr("Failed")); });
+    connect(m_ctx, &StudioContext::message, this, &MainWindow::onMessage);
+    connect(m_dataset, &DatasetPage::openRequested, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Open KV dump"), {},
+                                                          tr("KV dumps (*.safetensors *.npy);;All files (*)"));
+        if (!path.isEmpty())
+            openDump(path);
+    });
+    buildMenus();
+    updateStatus();
+    restoreGeometry(settings.value("window/geometry").toByteArray());
+    m_tabs->setCurrentIndex(settings.value("window/page", 0).toInt());
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildMenus()
+{
+    auto* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("&Open dump…"), QKeySequence::Open, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Open KV dump"), {},
+                                                          tr("KV dumps (*.safetensors *.npy);;All files (*)"));
+        if (!path.isEmpty())
+            openDump(path);
+    });
+    file->addAction(tr("Open &directory of shards…"), this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a directory of safetensors shards"));
+        if (!dir.isEmpty())
+            openDump(dir);
+    });
+    m_recent = file->addMenu(tr("Open &recent"));
+    rebuildRecentMenu();
+    file->addSeparator();
+    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+    auto* settingsMenu = menuBar()->addMenu(tr("&Settings"));
+    settingsMenu->addAction(tr("&Preferences…"), this, &MainWindow::showPreferences);
+}
+
+bool MainWindow::openDump(const QString& path)
+{
+    if (!m_ctx->openDump(path))
+        return false;
+    rememberRecent(QFileInfo(path).absoluteFilePath());
+    m_banner->hide();
+    setWindowTitle(tr("GSRQ Studio — %1").arg(QFileInfo(path).fileName()));
+    return true;
+}
+
+bool MainWindow::showPage(const QString& name)
+{
+    const QStringList names{"dataset", "compare", "train", "runs"};
+    const int i = int(names.indexOf(name));
+    if (i < 0)
+        return false;
+    m_tabs->setCurrentIndex(i);
+    return true;
+}
+
+void MainWindow::rememberRecent(const QString& path)
+{
+    QSettings s;
+    QStringList recent = s.value("files/recent").toStringList();
+    recent.removeAll(path);
+    recent.prepend(path);
+    while (recent.size() > 10)
+        recent.removeLast();
+    s.setValue("files/recent", recent);
+    rebuildRecentMenu();
+}
+
+void MainWindow::rebuildRecentMenu()
+{
+    if (!m_recent)
+        return;
+    m_recent->clear();
+    const QStringList recent = QSettings().value("files/recent").toStringList();
+    for (const auto& path : recent)
+        m_recent->addAction(path, this, [this, path] { openDump(path); });
+    m_recent->setEnabled(!recent.isEmpty());
+}
+
+void MainWindow::showPreferences()
+{
+    QDialog dialog(this);
+    dialog.setWindowTitle(tr("Preferences"));
+    auto* threads = new QSpinBox(&dialog);
+    threads->setRange(0, 1024);
+    threads->setSpecialValueText(tr("all cores"));
+    threads->setValue(m_ctx->threads());
+    auto* store = new QLineEdit(m_ctx->storePath(), &dialog);
+    auto* backend = new QLabel(tr("CPU (Eigen GEMM, OpenMP). The CUDA backend is not part of this build."), &dialog);
+    backend->setWordWrap(true);
+    auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
+    connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+    auto* form = new QFormLayout(&dialog);
+    form->addRow(tr("Backend"), backend);
+    form->addRow(tr("CPU threads"), threads);
+    form->addRow(tr("Run store"), store);
+    form->addRow(buttons);
+    if (dialog.exec() != QDialog::Accepted)
+        return;
+    m_ctx->setThreads(threads->value());
+    m_ctx->setStorePath(store->text());
+    QSettings s;
+    s.setValue("backend/threads", threads->value());
+    s.setValue("store/path", store->text());
+    updateStatus();
+}
+
+void MainWindow::updateStatus()
+{
+    m_statusBackend->setText(tr("%1 · store %2").arg(m_ctx->backendDescription(), m_ctx->storePath()));
+}
+
+void MainWindow::onMessage(const QString& text, bool error)
+{
+    m_lastMessage = text;
+    m_banner->setText(text);
+    m_banner->setStyleSheet(error ? "background:#fbe3e4; color:#7a1f1f; border:1px solid #e0a0a0;"
+                                  : "background:#e3f1fb; color:#1f4a7a; border:1px solid #a0c4e0;");
+    m_banner->show();
+    emit messageShown(text, error);
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* e)
+{
+    if (e->mimeData()->hasUrls())
+        e->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* e)
+{
+    const auto urls = e->mimeData()->urls();
+    if (!urls.isEmpty() && urls.first().isLocalFile())
+        openDump(urls.first().toLocalFile());
+}
+
+void MainWindow::closeEvent(QCloseEvent* e)
+{
+    QSettings s;
+    s.setValue("window/geometry", saveGeometry());
+    s.setValue("window/page", m_tabs->currentIndex());
+    m_ctx->runner().cancel();
+    QMainWindow::closeEvent(e);
+}
+
+} // namespace gsrq::studio

@@ -1,0 +1,67 @@
+#pragma once
+// The main window only wires pages (STYLE 14): dataset, KM vs GSKM, GSRQ training, runs. It owns
+// the shared context (open dump, store, backend), the menus, recent files, drag and drop, the
+// message banner and the persisted window state.
+
+#include "studio_context.h"
+
+#include <QMainWindow>
+
+class QLabel;
+class QMenu;
+class QTabWidget;
+
+namespace gsrq::studio {
+
+class DatasetPage;
+class ComparePage;
+class TrainPage;
+class RunsPage;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+
+public:
+    explicit MainWindow(QString storePath, QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    StudioContext& context() { return *m_ctx; }
+    bool openDump(const QString& path);
+    // Page names: dataset, compare, train, runs.
+    bool showPage(const QString& name);
+    DatasetPage* datasetPage() const { return m_dataset; }
+    ComparePage* comparePage() const { return m_compare; }
+    TrainPage* trainPage() const { return m_train; }
+    RunsPage* runsPage() const { return m_runs; }
+    QString lastMessage() const { return m_lastMessage; }
+
+signals:
+    void messageShown(const QString& text, bool error);
+
+protected:
+    void dragEnterEvent(QDragEnterEvent* e) override;
+    void dropEvent(QDropEvent* e) override;
+    void closeEvent(QCloseEvent* e) override;
+
+private:
+    void buildMenus();
+    void rememberRecent(const QString& path);
+    void rebuildRecentMenu();
+    void showPreferences();
+    void onMessage(const QString& text, bool error);
+    void updateStatus();
+
+    StudioContext* m_ctx;
+    QTabWidget* m_tabs;
+    QLabel* m_banner;
+    QLabel* m_statusBackend;
+    QLabel* m_statusJob;
+    QMenu* m_recent = nullptr;
+    DatasetPage* m_dataset;
+    ComparePage* m_compare;
+    TrainPage* m_train;
+    RunsPage* m_runs;
+    QString m_lastMessage;
+};
+
+} // namespace gsrq::studio

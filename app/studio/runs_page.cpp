@@ -1,0 +1,248 @@
+#include "runs_page.h"
+
+#include "chart_panel.h"
+#include "runs_table_model.h"
+
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QItemSelectionModel>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSortFilterProxyModel>
+#include <QSplitter>
+#include <QTableView>
+#include <QVBoxLayout>
+
+#include <map>
+#include <set>
+
+namespace gsrq::studio {
+
+namespace {
+
+void flatten(const QJsonObject& o, const QString& prefix, std::map<QString, QString>& out)
+{
+    for (auto it = o.begin(); it != o.end(); ++it) {
+        const QString key = prefix.isEmpty() ? it.key() : prefix + "." + it.key();
+        if (it.value().isObject())
+            flatten(it.value().toObject(), key, out);
+        else
+            out[key] = QString::fromUtf8(QJsonDocument(QJsonObject{{"v", it.value()}}).toJson(QJsonDocument::Compact))
+                           .mid(5)
+                           .chopped(1);
+    }
+}
+
+} // namespace
+
+RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx)
+{
+    m_model = new views::RunsTableModel(this);
+    m_proxy = new QSortFilterProxyModel(this);
+    m_proxy->setSourceModel(m_model);
+    m_proxy->setFilterKeyColumn(-1);
+    m_proxy->setFilterCaseSensitivity(Qt::CaseInsensitive);
+    m_table = new QTableView(this);
+    m_table->setModel(m_proxy);
+    m_table->setSortingEnabled(true);
+    m_table->sortByColumn(views::RunsTableModel::Id, Qt::DescendingOrder);
+    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_table->setSelectionMode(QAbstractItemView::ExtendedSelection);
+    m_table->horizontalHeader()->setStretchLastSection(true);
+    m_table->verticalHeader()->hide();
+
+    m_kind = new QComboBox(this);
+    m_kind->addItems({tr("all kinds"), "compare", "sweep", "train", "eval", "bench-cluster"});
+    m_status = new QComboBox(this);
+    m_status->addItems({tr("any status"), "running", "done", "failed", "cancelled", "interrupted"});
+    m_filter = new QLineEdit(this);
+    m_filter->setPlaceholderText(tr("filter: tensor, dump, result…"));
+    auto* refreshButton = new QPushButton(tr("Refresh"), this);
+    auto* deleteButton = new QPushButton(tr("Delete"), this);
+    m_note = new QLineEdit(this);
+    m_note->setPlaceholderText(tr("a note for the selected run"));
+    auto* noteButton = new QPushButton(tr("Add note"), this);
+    m_details = new QPlainTextEdit(this);
+    m_details->setReadOnly(true);
+    m_overlay = new views::ChartPanel(tr("Selected runs: nmse of each assignment pass"), tr("pass"), tr("nmse"), this);
+    m_overlay->setLogY(true);
+
+    auto* bar = new QHBoxLayout();
+    bar->addWidget(m_kind);
+    bar->addWidget(m_status);
+    bar->addWidget(m_filter, 1);
+    bar->addWidget(refreshButton);
+    bar->addWidget(deleteButton);
+    auto* noteBar = new QHBoxLayout();
+    noteBar->addWidget(m_note, 1);
+    noteBar->addWidget(noteButton);
+    auto* left = new QWidget(this);
+    auto* l = new QVBoxLayout(left);
+    l->addLayout(bar);
+    l->addWidget(m_table, 1);
+    l->addLayout(noteBar);
+    auto* right = new QSplitter(Qt::Vertical, this);
+    right->addWidget(m_details);
+    right->addWidget(m_overlay);
+    auto* split = new QSplitter(this);
+    split->addWidget(left);
+    split->addWidget(right);
+    split->setStretchFactor(0, 3);
+    split->setStretchFactor(1, 2);
+    auto* layout = new QHBoxLayout(this);
+    layout->addWidget(split);
+
+    connect(refreshButton, &QPushButton::clicked, this, &RunsPage::refresh);
+    connect(deleteButton, &QPushButton::clicked, this, &RunsPage::deleteSelected);
+    connect(noteButton, &QPushButton::clicked, this, &RunsPage::addNote);
+    connect(m_kind, &QComboBox::currentIndexChanged, this, &RunsPage::refresh);
+    connect(m_status, &QComboBox::currentIndexChanged, this, &RunsPage::refresh);
+    connect(m_filter, &QLineEdit::textChanged, m_proxy, &QSortFilterProxyModel::setFilterFixedString);
+    connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunsPage::onSelectionChanged);
+    // A job that ends in the window shows up at once; CLI runs on Refresh.
+    connect(&m_ctx.runner(), &JobRunner::finished, this, &RunsPage::refresh);
+    connect(&m_ctx.runner(), &JobRunner::cancelled, this, &RunsPage::refresh);
+}
+
+void RunsPage::refresh()
+{
+    try {
+        RunStore store(m_ctx.storePath().toStdString());
+        RunFilter f;
+        f.kind = m_kind->currentIndex() > 0 ? m_kind->currentText().toStdString() : std::string();
+        f.status = m_status->currentIndex() > 0 ? m_status->currentText().toStdString() : std::string();
+        m_model->setRuns(store.listRuns(f));
+    } catch (const std::exception& e) {
+        m_model->setRuns({});
+        m_ctx.showMessage(QString::fromUtf8(e.what()));
+    }
+    onSelectionChanged();
+}
+
+std::vector<std::int64_t> RunsPage::selectedIds() const
+{
+    std::vector<std::int64_t> ids;
+    for (const auto& index : m_table->selectionModel()->selectedRows())
+        ids.push_back(index.data(Qt::UserRole).toLongLong());
+    std::sort(ids.begin(), ids.end());
+    return ids;
+}
+
+void RunsPage::selectRuns(const QList<qint64>& ids)
+{
+    m_table->clearSelection();
+    for (int row = 0; row < m_proxy->rowCount(); ++row)
+        if (ids.contains(m_proxy->index(row, 0).data(Qt::UserRole).toLongLong()))
+            m_table->selectionModel()->select(m_proxy->index(row, 0),
+                                              QItemSelectionModel::Select | QItemSelectionModel::Rows);
+}
+
+QString RunsPage::detailsText() const
+{
+    return m_details->toPlainText();
+}
+
+void RunsPage::onSelectionChanged()
+{
+    const auto ids = selectedIds();
+    m_overlay->clear();
+    if (ids.empty()) {
+        m_details->setPlainText(tr("Select a run for its details; select two or more to compare them."));
+        return;
+    }
+    try {
+        RunStore store(m_ctx.storePath().toStdString());
+        QString text;
+        std::vector<std::map<QString, QString>> settings;
+        for (auto id : ids) {
+            const auto r = store.requireRun(id);
+            QList<QPointF> curve;
+            int x = 0;
+            for (const auto& it : store.iterations(id))
+                curve << QPointF(x++, it.nmse);
+            m_overlay->setSeries(tr("run %1 (%2)").arg(id).arg(QString::fromStdString(r.kind)), curve);
+            std::map<QString, QString> flat;
+            flatten(QJsonDocument::fromJson(QByteArray::fromStdString(r.settingsJson)).object(), {}, flat);
+            settings.push_back(flat);
+            if (ids.size() == 1) {
+                text += tr("Run %1: %2, %3\nstarted %4, finished %5\n%6 (%7)\ndump %8\nsha256 %9\n")
+                            .arg(id)
+                            .arg(QString::fromStdString(r.kind), QString::fromStdString(r.status),
+                                 QString::fromStdString(r.startedAt), QString::fromStdString(r.finishedAt),
+                                 QString::fromStdString(r.backend), QString::fromStdString(r.device),
+                                 QString::fromStdString(r.dumpPath), QString::fromStdString(r.dumpSha256));
+                if (!r.error.empty())
+                    text += tr("error: %1\n").arg(QString::fromStdString(r.error));
+                text += tr("\nsettings %1\n\nfinal metrics\n").arg(QString::fromStdString(r.settingsJson));
+                for (const auto& m : store.metrics(id))
+                    if (m.scope == "final" || m.scope == "heldout" || m.scope == "attention")
+                        text += QStringLiteral("  %1 %2 %3 %4 = %5\n")
+                                    .arg(QString::fromStdString(m.scope), QString::fromStdString(m.tensor),
+                                         QString::fromStdString(m.method), QString::fromStdString(m.name))
+                                    .arg(m.value, 0, 'g', 6);
+                for (const auto& a : store.artifacts(id))
+                    text += tr("artifact %1 (sha256 %2)\n")
+                                .arg(QString::fromStdString(a.path), QString::fromStdString(a.sha256));
+                for (const auto& n : store.notes(id))
+                    text +=
+                        tr("note (%1): %2\n").arg(QString::fromStdString(n.createdAt), QString::fromStdString(n.text));
+            }
+        }
+        if (ids.size() > 1) {
+            std::set<QString> keys;
+            for (const auto& s : settings)
+                for (const auto& [k, v] : s)
+                    keys.insert(k);
+            text = tr("Settings that differ between runs");
+            for (auto id : ids)
+                text += QStringLiteral(" %1").arg(id);
+            text += ":\n";
+            for (const auto& k : keys) {
+                QStringList values;
+                for (const auto& s : settings)
+                    values << (s.count(k) ? s.at(k) : QStringLiteral("-"));
+                if (std::all_of(values.begin(), values.end(), [&](const QString& v) { return v == values.front(); }))
+                    continue;
+                text += QStringLiteral("  %1: %2\n").arg(k, values.join(QStringLiteral("  |  ")));
+            }
+        }
+        m_details->setPlainText(text);
+        m_overlay->flush();
+    } catch (const std::exception& e) {
+        m_ctx.showMessage(QString::fromUtf8(e.what()));
+    }
+}
+
+void RunsPage::addNote()
+{
+    const auto ids = selectedIds();
+    if (ids.size() != 1 || m_note->text().trimmed().isEmpty())
+        return;
+    try {
+        RunStore store(m_ctx.storePath().toStdString());
+        store.addNote(ids.front(), m_note->text().trimmed().toStdString());
+        m_note->clear();
+    } catch (const std::exception& e) {
+        m_ctx.showMessage(QString::fromUtf8(e.what()));
+    }
+    onSelectionChanged();
+}
+
+void RunsPage::deleteSelected()
+{
+    const auto ids = selectedIds();
+    try {
+        RunStore store(m_ctx.storePath().toStdString());
+        for (auto id : ids)
+            store.deleteRun(id);
+    } catch (const std::exception& e) {
+        m_ctx.showMessage(QString::fromUtf8(e.what()));
+    }
+    refresh();
+}
+
+} // namespace gsrq::studio

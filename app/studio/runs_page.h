@@ -1,0 +1,51 @@
+#pragma once
+// The run store as a table (filter by kind, status and text; sort), the details of a run, notes,
+// deletion, and for two or more selected runs their convergence curves on one chart and the
+// settings that differ. Reads through core's store API on the GUI thread (its own connection).
+
+#include "studio_context.h"
+
+#include <QWidget>
+
+class QComboBox;
+class QLineEdit;
+class QPlainTextEdit;
+class QSortFilterProxyModel;
+class QTableView;
+
+namespace gsrq::views {
+class ChartPanel;
+class RunsTableModel;
+} // namespace gsrq::views
+
+namespace gsrq::studio {
+
+class RunsPage : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit RunsPage(StudioContext& ctx, QWidget* parent = nullptr);
+    void refresh();
+    views::RunsTableModel* model() const { return m_model; }
+    QTableView* table() const { return m_table; }
+    views::ChartPanel* overlayChart() const { return m_overlay; }
+    QString detailsText() const;
+    void selectRuns(const QList<qint64>& ids);
+
+private:
+    void onSelectionChanged();
+    std::vector<std::int64_t> selectedIds() const;
+    void addNote();
+    void deleteSelected();
+
+    StudioContext& m_ctx;
+    views::RunsTableModel* m_model;
+    QSortFilterProxyModel* m_proxy;
+    QTableView* m_table;
+    QComboBox *m_kind, *m_status;
+    QLineEdit *m_filter, *m_note;
+    QPlainTextEdit* m_details;
+    views::ChartPanel* m_overlay;
+};
+
+} // namespace gsrq::studio

@@ -1,0 +1,68 @@
+#pragma once
+// What the pages share: the open dump, the run store's path, the CPU backend settings, the job
+// runner and a place for messages. Owned by the main window; GUI thread only.
+
+#include "cluster_backend.h"
+#include "job_runner.h"
+#include "kv_dump.h"
+#include "run_recorder.h"
+
+#include <QObject>
+#include <QString>
+
+#include <memory>
+#include <optional>
+
+namespace gsrq::studio {
+
+class StudioContext : public QObject {
+    Q_OBJECT
+
+public:
+    explicit StudioContext(QString storePath, QObject* parent = nullptr);
+
+    std::shared_ptr<const KvDump> dump() const { return m_dump; }
+    // Opens a dump (validated by core's readers); on failure emits message() and keeps the old one.
+    bool openDump(const QString& path);
+
+    QString storePath() const { return m_storePath; }
+    void setStorePath(const QString& p) { m_storePath = p; }
+    int threads() const { return m_threads; }
+    void setThreads(int t) { m_threads = t; }
+    QString backendDescription() const;
+
+    JobRunner& runner() { return m_runner; }
+    void showMessage(const QString& text, bool error = true) { emit message(text, error); }
+
+signals:
+    void dumpChanged();
+    void message(const QString& text, bool error);
+
+private:
+    std::shared_ptr<const KvDump> m_dump;
+    QString m_storePath;
+    int m_threads = 0;
+    JobRunner m_runner;
+};
+
+// A run recorded from a worker thread through that thread's own store connection. A store that
+// cannot be opened leaves the job unrecorded and says why (the job still runs).
+class WorkerRecording {
+public:
+    WorkerRecording(const QString& storePath, const RunInfo& info, const std::string& tensor,
+                    const JobRunner::Context& ctx, StudioContext* studio);
+    RunRecorder* operator->() { return m_recorder ? &*m_recorder : nullptr; }
+    explicit operator bool() const { return m_recorder.has_value(); }
+    void progress(const ProgressEvent& e)
+    {
+        if (m_recorder)
+            m_recorder->onProgress(e);
+    }
+    void finish(const std::string& status, const std::string& summary = "{}", const std::string& error = "");
+
+private:
+    std::unique_ptr<RunStore> m_store;
+    std::optional<RunRecorder> m_recorder;
+};
+
+} // namespace gsrq::studio

@@ -1,0 +1,289 @@
+#include "train_page.h"
+
+#include "chart_panel.h"
+#include "codebook_file.h"
+#include "error.h"
+#include "metrics_table_model.h"
+#include "result_json.h"
+
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QTableView>
+#include <QVBoxLayout>
+
+namespace gsrq::studio {
+
+TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx)
+{
+    auto spin = [this](int lo, int hi, int v) {
+        auto* s = new QSpinBox(this);
+        s->setRange(lo, hi);
+        s->setValue(v);
+        return s;
+    };
+    m_preset = new QComboBox(this);
+    m_preset->addItems({tr("custom D, R, K"), "2 bits (D=128, R=32, K=256)", "1 bit (D=128, R=16, K=256)",
+                        "0.75 bits (D=128, R=12, K=256)", "0.375 bits (D=256, R=12, K=256)"});
+    m_dim = spin(1, 4096, 8);
+    m_stages = spin(1, 1024, 4);
+    m_k = spin(2, 65536, 64);
+    m_iters = spin(0, 10000, 25);
+    m_beam = spin(1, 256, 1);
+    m_method = new QComboBox(this);
+    m_method->addItems({"gskm", "km"});
+    m_weights = new QComboBox(this);
+    m_weights->addItems({"none", "grad-raw", "grad-log"});
+    m_tau = new QDoubleSpinBox(this);
+    m_tau->setRange(0.001, 1000);
+    m_tau->setValue(1.0);
+    m_holdout = new QDoubleSpinBox(this);
+    m_holdout->setRange(0, 0.9);
+    m_holdout->setSingleStep(0.05);
+    m_holdout->setValue(0.25);
+    m_tensors = new QLineEdit(this);
+    m_tensors->setPlaceholderText(tr("layers.*.value, layers.2.key … (empty: every key and value)"));
+    m_run = new QPushButton(tr("Train"), this);
+    m_cancel = new QPushButton(tr("Cancel"), this);
+    m_cancel->setEnabled(false);
+    m_export = new QPushButton(tr("Export codebooks…"), this);
+    m_export->setEnabled(false);
+    m_progress = new QProgressBar(this);
+    m_progress->setRange(0, 1000);
+    m_status = new QLabel(this);
+    m_status->setWordWrap(true);
+
+    auto* form = new QFormLayout();
+    form->addRow(tr("Bits per activation"), m_preset);
+    form->addRow(tr("Subspace width D"), m_dim);
+    form->addRow(tr("Stages R"), m_stages);
+    form->addRow(tr("Codewords K"), m_k);
+    form->addRow(tr("Method"), m_method);
+    form->addRow(tr("Weights"), m_weights);
+    form->addRow(tr("τ"), m_tau);
+    form->addRow(tr("Beam"), m_beam);
+    form->addRow(tr("Iterations (max)"), m_iters);
+    form->addRow(tr("Tensors"), m_tensors);
+    form->addRow(tr("Held out (last rows)"), m_holdout);
+    auto* buttons = new QHBoxLayout();
+    buttons->addWidget(m_run);
+    buttons->addWidget(m_cancel);
+    form->addRow(buttons);
+    form->addRow(m_export);
+    form->addRow(m_progress);
+    form->addRow(m_status);
+
+    m_live = new views::ChartPanel(tr("Clustering in progress"), tr("iteration"), tr("nmse"), this);
+    m_stageChart = new views::ChartPanel(tr("After each stage"), tr("stage"), tr("nmse"), this);
+    m_stageChart->setLogY(true);
+    m_model = new views::MetricsTableModel(this);
+    auto* table = new QTableView(this);
+    table->setModel(m_model);
+    table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    table->setMaximumHeight(160);
+
+    auto* charts = new QHBoxLayout();
+    charts->addWidget(m_live, 1);
+    charts->addWidget(m_stageChart, 1);
+    auto* right = new QVBoxLayout();
+    right->addLayout(charts, 1);
+    right->addWidget(table);
+    auto* formBox = new QWidget(this);
+    formBox->setLayout(form);
+    formBox->setMaximumWidth(360);
+    auto* layout = new QHBoxLayout(this);
+    layout->addWidget(formBox);
+    layout->addLayout(right, 1);
+
+    connect(m_preset, &QComboBox::currentIndexChanged, this, &TrainPage::applyPreset);
+    connect(m_run, &QPushButton::clicked, this, &TrainPage::start);
+    connect(m_cancel, &QPushButton::clicked, this, [this] {
+        if (m_ctx.runner().currentId() == m_job)
+            m_ctx.runner().cancel();
+    });
+    connect(m_export, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export codebooks"), "codebooks.safetensors",
+                                                          tr("Codebooks (*.safetensors)"));
+        if (!path.isEmpty())
+            exportCodebooks(path);
+    });
+    connect(&m_ctx.runner(), &JobRunner::cancelled, this, [this](int id) {
+        if (id != m_job)
+            return;
+        m_status->setText(tr("Cancelled; nothing exported. The finished tensors are recorded in the run store."));
+        m_run->setEnabled(true);
+        m_cancel->setEnabled(false);
+        emit runFinished(false);
+    });
+    connect(&m_ctx.runner(), &JobRunner::failed, this, [this](int id, const QString& message) {
+        if (id != m_job)
+            return;
+        m_status->setText(message);
+        m_ctx.showMessage(message);
+        m_run->setEnabled(true);
+        m_cancel->setEnabled(false);
+        emit runFinished(false);
+    });
+}
+
+void TrainPage::applyPreset()
+{
+    static const int presets[][3] = {{0, 0, 0}, {128, 32, 256}, {128, 16, 256}, {128, 12, 256}, {256, 12, 256}};
+    const int i = m_preset->currentIndex();
+    const bool custom = i == 0;
+    m_dim->setEnabled(custom);
+    m_stages->setEnabled(custom);
+    m_k->setEnabled(custom);
+    if (!custom) {
+        m_dim->setValue(presets[i][0]);
+        m_stages->setValue(presets[i][1]);
+        m_k->setValue(presets[i][2]);
+    }
+}
+
+void TrainPage::start()
+{
+    const auto dump = m_ctx.dump();
+    if (!dump) {
+        m_ctx.showMessage(tr("Open a dump first."));
+        return;
+    }
+    TrainSettings s;
+    s.rq.dim = m_dim->value();
+    s.rq.stages = m_stages->value();
+    s.rq.k = m_k->value();
+    s.rq.iterations = m_iters->value();
+    s.rq.beam = m_beam->value();
+    s.rq.method = m_method->currentText() == "km" ? Method::KMeans : Method::GainShape;
+    s.weights = *weightModeFromName(m_weights->currentText().toStdString());
+    s.tau = m_tau->value();
+    s.holdout = m_holdout->value();
+    for (const auto& p : m_tensors->text().split(',', Qt::SkipEmptyParts))
+        s.tensorPatterns.push_back(p.trimmed().toStdString());
+    const QString storePath = m_ctx.storePath();
+    const int threads = m_ctx.threads();
+
+    m_live->clear();
+    m_stageChart->clear();
+    m_model->setTable({}, {}, {});
+    m_progress->setValue(0);
+    m_status->setText(tr("Training…"));
+    m_run->setEnabled(false);
+    m_cancel->setEnabled(true);
+    m_export->setEnabled(false);
+    m_last.reset();
+    m_clock.start();
+
+    m_job = 0; // the runner cancels whatever runs; that notice is not about this run
+    m_job = m_ctx.runner().start(tr("GSRQ training"), [=, this](const JobRunner::Context& job) {
+        auto backend = makeCpuBackend(threads);
+        RunInfo info;
+        info.kind = "train";
+        info.backend = backend->name();
+        info.device = backend->device();
+        info.dumpPath = dump->path();
+        info.settingsJson = nlohmann::ordered_json{
+            {"dim", s.rq.dim},
+            {"stages", s.rq.stages},
+            {"k", s.rq.k},
+            {"method", methodName(s.rq.method)},
+            {"iters", s.rq.iterations},
+            {"beam", s.rq.beam},
+            {"weights", weightModeName(s.weights)},
+            {"tau", s.tau},
+            {"holdout", s.holdout},
+            {"tensors",
+             s.tensorPatterns}}.dump();
+        WorkerRecording rec(storePath, info, "", job, &m_ctx);
+        auto current = std::make_shared<std::string>();
+        ProgressBatcher batch(job, [this, current](const std::vector<ProgressEvent>& events) {
+            for (const auto& e : events) {
+                const std::string key = e.tensor + cat(" stage ", e.stage + 1, " subspace ", e.subspace + 1);
+                if (key != *current) { // a new clustering: its own curve
+                    *current = key;
+                    m_live->clear();
+                }
+                m_live->appendPoint(QString::fromStdString(key), QPointF(e.iteration.iteration, e.iteration.nmse));
+                m_progress->setValue(int(e.fraction * 1000));
+                const double elapsed = m_clock.elapsed() / 1000.0;
+                const double eta = e.fraction > 0.01 ? elapsed * (1 - e.fraction) / e.fraction : 0;
+                m_status->setText(tr("%1 — %2 s, about %3 s left")
+                                      .arg(QString::fromStdString(e.what))
+                                      .arg(elapsed, 0, 'f', 1)
+                                      .arg(eta, 0, 'f', 0));
+            }
+        });
+        auto result = std::make_shared<TrainJobResult>(runTrain(*dump, s, *backend, [&](const ProgressEvent& e) {
+            rec.progress(e);
+            return batch.add(e);
+        }));
+        batch.flush();
+        if (rec)
+            rec->recordTrain(*result);
+        nlohmann::ordered_json summary = nlohmann::ordered_json::object();
+        for (const auto& t : result->tensors)
+            summary[t.tensor] = toJson(t.train.metrics);
+        rec.finish(result->cancelled ? "cancelled" : "done", summary.dump());
+        if (result->cancelled)
+            return;
+        const qint64 runId = rec ? rec->id() : 0;
+        job.post([this, result, runId] {
+            m_last = result;
+            showResult(*result);
+            m_status->setText(runId ? tr("Done; recorded as run %1.").arg(runId) : tr("Done (not recorded)."));
+            m_run->setEnabled(true);
+            m_cancel->setEnabled(false);
+            m_export->setEnabled(true);
+            m_progress->setValue(1000);
+            emit runFinished(true);
+        });
+    });
+}
+
+void TrainPage::showResult(const TrainJobResult& r)
+{
+    QStringList rows;
+    std::vector<std::vector<double>> values;
+    for (const auto& t : r.tensors) {
+        rows << QString::fromStdString(t.tensor);
+        const auto& m = t.train.metrics;
+        const double held = t.heldout ? t.heldout->nmse : std::nan("");
+        values.push_back({t.bpa, t.effectiveBpa, double(t.codebookBytes), m.nmse, held, m.cosine, m.gainError,
+                          m.shrinkage, t.train.seconds});
+        QList<QPointF> nmse;
+        for (std::size_t s = 0; s < t.train.afterStage.size(); ++s)
+            nmse << QPointF(double(s + 1), t.train.afterStage[s].nmse);
+        m_stageChart->setSeries(QString::fromStdString(t.tensor), nmse);
+    }
+    m_model->setTable(rows,
+                      {"bits", "effective bits", "codebook bytes", "train nmse", "held-out nmse", "cosine",
+                       "gain_error", "shrinkage", "seconds"},
+                      values);
+    m_stageChart->flush();
+}
+
+bool TrainPage::exportCodebooks(const QString& path)
+{
+    if (!m_last) {
+        m_ctx.showMessage(tr("Nothing to export: train first."));
+        return false;
+    }
+    try {
+        writeCodebookFile(path.toStdString(), m_last->file, DType::F32);
+    } catch (const std::exception& e) {
+        m_ctx.showMessage(QString::fromUtf8(e.what()));
+        return false;
+    }
+    m_ctx.showMessage(tr("Wrote %1").arg(path), false);
+    return true;
+}
+
+} // namespace gsrq::studio

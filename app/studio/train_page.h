@@ -1,0 +1,73 @@
+#pragma once
+// GSRQ training: settings (a BPA preset or D/R/K, method, weights, τ, beam, tensors, held-out
+// fraction), live progress with an ETA and a cancel that takes effect within an iteration, the
+// convergence of the clustering in progress, nmse/cosine/gain error after each stage per tensor,
+// a results table with the bits and the effective bits once codebooks are counted, and export.
+
+#include "studio_context.h"
+#include "train_job.h"
+
+#include <QElapsedTimer>
+#include <QWidget>
+
+#include <memory>
+
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+
+namespace gsrq::views {
+class ChartPanel;
+class MetricsTableModel;
+} // namespace gsrq::views
+
+namespace gsrq::studio {
+
+class TrainPage : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit TrainPage(StudioContext& ctx, QWidget* parent = nullptr);
+
+    QLineEdit* tensorsEdit() const { return m_tensors; }
+    QSpinBox* dimBox() const { return m_dim; }
+    QSpinBox* stagesBox() const { return m_stages; }
+    QSpinBox* kBox() const { return m_k; }
+    QSpinBox* itersBox() const { return m_iters; }
+    QPushButton* runButton() const { return m_run; }
+    QPushButton* cancelButton() const { return m_cancel; }
+    views::ChartPanel* stageChart() const { return m_stageChart; }
+    views::ChartPanel* liveChart() const { return m_live; }
+    views::MetricsTableModel* resultsModel() const { return m_model; }
+    // Writes the last result's codebooks; false (with a message) when there is none or it fails.
+    bool exportCodebooks(const QString& path);
+
+signals:
+    void runFinished(bool ok);
+
+private:
+    void start();
+    void applyPreset();
+    void showResult(const TrainJobResult& r);
+
+    StudioContext& m_ctx;
+    QComboBox* m_preset;
+    QSpinBox *m_dim, *m_stages, *m_k, *m_iters, *m_beam;
+    QComboBox *m_method, *m_weights;
+    QDoubleSpinBox *m_tau, *m_holdout;
+    QLineEdit* m_tensors;
+    QPushButton *m_run, *m_cancel, *m_export;
+    QProgressBar* m_progress;
+    QLabel* m_status;
+    views::ChartPanel *m_live, *m_stageChart;
+    views::MetricsTableModel* m_model;
+    std::shared_ptr<const TrainJobResult> m_last;
+    QElapsedTimer m_clock;
+    int m_job = 0;
+};
+
+} // namespace gsrq::studio

@@ -1,0 +1,258 @@
+// The desktop app on the offscreen platform with the Fusion style: real widgets and controllers,
+// waiting on their signals, checking chart series and table models.
+
+#include "chart_panel.h"
+#include "codebook_file.h"
+#include "compare_page.h"
+#include "dataset_page.h"
+#include "error.h"
+#include "main_window.h"
+#include "metrics_table_model.h"
+#include "npy.h"
+#include "runs_page.h"
+#include "runs_table_model.h"
+#include "synth.h"
+#include "test_util.h"
+#include "train_page.h"
+
+#include <QAbstractItemModelTester>
+#include <QApplication>
+#include <QComboBox>
+#include <QElapsedTimer>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QTableView>
+#include <QTreeWidget>
+#include <QtTest>
+
+#include <thread>
+
+using namespace gsrq;
+using namespace gsrq::studio;
+
+namespace {
+const QString kSample = QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors");
+}
+
+class TestStudio : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase();
+    void jobRunnerDropsSupersededResults();
+    void openSampleShowsTensorsAndStats();
+    void malformedFileLeavesWindowUsable();
+    void compareDrawsBothMethods();
+    void trainFillsTableAndExports();
+    void cancelMidTraining();
+    void runsPageListsAndOverlays();
+
+private:
+    QTemporaryDir m_dir;
+    QString m_store;
+    std::unique_ptr<MainWindow> m_window;
+};
+
+void TestStudio::initTestCase()
+{
+    QStandardPaths::setTestModeEnabled(true); // QSettings and paths away from the user's
+    QApplication::setStyle("Fusion");
+    m_store = m_dir.filePath("runs.db");
+    m_window = std::make_unique<MainWindow>(m_store);
+    m_window->resize(1200, 800);
+    m_window->show();
+}
+
+void TestStudio::jobRunnerDropsSupersededResults()
+{
+    JobRunner runner;
+    int delivered = 0;
+    QSignalSpy cancelled(&runner, &JobRunner::cancelled);
+    QSignalSpy finished(&runner, &JobRunner::finished);
+    runner.start("slow", [&](const JobRunner::Context& job) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        job.post([&] { delivered += 100; }); // superseded by then: must not arrive
+    });
+    const int second = runner.start("fast", [&](const JobRunner::Context& job) { job.post([&] { delivered += 1; }); });
+    QVERIFY(finished.wait(5000));
+    QCOMPARE(finished.first().first().toInt(), second);
+    QCOMPARE(cancelled.size(), 1);
+    QTest::qWait(400); // the slow job has posted by now
+    QCOMPARE(delivered, 1);
+}
+
+void TestStudio::openSampleShowsTensorsAndStats()
+{
+    QVERIFY(m_window->openDump(kSample));
+    auto* page = m_window->datasetPage();
+    QCOMPARE(page->tree()->topLevelItemCount(), 6); // "other" and five layers
+    QSignalSpy ready(page, &DatasetPage::statsReady);
+    page->selectTensor("layers.2.key");
+    QVERIFY(ready.wait(10000));
+    page->normChart()->flush();
+    page->channelChart()->flush();
+    QCOMPARE(page->normChart()->points("layers.2.key").size(), 60);    // 60 histogram bins
+    QCOMPARE(page->channelChart()->points("layers.2.key").size(), 32); // one RMS per channel
+    double rows = 0;
+    for (const auto& p : page->normChart()->points("layers.2.key"))
+        rows += p.y();
+    QCOMPARE(rows, 2048.0); // every row lands in a bin
+    QVERIFY(page->statsText().contains("0 rows with NaN/Inf"));
+}
+
+void TestStudio::malformedFileLeavesWindowUsable()
+{
+    const QString bad = m_dir.filePath("broken.safetensors");
+    QFile f(bad);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("\x10\x00\x00\x00\x00\x00\x00\x00{not json", 17);
+    f.close();
+    QSignalSpy shown(m_window.get(), &MainWindow::messageShown);
+    QVERIFY(!m_window->openDump(bad));
+    QCOMPARE(shown.size(), 1);
+    QVERIFY(shown.first().first().toString().contains("broken.safetensors"));
+    QVERIFY(shown.first().at(1).toBool()); // shown as an error
+    QVERIFY(m_window->context().dump());   // the sample stays open
+    QVERIFY(m_window->comparePage()->runButton()->isEnabled());
+}
+
+void TestStudio::compareDrawsBothMethods()
+{
+    auto* page = m_window->comparePage();
+    m_window->showPage("compare");
+    page->tensorBox()->setCurrentText("layers.2.value");
+    page->dimBox()->setValue(16);
+    page->kBox()->setValue(32);
+    page->itersBox()->setValue(20);
+    QSignalSpy done(page, &ComparePage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(done.wait(30000));
+    QVERIFY(done.first().first().toBool());
+    auto* chart = page->convergenceChart();
+    chart->flush();
+    QCOMPARE(chart->seriesNames().size(), 2);
+    for (const QString name : {"km", "gskm"}) {
+        const auto pts = chart->points(name);
+        QVERIFY(pts.size() >= 4); // 2 blocks, at least two passes each
+        for (const auto& p : pts)
+            QVERIFY(p.y() > 0);
+    }
+    auto* model = page->resultsModel();
+    QAbstractItemModelTester tester(model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QCOMPARE(model->rowCount(), 2);
+    QCOMPARE(model->headerData(1, Qt::Horizontal).toString(), QString("nmse"));
+    for (int r = 0; r < 2; ++r)
+        QVERIFY(model->value(r, 1) > 0 && model->value(r, 1) < 1);
+}
+
+void TestStudio::trainFillsTableAndExports()
+{
+    auto* page = m_window->trainPage();
+    m_window->showPage("train");
+    page->tensorsEdit()->setText("layers.1.value");
+    page->dimBox()->setValue(8);
+    page->stagesBox()->setValue(2);
+    page->kBox()->setValue(16);
+    QSignalSpy done(page, &TrainPage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(done.wait(30000));
+    QVERIFY(done.first().first().toBool());
+    auto* model = page->resultsModel();
+    QAbstractItemModelTester tester(model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QCOMPARE(model->rowCount(), 1);
+    QCOMPARE(model->headerData(0, Qt::Vertical).toString(), QString("layers.1.value"));
+    QCOMPARE(model->value(0, 0), 2 * 4.0 / 8);        // bits: R·log2(K)/D
+    QVERIFY(model->value(0, 1) > model->value(0, 0)); // codebooks cost bits
+    const auto stages = page->stageChart()->points("layers.1.value");
+    QCOMPARE(stages.size(), 2);
+    QVERIFY(stages[1].y() < stages[0].y()); // the second stage removes error
+    const QString out = m_dir.filePath("gui-codebooks.safetensors");
+    QVERIFY(page->exportCodebooks(out));
+    const auto file = readCodebookFile(out.toStdString());
+    QCOMPARE(file.entries.size(), size_t(1));
+    QCOMPARE(file.entries[0].codebooks.stages, 2);
+}
+
+void TestStudio::cancelMidTraining()
+{
+    // Synthetic data large enough that training lasts well beyond the cancel.
+    const QString data = m_dir.filePath("big.npy");
+    writeNpy(data.toStdString(), synthesize(SynthKind::Gaussian, 20000, 64, 5));
+    QVERIFY(m_window->openDump(data));
+    auto* page = m_window->trainPage();
+    page->tensorsEdit()->clear();
+    page->dimBox()->setValue(8);
+    page->stagesBox()->setValue(64);
+    page->kBox()->setValue(64);
+    page->itersBox()->setValue(100);
+    QSignalSpy redrawn(page->liveChart(), &views::ChartPanel::redrawn);
+    QSignalSpy done(page, &TrainPage::runFinished);
+
+    // The GUI thread's longest pause while the job runs: a 5 ms timer's largest gap.
+    QElapsedTimer clock;
+    qint64 last = 0, worst = 0;
+    QTimer probe;
+    probe.setInterval(5);
+    connect(&probe, &QTimer::timeout, [&] {
+        const qint64 now = clock.elapsed();
+        worst = std::max(worst, now - last);
+        last = now;
+    });
+    clock.start();
+    probe.start();
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(redrawn.wait(20000)); // live progress reached the chart
+    QTest::qWait(500);
+    probe.stop();
+    qInfo("longest event-loop pause while training: %lld ms", static_cast<long long>(worst));
+    QTest::mouseClick(page->cancelButton(), Qt::LeftButton);
+    QCOMPARE(done.size(), 1); // reported at once; the worker stops at its next iteration
+    QVERIFY(!done.first().first().toBool());
+    QVERIFY(page->runButton()->isEnabled());
+    // The worker closes its run as cancelled within an iteration or so.
+    std::string seen;
+    QTRY_VERIFY2_WITH_TIMEOUT(
+        [&] {
+            RunStore store(m_store.toStdString());
+            const auto runs = store.listRuns({"train", "", 1});
+            seen = runs.empty() ? "no train run" : cat("run ", runs.front().id, " ", runs.front().status);
+            return !runs.empty() && runs.front().status == "cancelled";
+        }(),
+        qPrintable(QString::fromStdString(seen) + " / last message: " + m_window->lastMessage()), 20000);
+    QVERIFY(m_window->openDump(kSample));
+}
+
+void TestStudio::runsPageListsAndOverlays()
+{
+    auto* page = m_window->runsPage();
+    m_window->showPage("runs");
+    page->refresh();
+    auto* model = page->model();
+    QAbstractItemModelTester tester(model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QVERIFY(model->rowCount() >= 3); // compare, train, the cancelled train
+    // A CLI run into the same store shows up on refresh.
+    QCOMPARE(test::gsrqRun(
+                 {"--db", m_store, "compare", kSample, "--tensor", "layers.0.value", "--k", "8", "--iters", "3", "-q"})
+                 .code,
+             0);
+    const int before = model->rowCount();
+    page->refresh();
+    QCOMPARE(model->rowCount(), before + 1);
+    QCOMPARE(model->data(model->index(0, views::RunsTableModel::Kind)).toString(), QString("compare"));
+
+    QList<qint64> ids;
+    for (int r = 0; r < model->rowCount(); ++r)
+        if (model->data(model->index(r, views::RunsTableModel::Kind)).toString() == "compare")
+            ids << model->data(model->index(r, 0), Qt::UserRole).toLongLong();
+    QVERIFY(ids.size() >= 2);
+    page->selectRuns(ids.mid(0, 2));
+    page->overlayChart()->flush();
+    QCOMPARE(page->overlayChart()->seriesNames().size(), 2);
+    QVERIFY(page->detailsText().contains("differ"));
+}
+
+QTEST_MAIN(TestStudio)
+#include "tst_studio.moc"

@@ -1,0 +1,269 @@
+#include "chart_panel.h"
+
+#include <QChart>
+#include <QFile>
+#include <QFileDialog>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLegendMarker>
+#include <QLineSeries>
+#include <QLogValueAxis>
+#include <QPainter>
+#include <QSvgGenerator>
+#include <QTextStream>
+#include <QToolButton>
+#include <QVBoxLayout>
+#include <QValueAxis>
+
+#include <cmath>
+
+namespace gsrq::views {
+
+ChartPanel::ChartPanel(const QString& title, const QString& xTitle, const QString& yTitle, QWidget* parent)
+    : QWidget(parent), m_xTitle(xTitle), m_yTitle(yTitle)
+{
+    auto* chart = new QChart();
+    chart->setTitle(title);
+    chart->legend()->setAlignment(Qt::AlignBottom);
+    chart->setAnimationOptions(QChart::NoAnimation);
+    m_view = new QChartView(chart, this);
+    m_view->setRenderHint(QPainter::Antialiasing);
+    m_view->setRubberBand(QChartView::RectangleRubberBand);
+    m_view->setMinimumSize(320, 220);
+
+    auto* reset = new QToolButton(this);
+    reset->setText(tr("Reset zoom"));
+    connect(reset, &QToolButton::clicked, this, [this] { m_view->chart()->zoomReset(); });
+    auto* logY = new QToolButton(this);
+    logY->setText(tr("Log y"));
+    logY->setCheckable(true);
+    connect(logY, &QToolButton::toggled, this, &ChartPanel::setLogY);
+    auto* exportButton = new QToolButton(this);
+    exportButton->setText(tr("Export…"));
+    connect(exportButton, &QToolButton::clicked, this, &ChartPanel::onExport);
+    m_hover = new QLabel(this);
+
+    auto* bar = new QHBoxLayout();
+    bar->addWidget(reset);
+    bar->addWidget(logY);
+    bar->addWidget(exportButton);
+    bar->addStretch();
+    bar->addWidget(m_hover);
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addLayout(bar);
+    layout->addWidget(m_view, 1);
+
+    // Progress events mark series dirty; this timer draws at most 25 times a second.
+    m_timer.setInterval(40);
+    m_timer.setSingleShot(true);
+    connect(&m_timer, &QTimer::timeout, this, &ChartPanel::onTick);
+    rebuildAxes();
+}
+
+QLineSeries* ChartPanel::seriesFor(const QString& name)
+{
+    if (auto* s = m_series.value(name))
+        return s;
+    auto* s = new QLineSeries();
+    s->setName(name);
+    m_view->chart()->addSeries(s);
+    m_series.insert(name, s);
+    connect(s, &QLineSeries::hovered, this, [this, name](const QPointF& p, bool state) {
+        m_hover->setText(state ? QStringLiteral("%1: x = %2, y = %3").arg(name).arg(p.x()).arg(p.y(), 0, 'g', 6)
+                               : QString());
+    });
+    // Clicking a legend marker hides or shows its series.
+    for (auto* marker : m_view->chart()->legend()->markers(s))
+        connect(marker, &QLegendMarker::clicked, this, [s, marker] {
+            s->setVisible(!s->isVisible());
+            marker->setVisible(true);
+            marker->setLabelBrush(s->isVisible() ? QBrush(Qt::black) : QBrush(Qt::gray));
+        });
+    rebuildAxes();
+    return s;
+}
+
+void ChartPanel::setSeries(const QString& name, const QList<QPointF>& points)
+{
+    if (!m_data.contains(name))
+        m_order.append(name);
+    m_data[name] = points;
+    m_dirty[name] = true;
+    if (!m_timer.isActive())
+        m_timer.start();
+}
+
+void ChartPanel::appendPoint(const QString& name, QPointF p)
+{
+    if (!m_data.contains(name))
+        m_order.append(name);
+    m_data[name].append(p);
+    m_dirty[name] = true;
+    if (!m_timer.isActive())
+        m_timer.start();
+}
+
+void ChartPanel::clear()
+{
+    m_timer.stop();
+    m_view->chart()->removeAllSeries();
+    m_series.clear();
+    m_data.clear();
+    m_order.clear();
+    m_dirty.clear();
+    rebuildAxes();
+}
+
+void ChartPanel::flush()
+{
+    onTick();
+}
+
+void ChartPanel::onTick()
+{
+    bool any = false;
+    for (auto it = m_dirty.begin(); it != m_dirty.end(); ++it) {
+        if (!it.value())
+            continue;
+        QList<QPointF> pts = m_data.value(it.key());
+        if (m_logY) // a log axis cannot show values ≤ 0
+            pts.erase(std::remove_if(pts.begin(), pts.end(), [](const QPointF& p) { return !(p.y() > 0); }), pts.end());
+        seriesFor(it.key())->replace(pts);
+        it.value() = false;
+        any = true;
+    }
+    if (!any)
+        return;
+    // Fit the axes to the data.
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    for (auto* s : m_series)
+        for (const auto& p : s->points()) {
+            x0 = std::min(x0, p.x());
+            x1 = std::max(x1, p.x());
+            y0 = std::min(y0, p.y());
+            y1 = std::max(y1, p.y());
+        }
+    if (std::isfinite(x0)) {
+        const auto axesX = m_view->chart()->axes(Qt::Horizontal);
+        const auto axesY = m_view->chart()->axes(Qt::Vertical);
+        const double padY = (y1 - y0) * 0.05 + (y1 == y0 ? std::abs(y0) * 0.05 + 1e-12 : 0);
+        if (!axesX.isEmpty())
+            axesX.first()->setRange(x0, x1 > x0 ? x1 : x0 + 1);
+        // Counts and other non-negative data keep their axis at zero.
+        const double lowY = m_logY ? y0 / 1.2 : (y0 >= 0 && y0 - padY < 0 ? 0.0 : y0 - padY);
+        if (!axesY.isEmpty())
+            axesY.first()->setRange(lowY, m_logY ? y1 * 1.2 : y1 + padY);
+    }
+    emit redrawn();
+}
+
+void ChartPanel::rebuildAxes()
+{
+    auto* chart = m_view->chart();
+    for (auto* a : chart->axes())
+        chart->removeAxis(a);
+    QAbstractAxis* ax = nullptr;
+    QAbstractAxis* ay = nullptr;
+    if (m_logX) {
+        auto* l = new QLogValueAxis();
+        l->setBase(2);
+        l->setLabelFormat("%g");
+        ax = l;
+    } else {
+        ax = new QValueAxis();
+    }
+    if (m_logY) {
+        auto* l = new QLogValueAxis();
+        l->setLabelFormat("%.3g");
+        ay = l;
+    } else {
+        ay = new QValueAxis();
+    }
+    ax->setTitleText(m_xTitle);
+    ay->setTitleText(m_yTitle);
+    chart->addAxis(ax, Qt::AlignBottom);
+    chart->addAxis(ay, Qt::AlignLeft);
+    for (auto* s : m_series) {
+        s->attachAxis(ax);
+        s->attachAxis(ay);
+    }
+    for (auto it = m_dirty.begin(); it != m_dirty.end(); ++it)
+        it.value() = true;
+    if (!m_timer.isActive())
+        m_timer.start();
+}
+
+void ChartPanel::setLogY(bool on)
+{
+    m_logY = on;
+    rebuildAxes();
+}
+
+void ChartPanel::setLogX(bool on)
+{
+    m_logX = on;
+    rebuildAxes();
+}
+
+QStringList ChartPanel::seriesNames() const
+{
+    return m_order;
+}
+
+QList<QPointF> ChartPanel::points(const QString& name) const
+{
+    const auto* s = m_series.value(name);
+    return s ? s->points() : QList<QPointF>();
+}
+
+bool ChartPanel::exportPng(const QString& path)
+{
+    flush();
+    return m_view->grab().save(path, "PNG");
+}
+
+bool ChartPanel::exportSvg(const QString& path)
+{
+    flush();
+    QSvgGenerator gen;
+    gen.setFileName(path);
+    gen.setSize(m_view->size());
+    gen.setViewBox(QRect(QPoint(0, 0), m_view->size()));
+    gen.setTitle(m_view->chart()->title());
+    QPainter painter;
+    if (!painter.begin(&gen))
+        return false;
+    m_view->render(&painter);
+    return painter.end();
+}
+
+bool ChartPanel::exportCsv(const QString& path)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate | QIODevice::Text))
+        return false;
+    QTextStream out(&f);
+    out << "series,x,y\n";
+    for (const auto& name : m_order)
+        for (const auto& p : m_data.value(name))
+            out << '"' << QString(name).replace('"', "\"\"") << "\"," << QString::number(p.x(), 'g', 12) << ','
+                << QString::number(p.y(), 'g', 12) << '\n';
+    return f.error() == QFile::NoError;
+}
+
+void ChartPanel::onExport()
+{
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export chart"), m_view->chart()->title(),
+                                                      tr("PNG image (*.png);;SVG drawing (*.svg);;CSV data (*.csv)"));
+    if (path.isEmpty())
+        return;
+    if (path.endsWith(".svg", Qt::CaseInsensitive))
+        exportSvg(path);
+    else if (path.endsWith(".csv", Qt::CaseInsensitive))
+        exportCsv(path);
+    else
+        exportPng(path.endsWith(".png", Qt::CaseInsensitive) ? path : path + ".png");
+}
+
+} // namespace gsrq::views

@@ -1,0 +1,112 @@
+#include "runs_table_model.h"
+
+#include <QColor>
+#include <QFileInfo>
+#include <QJsonDocument>
+#include <QJsonObject>
+
+namespace gsrq::views {
+
+void RunsTableModel::setRuns(std::vector<RunInfo> runs)
+{
+    beginResetModel();
+    m_runs = std::move(runs);
+    endResetModel();
+}
+
+const RunInfo* RunsTableModel::runAt(int row) const
+{
+    return row >= 0 && row < int(m_runs.size()) ? &m_runs[std::size_t(row)] : nullptr;
+}
+
+int RunsTableModel::rowCount(const QModelIndex& parent) const
+{
+    return parent.isValid() ? 0 : int(m_runs.size());
+}
+
+int RunsTableModel::columnCount(const QModelIndex& parent) const
+{
+    return parent.isValid() ? 0 : ColumnCount;
+}
+
+namespace {
+
+// "gskm nmse 0.297" from a summary such as {"km": {"nmse": ...}, "gskm": {...}}.
+QString headline(const std::string& summaryJson)
+{
+    const auto doc = QJsonDocument::fromJson(QByteArray::fromStdString(summaryJson));
+    QStringList parts;
+    const auto obj = doc.object();
+    for (auto it = obj.begin(); it != obj.end() && parts.size() < 3; ++it) {
+        const auto inner = it.value().toObject();
+        if (inner.contains("nmse"))
+            parts << QStringLiteral("%1 nmse %2").arg(it.key()).arg(inner.value("nmse").toDouble(), 0, 'g', 4);
+        else if (inner.contains("seconds_per_iteration"))
+            parts << QStringLiteral("%1 %2 s/it")
+                         .arg(it.key())
+                         .arg(inner.value("seconds_per_iteration").toDouble(), 0, 'g', 3);
+    }
+    return parts.join(QStringLiteral(", "));
+}
+
+} // namespace
+
+QVariant RunsTableModel::data(const QModelIndex& index, int role) const
+{
+    const RunInfo* r = index.isValid() ? runAt(index.row()) : nullptr;
+    if (!r)
+        return {};
+    if (role == Qt::DisplayRole) {
+        switch (index.column()) {
+        case Id:
+            return qlonglong(r->id);
+        case Kind:
+            return QString::fromStdString(r->kind);
+        case Status:
+            return QString::fromStdString(r->status);
+        case Started:
+            return QString::fromStdString(r->startedAt).replace('T', ' ').left(19);
+        case Dump:
+            return QFileInfo(QString::fromStdString(r->dumpPath)).fileName();
+        case Summary:
+            return headline(r->summaryJson);
+        default:
+            return {};
+        }
+    }
+    if (role == Qt::ToolTipRole && index.column() == Dump)
+        return QString::fromStdString(r->dumpPath);
+    if (role == Qt::ForegroundRole && index.column() == Status) {
+        if (r->status == "failed" || r->status == "interrupted")
+            return QColor(Qt::darkRed);
+        if (r->status == "running")
+            return QColor(Qt::darkBlue);
+    }
+    if (role == Qt::UserRole) // the run id, for selections through proxies
+        return qlonglong(r->id);
+    return {};
+}
+
+QVariant RunsTableModel::headerData(int section, Qt::Orientation orientation, int role) const
+{
+    if (orientation != Qt::Horizontal || role != Qt::DisplayRole)
+        return {};
+    switch (section) {
+    case Id:
+        return tr("Run");
+    case Kind:
+        return tr("Kind");
+    case Status:
+        return tr("Status");
+    case Started:
+        return tr("Started (UTC)");
+    case Dump:
+        return tr("Dump");
+    case Summary:
+        return tr("Result");
+    default:
+        return {};
+    }
+}
+
+} // namespace gsrq::views
