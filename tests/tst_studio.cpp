@@ -6,22 +6,27 @@
 #include "compare_page.h"
 #include "dataset_page.h"
 #include "error.h"
+#include "latency_page.h"
 #include "main_window.h"
 #include "metrics_table_model.h"
 #include "npy.h"
 #include "runs_page.h"
 #include "runs_table_model.h"
+#include "sweeps_page.h"
 #include "synth.h"
 #include "test_util.h"
 #include "train_page.h"
+#include "weights_page.h"
 
 #include <QAbstractItemModelTester>
 #include <QApplication>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSignalSpy>
+#include <QSlider>
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QTableView>
@@ -49,6 +54,10 @@ private slots:
     void trainFillsTableAndExports();
     void cancelMidTraining();
     void runsPageListsAndOverlays();
+    void sweepOverDimWithResidual();
+    void shrinkageStudyOfKeysAndValues();
+    void weightsFollowTau();
+    void latencyPageSaysHowToMeasure();
 
 private:
     QTemporaryDir m_dir;
@@ -252,6 +261,83 @@ void TestStudio::runsPageListsAndOverlays()
     page->overlayChart()->flush();
     QCOMPARE(page->overlayChart()->seriesNames().size(), 2);
     QVERIFY(page->detailsText().contains("differ"));
+}
+
+void TestStudio::sweepOverDimWithResidual()
+{
+    auto* page = m_window->sweepsPage();
+    m_window->showPage("sweeps");
+    page->tensorBox()->setCurrentText("layers.2.value");
+    page->axisBox()->setCurrentIndex(0);
+    page->valuesEdit()->setText("4,8");
+    page->fixedBox()->setValue(16);
+    page->itersBox()->setValue(10);
+    page->residualBox()->setChecked(true);
+    page->metricBox()->setCurrentText("nmse");
+    QSignalSpy done(page, &SweepsPage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(done.wait(60000));
+    QVERIFY(done.first().first().toBool());
+    auto* chart = page->sweepChart();
+    chart->flush();
+    QCOMPARE(chart->seriesNames().size(), 4); // km, gskm, and both on the 1st residual
+    const auto km = chart->points("km");
+    QCOMPARE(km.size(), 2);
+    QCOMPARE(km[0].x(), 4.0);
+    QVERIFY(km[1].y() > km[0].y()); // K fixed: wider subspaces are harder
+    page->metricBox()->setCurrentText("cosine");
+    chart->flush();
+    for (const auto& p : chart->points("gskm"))
+        QVERIFY(p.y() > 0 && p.y() <= 1); // now cosines
+}
+
+void TestStudio::shrinkageStudyOfKeysAndValues()
+{
+    auto* page = m_window->sweepsPage();
+    page->valuesEdit()->setText("8,16");
+    page->shrinkageKsEdit()->setText("16,64");
+    page->itersBox()->setValue(10);
+    QSignalSpy done(page, &SweepsPage::runFinished);
+    QTest::mouseClick(page->shrinkageButton(), Qt::LeftButton);
+    QVERIFY(done.wait(60000));
+    QVERIFY(done.first().first().toBool());
+    auto* chart = page->shrinkageChart();
+    chart->flush();
+    QCOMPARE(chart->seriesNames().size(), 4); // keys and values at K = 16 and 64
+    for (const auto& name : chart->seriesNames()) {
+        const auto pts = chart->points(name);
+        QCOMPARE(pts.size(), 2);
+        for (const auto& p : pts)
+            QVERIFY(p.y() > 0 && p.y() < 1); // KM centroids are means: always shorter on average
+    }
+    // More codewords, less shrinkage (centroids average fewer rows).
+    QVERIFY(chart->points("values, K=64")[1].y() > chart->points("values, K=16")[1].y());
+}
+
+void TestStudio::weightsFollowTau()
+{
+    auto* page = m_window->weightsPage();
+    m_window->showPage("weights");
+    QCOMPARE(page->layerBox()->count(), 5);
+    QSignalSpy ready(page, &WeightsPage::normsReady);
+    page->layerBox()->setCurrentIndex(2);
+    QVERIFY(ready.wait(10000));
+    page->logChart()->flush();
+    const auto before = page->logChart()->points("values");
+    QCOMPARE(before.size(), 50);
+    QVERIFY(page->ratiosText().contains("raw max/median"));
+    page->tauSlider()->setValue(10); // τ = 10: λ ten times larger, weights spread further
+    QCOMPARE(page->tau(), 10.0);
+    page->logChart()->flush();
+    const auto after = page->logChart()->points("values");
+    QVERIFY(after.last().x() > before.last().x());
+}
+
+void TestStudio::latencyPageSaysHowToMeasure()
+{
+    m_window->showPage("latency");
+    m_window->latencyPage()->refresh();
+    QVERIFY(m_window->latencyPage()->messageText().contains("No decode-latency results"));
 }
 
 QTEST_MAIN(TestStudio)

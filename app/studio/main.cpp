@@ -7,7 +7,9 @@
 #include "compare_page.h"
 #include "dataset_page.h"
 #include "main_window.h"
+#include "sweeps_page.h"
 #include "train_page.h"
+#include "weights_page.h"
 
 #include <QApplication>
 #include <QComboBox>
@@ -46,6 +48,12 @@ bool runAndWait(MainWindow& w, const QString& job, const QString& tensor)
             page->tensorsEdit()->setText(tensor);
         QObject::connect(page, &TrainPage::runFinished, &loop, done);
         page->runButton()->click();
+    } else if (job == "sweep") {
+        auto* page = w.sweepsPage();
+        if (!tensor.isEmpty())
+            page->tensorBox()->setCurrentText(tensor);
+        QObject::connect(page, &SweepsPage::runFinished, &loop, done);
+        page->runButton()->click();
     } else {
         return false;
     }
@@ -67,9 +75,10 @@ int main(int argc, char** argv)
     parser.addHelpOption();
     parser.addPositionalArgument("dump", "KV dump to open");
     QCommandLineOption screenshot("screenshot", "Render a page to FILE.png and exit", "FILE");
-    QCommandLineOption page("page", "Page to show: dataset, compare, train, runs", "NAME", "dataset");
+    QCommandLineOption page("page", "Page to show: dataset, compare, sweeps, train, weights, runs, latency", "NAME",
+                            "dataset");
     QCommandLineOption open("open", "KV dump to open", "DUMP");
-    QCommandLineOption run("run", "Run a job before the screenshot: compare or train", "JOB");
+    QCommandLineOption run("run", "Run a job before the screenshot: compare, train or sweep", "JOB");
     QCommandLineOption tensor("tensor", "Tensor for --run (compare) or tensor globs (train)", "NAME");
     QCommandLineOption store("store", "Run store to use instead of the configured one", "FILE");
     parser.addOptions({screenshot, page, open, run, tensor, store});
@@ -89,7 +98,8 @@ int main(int argc, char** argv)
     w.resize(1440, 900);
     w.show();
     if (!w.showPage(parser.value(page))) {
-        std::fprintf(stderr, "gsrq-studio: --page %s: not one of dataset, compare, train, runs\n",
+        std::fprintf(stderr,
+                     "gsrq-studio: --page %s: not one of dataset, compare, sweeps, train, weights, runs, latency\n",
                      qPrintable(parser.value(page)));
         return 2;
     }
@@ -105,6 +115,12 @@ int main(int argc, char** argv)
         const QString name =
             parser.isSet(tensor) ? parser.value(tensor) : QString::fromStdString(tensors.back().view.name);
         w.datasetPage()->selectTensor(name);
+        QTimer::singleShot(30000, &loop, &QEventLoop::quit);
+        loop.exec();
+    }
+    if (parser.value(page) == "weights" && w.context().dump()) {
+        QEventLoop loop;
+        QObject::connect(w.weightsPage(), &WeightsPage::normsReady, &loop, &QEventLoop::quit);
         QTimer::singleShot(30000, &loop, &QEventLoop::quit);
         loop.exec();
     }

@@ -2,8 +2,11 @@
 
 #include "compare_page.h"
 #include "dataset_page.h"
+#include "latency_page.h"
 #include "runs_page.h"
+#include "sweeps_page.h"
 #include "train_page.h"
+#include "weights_page.h"
 
 #include <QCloseEvent>
 #include <QDialog>
@@ -41,13 +44,21 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
     m_compare = new ComparePage(*m_ctx, this);
     m_train = new TrainPage(*m_ctx, this);
     m_runs = new RunsPage(*m_ctx, this);
+    m_sweeps = new SweepsPage(*m_ctx, this);
+    m_weights = new WeightsPage(*m_ctx, this);
+    m_latency = new LatencyPage(*m_ctx, this);
     m_tabs->addTab(m_dataset, tr("Dataset"));
     m_tabs->addTab(m_compare, tr("KM vs GSKM"));
+    m_tabs->addTab(m_sweeps, tr("Sweeps"));
     m_tabs->addTab(m_train, tr("GSRQ training"));
+    m_tabs->addTab(m_weights, tr("Gradient weights"));
     m_tabs->addTab(m_runs, tr("Runs"));
+    m_tabs->addTab(m_latency, tr("Latency"));
     connect(m_tabs, &QTabWidget::currentChanged, this, [this](int i) {
         if (m_tabs->widget(i) == m_runs)
             m_runs->refresh();
+        if (m_tabs->widget(i) == m_latency)
+            m_latency->refresh();
     });
 
     auto* central = new QWidget(this);
@@ -117,12 +128,15 @@ bool MainWindow::openDump(const QString& path)
 
 bool MainWindow::showPage(const QString& name)
 {
-    const QStringList names{"dataset", "compare", "train", "runs"};
-    const int i = int(names.indexOf(name));
-    if (i < 0)
-        return false;
-    m_tabs->setCurrentIndex(i);
-    return true;
+    const QList<QPair<QString, QWidget*>> pages{{"dataset", m_dataset}, {"compare", m_compare}, {"sweeps", m_sweeps},
+                                                {"train", m_train},     {"weights", m_weights}, {"runs", m_runs},
+                                                {"latency", m_latency}};
+    for (const auto& [n, w] : pages)
+        if (n == name) {
+            m_tabs->setCurrentWidget(w);
+            return true;
+        }
+    return false;
 }
 
 void MainWindow::rememberRecent(const QString& path)

@@ -17,6 +17,9 @@ class DatasetPage;
 class ComparePage;
 class TrainPage;
 class RunsPage;
+class SweepsPage;
+class WeightsPage;
+class LatencyPage;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -27,12 +30,15 @@ public:
 
     StudioContext& context() { return *m_ctx; }
     bool openDump(const QString& path);
-    // Page names: dataset, compare, train, runs.
+    // Page names: dataset, compare, sweeps, train, weights, runs, latency.
     bool showPage(const QString& name);
     DatasetPage* datasetPage() const { return m_dataset; }
     ComparePage* comparePage() const { return m_compare; }
     TrainPage* trainPage() const { return m_train; }
     RunsPage* runsPage() const { return m_runs; }
+    SweepsPage* sweepsPage() const { return m_sweeps; }
+    WeightsPage* weightsPage() const { return m_weights; }
+    LatencyPage* latencyPage() const { return m_latency; }
     QString lastMessage() const { return m_lastMessage; }
 
 signals:
@@ -61,6 +67,9 @@ private:
     ComparePage* m_compare;
     TrainPage* m_train;
     RunsPage* m_runs;
+    SweepsPage* m_sweeps;
+    WeightsPage* m_weights;
+    LatencyPage* m_latency;
     QString m_lastMessage;
 };
 

@@ -1,0 +1,322 @@
+#include "sweeps_page.h"
+
+#include "chart_panel.h"
+#include "error.h"
+#include "result_json.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+namespace gsrq::studio {
+
+namespace {
+
+double metricOf(const QuantMetrics& m, const QString& name)
+{
+    if (name == "mse")
+        return m.mse;
+    if (name == "gain_error")
+        return m.gainError;
+    if (name == "cosine")
+        return m.cosine;
+    if (name == "shrinkage")
+        return m.shrinkage;
+    return m.nmse;
+}
+
+std::vector<int> parseValues(const QString& text, const char* flag)
+{
+    std::vector<int> out;
+    for (const auto& part : text.split(',', Qt::SkipEmptyParts)) {
+        bool ok = false;
+        const int v = part.trimmed().toInt(&ok);
+        if (!ok || v < 1)
+            throwInvalid(flag, ": '", part.trimmed().toStdString(), "' is not a positive integer");
+        out.push_back(v);
+    }
+    if (out.empty())
+        throwInvalid(flag, ": give at least one value");
+    return out;
+}
+
+} // namespace
+
+SweepsPage::SweepsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx)
+{
+    m_tensor = new QComboBox(this);
+    m_axis = new QComboBox(this);
+    m_axis->addItems({tr("D (K fixed)"), tr("K (D fixed)")});
+    m_values = new QLineEdit("2,4,8,16,32", this);
+    m_fixed = new QSpinBox(this);
+    m_fixed->setRange(1, 65536);
+    m_fixed->setValue(64);
+    m_iters = new QSpinBox(this);
+    m_iters->setRange(0, 10000);
+    m_iters->setValue(25);
+    m_residual = new QCheckBox(tr("also on the 1st residual"), this);
+    m_residual->setChecked(true);
+    m_metric = new QComboBox(this);
+    m_metric->addItems({"nmse", "shrinkage", "gain_error", "cosine", "mse"});
+    m_run = new QPushButton(tr("Run sweep"), this);
+    m_cancel = new QPushButton(tr("Cancel"), this);
+    m_cancel->setEnabled(false);
+    m_layer = new QSpinBox(this);
+    m_layer->setRange(0, 4096);
+    m_shrinkKs = new QLineEdit("256,1024", this);
+    m_shrinkRun = new QPushButton(tr("Run shrinkage study"), this);
+    m_progress = new QProgressBar(this);
+    m_progress->setRange(0, 1000);
+    m_status = new QLabel(this);
+    m_status->setWordWrap(true);
+
+    auto* form = new QFormLayout();
+    form->addRow(tr("Tensor"), m_tensor);
+    form->addRow(tr("Vary"), m_axis);
+    form->addRow(tr("Values"), m_values);
+    form->addRow(tr("Fixed K (or D)"), m_fixed);
+    form->addRow(tr("Iterations (max)"), m_iters);
+    form->addRow(QString(), m_residual);
+    form->addRow(tr("Show"), m_metric);
+    auto* buttons = new QHBoxLayout();
+    buttons->addWidget(m_run);
+    buttons->addWidget(m_cancel);
+    form->addRow(buttons);
+    form->addRow(new QLabel(tr("<b>Shrinkage E‖μ‖²/E‖x‖² vs D</b> (KM, keys and values; D from Values)"), this));
+    form->addRow(tr("Layer"), m_layer);
+    form->addRow(tr("K values"), m_shrinkKs);
+    form->addRow(m_shrinkRun);
+    form->addRow(m_progress);
+    form->addRow(m_status);
+
+    m_chart = new views::ChartPanel(tr("Sweep"), tr("D"), tr("nmse"), this);
+    m_chart->setLogX(true);
+    m_shrinkChart = new views::ChartPanel(tr("Shrinkage E‖μ‖²/E‖x‖² (KM)"), tr("D"), tr("shrinkage"), this);
+    m_shrinkChart->setLogX(true);
+    auto* charts = new QVBoxLayout();
+    charts->addWidget(m_chart, 1);
+    charts->addWidget(m_shrinkChart, 1);
+    auto* formBox = new QWidget(this);
+    formBox->setLayout(form);
+    formBox->setMaximumWidth(380);
+    auto* layout = new QHBoxLayout(this);
+    layout->addWidget(formBox);
+    layout->addLayout(charts, 1);
+
+    connect(&m_ctx, &StudioContext::dumpChanged, this, &SweepsPage::onDumpChanged);
+    connect(m_run, &QPushButton::clicked, this, &SweepsPage::startSweep);
+    connect(m_shrinkRun, &QPushButton::clicked, this, &SweepsPage::startShrinkage);
+    connect(m_metric, &QComboBox::currentIndexChanged, this, &SweepsPage::redraw);
+    connect(m_cancel, &QPushButton::clicked, this, [this] {
+        if (m_ctx.runner().currentId() == m_job)
+            m_ctx.runner().cancel();
+    });
+    connect(&m_ctx.runner(), &JobRunner::cancelled, this, [this](int id) {
+        if (id == m_job)
+            finishUi(false, tr("Cancelled."));
+    });
+    connect(&m_ctx.runner(), &JobRunner::failed, this, [this](int id, const QString& message) {
+        if (id != m_job)
+            return;
+        m_ctx.showMessage(message);
+        finishUi(false, message);
+    });
+    onDumpChanged();
+}
+
+void SweepsPage::onDumpChanged()
+{
+    m_tensor->clear();
+    const auto dump = m_ctx.dump();
+    m_run->setEnabled(bool(dump));
+    m_shrinkRun->setEnabled(bool(dump));
+    if (!dump)
+        return;
+    for (const auto& t : dump->tensors())
+        if (isFloat(t.view.dtype) && t.view.shape.size() >= 2 && t.kind != KvKind::KeyGrad &&
+            t.kind != KvKind::ValueGrad)
+            m_tensor->addItem(QString::fromStdString(t.view.name));
+}
+
+void SweepsPage::finishUi(bool ok, const QString& text)
+{
+    m_status->setText(text);
+    m_run->setEnabled(true);
+    m_shrinkRun->setEnabled(true);
+    m_cancel->setEnabled(false);
+    if (ok)
+        m_progress->setValue(1000);
+    emit runFinished(ok);
+}
+
+void SweepsPage::redraw()
+{
+    const QString metric = m_metric->currentText();
+    m_chart->clear();
+    m_chart->view()->chart()->setTitle(tr("%1 vs %2").arg(metric, m_axis->currentIndex() == 0 ? "D" : "K"));
+    for (const auto& [name, pts] : m_points) {
+        QList<QPointF> line;
+        for (const auto& [x, m] : pts)
+            line << QPointF(x, metricOf(m, metric));
+        m_chart->setSeries(name, line);
+    }
+    m_chart->flush();
+}
+
+void SweepsPage::startSweep()
+{
+    const auto dump = m_ctx.dump();
+    if (!dump)
+        return;
+    std::vector<int> values;
+    try {
+        values = parseValues(m_values->text(), "Values");
+    } catch (const std::exception& e) {
+        m_ctx.showMessage(QString::fromUtf8(e.what()));
+        return;
+    }
+    const bool overDim = m_axis->currentIndex() == 0;
+    CompareSettings base;
+    base.iterations = m_iters->value();
+    (overDim ? base.k : base.dim) = m_fixed->value();
+    const bool residual = m_residual->isChecked();
+    const std::string tensor = m_tensor->currentText().toStdString();
+    const QString storePath = m_ctx.storePath();
+    const int threads = m_ctx.threads();
+    m_points.clear();
+    redraw();
+    m_progress->setValue(0);
+    m_status->setText(tr("Running…"));
+    m_run->setEnabled(false);
+    m_shrinkRun->setEnabled(false);
+    m_cancel->setEnabled(true);
+    m_job = 0;
+    m_job = m_ctx.runner().start(tr("sweep"), [=, this](const JobRunner::Context& job) {
+        const LoadedTensor data = loadForClustering(dump->get(tensor), false);
+        auto backend = makeCpuBackend(threads);
+        const SweepAxis axis = overDim ? SweepAxis::Dim : SweepAxis::K;
+        for (int pass = 0; pass < (residual ? 2 : 1) && !job.cancelled(); ++pass) {
+            CompareSettings s = base;
+            s.residual = pass == 1;
+            RunInfo info;
+            info.kind = "sweep";
+            info.backend = backend->name();
+            info.device = backend->device();
+            info.dumpPath = dump->path();
+            auto settings = toJson(s);
+            settings["over"] = overDim ? "dim" : "k";
+            settings["values"] = values;
+            info.settingsJson = settings.dump();
+            WorkerRecording rec(storePath, info, tensor, job, &m_ctx);
+            std::vector<SweepPoint> points;
+            for (std::size_t i = 0; i < values.size() && !job.cancelled(); ++i) {
+                CompareSettings p = s;
+                (overDim ? p.dim : p.k) = values[i];
+                const double part =
+                    (double(pass) * double(values.size()) + double(i)) / double(values.size() * (residual ? 2 : 1));
+                ProgressBatcher batch(job, [this, part, n = values.size() * (residual ? 2 : 1)](
+                                               const std::vector<ProgressEvent>& events) {
+                    m_progress->setValue(int((part + events.back().fraction / double(n)) * 1000));
+                    m_status->setText(QString::fromStdString(events.back().what));
+                });
+                auto r = runCompare(data.rows, nullptr, p, *backend, [&](const ProgressEvent& e) {
+                    ProgressEvent ev = e;
+                    ev.sweepPoint = int(i);
+                    rec.progress(ev);
+                    return batch.add(e);
+                });
+                batch.flush();
+                if (r.cancelled)
+                    break;
+                points.push_back({values[i], r});
+                std::vector<std::pair<QString, QuantMetrics>> add;
+                for (const auto& m : r.methods)
+                    add.push_back(
+                        {QString(methodName(m.method)) + (s.residual ? tr(" (1st residual)") : QString()), m.metrics});
+                job.post([this, add, x = double(values[i])] {
+                    for (const auto& [name, m] : add)
+                        m_points[name].push_back({x, m});
+                    redraw();
+                });
+            }
+            if (rec)
+                rec->recordSweep(points, overDim ? "dim" : "k", tensor);
+            rec.finish(job.cancelled() ? "cancelled" : "done");
+        }
+        if (!job.cancelled())
+            job.post([this] { finishUi(true, tr("Done; recorded in the run store.")); });
+    });
+}
+
+void SweepsPage::startShrinkage()
+{
+    const auto dump = m_ctx.dump();
+    if (!dump)
+        return;
+    std::vector<int> dims, ks;
+    try {
+        dims = parseValues(m_values->text(), "Values");
+        ks = parseValues(m_shrinkKs->text(), "K values");
+    } catch (const std::exception& e) {
+        m_ctx.showMessage(QString::fromUtf8(e.what()));
+        return;
+    }
+    const int layer = m_layer->value();
+    const int iterations = m_iters->value();
+    const int threads = m_ctx.threads();
+    m_shrinkChart->clear();
+    m_progress->setValue(0);
+    m_status->setText(tr("Running the shrinkage study…"));
+    m_run->setEnabled(false);
+    m_shrinkRun->setEnabled(false);
+    m_cancel->setEnabled(true);
+    m_job = 0;
+    m_job = m_ctx.runner().start(tr("shrinkage study"), [=, this](const JobRunner::Context& job) {
+        auto backend = makeCpuBackend(threads);
+        const std::vector<std::string> kinds{"key", "value"};
+        const double total = double(kinds.size() * ks.size() * dims.size());
+        double done = 0;
+        for (const auto& kind : kinds) {
+            const auto& t = dump->get(cat("layers.", layer, ".", kind));
+            const LoadedTensor data = loadForClustering(t, false);
+            for (int k : ks) {
+                const QString name = QStringLiteral("%1s, K=%2").arg(QString::fromStdString(kind)).arg(k);
+                for (int d : dims) {
+                    if (job.cancelled())
+                        return;
+                    if (data.rows.cols() % d != 0 || k > data.rows.rows()) {
+                        done += 1;
+                        continue; // not every D divides every tensor; those points are left out
+                    }
+                    CompareSettings s;
+                    s.dim = d;
+                    s.k = k;
+                    s.iterations = iterations;
+                    s.methods = {Method::KMeans};
+                    const auto r = runCompare(data.rows, nullptr, s, *backend,
+                                              [&](const ProgressEvent&) { return !job.cancelled(); });
+                    if (r.cancelled)
+                        return;
+                    done += 1;
+                    job.post([this, name, d, v = r.methods.front().metrics.shrinkage, f = done / total] {
+                        m_shrinkChart->appendPoint(name, QPointF(d, v));
+                        m_progress->setValue(int(f * 1000));
+                    });
+                }
+            }
+        }
+        job.post([this] {
+            m_shrinkChart->flush();
+            finishUi(true, tr("Shrinkage study done."));
+        });
+    });
+}
+
+} // namespace gsrq::studio

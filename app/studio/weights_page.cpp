@@ -1,0 +1,162 @@
+#include "weights_page.h"
+
+#include "chart_panel.h"
+#include "error.h"
+#include "weights.h"
+
+#include <QComboBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSlider>
+#include <QVBoxLayout>
+
+#include <cmath>
+
+namespace gsrq::studio {
+
+namespace {
+
+// A histogram of `values` in `bins` equal bins over their range: bin centres and counts.
+QList<QPointF> histogram(const std::vector<double>& values, int bins)
+{
+    QList<QPointF> out;
+    if (values.empty())
+        return out;
+    const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+    const double span = std::max(*hi - *lo, 1e-300);
+    std::vector<int> counts(std::size_t(bins), 0);
+    for (double v : values)
+        counts[std::size_t(std::min(bins - 1, int((v - *lo) / span * bins)))]++;
+    for (int b = 0; b < bins; ++b)
+        out << QPointF(*lo + (b + 0.5) * span / bins, counts[std::size_t(b)]);
+    return out;
+}
+
+double maxOverMedian(const std::vector<double>& v)
+{
+    if (v.empty())
+        return 0;
+    Eigen::VectorXd e = Eigen::Map<const Eigen::VectorXd>(v.data(), Eigen::Index(v.size()));
+    const double med = median(e);
+    return med > 0 ? e.maxCoeff() / med : 0;
+}
+
+} // namespace
+
+WeightsPage::WeightsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx)
+{
+    m_layer = new QComboBox(this);
+    m_tau = new QSlider(Qt::Horizontal, this);
+    m_tau->setRange(-20, 20); // τ = 10^(v/10): 0.01 … 100
+    m_tau->setValue(0);
+    m_tauLabel = new QLabel(this);
+    m_ratios = new QLabel(this);
+    m_ratios->setWordWrap(true);
+    auto* form = new QFormLayout();
+    form->addRow(tr("Layer"), m_layer);
+    form->addRow(tr("τ"), m_tau);
+    form->addRow(QString(), m_tauLabel);
+    form->addRow(m_ratios);
+    m_raw = new views::ChartPanel(tr("Raw ‖∂L/∂x‖"), tr("‖g‖"), tr("rows"), this);
+    m_log = new views::ChartPanel(tr("Weights log(1 + λ‖g‖)"), tr("w"), tr("rows"), this);
+    m_raw->setLogY(true);
+    auto* charts = new QVBoxLayout();
+    charts->addWidget(m_raw, 1);
+    charts->addWidget(m_log, 1);
+    auto* formBox = new QWidget(this);
+    formBox->setLayout(form);
+    formBox->setMaximumWidth(340);
+    auto* layout = new QHBoxLayout(this);
+    layout->addWidget(formBox);
+    layout->addLayout(charts, 1);
+
+    connect(&m_ctx, &StudioContext::dumpChanged, this, &WeightsPage::onDumpChanged);
+    connect(m_layer, &QComboBox::currentIndexChanged, this, &WeightsPage::load);
+    connect(m_tau, &QSlider::valueChanged, this, &WeightsPage::redrawTransformed);
+    onDumpChanged();
+}
+
+double WeightsPage::tau() const
+{
+    return std::pow(10.0, m_tau->value() / 10.0);
+}
+
+QString WeightsPage::ratiosText() const
+{
+    return m_ratios->text();
+}
+
+void WeightsPage::onDumpChanged()
+{
+    m_layer->blockSignals(true);
+    m_layer->clear();
+    if (const auto dump = m_ctx.dump())
+        for (const auto& t : dump->tensors())
+            if (t.kind == KvKind::KeyGrad || t.kind == KvKind::ValueGrad)
+                if (m_layer->findData(t.layer) < 0)
+                    m_layer->addItem(tr("layer %1").arg(t.layer), t.layer);
+    m_layer->blockSignals(false);
+    m_norms.clear();
+    m_raw->clear();
+    m_log->clear();
+    m_ratios->setText(m_layer->count() ? QString()
+                                       : tr("This dump has no gradients (layers.L.key_grad / value_grad)."));
+    if (m_layer->count())
+        load();
+}
+
+void WeightsPage::load()
+{
+    const auto dump = m_ctx.dump();
+    if (!dump || m_layer->currentIndex() < 0)
+        return;
+    const int layer = m_layer->currentData().toInt();
+    m_runner.start(tr("gradient norms"), [this, dump, layer](const JobRunner::Context& job) {
+        std::map<QString, std::vector<double>> norms;
+        for (const auto& [label, name] :
+             {std::pair<QString, std::string>{"keys", "key_grad"}, {"values", "value_grad"}}) {
+            const auto* t = dump->find(cat("layers.", layer, ".", name));
+            if (!t)
+                continue;
+            const MatrixRF g = toMatrix(t->view);
+            auto& n = norms[label];
+            for (Eigen::Index i = 0; i < g.rows(); ++i)
+                if (g.row(i).allFinite())
+                    n.push_back(g.row(i).cast<double>().norm());
+        }
+        job.post([this, norms] {
+            m_norms = norms;
+            m_raw->clear();
+            for (const auto& [label, n] : m_norms)
+                m_raw->setSeries(label, histogram(n, 50));
+            m_raw->flush();
+            redrawTransformed();
+            emit normsReady();
+        });
+    });
+}
+
+void WeightsPage::redrawTransformed()
+{
+    const double t = tau();
+    m_tauLabel->setText(tr("τ = %1").arg(t, 0, 'g', 3));
+    QStringList lines;
+    m_log->clear();
+    for (const auto& [label, n] : m_norms) {
+        Eigen::VectorXd e = Eigen::Map<const Eigen::VectorXd>(n.data(), Eigen::Index(n.size()));
+        const double lambda = t / (median(e) + 1e-12);
+        std::vector<double> w(n.size());
+        for (std::size_t i = 0; i < n.size(); ++i)
+            w[i] = std::log1p(lambda * n[i]);
+        m_log->setSeries(label, histogram(w, 50));
+        lines << tr("%1: raw max/median %2, weights max/median %3")
+                     .arg(label)
+                     .arg(maxOverMedian(n), 0, 'f', 1)
+                     .arg(maxOverMedian(w), 0, 'f', 2);
+    }
+    m_ratios->setText(lines.join('\n'));
+    m_log->flush();
+}
+
+} // namespace gsrq::studio
