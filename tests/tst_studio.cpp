@@ -25,6 +25,7 @@
 #include <QElapsedTimer>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QSettings>
 #include <QSignalSpy>
 #include <QSlider>
 #include <QSpinBox>
@@ -54,6 +55,8 @@ private slots:
     void trainFillsTableAndExports();
     void cancelMidTraining();
     void runsPageListsAndOverlays();
+    void chartsExportPngSvgCsv();
+    void recentFilesPersist();
     void sweepOverDimWithResidual();
     void shrinkageStudyOfKeysAndValues();
     void weightsFollowTau();
@@ -183,6 +186,40 @@ void TestStudio::trainFillsTableAndExports()
     const auto file = readCodebookFile(out.toStdString());
     QCOMPARE(file.entries.size(), size_t(1));
     QCOMPARE(file.entries[0].codebooks.stages, 2);
+    page->stageMetricBox()->setCurrentText("cosine");
+    const auto cosines = page->stageChart()->points("layers.1.value");
+    QCOMPARE(cosines.size(), 2);
+    QVERIFY(cosines[1].y() > cosines[0].y() && cosines[1].y() <= 1); // stages add detail
+}
+
+// Every chart exports what it shows: a PNG of its size, an SVG drawing, and CSV rows per point.
+void TestStudio::chartsExportPngSvgCsv()
+{
+    auto* chart = m_window->comparePage()->convergenceChart();
+    chart->flush();
+    int points = 0;
+    for (const auto& name : chart->seriesNames())
+        points += int(chart->points(name).size());
+    QVERIFY(points > 0);
+    const QString png = m_dir.filePath("chart.png"), svg = m_dir.filePath("chart.svg"),
+                  csv = m_dir.filePath("chart.csv");
+    QVERIFY(chart->exportPng(png));
+    QVERIFY(chart->exportSvg(svg));
+    QVERIFY(chart->exportCsv(csv));
+    const QImage image(png);
+    QCOMPARE(image.size(), chart->view()->size() * chart->view()->devicePixelRatio());
+    QFile s(svg);
+    QVERIFY(s.open(QIODevice::ReadOnly) && s.readAll().contains("<svg"));
+    QFile c(csv);
+    QVERIFY(c.open(QIODevice::ReadOnly));
+    QCOMPARE(c.readAll().count('\n'), points + 1); // a header, then one row per point
+}
+
+void TestStudio::recentFilesPersist()
+{
+    const QStringList recent = QSettings().value("files/recent").toStringList();
+    QVERIFY(!recent.isEmpty());
+    QCOMPARE(recent.first(), QFileInfo(kSample).absoluteFilePath()); // the last dump opened comes first
 }
 
 void TestStudio::cancelMidTraining()

@@ -176,6 +176,7 @@ void ChartPanel::rebuildAxes()
     if (m_logY) {
         auto* l = new QLogValueAxis();
         l->setLabelFormat("%.3g");
+        l->setMinorTickCount(8);
         ay = l;
     } else {
         ay = new QValueAxis();

@@ -7,6 +7,7 @@
 #include "compare_page.h"
 #include "dataset_page.h"
 #include "main_window.h"
+#include "runs_page.h"
 #include "sweeps_page.h"
 #include "train_page.h"
 #include "weights_page.h"
@@ -81,7 +82,8 @@ int main(int argc, char** argv)
     QCommandLineOption run("run", "Run a job before the screenshot: compare, train or sweep", "JOB");
     QCommandLineOption tensor("tensor", "Tensor for --run (compare) or tensor globs (train)", "NAME");
     QCommandLineOption store("store", "Run store to use instead of the configured one", "FILE");
-    parser.addOptions({screenshot, page, open, run, tensor, store});
+    QCommandLineOption select("select", "Runs page: select these runs, e.g. 1,2", "IDS");
+    parser.addOptions({screenshot, page, open, run, tensor, store, select});
     parser.process(app);
 
     MainWindow w(parser.value(store));
@@ -117,6 +119,13 @@ int main(int argc, char** argv)
         w.datasetPage()->selectTensor(name);
         QTimer::singleShot(30000, &loop, &QEventLoop::quit);
         loop.exec();
+    }
+    if (parser.value(page) == "runs" && parser.isSet(select)) {
+        QList<qint64> ids;
+        for (const auto& id : parser.value(select).split(',', Qt::SkipEmptyParts))
+            ids << id.toLongLong();
+        w.runsPage()->refresh();
+        w.runsPage()->selectRuns(ids);
     }
     if (parser.value(page) == "weights" && w.context().dump()) {
         QEventLoop loop;

@@ -55,6 +55,8 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     m_cancel = new QPushButton(tr("Cancel"), this);
     m_cancel->setEnabled(false);
     m_export = new QPushButton(tr("Export codebooks…"), this);
+    m_stageMetric = new QComboBox(this);
+    m_stageMetric->addItems({"nmse", "cosine", "gain_error"});
     m_export->setEnabled(false);
     m_progress = new QProgressBar(this);
     m_progress->setRange(0, 1000);
@@ -78,6 +80,7 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     buttons->addWidget(m_cancel);
     form->addRow(buttons);
     form->addRow(m_export);
+    form->addRow(tr("After each stage, show"), m_stageMetric);
     form->addRow(m_progress);
     form->addRow(m_status);
 
@@ -104,6 +107,7 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     layout->addLayout(right, 1);
 
     connect(m_preset, &QComboBox::currentIndexChanged, this, &TrainPage::applyPreset);
+    connect(m_stageMetric, &QComboBox::currentIndexChanged, this, &TrainPage::drawStages);
     connect(m_run, &QPushButton::clicked, this, &TrainPage::start);
     connect(m_cancel, &QPushButton::clicked, this, [this] {
         if (m_ctx.runner().currentId() == m_job)
@@ -258,15 +262,32 @@ void TrainPage::showResult(const TrainJobResult& r)
         const double held = t.heldout ? t.heldout->nmse : std::nan("");
         values.push_back({t.bpa, t.effectiveBpa, double(t.codebookBytes), m.nmse, held, m.cosine, m.gainError,
                           m.shrinkage, t.train.seconds});
-        QList<QPointF> nmse;
-        for (std::size_t s = 0; s < t.train.afterStage.size(); ++s)
-            nmse << QPointF(double(s + 1), t.train.afterStage[s].nmse);
-        m_stageChart->setSeries(QString::fromStdString(t.tensor), nmse);
     }
     m_model->setTable(rows,
                       {"bits", "effective bits", "codebook bytes", "train nmse", "held-out nmse", "cosine",
                        "gain_error", "shrinkage", "seconds"},
                       values);
+    drawStages();
+}
+
+void TrainPage::drawStages()
+{
+    m_stageChart->clear();
+    if (!m_last)
+        return;
+    const QString metric = m_stageMetric->currentText();
+    m_stageChart->setLogY(metric == "nmse");
+    m_stageChart->view()->chart()->setTitle(tr("%1 after each stage").arg(metric));
+    for (const auto& t : m_last->tensors) {
+        QList<QPointF> line;
+        for (std::size_t s = 0; s < t.train.afterStage.size(); ++s) {
+            const auto& m = t.train.afterStage[s];
+            line << QPointF(double(s + 1), metric == "cosine"       ? m.cosine
+                                           : metric == "gain_error" ? m.gainError
+                                                                    : m.nmse);
+        }
+        m_stageChart->setSeries(QString::fromStdString(t.tensor), line);
+    }
     m_stageChart->flush();
 }
 

@@ -41,6 +41,7 @@ public:
     QPushButton* runButton() const { return m_run; }
     QPushButton* cancelButton() const { return m_cancel; }
     views::ChartPanel* stageChart() const { return m_stageChart; }
+    QComboBox* stageMetricBox() const { return m_stageMetric; }
     views::ChartPanel* liveChart() const { return m_live; }
     views::MetricsTableModel* resultsModel() const { return m_model; }
     // Writes the last result's codebooks; false (with a message) when there is none or it fails.
@@ -53,11 +54,12 @@ private:
     void start();
     void applyPreset();
     void showResult(const TrainJobResult& r);
+    void drawStages();
 
     StudioContext& m_ctx;
     QComboBox* m_preset;
     QSpinBox *m_dim, *m_stages, *m_k, *m_iters, *m_beam;
-    QComboBox *m_method, *m_weights;
+    QComboBox *m_method, *m_weights, *m_stageMetric;
     QDoubleSpinBox *m_tau, *m_holdout;
     QLineEdit* m_tensors;
     QPushButton *m_run, *m_cancel, *m_export;
