@@ -85,23 +85,8 @@ ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     connect(&m_ctx, &StudioContext::dumpChanged, this, &ComparePage::onDumpChanged);
     connect(m_tensor, &QComboBox::currentIndexChanged, this, &ComparePage::onTensorChanged);
     connect(m_run, &QPushButton::clicked, this, &ComparePage::start);
-    connect(m_cancel, &QPushButton::clicked, this, [this] {
-        if (m_ctx.runner().currentId() == m_job)
-            m_ctx.runner().cancel();
-    });
-    connect(&m_ctx.runner(), &JobRunner::cancelled, this, [this](int id) {
-        if (id != m_job)
-            return;
-        m_status->setText(tr("Cancelled; partial results are recorded in the run store."));
-        m_run->setEnabled(true);
-        m_cancel->setEnabled(false);
-        emit runFinished(false);
-    });
-    connect(&m_ctx.runner(), &JobRunner::failed, this, [this](int id, const QString& message) {
-        if (id != m_job)
-            return;
-        m_status->setText(message);
-        m_ctx.showMessage(message);
+    connectJobControls(m_ctx, this, &m_job, m_cancel, [this](const QString& text) {
+        m_status->setText(text);
         m_run->setEnabled(true);
         m_cancel->setEnabled(false);
         emit runFinished(false);

@@ -3,6 +3,8 @@
 #include "error.h"
 #include "version.h"
 
+#include <QAbstractButton>
+#include <QComboBox>
 #include <QPointer>
 
 namespace gsrq::studio {
@@ -24,6 +26,36 @@ bool StudioContext::openDump(const QString& path)
 QString StudioContext::backendDescription() const
 {
     return QStringLiteral("CPU (%1 threads)").arg(resolveThreads(m_threads));
+}
+
+void connectJobControls(StudioContext& ctx, QObject* page, const int* job, QAbstractButton* cancelButton,
+                        std::function<void(const QString&)> onEnd)
+{
+    QObject::connect(cancelButton, &QAbstractButton::clicked, page, [&ctx, job] {
+        if (ctx.runner().currentId() == *job)
+            ctx.runner().cancel();
+    });
+    QObject::connect(&ctx.runner(), &JobRunner::cancelled, page, [job, onEnd](int id) {
+        if (id == *job)
+            onEnd(QObject::tr("Cancelled; what finished is recorded in the run store."));
+    });
+    QObject::connect(&ctx.runner(), &JobRunner::failed, page, [&ctx, job, onEnd](int id, const QString& message) {
+        if (id != *job)
+            return;
+        ctx.showMessage(message);
+        onEnd(message);
+    });
+}
+
+void fillClusterableTensors(QComboBox* box, const KvDump* dump)
+{
+    box->clear();
+    if (!dump)
+        return;
+    for (const auto& t : dump->tensors())
+        if (isFloat(t.view.dtype) && t.view.shape.size() >= 2 && t.kind != KvKind::KeyGrad &&
+            t.kind != KvKind::ValueGrad)
+            box->addItem(QString::fromStdString(t.view.name));
 }
 
 WorkerRecording::WorkerRecording(const QString& storePath, const RunInfo& info, const std::string& tensor,

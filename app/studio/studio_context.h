@@ -8,6 +8,11 @@
 #include "run_recorder.h"
 
 #include <QObject>
+
+#include <functional>
+
+class QAbstractButton;
+class QComboBox;
 #include <QString>
 
 #include <memory>
@@ -44,6 +49,14 @@ private:
     int m_threads = 0;
     JobRunner m_runner;
 };
+
+// Wires a page to the runner: `cancelButton` cancels the page's job (the id in *job), and when
+// that job is cancelled or fails, onEnd(message) runs (a failure also goes to the message banner).
+void connectJobControls(StudioContext& ctx, QObject* page, const int* job, QAbstractButton* cancelButton,
+                        std::function<void(const QString&)> onEnd);
+
+// The float matrices a user may cluster (gradients excluded), for a tensor picker.
+void fillClusterableTensors(QComboBox* box, const KvDump* dump);
 
 // A run recorded from a worker thread through that thread's own store connection. A store that
 // cannot be opened leaves the job unrecorded and says why (the job still runs).

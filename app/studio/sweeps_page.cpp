@@ -114,20 +114,7 @@ SweepsPage::SweepsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m
     connect(m_run, &QPushButton::clicked, this, &SweepsPage::startSweep);
     connect(m_shrinkRun, &QPushButton::clicked, this, &SweepsPage::startShrinkage);
     connect(m_metric, &QComboBox::currentIndexChanged, this, &SweepsPage::redraw);
-    connect(m_cancel, &QPushButton::clicked, this, [this] {
-        if (m_ctx.runner().currentId() == m_job)
-            m_ctx.runner().cancel();
-    });
-    connect(&m_ctx.runner(), &JobRunner::cancelled, this, [this](int id) {
-        if (id == m_job)
-            finishUi(false, tr("Cancelled."));
-    });
-    connect(&m_ctx.runner(), &JobRunner::failed, this, [this](int id, const QString& message) {
-        if (id != m_job)
-            return;
-        m_ctx.showMessage(message);
-        finishUi(false, message);
-    });
+    connectJobControls(m_ctx, this, &m_job, m_cancel, [this](const QString& text) { finishUi(false, text); });
     onDumpChanged();
 }
 

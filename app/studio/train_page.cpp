@@ -109,29 +109,14 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     connect(m_preset, &QComboBox::currentIndexChanged, this, &TrainPage::applyPreset);
     connect(m_stageMetric, &QComboBox::currentIndexChanged, this, &TrainPage::drawStages);
     connect(m_run, &QPushButton::clicked, this, &TrainPage::start);
-    connect(m_cancel, &QPushButton::clicked, this, [this] {
-        if (m_ctx.runner().currentId() == m_job)
-            m_ctx.runner().cancel();
-    });
     connect(m_export, &QPushButton::clicked, this, [this] {
         const QString path = QFileDialog::getSaveFileName(this, tr("Export codebooks"), "codebooks.safetensors",
                                                           tr("Codebooks (*.safetensors)"));
         if (!path.isEmpty())
             exportCodebooks(path);
     });
-    connect(&m_ctx.runner(), &JobRunner::cancelled, this, [this](int id) {
-        if (id != m_job)
-            return;
-        m_status->setText(tr("Cancelled; nothing exported. The finished tensors are recorded in the run store."));
-        m_run->setEnabled(true);
-        m_cancel->setEnabled(false);
-        emit runFinished(false);
-    });
-    connect(&m_ctx.runner(), &JobRunner::failed, this, [this](int id, const QString& message) {
-        if (id != m_job)
-            return;
-        m_status->setText(message);
-        m_ctx.showMessage(message);
+    connectJobControls(m_ctx, this, &m_job, m_cancel, [this](const QString& text) {
+        m_status->setText(text);
         m_run->setEnabled(true);
         m_cancel->setEnabled(false);
         emit runFinished(false);
