@@ -56,6 +56,8 @@ private slots:
     void cancelMidTraining();
     void runsPageListsAndOverlays();
     void chartsExportPngSvgCsv();
+    void badSettingIsAMessage();
+    void screenshotModeRendersAPage();
     void recentFilesPersist();
     void sweepOverDimWithResidual();
     void shrinkageStudyOfKeysAndValues();
@@ -213,6 +215,45 @@ void TestStudio::chartsExportPngSvgCsv()
     QFile c(csv);
     QVERIFY(c.open(QIODevice::ReadOnly));
     QCOMPARE(c.readAll().count('\n'), points + 1); // a header, then one row per point
+}
+
+void TestStudio::badSettingIsAMessage()
+{
+    auto* page = m_window->comparePage();
+    page->tensorBox()->setCurrentText("layers.2.value"); // 32 features
+    page->dimBox()->setValue(5);
+    QSignalSpy done(page, &ComparePage::runFinished);
+    QSignalSpy shown(m_window.get(), &MainWindow::messageShown);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(done.wait(10000));
+    QVERIFY(!done.first().first().toBool());
+    QVERIFY(!shown.isEmpty());
+    QVERIFY2(shown.last().first().toString().contains("does not divide the 32 features"),
+             qPrintable(shown.last().first().toString()));
+    QVERIFY(page->runButton()->isEnabled()); // usable again
+    page->dimBox()->setValue(16);
+}
+
+// The README's pictures come from this mode: a page rendered after a job, without a display.
+void TestStudio::screenshotModeRendersAPage()
+{
+    const QString png = m_dir.filePath("shot.png");
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("QT_QPA_PLATFORM", "offscreen");
+    p.setProcessEnvironment(env);
+    p.start(QStringLiteral(GSRQ_STUDIO_PATH),
+            {"--screenshot", png, "--page", "compare", "--open", kSample, "--run", "compare", "--tensor",
+             "layers.1.key", "--store", m_dir.filePath("shot.db")});
+    QVERIFY(p.waitForFinished(60000));
+    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+    const QImage image(png);
+    QCOMPARE(image.size(), QSize(1440, 900));
+    RunStore store(m_dir.filePath("shot.db").toStdString());
+    QCOMPARE(store.listRuns().size(), size_t(1)); // the job behind the picture is recorded
+    p.start(QStringLiteral(GSRQ_STUDIO_PATH), {"--screenshot", png, "--page", "nowhere"});
+    QVERIFY(p.waitForFinished(60000));
+    QCOMPARE(p.exitCode(), 2);
 }
 
 void TestStudio::recentFilesPersist()
