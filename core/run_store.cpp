@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -51,7 +52,6 @@ CREATE TABLE iterations (
   stage          INTEGER,
   iteration      INTEGER NOT NULL,
   objective      REAL NOT NULL,
-  nmse           REAL NOT NULL,
   changed        INTEGER NOT NULL,
   empty_clusters INTEGER NOT NULL,
   seconds        REAL NOT NULL
@@ -97,6 +97,11 @@ CREATE TABLE dump_hashes (
   sha256 TEXT NOT NULL,
   PRIMARY KEY (path, bytes, mtime)
 );
+)sql",
+    // 2: the nmse of every assignment pass (Σw‖x − c‖²/Σw‖x‖²), for curves comparable across
+    // tensors; passes recorded before it read as NULL.
+    R"sql(
+ALTER TABLE iterations ADD COLUMN nmse REAL;
 )sql",
 };
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -400,8 +405,8 @@ std::vector<IterationRow> RunStore::iterations(std::int64_t run)
     s.bind(1, run);
     std::vector<IterationRow> out;
     while (s.step())
-        out.push_back({s.text(0), s.text(1), int(s.int64(2)), int(s.int64(3)), int(s.int64(4)), s.real(5), s.real(6),
-                       s.int64(7), int(s.int64(8)), s.real(9)});
+        out.push_back({s.text(0), s.text(1), int(s.int64(2)), int(s.int64(3)), int(s.int64(4)), s.real(5),
+                       s.isNull(6) ? std::nan("") : s.real(6), s.int64(7), int(s.int64(8)), s.real(9)});
     return out;
 }
 

@@ -17,7 +17,7 @@
 
 namespace gsrq {
 
-inline constexpr int kRunStoreSchemaVersion = 1;
+inline constexpr int kRunStoreSchemaVersion = 2;
 
 struct RunInfo {
     std::int64_t id = 0;
@@ -39,7 +39,7 @@ struct IterationRow {
     std::string method, tensor;
     int subspace = -1, stage = -1, iteration = 0; // -1: not applicable
     double objective = 0;
-    double nmse = 0;
+    double nmse = 0; // NaN for passes recorded by schema version 1
     std::int64_t changed = 0;
     int emptyClusters = 0;
     double seconds = 0;

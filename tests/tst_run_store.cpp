@@ -57,6 +57,7 @@ private slots:
     void deadProcessReadsAsInterrupted();
     void notADatabaseRefused();
     void newerSchemaRefusedUntouched();
+    void olderSchemaMigratedKeepingRows();
     void unwritableLocationRefused();
     void dumpHashCached();
     void sigkillMidRunLeavesInterruptedAndIntact();
@@ -227,6 +228,35 @@ void TestRunStore::newerSchemaRefusedUntouched()
     }
     QCOMPARE(fileHash(path), before);
     QVERIFY(!std::filesystem::exists(path + "-wal")); // not even switched to WAL
+}
+
+// A store written by schema version 1 (no per-pass nmse) is migrated in place: its rows stay and
+// read with NaN for the new column; new rows carry it.
+void TestRunStore::olderSchemaMigratedKeepingRows()
+{
+    const auto path = test::pathIn(m_dir, "v1.db");
+    {
+        RunStore store(path);
+        RunInfo info;
+        info.kind = "compare";
+        const auto id = store.beginRun(info);
+        store.addIterations(id, {IterationRow{"km", "t", 0, -1, 0, 2.0, 0.5, 10, 0, 0.1}});
+        store.finishRun(id, "done");
+    }
+    {
+        // Take it back to version 1 as that version wrote it.
+        sql::Db d(path, SQLITE_OPEN_READWRITE);
+        d.exec("ALTER TABLE iterations DROP COLUMN nmse; PRAGMA user_version=1");
+    }
+    RunStore store(path);
+    QCOMPARE(store.schemaVersion(), kRunStoreSchemaVersion);
+    const auto old = store.iterations(1);
+    QCOMPARE(old.size(), size_t(1));
+    QCOMPARE(old[0].objective, 2.0);
+    QVERIFY(std::isnan(old[0].nmse));
+    store.addIterations(1, {IterationRow{"km", "t", 0, -1, 1, 1.0, 0.25, 0, 0, 0.1}});
+    QCOMPARE(store.iterations(1)[1].nmse, 0.25);
+    QVERIFY(store.integrityOk());
 }
 
 void TestRunStore::unwritableLocationRefused()
