@@ -262,9 +262,10 @@ void TestClustering::kmObjectiveNeverIncreases()
         QVERIFY2(r.history[i].objective <= r.history[i - 1].objective * (1 + 1e-6),
                  qPrintable(QString("iteration %1").arg(i)));
     QVERIFY(r.history.back().objective < 0.9 * r.history.front().objective);
-    // Unweighted, the objective is the mse and nmse divides it by E‖x‖² (1e-9: the same sums).
+    // Unweighted, the objective is the mse and nmse divides it by E‖x‖²; the backend keeps ‖x‖² in
+    // float (relative rounding 6e-8), so the two agree to 1e-6, not to double precision.
     const double energy = X.cast<double>().rowwise().squaredNorm().mean();
-    QVERIFY(std::abs(r.history.back().nmse - r.history.back().objective / energy) <= 1e-9 * r.history.back().nmse);
+    QVERIFY(std::abs(r.history.back().nmse - r.history.back().objective / energy) <= 1e-6 * r.history.back().nmse);
 }
 
 void TestClustering::convergesOnSeparatedBlobs()

@@ -161,8 +161,10 @@ void ChartPanel::onTick()
 void ChartPanel::rebuildAxes()
 {
     auto* chart = m_view->chart();
-    for (auto* a : chart->axes())
-        chart->removeAxis(a);
+    for (auto* a : chart->axes()) {
+        chart->removeAxis(a); // hands the axis back to us
+        delete a;
+    }
     QAbstractAxis* ax = nullptr;
     QAbstractAxis* ay = nullptr;
     if (m_logX) {
