@@ -68,7 +68,8 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     auto* noteButton = new QPushButton(tr("Add note"), this);
     m_details = new QPlainTextEdit(this);
     m_details->setReadOnly(true);
-    m_overlay = new views::ChartPanel(tr("Selected runs: nmse of each assignment pass"), tr("pass"), tr("nmse"), this);
+    m_overlay = new views::ChartPanel(tr("Selected runs: nmse curves (per stage, per D or K, or per pass)"), tr("x"),
+                                      tr("nmse"), this);
     m_overlay->setLogY(true);
 
     auto* bar = new QHBoxLayout();
@@ -160,11 +161,19 @@ void RunsPage::onSelectionChanged()
         std::vector<std::map<QString, QString>> settings;
         for (auto id : ids) {
             const auto r = store.requireRun(id);
-            QList<QPointF> curve;
-            int x = 0;
-            for (const auto& it : store.iterations(id))
-                curve << QPointF(x++, it.nmse);
-            m_overlay->setSeries(tr("run %1 (%2)").arg(id).arg(QString::fromStdString(r.kind)), curve);
+            // Runs with curves of their own (sweeps: metric vs D or K; trainings: metric vs stage)
+            // show their nmse curves; the others every assignment pass's nmse.
+            std::map<std::string, QList<QPointF>> curves;
+            for (const auto& p : store.series(id))
+                if (p.name.find("nmse") != std::string::npos)
+                    curves[p.name] << QPointF(p.x, p.y);
+            if (curves.empty()) {
+                int x = 0;
+                for (const auto& it : store.iterations(id))
+                    curves["nmse per pass"] << QPointF(x++, it.nmse);
+            }
+            for (const auto& [name, pts] : curves)
+                m_overlay->setSeries(tr("run %1: %2").arg(id).arg(QString::fromStdString(name)), pts);
             std::map<QString, QString> flat;
             flatten(QJsonDocument::fromJson(QByteArray::fromStdString(r.settingsJson)).object(), {}, flat);
             settings.push_back(flat);
