@@ -16,6 +16,7 @@ namespace {
 nlohmann::ordered_json settingsJson(const RunOptions& o, const ClusterBackend& backend)
 {
     auto j = toJson(o.settings);
+    j["weights"] = o.weights;
     j["tau"] = o.tau;
     j["drop_nonfinite"] = o.dropNonFinite;
     j["backend"] = backend.name();

@@ -163,9 +163,14 @@ void ComparePage::start()
             info.device = backend->device();
             info.dumpPath = dump->path();
             auto settingsJson = toJson(s);
+            // The same keys as the CLI's compare, so runs from either compare cleanly.
+            settingsJson["tau"] = 1.0;
+            settingsJson["drop_nonfinite"] = false;
+            settingsJson["backend"] = backend->name();
+            settingsJson["device"] = backend->device();
             settingsJson["weights"] = weightModeName(mode);
             info.settingsJson = settingsJson.dump();
-            WorkerRecording rec(storePath, info, tensor, job, &m_ctx);
+            WorkerRecording rec(storePath, info, tensor, job, &m_ctx, dump->files());
             ProgressBatcher batch(job, [this, passes](const std::vector<ProgressEvent>& events) {
                 for (const auto& e : events) {
                     const std::string name = methodName(e.method);

@@ -59,7 +59,8 @@ void fillClusterableTensors(QComboBox* box, const KvDump* dump)
 }
 
 WorkerRecording::WorkerRecording(const QString& storePath, const RunInfo& info, const std::string& tensor,
-                                 const JobRunner::Context& ctx, StudioContext* studio)
+                                 const JobRunner::Context& ctx, StudioContext* studio,
+                                 const std::vector<std::string>& dumpFiles)
 {
     if (storePath.isEmpty())
         return;
@@ -68,6 +69,8 @@ WorkerRecording::WorkerRecording(const QString& storePath, const RunInfo& info, 
         RunInfo i = info;
         i.toolVersion = kVersion;
         i.command = "gsrq-studio";
+        if (!dumpFiles.empty())
+            i.dumpSha256 = m_store->dumpHash(dumpFiles);
         m_recorder.emplace(*m_store, i, tensor);
     } catch (const std::exception& e) {
         m_recorder.reset();

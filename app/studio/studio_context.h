@@ -62,8 +62,9 @@ void fillClusterableTensors(QComboBox* box, const KvDump* dump);
 // cannot be opened leaves the job unrecorded and says why (the job still runs).
 class WorkerRecording {
 public:
+    // dumpFiles: hashed (through the store's cache) into the run's dump_sha256.
     WorkerRecording(const QString& storePath, const RunInfo& info, const std::string& tensor,
-                    const JobRunner::Context& ctx, StudioContext* studio);
+                    const JobRunner::Context& ctx, StudioContext* studio, const std::vector<std::string>& dumpFiles);
     RunRecorder* operator->() { return m_recorder ? &*m_recorder : nullptr; }
     explicit operator bool() const { return m_recorder.has_value(); }
     void progress(const ProgressEvent& e)

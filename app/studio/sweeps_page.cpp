@@ -201,7 +201,7 @@ void SweepsPage::startSweep()
             settings["over"] = overDim ? "dim" : "k";
             settings["values"] = values;
             info.settingsJson = settings.dump();
-            WorkerRecording rec(storePath, info, tensor, job, &m_ctx);
+            WorkerRecording rec(storePath, info, tensor, job, &m_ctx, dump->files());
             std::vector<SweepPoint> points;
             for (std::size_t i = 0; i < values.size() && !job.cancelled(); ++i) {
                 CompareSettings p = s;

@@ -191,7 +191,7 @@ void TrainPage::start()
             {"holdout", s.holdout},
             {"tensors",
              s.tensorPatterns}}.dump();
-        WorkerRecording rec(storePath, info, "", job, &m_ctx);
+        WorkerRecording rec(storePath, info, "", job, &m_ctx, dump->files());
         auto current = std::make_shared<std::string>();
         ProgressBatcher batch(job, [this, current](const std::vector<ProgressEvent>& events) {
             for (const auto& e : events) {
