@@ -195,4 +195,24 @@ LoadedTensor loadForClustering(const KvTensor& t, bool dropNonFinite)
     return out;
 }
 
+Eigen::VectorXf weightsFor(const KvDump& dump, const KvTensor& t, const LoadedTensor& loaded, WeightMode mode,
+                           double tau, WeightSummary* summary)
+{
+    if (mode == WeightMode::None)
+        return {};
+    const KvTensor* g = dump.gradientOf(t);
+    if (!g)
+        throwInvalid("--weights ", weightModeName(mode), ": ", dump.path(), " has no gradient for '", t.view.name,
+                     "' (expected layers.L.key_grad or layers.L.value_grad)");
+    if (g->view.rows() != t.view.rows())
+        throwInvalid(g->view.where(), ": has ", g->view.rows(), " rows but '", t.view.name, "' has ", t.view.rows());
+    MatrixRF grad = toMatrix(g->view);
+    if (!loaded.droppedRows.empty())
+        grad = dropRows(grad, loaded.droppedRows);
+    const auto bad = nonFiniteRows(grad);
+    if (!bad.empty())
+        throwInvalid(g->view.where(), ": ", bad.size(), " rows hold NaN or Inf (first: row ", bad.front(), ")");
+    return gradientWeights(grad, mode, tau, summary);
+}
+
 } // namespace gsrq

@@ -8,6 +8,7 @@
 // Nothing is read until a tensor is converted: files are memory-mapped.
 
 #include "tensor.h"
+#include "weights.h"
 
 #include <map>
 #include <string>
@@ -64,5 +65,11 @@ struct LoadedTensor {
 // Converts and validates: non-empty, finite (or non-finite rows dropped when `dropNonFinite`),
 // not all zeros. Errors name the tensor and file and, for NaN/Inf, the count and first row.
 LoadedTensor loadForClustering(const KvTensor& t, bool dropNonFinite);
+
+// Per-row weights of a loaded tensor from its gradient (layers.L.key_grad / value_grad), with the
+// same rows dropped; empty for WeightMode::None. Errors (no gradient, row counts that differ,
+// NaN/Inf in the gradient) name the tensor and the --weights flag.
+Eigen::VectorXf weightsFor(const KvDump& dump, const KvTensor& t, const LoadedTensor& loaded, WeightMode mode,
+                           double tau, WeightSummary* summary = nullptr);
 
 } // namespace gsrq

@@ -56,6 +56,23 @@ QuantMetrics computeMetrics(const MatrixRF& X, const MatrixRF& C, std::span<cons
     return metricsOver(X, [&](Eigen::Index i) { return C.row(labels[static_cast<std::size_t>(i)]); });
 }
 
+std::array<std::pair<const char*, double>, 5> namedMetrics(const QuantMetrics& m)
+{
+    return {{{"mse", m.mse},
+             {"nmse", m.nmse},
+             {"gain_error", m.gainError},
+             {"cosine", m.cosine},
+             {"shrinkage", m.shrinkage}}};
+}
+
+double metricByName(const QuantMetrics& m, std::string_view name)
+{
+    for (const auto& [n, v] : namedMetrics(m))
+        if (name == n)
+            return v;
+    return m.nmse;
+}
+
 QuantMetrics meanMetrics(const std::vector<QuantMetrics>& blocks)
 {
     QuantMetrics m;

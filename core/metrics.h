@@ -8,8 +8,11 @@
 
 #include "tensor.h"
 
+#include <array>
 #include <cstdint>
 #include <span>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace gsrq {
@@ -21,6 +24,12 @@ struct QuantMetrics {
     double cosine = 0;
     double shrinkage = 0;
 };
+
+// The metrics by their reported names (mse, nmse, gain_error, cosine, shrinkage), in that order:
+// the one list that JSON output, the run store and the charts all use.
+std::array<std::pair<const char*, double>, 5> namedMetrics(const QuantMetrics& m);
+// One metric by its reported name; nmse for a name that is not one of them.
+double metricByName(const QuantMetrics& m, std::string_view name);
 
 // X: n × d; Xhat: n × d.
 QuantMetrics computeMetrics(const MatrixRF& X, const MatrixRF& Xhat);

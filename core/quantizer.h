@@ -52,7 +52,6 @@ struct Codebooks {
     std::int64_t features() const { return std::int64_t(dim) * subspaces; }
     Eigen::Map<MatrixRF> book(int m, int r);
     Eigen::Map<const MatrixRF> book(int m, int r) const;
-    std::size_t bytes(std::size_t bytesPerValue) const { return data.size() * bytesPerValue; }
 };
 
 // Codes: N × (M·R), column m·R + r holds the stage-r index of subspace m.

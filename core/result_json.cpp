@@ -4,11 +4,10 @@ namespace gsrq {
 
 nlohmann::ordered_json toJson(const QuantMetrics& m)
 {
-    return {{"mse", m.mse},
-            {"nmse", m.nmse},
-            {"gain_error", m.gainError},
-            {"cosine", m.cosine},
-            {"shrinkage", m.shrinkage}};
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    for (const auto& [name, value] : namedMetrics(m))
+        j[name] = value;
+    return j;
 }
 
 nlohmann::ordered_json toJson(const IterationStats& it)

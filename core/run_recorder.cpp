@@ -16,11 +16,7 @@ constexpr auto kBatchDelay = std::chrono::seconds(1);
 void addQuant(std::vector<MetricRow>& out, const std::string& scope, const std::string& method,
               const std::string& tensor, int stage, int subspace, const QuantMetrics& m)
 {
-    for (const auto& [name, value] : {std::pair<const char*, double>{"mse", m.mse},
-                                      {"nmse", m.nmse},
-                                      {"gain_error", m.gainError},
-                                      {"cosine", m.cosine},
-                                      {"shrinkage", m.shrinkage}})
+    for (const auto& [name, value] : namedMetrics(m))
         out.push_back({scope, method, tensor, stage, subspace, name, value});
 }
 
@@ -81,12 +77,7 @@ void RunRecorder::recordSweep(const std::vector<SweepPoint>& points, const std::
     for (std::size_t i = 0; i < points.size(); ++i) {
         recordCompare(points[i].result, tensor, int(i));
         for (const auto& m : points[i].result.methods) {
-            const auto& q = m.metrics;
-            for (const auto& [name, value] : {std::pair<const char*, double>{"mse", q.mse},
-                                              {"nmse", q.nmse},
-                                              {"gain_error", q.gainError},
-                                              {"cosine", q.cosine},
-                                              {"shrinkage", q.shrinkage}})
+            for (const auto& [name, value] : namedMetrics(m.metrics))
                 series.push_back({cat(methodName(m.method), ".", name, "_vs_", axis), double(points[i].value), value});
         }
     }

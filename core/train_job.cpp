@@ -217,20 +217,7 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
         MatrixRF x = preparedRows(dump, t, s.keyRope, s.dropNonFinite, &loaded, &r.ropeApplied);
         r.droppedRows = std::int64_t(loaded.droppedRows.size());
         r.features = x.cols();
-        Eigen::VectorXf w;
-        if (s.weights != WeightMode::None) {
-            const KvTensor& g = *dump.gradientOf(t);
-            if (g.view.rows() != t.view.rows())
-                throwInvalid(g.view.where(), ": has ", g.view.rows(), " rows but '", t.view.name, "' has ",
-                             t.view.rows());
-            MatrixRF grad = toMatrix(g.view);
-            if (!loaded.droppedRows.empty())
-                grad = dropRows(grad, loaded.droppedRows);
-            const auto bad = nonFiniteRows(grad);
-            if (!bad.empty())
-                throwInvalid(g.view.where(), ": ", bad.size(), " rows hold NaN or Inf (first: row ", bad.front(), ")");
-            w = gradientWeights(grad, s.weights, s.tau, &r.weightSummary);
-        }
+        const Eigen::VectorXf w = weightsFor(dump, t, loaded, s.weights, s.tau, &r.weightSummary);
         const Eigen::Index trainRows = s.holdout > 0 ? Eigen::Index(double(x.rows()) * (1 - s.holdout)) : x.rows();
         const MatrixRF xTrain = x.topRows(trainRows);
         const float* wp = w.size() ? w.data() : nullptr;

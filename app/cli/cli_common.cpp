@@ -5,6 +5,7 @@
 #include "version.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -57,22 +58,7 @@ PreparedInput prepareInput(RunOptions& o)
     in.data = loadForClustering(t, o.dropNonFinite);
     validateCompare(o.settings, in.data.rows.rows(), in.data.rows.cols());
 
-    if (*mode != WeightMode::None) {
-        const KvTensor* g = in.dump.gradientOf(t);
-        if (!g)
-            throwInvalid("--weights ", o.weights, ": ", o.dump, " has no gradient for '", t.view.name,
-                         "' (expected layers.L.key_grad or layers.L.value_grad)");
-        if (g->view.rows() != t.view.rows())
-            throwInvalid(g->view.where(), ": has ", g->view.rows(), " rows but '", t.view.name, "' has ",
-                         t.view.rows());
-        MatrixRF grad = toMatrix(g->view);
-        if (!in.data.droppedRows.empty())
-            grad = dropRows(grad, in.data.droppedRows);
-        const auto bad = nonFiniteRows(grad);
-        if (!bad.empty())
-            throwInvalid(g->view.where(), ": ", bad.size(), " rows hold NaN or Inf (first: row ", bad.front(), ")");
-        in.weights = gradientWeights(grad, *mode, o.tau, &in.weightSummary);
-    }
+    in.weights = weightsFor(in.dump, t, in.data, *mode, o.tau, &in.weightSummary);
     return in;
 }
 
@@ -104,6 +90,12 @@ void printMethodTable(const CompareResult& r, const std::string& indent)
         std::printf("%s%-6s %12.6g %10.6f %11.6g %9.6f %10.6f %6d %9.3f\n", indent.c_str(), methodName(m.method),
                     m.metrics.mse, m.metrics.nmse, m.metrics.gainError, m.metrics.cosine, m.metrics.shrinkage,
                     m.iterations, m.seconds);
+}
+
+void refuseOverwrite(const std::string& path, bool force, const char* flag)
+{
+    if (!path.empty() && std::filesystem::exists(path) && !force)
+        throwInvalid(flag, " ", path, ": file exists; pass --force to overwrite it");
 }
 
 std::vector<int> parseIntList(const std::string& flag, const std::string& text)

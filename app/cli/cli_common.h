@@ -48,6 +48,9 @@ void printJson(const nlohmann::ordered_json& j);
 // Prints one aligned row per method: mse, nmse, gain error, cosine, shrinkage, iterations, seconds.
 void printMethodTable(const CompareResult& r, const std::string& indent = "");
 
+// Refuses to write over an existing file unless --force was given (exit 2, naming the flag).
+void refuseOverwrite(const std::string& path, bool force, const char* flag);
+
 std::vector<int> parseIntList(const std::string& flag, const std::string& text);
 std::string humanBytes(double bytes);
 

@@ -49,8 +49,7 @@ Command registerSynth(CLI::App& root)
                     throwInvalid("--out ", o->out, ": name it .npy or .safetensors");
                 if (ext == ".npy" && dtype == DType::BF16)
                     throwInvalid("--dtype bf16: .npy has no bfloat16; use .safetensors");
-                if (std::filesystem::exists(out) && !o->force)
-                    throwInvalid("--out ", o->out, ": file exists; pass --force to overwrite it");
+                refuseOverwrite(o->out, o->force, "--out");
                 const MatrixRF x = synthesize(*kind, o->rows, o->features, o->seed);
                 if (ext == ".npy") {
                     writeNpy(o->out, x, dtype);

@@ -28,12 +28,6 @@ std::vector<std::string> splitList(const std::string& s)
     return out;
 }
 
-void refuseOverwrite(const std::string& path, bool force, const char* flag)
-{
-    if (!path.empty() && std::filesystem::exists(path) && !force)
-        throwInvalid(flag, " ", path, ": file exists; pass --force to overwrite it");
-}
-
 DType codebookDType(const std::string& s)
 {
     if (s == "f32")

@@ -152,10 +152,8 @@ void ComparePage::start()
             const auto& t = dump->get(tensor);
             const LoadedTensor data = loadForClustering(t, false);
             validateCompare(s, data.rows.rows(), data.rows.cols());
-            Eigen::VectorXf w;
             WeightSummary ws;
-            if (mode != WeightMode::None)
-                w = gradientWeights(toMatrix(dump->gradientOf(t)->view), mode, 1.0, &ws);
+            const Eigen::VectorXf w = weightsFor(*dump, t, data, mode, 1.0, &ws);
             auto backend = makeCpuBackend(threads);
             RunInfo info;
             info.kind = "compare";

@@ -42,7 +42,6 @@ public:
 
     int start(const QString& what, Body body);
     void cancel();
-    bool busy() const { return m_current != 0; }
     int currentId() const { return m_current; }
 
 signals:

@@ -19,19 +19,6 @@ namespace gsrq::studio {
 
 namespace {
 
-double metricOf(const QuantMetrics& m, const QString& name)
-{
-    if (name == "mse")
-        return m.mse;
-    if (name == "gain_error")
-        return m.gainError;
-    if (name == "cosine")
-        return m.cosine;
-    if (name == "shrinkage")
-        return m.shrinkage;
-    return m.nmse;
-}
-
 std::vector<int> parseValues(const QString& text, const char* flag)
 {
     std::vector<int> out;
@@ -151,7 +138,7 @@ void SweepsPage::redraw()
     for (const auto& [name, pts] : m_points) {
         QList<QPointF> line;
         for (const auto& [x, m] : pts)
-            line << QPointF(x, metricOf(m, metric));
+            line << QPointF(x, metricByName(m, metric.toStdString()));
         m_chart->setSeries(name, line);
     }
     m_chart->flush();

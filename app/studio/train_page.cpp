@@ -267,9 +267,7 @@ void TrainPage::drawStages()
         QList<QPointF> line;
         for (std::size_t s = 0; s < t.train.afterStage.size(); ++s) {
             const auto& m = t.train.afterStage[s];
-            line << QPointF(double(s + 1), metric == "cosine"       ? m.cosine
-                                           : metric == "gain_error" ? m.gainError
-                                                                    : m.nmse);
+            line << QPointF(double(s + 1), metricByName(m, metric.toStdString()));
         }
         m_stageChart->setSeries(QString::fromStdString(t.tensor), line);
     }
