@@ -209,6 +209,9 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
     out.codebooks.allocate(D, R, s.k, M);
     out.codes = Codes::Zero(X.rows(), Eigen::Index(M) * R);
     MatrixRF residual = X;
+    // The running reconstruction: each stage adds its codewords in stage order, exactly the sums a
+    // decoder of the exported codes makes, without decoding all earlier stages again.
+    MatrixRF recon = MatrixRF::Zero(X.rows(), X.cols());
     const double total = double(M) * R * std::max(1, s.iterations);
     double done = 0;
 
@@ -242,8 +245,11 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
                 for (Eigen::Index i = 0; i < X.rows(); ++i)
                     out.codes(i, Eigen::Index(m) * R + r) = c.labels[std::size_t(i)];
                 auto res = residual.middleCols(Eigen::Index(m) * D, D);
-                for (Eigen::Index i = 0; i < X.rows(); ++i)
+                auto rec = recon.middleCols(Eigen::Index(m) * D, D);
+                for (Eigen::Index i = 0; i < X.rows(); ++i) {
                     res.row(i) -= c.centroids.row(c.labels[std::size_t(i)]);
+                    rec.row(i) += c.centroids.row(c.labels[std::size_t(i)]);
+                }
             }
         }
         if (s.beam > 1 && !out.cancelled) {
@@ -252,10 +258,11 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
             for (int m = 0; m < M; ++m)
                 out.codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1) =
                     codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1);
-            residual = X - decode(out.codes, out.codebooks, r + 1);
+            recon = decode(out.codes, out.codebooks, r + 1);
+            residual = X - recon;
         }
-        if (!out.cancelled) // from the codes, exactly as a decoder of the exported file sees them
-            out.afterStage.push_back(computeMetrics(X, decode(out.codes, out.codebooks, r + 1)));
+        if (!out.cancelled)
+            out.afterStage.push_back(computeMetrics(X, recon));
     }
     if (!out.afterStage.empty())
         out.metrics = out.afterStage.back();
