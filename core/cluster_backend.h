@@ -2,8 +2,17 @@
 // The one primitive every clustering shares (DESIGN.md): given centroids C, for every row find the
 // nearest centroid (argmax of 2·x·c − ‖c‖²) and accumulate per-cluster sufficient statistics.
 // KM, GSKM, weighted variants and every residual stage call only this; backends (CPU here, CUDA in
-// gpu/) implement it. No backend holds a copy of the algorithm.
+// gpu/) implement it. No backend holds a copy of the algorithm: the centroid update, the stopping
+// rule and the stage loop live in core and see only the statistics below.
+//
+// A backend is bound to rows of F features and clusters one block of D columns at a time. It owns
+// the residual of those rows: after a stage, subtractAssigned() takes the chosen codewords off the
+// residual (and adds them to a running reconstruction), so a device backend keeps all the data
+// where it computes, across iterations and stages, and returns only K×D sums per pass.
+//
+// Thread-safety: one backend per thread; calls on one backend must not overlap.
 
+#include "metrics.h"
 #include "tensor.h"
 
 #include <Eigen/Core>
@@ -24,24 +33,55 @@ struct AssignStats {
     double weightedError = 0;                             // Σ w·‖x − c_label‖²
     double weightedSquaredNorm = 0;                       // Σ w·‖x‖²
     double totalWeight = 0;                               // Σ w
-    std::int64_t changed = 0;                             // rows whose label differs from the one passed in
+    std::int64_t changed = 0;                             // rows whose label differs from the previous pass
 };
 
 class ClusterBackend {
 public:
     virtual ~ClusterBackend() = default;
     virtual std::string name() const = 0;   // "cpu", "cuda"
-    virtual std::string device() const = 0; // "2 threads", "NVIDIA H100 ..."
+    virtual std::string device() const = 0; // "2 threads", "NVIDIA H100 ... (device 0)"
 
-    // X: n × d, row-major float32, borrowed until the next setData (the CPU backend reads it in
-    // place; a device backend copies it). weights: n values ≥ 0, or null for all ones.
-    // epsilon: the ε of y = x/(‖x‖+ε).
-    virtual void setData(const float* x, std::int64_t n, int d, const float* weights, float epsilon) = 0;
+    // Binds the backend to x: n × features, row-major float32, borrowed until the next bind (a
+    // device backend copies it). The residual starts as x, the reconstruction as zero. weights: n
+    // values ≥ 0 (the caller checks them), or null for all ones. Selects block (0, features).
+    virtual void bind(const float* x, std::int64_t n, int features, const float* weights) = 0;
+    virtual std::int64_t rows() const = 0;
 
-    // centroids: K × d. labels: n entries, in/out (the previous labels in, -1 for none; the new
-    // ones out). withShapeSums: also accumulate sumY (GSKM needs it, KM does not).
-    virtual void assignAccumulate(const MatrixRF& centroids, bool withShapeSums, std::span<std::int32_t> labels,
-                                  AssignStats& out) = 0;
+    // Later calls work on columns [col0, col0 + dim) of the residual; ε is that of y = x/(‖x‖+ε).
+    // Every label is reset to −1 (none).
+    virtual void selectBlock(int col0, int dim, float epsilon) = 0;
+
+    // The selected block of the given residual rows, in that order (|rows| × dim).
+    virtual MatrixRF gatherRows(std::span<const std::int64_t> rows) = 0;
+
+    // One assignment pass with centroids K × dim; the labels stay in the backend (see readLabels).
+    // withShapeSums: also accumulate sumY (GSKM needs it, KM does not).
+    virtual void assign(const MatrixRF& centroids, bool withShapeSums, AssignStats& out) = 0;
+
+    virtual void readLabels(std::span<std::int32_t> out) = 0;
+    virtual void writeLabels(std::span<const std::int32_t> in) = 0;
+
+    // Residual block −= C[label] and reconstruction block += C[label], for the current labels.
+    virtual void subtractAssigned(const MatrixRF& centroids) = 0;
+
+    // Whole-row metrics of the reconstruction against the rows bound (metrics.h).
+    virtual QuantMetrics reconstructionMetrics() = 0;
+
+    // Shorthands over one n × d matrix: bind it with selectBlock(0, d, ε), and one pass with the
+    // labels passed in and out (the previous labels in, −1 for none).
+    void setData(const float* x, std::int64_t n, int d, const float* weights, float epsilon)
+    {
+        bind(x, n, d, weights);
+        selectBlock(0, d, epsilon);
+    }
+    void assignAccumulate(const MatrixRF& centroids, bool withShapeSums, std::span<std::int32_t> labels,
+                          AssignStats& out)
+    {
+        writeLabels(labels);
+        assign(centroids, withShapeSums, out);
+        readLabels(labels);
+    }
 };
 
 // Eigen GEMM over row chunks, OpenMP across chunks, memory bounded by threads × chunk × K.

@@ -3,6 +3,7 @@
 #include "error.h"
 
 #include <chrono>
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -113,44 +114,52 @@ void updateCentroids(Method method, const AssignStats& st, double shapeEpsilon, 
     }
 }
 
+void validateWeights(const float* weights, std::int64_t n)
+{
+    if (!weights)
+        return;
+    double total = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+        if (!(weights[i] >= 0) || !std::isfinite(weights[i]))
+            throwInvalid("weight of row ", i, " is ", weights[i], "; weights must be finite and ≥ 0");
+        total += weights[i];
+    }
+    if (!(total > 0))
+        throwInvalid("every row has weight zero; nothing to cluster");
+}
+
 ClusteringResult cluster(const MatrixRF& X, const float* weights, Method method, const ClusteringParams& p,
                          ClusterBackend& backend, const IterationCallback& onIteration)
 {
+    validateWeights(weights, X.rows());
+    backend.bind(X.data(), X.rows(), static_cast<int>(X.cols()), weights);
+    backend.selectBlock(0, static_cast<int>(X.cols()), p.epsilon);
+    return clusterSelected(backend, method, p, onIteration);
+}
+
+ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const ClusteringParams& p,
+                                 const IterationCallback& onIteration)
+{
     using Clock = std::chrono::steady_clock;
-    const auto n = X.rows();
+    const auto n = backend.rows();
     if (p.k < 1)
         throwInvalid("k = ", p.k, ": needs at least one codeword");
     if (p.k > n)
         throwInvalid("k = ", p.k, " is larger than the number of rows (", n, ")");
     if (p.maxIterations < 0)
         throwInvalid("iterations = ", p.maxIterations, ": must be ≥ 0");
-    if (weights) {
-        double total = 0;
-        for (Eigen::Index i = 0; i < n; ++i) {
-            if (!(weights[i] >= 0) || !std::isfinite(weights[i]))
-                throwInvalid("weight of row ", i, " is ", weights[i], "; weights must be finite and ≥ 0");
-            total += weights[i];
-        }
-        if (!(total > 0))
-            throwInvalid("every row has weight zero; nothing to cluster");
-    }
 
     const auto start = Clock::now();
     ClusteringResult r;
-    const auto init = sampleRows(n, p.k, p.seed);
-    r.centroids.resize(p.k, X.cols());
-    for (int k = 0; k < p.k; ++k)
-        r.centroids.row(k) = X.row(init[k]);
+    r.centroids = backend.gatherRows(sampleRows(n, p.k, p.seed));
     GainShapeState gs;
     if (method == Method::GainShape)
         shapeFromCentroids(r.centroids, gs);
 
-    backend.setData(X.data(), n, static_cast<int>(X.cols()), weights, p.epsilon);
-    r.labels.assign(static_cast<std::size_t>(n), -1);
     AssignStats st;
     auto passStart = Clock::now();
     for (;;) {
-        backend.assignAccumulate(r.centroids, method == Method::GainShape, r.labels, st);
+        backend.assign(r.centroids, method == Method::GainShape, st);
         IterationStats it;
         it.iteration = r.iterations;
         it.objective = st.weightedError / st.totalWeight;
@@ -188,13 +197,15 @@ ClusteringResult cluster(const MatrixRF& X, const float* weights, Method method,
         }
         if (onIteration && !onIteration(it)) {
             // The labels stay those of the last pass; re-assign so they match the centroids returned.
-            backend.assignAccumulate(r.centroids, false, r.labels, st);
+            backend.assign(r.centroids, false, st);
             r.stop = StopReason::Cancelled;
             break;
         }
     }
     if (onIteration && r.stop != StopReason::Cancelled)
         onIteration(r.history.back());
+    r.labels.resize(static_cast<std::size_t>(n));
+    backend.readLabels(r.labels);
     r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     return r;
 }

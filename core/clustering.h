@@ -64,6 +64,15 @@ std::vector<std::int64_t> sampleRows(std::int64_t n, int k, std::uint64_t seed);
 ClusteringResult cluster(const MatrixRF& X, const float* weights, Method method, const ClusteringParams& params,
                          ClusterBackend& backend, const IterationCallback& onIteration = {});
 
+// The same on the block the backend has selected (its residual rows, its weights): how the
+// quantizer trains stage after stage without the data leaving the backend. params.epsilon is
+// the one given to selectBlock.
+ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const ClusteringParams& params,
+                                 const IterationCallback& onIteration = {});
+
+// Throws Error(InvalidInput) for a weight that is negative or not finite, or all weights zero.
+void validateWeights(const float* weights, std::int64_t n);
+
 // One update step on the sufficient statistics (exposed for tests and other backends' checks).
 // centroids (K × D) is updated in place; GSKM keeps gains/shapes in `gains` (K) and `shapes` (K × D).
 struct GainShapeState {

@@ -31,44 +31,94 @@ public:
     std::string name() const override { return "cpu"; }
     std::string device() const override { return cat(m_threads, m_threads == 1 ? " thread" : " threads"); }
 
-    void setData(const float* x, std::int64_t n, int d, const float* weights, float epsilon) override
+    void bind(const float* x, std::int64_t n, int features, const float* weights) override
     {
         m_x = x;
         m_n = n;
-        m_d = d;
+        m_f = features;
         m_w = weights;
-        Eigen::Map<const MatrixRF> X(x, n, d);
-        m_sqNorm = X.rowwise().squaredNorm();
-        m_invNorm = (m_sqNorm.array().sqrt() + epsilon).inverse();
+        // The residual is copied on the first subtractAssigned: plain clustering reads x in place.
+        m_res.resize(0, 0);
+        m_rec.resize(0, 0);
+        selectBlock(0, features, 1e-8f);
     }
 
-    void assignAccumulate(const MatrixRF& C, bool withShapeSums, std::span<std::int32_t> labels,
-                          AssignStats& out) override
+    std::int64_t rows() const override { return m_n; }
+
+    void selectBlock(int col0, int dim, float epsilon) override
     {
+        if (col0 < 0 || dim < 1 || col0 + dim > m_f)
+            throwRuntime("cpu backend: block [", col0, ", ", col0 + dim, ") outside the ", m_f, " features bound");
+        m_col0 = col0;
+        m_d = dim;
+        const auto X = block();
+        m_sqNorm = X.rowwise().squaredNorm();
+        m_invNorm = (m_sqNorm.array().sqrt() + epsilon).inverse();
+        m_labels.assign(static_cast<std::size_t>(m_n), -1);
+    }
+
+    MatrixRF gatherRows(std::span<const std::int64_t> idx) override
+    {
+        const auto X = block();
+        MatrixRF out(static_cast<Eigen::Index>(idx.size()), m_d);
+        for (std::size_t i = 0; i < idx.size(); ++i) {
+            if (idx[i] < 0 || idx[i] >= m_n)
+                throwRuntime("cpu backend: row ", idx[i], " outside the ", m_n, " rows bound");
+            out.row(static_cast<Eigen::Index>(i)) = X.row(idx[i]);
+        }
+        return out;
+    }
+
+    void readLabels(std::span<std::int32_t> out) override
+    {
+        checkLabelSpan(out.size());
+        std::copy(m_labels.begin(), m_labels.end(), out.begin());
+    }
+
+    void writeLabels(std::span<const std::int32_t> in) override
+    {
+        checkLabelSpan(in.size());
+        std::copy(in.begin(), in.end(), m_labels.begin());
+    }
+
+    void subtractAssigned(const MatrixRF& C) override
+    {
+        checkCentroids(C);
+        if (m_res.size() == 0) {
+            m_res = Eigen::Map<const MatrixRF>(m_x, m_n, m_f);
+            m_rec = MatrixRF::Zero(m_n, m_f);
+        }
+#pragma omp parallel for num_threads(m_threads) schedule(static)
+        for (std::int64_t i = 0; i < m_n; ++i) {
+            const auto c = C.row(m_labels[static_cast<std::size_t>(i)]);
+            m_res.block(i, m_col0, 1, m_d) -= c;
+            m_rec.block(i, m_col0, 1, m_d) += c;
+        }
+    }
+
+    QuantMetrics reconstructionMetrics() override
+    {
+        const Eigen::Map<const MatrixRF> X(m_x, m_n, m_f);
+        if (m_rec.size() == 0)
+            return computeMetrics(X, MatrixRF::Zero(m_n, m_f));
+        return computeMetrics(X, m_rec);
+    }
+
+    void assign(const MatrixRF& C, bool withShapeSums, AssignStats& out) override
+    {
+        checkCentroids(C);
         const int K = static_cast<int>(C.rows());
         const int D = m_d;
-        if (C.cols() != D || static_cast<std::int64_t>(labels.size()) != m_n || K < 1)
-            throwRuntime("cpu backend: centroids ", C.rows(), "×", C.cols(), " or labels (", labels.size(),
-                         ") do not match the data (", m_n, "×", D, ")");
+        const auto X = block();
         // Cᵀ as a contiguous D×K column-major matrix: the GEMM's right operand.
         const Eigen::MatrixXf Ct = C.transpose();
         const Eigen::RowVectorXf cNorm = C.rowwise().squaredNorm().transpose();
         // A chunk's score block stays near 1 MiB so it lives in L2 between the GEMM and the scan.
         const std::int64_t chunk = std::clamp<std::int64_t>((1 << 18) / K, 16, 2048);
         const std::int64_t nChunks = (m_n + chunk - 1) / chunk;
-        const int threads = static_cast<int>(std::min<std::int64_t>(m_threads, nChunks));
+        const int threads = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(m_threads, nChunks)));
 
-        out.weightSum.setZero(K);
-        out.count.setZero(K);
-        out.sumX.setZero(K, D);
-        if (withShapeSums)
-            out.sumY.setZero(K, D);
-        else
-            out.sumY.resize(0, 0);
-        out.weightedError = 0;
-        out.weightedSquaredNorm = 0;
-        out.totalWeight = 0;
-        out.changed = 0;
+        resetStats(out, K, D, withShapeSums);
 
         // One accumulator per thread, reduced in thread order after the loop: with a static
         // schedule the sums do not depend on timing, so a seeded run is reproducible.
@@ -80,18 +130,14 @@ public:
 #else
             AssignStats& acc = part[0];
 #endif
-            acc.weightSum.setZero(K);
-            acc.count.setZero(K);
-            acc.sumX.setZero(K, D);
-            if (withShapeSums)
-                acc.sumY.setZero(K, D);
+            resetStats(acc, K, D, withShapeSums);
             MatrixRF S(chunk, K);
 
 #pragma omp for schedule(static)
             for (std::int64_t c = 0; c < nChunks; ++c) {
                 const std::int64_t r0 = c * chunk;
                 const std::int64_t m = std::min(chunk, m_n - r0);
-                Eigen::Map<const MatrixRF> Xb(m_x + r0 * D, m, D);
+                const auto Xb = X.middleRows(r0, m);
                 S.topRows(m).noalias() = Xb * Ct;
                 for (std::int64_t i = 0; i < m; ++i) {
                     auto s = S.row(i);
@@ -105,9 +151,10 @@ public:
                     acc.weightedError += w * std::max(0.0, static_cast<double>(m_sqNorm[row]) - best);
                     acc.weightedSquaredNorm += w * static_cast<double>(m_sqNorm[row]);
                     acc.totalWeight += w;
-                    if (labels[row] != label)
+                    auto& l = m_labels[static_cast<std::size_t>(row)];
+                    if (l != label)
                         ++acc.changed;
-                    labels[row] = label;
+                    l = label;
                     acc.weightSum[label] += w;
                     ++acc.count[label];
                     const auto x = Xb.row(i).cast<double>();
@@ -131,11 +178,51 @@ public:
     }
 
 private:
+    using BlockMap = Eigen::Map<const MatrixRF, 0, Eigen::OuterStride<>>;
+
+    // The selected columns of the residual (x itself until the first subtraction).
+    BlockMap block() const
+    {
+        const float* base = m_res.size() ? m_res.data() : m_x;
+        return BlockMap(base + m_col0, m_n, m_d, Eigen::OuterStride<>(m_f));
+    }
+
+    void checkCentroids(const MatrixRF& C) const
+    {
+        if (C.cols() != m_d || C.rows() < 1)
+            throwRuntime("cpu backend: centroids ", C.rows(), "×", C.cols(), " do not match the block width ", m_d);
+    }
+
+    void checkLabelSpan(std::size_t n) const
+    {
+        if (static_cast<std::int64_t>(n) != m_n)
+            throwRuntime("cpu backend: ", n, " labels for ", m_n, " rows");
+    }
+
+    static void resetStats(AssignStats& s, int K, int D, bool withShapeSums)
+    {
+        s.weightSum.setZero(K);
+        s.count.setZero(K);
+        s.sumX.setZero(K, D);
+        if (withShapeSums)
+            s.sumY.setZero(K, D);
+        else
+            s.sumY.resize(0, 0);
+        s.weightedError = 0;
+        s.weightedSquaredNorm = 0;
+        s.totalWeight = 0;
+        s.changed = 0;
+    }
+
     int m_threads;
     const float* m_x = nullptr;
     std::int64_t m_n = 0;
+    int m_f = 0;
+    int m_col0 = 0;
     int m_d = 0;
     const float* m_w = nullptr;
+    MatrixRF m_res, m_rec;
+    std::vector<std::int32_t> m_labels;
     Eigen::VectorXf m_sqNorm;
     Eigen::VectorXf m_invNorm;
 };

@@ -8,13 +8,13 @@ namespace gsrq {
 
 namespace {
 
-template <class RowOf> QuantMetrics metricsOver(const MatrixRF& X, RowOf xhatRow)
+template <class Mat, class RowOf> QuantMetrics metricsOver(const Mat& X, RowOf xhatRow)
 {
     const auto n = X.rows();
     double err = 0, sqX = 0, sqXhat = 0, gain = 0, cosSum = 0;
     std::int64_t cosRows = 0;
     for (Eigen::Index i = 0; i < n; ++i) {
-        const Eigen::RowVectorXd x = X.row(i).cast<double>();
+        const Eigen::RowVectorXd x = X.row(i).template cast<double>();
         const Eigen::RowVectorXd xh = xhatRow(i).template cast<double>();
         const double nx2 = x.squaredNorm(), nh2 = xh.squaredNorm();
         err += (x - xh).squaredNorm();
@@ -40,7 +40,7 @@ template <class RowOf> QuantMetrics metricsOver(const MatrixRF& X, RowOf xhatRow
 
 } // namespace
 
-QuantMetrics computeMetrics(const MatrixRF& X, const MatrixRF& Xhat)
+QuantMetrics computeMetrics(const Eigen::Ref<const MatrixRF>& X, const Eigen::Ref<const MatrixRF>& Xhat)
 {
     if (X.rows() != Xhat.rows() || X.cols() != Xhat.cols())
         throwRuntime("metrics: data ", X.rows(), "×", X.cols(), " and reconstruction ", Xhat.rows(), "×", Xhat.cols(),

@@ -32,7 +32,7 @@ std::array<std::pair<const char*, double>, 5> namedMetrics(const QuantMetrics& m
 double metricByName(const QuantMetrics& m, std::string_view name);
 
 // X: n × d; Xhat: n × d.
-QuantMetrics computeMetrics(const MatrixRF& X, const MatrixRF& Xhat);
+QuantMetrics computeMetrics(const Eigen::Ref<const MatrixRF>& X, const Eigen::Ref<const MatrixRF>& Xhat);
 // Reconstruction by codebook lookup: x̂_i = C[labels[i]].
 QuantMetrics computeMetrics(const MatrixRF& X, const MatrixRF& C, std::span<const std::int32_t> labels);
 // Mean of each metric over blocks (the paper averages per-subspace values).

@@ -148,12 +148,6 @@ Codes beamEncodeSubspace(const MatrixRF& Xm, const Codebooks& cb, int m, int R, 
     return out;
 }
 
-void subtractCodewords(MatrixRF& residual, const Eigen::Map<const MatrixRF>& C, std::span<const std::int32_t> labels)
-{
-    for (Eigen::Index i = 0; i < residual.rows(); ++i)
-        residual.row(i) -= C.row(labels[std::size_t(i)]);
-}
-
 } // namespace
 
 Codes encode(const MatrixRF& X, const Codebooks& cb, int beam, ClusterBackend& backend, int stages)
@@ -163,25 +157,27 @@ Codes encode(const MatrixRF& X, const Codebooks& cb, int beam, ClusterBackend& b
         throwInvalid("data has ", X.cols(), " features but the codebooks cover ", cb.features(), " (", cb.subspaces,
                      " subspaces × D=", cb.dim, ")");
     Codes codes = Codes::Zero(X.rows(), Eigen::Index(cb.subspaces) * cb.stages);
+    if (beam > 1) {
+        for (int m = 0; m < cb.subspaces; ++m) {
+            const MatrixRF Xm = X.middleCols(Eigen::Index(m) * cb.dim, cb.dim);
+            codes.block(0, Eigen::Index(m) * cb.stages, X.rows(), R) = beamEncodeSubspace(Xm, cb, m, R, beam);
+        }
+        return codes;
+    }
+    // Greedy: the nearest codeword per stage, on the residual the backend keeps.
     std::vector<std::int32_t> labels(std::size_t(X.rows()));
     AssignStats st;
-    for (int m = 0; m < cb.subspaces; ++m) {
-        MatrixRF Xm = X.middleCols(Eigen::Index(m) * cb.dim, cb.dim);
-        if (beam > 1) {
-            const Codes c = beamEncodeSubspace(Xm, cb, m, R, beam);
-            codes.block(0, Eigen::Index(m) * cb.stages, X.rows(), R) = c;
-            continue;
-        }
-        for (int r = 0; r < R; ++r) {
+    backend.bind(X.data(), X.rows(), int(X.cols()), nullptr);
+    for (int r = 0; r < R; ++r)
+        for (int m = 0; m < cb.subspaces; ++m) {
             const MatrixRF C = cb.book(m, r);
-            backend.setData(Xm.data(), Xm.rows(), cb.dim, nullptr, 1e-8f);
-            std::fill(labels.begin(), labels.end(), -1);
-            backend.assignAccumulate(C, false, labels, st);
-            subtractCodewords(Xm, cb.book(m, r), labels);
+            backend.selectBlock(m * cb.dim, cb.dim, 1e-8f);
+            backend.assign(C, false, st);
+            backend.readLabels(labels);
+            backend.subtractAssigned(C);
             for (Eigen::Index i = 0; i < X.rows(); ++i)
                 codes(i, Eigen::Index(m) * cb.stages + r) = labels[std::size_t(i)];
         }
-    }
     return codes;
 }
 
@@ -208,23 +204,24 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
     RqTrainResult out;
     out.codebooks.allocate(D, R, s.k, M);
     out.codes = Codes::Zero(X.rows(), Eigen::Index(M) * R);
-    MatrixRF residual = X;
-    // The running reconstruction: each stage adds its codewords in stage order, exactly the sums a
-    // decoder of the exported codes makes, without decoding all earlier stages again.
-    MatrixRF recon = MatrixRF::Zero(X.rows(), X.cols());
+    validateWeights(weights, X.rows());
+    // The backend keeps the residual and a running reconstruction: each stage adds its codewords
+    // in stage order, exactly the sums a decoder of the exported codes makes.
+    backend.bind(X.data(), X.rows(), int(X.cols()), weights);
+    MatrixRF residual; // beam search only: the residual of the re-encoded stages, on the host
     const double total = double(M) * R * std::max(1, s.iterations);
     double done = 0;
 
     for (int r = 0; r < R && !out.cancelled; ++r) {
         for (int m = 0; m < M && !out.cancelled; ++m) {
-            const MatrixRF block = residual.middleCols(Eigen::Index(m) * D, D);
             ClusteringParams p;
             p.k = s.k;
             p.maxIterations = s.iterations;
             p.seed = s.seed + 7919ull * std::uint64_t(r * M + m); // each stage samples its own rows
             p.reseedEmpty = s.reseedEmpty;
             const std::string what = cat("stage ", r + 1, "/", R, " subspace ", m + 1, "/", M);
-            auto c = cluster(block, weights, s.method, p, backend, [&](const IterationStats& it) {
+            backend.selectBlock(m * D, D, p.epsilon);
+            auto c = clusterSelected(backend, s.method, p, [&](const IterationStats& it) {
                 if (!progress)
                     return true;
                 if (!progress({what,
@@ -240,29 +237,28 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
             done += std::max(1, s.iterations);
             out.codebooks.book(m, r) = c.centroids;
             out.clusterings.push_back({m, r, c.iterations, c.stop, c.seconds, std::move(c.history)});
-            if (s.beam == 1) {
-                // cluster()'s labels are the nearest codewords of the final centroids: greedy codes.
+            if (s.beam == 1 && !out.cancelled) {
+                // clusterSelected()'s labels are the nearest codewords of the final centroids:
+                // greedy codes.
                 for (Eigen::Index i = 0; i < X.rows(); ++i)
                     out.codes(i, Eigen::Index(m) * R + r) = c.labels[std::size_t(i)];
-                auto res = residual.middleCols(Eigen::Index(m) * D, D);
-                auto rec = recon.middleCols(Eigen::Index(m) * D, D);
-                for (Eigen::Index i = 0; i < X.rows(); ++i) {
-                    res.row(i) -= c.centroids.row(c.labels[std::size_t(i)]);
-                    rec.row(i) += c.centroids.row(c.labels[std::size_t(i)]);
-                }
+                backend.subtractAssigned(c.centroids);
             }
         }
-        if (s.beam > 1 && !out.cancelled) {
-            // Re-encode stages 0..r with the beam; the next stage trains on what it leaves.
-            const Codes codes = encode(X, out.codebooks, s.beam, backend, r + 1);
-            for (int m = 0; m < M; ++m)
-                out.codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1) =
-                    codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1);
-            recon = decode(out.codes, out.codebooks, r + 1);
-            residual = X - recon;
+        if (out.cancelled)
+            break;
+        if (s.beam == 1) {
+            out.afterStage.push_back(backend.reconstructionMetrics());
+            continue;
         }
-        if (!out.cancelled)
-            out.afterStage.push_back(computeMetrics(X, recon));
+        // Re-encode stages 0..r with the beam; the next stage trains on what it leaves.
+        const Codes codes = encode(X, out.codebooks, s.beam, backend, r + 1);
+        for (int m = 0; m < M; ++m)
+            out.codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1) = codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1);
+        const MatrixRF recon = decode(out.codes, out.codebooks, r + 1);
+        out.afterStage.push_back(computeMetrics(X, recon));
+        residual = X - recon;
+        backend.bind(residual.data(), residual.rows(), int(residual.cols()), weights);
     }
     if (!out.afterStage.empty())
         out.metrics = out.afterStage.back();

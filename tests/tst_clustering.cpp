@@ -10,6 +10,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <numeric>
 #include <set>
 
 using namespace gsrq;
@@ -61,6 +62,7 @@ private slots:
     void gskmNegativeProjectionGivesZeroGain();
     void backendMatchesBruteForce();
     void integerWeightsEqualDuplicatedRows();
+    void blockResidualAndReconstruction();
     void bothMethodsStartFromTheSameRows();
     void kmObjectiveNeverIncreases();
     void convergesOnSeparatedBlobs();
@@ -186,6 +188,57 @@ void TestClustering::backendMatchesBruteForce()
     // A second pass with the same centroids changes nothing.
     be->assignAccumulate(C, false, labels, st);
     QCOMPARE(st.changed, std::int64_t(0));
+}
+
+void TestClustering::blockResidualAndReconstruction()
+{
+    // The operations a stage loop needs, on a block of a wider matrix: gathering rows, a pass on
+    // columns [8, 12), taking the codewords off the residual and adding them to the reconstruction.
+    const MatrixRF X = test::randomRows(700, 16, 31);
+    const MatrixRF C = test::randomRows(5, 4, 32);
+    auto be = makeCpuBackend(2);
+    be->bind(X.data(), X.rows(), 16, nullptr);
+    QCOMPARE(be->rows(), std::int64_t(700));
+    be->selectBlock(8, 4, 1e-8f);
+    const std::vector<std::int64_t> pick{3, 0, 699};
+    const MatrixRF g = be->gatherRows(pick);
+    for (int i = 0; i < 3; ++i)
+        QCOMPARE(g.row(i), X.block(pick[std::size_t(i)], 8, 1, 4));
+    AssignStats st;
+    be->assign(C, false, st);
+    std::vector<std::int32_t> labels(700);
+    be->readLabels(labels);
+    double objective = 0;
+    const auto ref = bruteForceLabels(X.middleCols(8, 4), C, &objective);
+    int differ = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i)
+        differ += labels[i] != ref[i];
+    QVERIFY(differ <= 1); // only float near-ties may flip (see backendMatchesBruteForce)
+    be->subtractAssigned(C);
+    MatrixRF rec = MatrixRF::Zero(700, 16);
+    for (int i = 0; i < 700; ++i)
+        rec.block(i, 8, 1, 4) = C.row(labels[std::size_t(i)]);
+    // The residual of the block is x − c exactly (one float subtraction each); other columns untouched.
+    be->selectBlock(8, 4, 1e-8f);
+    std::vector<std::int64_t> all(700);
+    std::iota(all.begin(), all.end(), 0);
+    QCOMPARE(be->gatherRows(all), MatrixRF(X.middleCols(8, 4) - rec.middleCols(8, 4)));
+    be->selectBlock(0, 8, 1e-8f);
+    QCOMPARE(be->gatherRows(all), MatrixRF(X.leftCols(8)));
+    // Metrics of the reconstruction are those of the host-side matrix, bit for bit (same sums).
+    const auto a = be->reconstructionMetrics(), b = computeMetrics(X, rec);
+    QCOMPARE(a.nmse, b.nmse);
+    QCOMPARE(a.cosine, b.cosine);
+    QCOMPARE(a.shrinkage, b.shrinkage);
+    // Labels written are the previous labels of the next pass: none change with the same centroids.
+    be->selectBlock(8, 4, 1e-8f);
+    be->writeLabels(labels);
+    be->assign(C, false, st);
+    // The residual moved, so some nearest codewords did; had the labels written been ignored
+    // (all −1), every row would count as changed.
+    QVERIFY(st.changed > 0 && st.changed < 700);
+    be->selectBlock(0, 16, 1e-8f);
+    QVERIFY_THROWS_EXCEPTION(Error, be->selectBlock(14, 4, 1e-8f));
 }
 
 void TestClustering::integerWeightsEqualDuplicatedRows()
