@@ -254,7 +254,8 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
         // Re-encode stages 0..r with the beam; the next stage trains on what it leaves.
         const Codes codes = encode(X, out.codebooks, s.beam, backend, r + 1);
         for (int m = 0; m < M; ++m)
-            out.codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1) = codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1);
+            out.codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1) =
+                codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1);
         const MatrixRF recon = decode(out.codes, out.codebooks, r + 1);
         out.afterStage.push_back(computeMetrics(X, recon));
         residual = X - recon;

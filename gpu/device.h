@@ -14,7 +14,14 @@ struct DeviceInfo {
     std::uint64_t memoryBytes = 0;
     int computeMajor = 0, computeMinor = 0;
     int multiprocessors = 0;
+    double clockHz = 0;         // peak SM clock
+    double peakFp32Flops = 0;   // SMs × FP32 lanes per SM × 2 (FMA) × clock
+    double memoryBandwidth = 0; // bytes/s: 2 (DDR) × memory clock × bus width / 8
+    std::uint64_t l2Bytes = 0;
 };
+
+// FP32 lanes per SM for a compute capability (the CUDA programming guide's throughput table).
+int fp32LanesPerSm(int major, int minor);
 
 struct DeviceQuery {
     bool builtWithCuda = false;

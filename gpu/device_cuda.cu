@@ -13,20 +13,30 @@ DeviceQuery queryDevices()
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
-        q.message = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(err) + "; the CPU backend is used";
+        q.message = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(err);
         return q;
     }
     for (int i = 0; i < count; ++i) {
         cudaDeviceProp prop{};
         const cudaError_t e = cudaGetDeviceProperties(&prop, i);
         if (e != cudaSuccess) {
-            q.message = std::string("cudaGetDeviceProperties(") + std::to_string(i) + ") failed: " + cudaGetErrorString(e);
+            q.message =
+                std::string("cudaGetDeviceProperties(") + std::to_string(i) + ") failed: " + cudaGetErrorString(e);
             continue;
         }
-        q.devices.push_back({i, prop.name, prop.totalGlobalMem, prop.major, prop.minor, prop.multiProcessorCount});
+        DeviceInfo d{i, prop.name, prop.totalGlobalMem, prop.major, prop.minor, prop.multiProcessorCount};
+        int clockKHz = 0, memKHz = 0, busBits = 0;
+        cudaDeviceGetAttribute(&clockKHz, cudaDevAttrClockRate, i);
+        cudaDeviceGetAttribute(&memKHz, cudaDevAttrMemoryClockRate, i);
+        cudaDeviceGetAttribute(&busBits, cudaDevAttrGlobalMemoryBusWidth, i);
+        d.clockHz = clockKHz * 1e3;
+        d.peakFp32Flops = double(d.multiprocessors) * fp32LanesPerSm(d.computeMajor, d.computeMinor) * 2.0 * d.clockHz;
+        d.memoryBandwidth = 2.0 * memKHz * 1e3 * busBits / 8.0;
+        d.l2Bytes = std::uint64_t(prop.l2CacheSize);
+        q.devices.push_back(d);
     }
     if (q.devices.empty() && q.message.empty())
-        q.message = "no CUDA device found; the CPU backend is used";
+        q.message = "no CUDA device found";
     return q;
 }
 

@@ -5,7 +5,7 @@ namespace gsrq::gpu {
 DeviceQuery queryDevices()
 {
     DeviceQuery q;
-    q.message = "built without CUDA (nvcc was not found at configure time); the CPU backend is used";
+    q.message = "built without CUDA (nvcc was not found at configure time)";
     return q;
 }
 

@@ -1,9 +1,35 @@
-// GPU discovery: without a device (or without a CUDA build) the query explains why and the
-// program goes on; with one, the facts it reports are plausible.
+// The GPU side. Everywhere: device discovery explains an empty list, the backend factory picks
+// the CPU (and says why) when there is no GPU, and asking for CUDA without a device is a clear
+// input error from the CLI (exit 2). With a device: the CUDA backend against the CPU backend on
+// seeded data, and proof that the GPU path really ran.
 
+#include "backend.h"
+#include "clustering.h"
+#include "cuda_backend.h"
 #include "device.h"
+#include "error.h"
+#include "gpu_check.h"
+#include "quantizer.h"
+#include "synth.h"
+#include "test_util.h"
 
 #include <QtTest>
+
+#include <numeric>
+
+using namespace gsrq;
+
+namespace {
+
+bool haveDevice(QString* why)
+{
+    const auto q = gpu::queryDevices();
+    if (q.devices.empty())
+        *why = QString::fromStdString("no CUDA device: " + q.message);
+    return !q.devices.empty();
+}
+
+} // namespace
 
 class TestGpu : public QObject {
     Q_OBJECT
@@ -11,7 +37,7 @@ class TestGpu : public QObject {
 private slots:
     void queryNeverFailsSilently()
     {
-        const auto q = gsrq::gpu::queryDevices();
+        const auto q = gpu::queryDevices();
         if (q.devices.empty())
             QVERIFY2(!q.message.empty(), "an empty device list must say why");
 #ifdef GSRQ_HAVE_CUDA
@@ -20,17 +46,166 @@ private slots:
         QVERIFY(!q.builtWithCuda);
 #endif
     }
+
+    void fp32LanesFollowTheTable()
+    {
+        // H100 (9.0): 132 SMs × 128 lanes × 2 × 1.98 GHz ≈ 67 TFLOP/s, the datasheet's FP32 figure.
+        QCOMPARE(gpu::fp32LanesPerSm(9, 0), 128);
+        QCOMPARE(gpu::fp32LanesPerSm(8, 0), 64); // A100: 19.5 TFLOP/s from 108 SMs at 1.41 GHz
+        QCOMPARE(gpu::fp32LanesPerSm(8, 6), 128);
+        QCOMPARE(gpu::fp32LanesPerSm(7, 0), 64);
+    }
+
+    void backendKindsParse()
+    {
+        QVERIFY(gpu::parseBackendKind("auto") == gpu::BackendKind::Auto);
+        QVERIFY(gpu::parseBackendKind("cpu") == gpu::BackendKind::Cpu);
+        QVERIFY(gpu::parseBackendKind("cuda") == gpu::BackendKind::Cuda);
+        try {
+            gpu::parseBackendKind("gpu");
+            QFAIL("'gpu' accepted");
+        } catch (const Error& e) {
+            QVERIFY(e.kind() == ErrorKind::InvalidInput);
+            QVERIFY(QString(e.what()).contains("--backend"));
+        }
+    }
+
+    void autoFallsBackToTheCpuAndSaysWhy()
+    {
+        QString why;
+        if (haveDevice(&why))
+            QSKIP("a CUDA device is present: auto picks it (checked in cudaMatchesCpu)");
+        const auto c = gpu::makeBackend({gpu::BackendKind::Auto, 0, 1, false});
+        QCOMPARE(QString::fromStdString(c.backend->name()), QString("cpu"));
+        QVERIFY2(QString::fromStdString(c.note).contains("no GPU"), c.note.c_str());
+        const auto cpu = gpu::makeBackend({gpu::BackendKind::Cpu, 0, 1, false});
+        QVERIFY(cpu.note.empty());
+        QVERIFY(gpu::cudaStats(*cpu.backend) == nullptr);
+    }
+
+    void cudaWithoutDeviceIsAnInputError()
+    {
+        QString why;
+        if (haveDevice(&why))
+            QSKIP("a CUDA device is present");
+        try {
+            gpu::makeBackend({gpu::BackendKind::Cuda, 0, 1, false});
+            QFAIL("a CUDA backend was made without a device");
+        } catch (const Error& e) {
+            QVERIFY(e.kind() == ErrorKind::InvalidInput);
+            QVERIFY2(QString(e.what()).contains("--backend cuda"), e.what());
+        }
+        // The CLI: exit 2 with the flag named, for training, for the check and for the benchmark.
+        const QString sample = QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors");
+        for (const QStringList& args :
+             {QStringList{"--no-db", "compare", sample, "--tensor", "layers.0.key", "--backend", "cuda"},
+              QStringList{"check-gpu"}, QStringList{"--no-db", "bench-train", "--backend", "cuda"},
+              QStringList{"--no-db", "compare", sample, "--tensor", "layers.0.key", "--backend", "tpu"}}) {
+            const auto r = test::gsrqRun(args);
+            QVERIFY2(r.code == 2, qPrintable(args.join(' ') + " → " + QString::number(r.code) + ": " + r.err));
+            QVERIFY2(r.err.contains("--backend") || r.err.contains("check-gpu"), r.err.constData());
+        }
+    }
+
+    void autoRunsOnTheCpuWithoutDevice()
+    {
+        QString why;
+        if (haveDevice(&why))
+            QSKIP("a CUDA device is present");
+        const QString sample = QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors");
+        const auto r = test::gsrqRun({"--no-db", "compare", sample, "--tensor", "layers.0.key", "--dim", "8", "--k",
+                                      "16", "--iters", "2", "--json"});
+        QCOMPARE(r.code, 0);
+        QVERIFY2(r.err.contains("backend auto: no GPU"), r.err.constData());
+        QVERIFY(r.out.contains("\"backend\": \"cpu\""));
+    }
+
     void devicesArePlausible()
     {
-        const auto q = gsrq::gpu::queryDevices();
-        if (q.devices.empty())
-            QSKIP(q.message.c_str());
-        for (const auto& d : q.devices) {
+        QString why;
+        if (!haveDevice(&why))
+            QSKIP(qPrintable(why));
+        for (const auto& d : gpu::queryDevices().devices) {
             QVERIFY(!d.name.empty());
             QVERIFY(d.memoryBytes > (1ull << 30));
             QVERIFY(d.computeMajor >= 5);
             QVERIFY(d.multiprocessors > 0);
+            QVERIFY(d.peakFp32Flops > 1e12);
+            QVERIFY(d.memoryBandwidth > 1e11);
         }
+    }
+
+    void cudaMatchesCpu()
+    {
+        QString why;
+        if (!haveDevice(&why))
+            QSKIP(qPrintable(why));
+        // The same checks as `gsrq check-gpu` (tolerances and their reasons in gpu_check.cpp).
+        const auto rep = gpu::runGpuCheck({});
+        for (const auto& c : rep.items)
+            QVERIFY2(c.pass(), qPrintable(QString("%1: %2 vs limit %3 (%4)")
+                                              .arg(QString::fromStdString(c.name))
+                                              .arg(c.value)
+                                              .arg(c.limit)
+                                              .arg(QString::fromStdString(c.detail))));
+        QVERIFY2(rep.devicePasses > 0, "no assignment pass ran on the GPU");
+        const auto a = gpu::makeBackend({gpu::BackendKind::Auto, 0, 0, false});
+        QCOMPARE(QString::fromStdString(a.backend->name()), QString("cuda"));
+    }
+
+    void cudaKeepsWorkingBlockByBlock()
+    {
+        QString why;
+        if (!haveDevice(&why))
+            QSKIP(qPrintable(why));
+        // The block operations a stage loop uses, resident and streamed, against the CPU backend:
+        // gathered rows are copies (exact), the residual after subtraction is one float subtraction
+        // per element (exact, same labels), labels agree but for near-ties.
+        const MatrixRF X = synthesize(SynthKind::Gaussian, 5000, 48, 3);
+        const MatrixRF C = X.topRows(32).middleCols(16, 16);
+        for (bool streamed : {false, true}) {
+            gpu::CudaOptions o;
+            o.forceStreamed = streamed;
+            auto g = gpu::makeCudaBackend(o);
+            auto c = makeCpuBackend(1);
+            for (auto* b : {g.get(), c.get()}) {
+                b->bind(X.data(), X.rows(), 48, nullptr);
+                b->selectBlock(16, 16, 1e-8f);
+            }
+            AssignStats sg, sc;
+            g->assign(C, true, sg);
+            c->assign(C, true, sc);
+            std::vector<std::int32_t> lg(5000), lc(5000);
+            g->readLabels(lg);
+            c->readLabels(lc);
+            int differ = 0;
+            for (int i = 0; i < 5000; ++i)
+                differ += lg[std::size_t(i)] != lc[std::size_t(i)];
+            QVERIFY2(differ <= 5, qPrintable(QString("%1 labels differ").arg(differ)));
+            g->writeLabels(lc); // the same labels on both, so the residuals can be compared exactly
+            g->subtractAssigned(C);
+            c->subtractAssigned(C);
+            std::vector<std::int64_t> all(5000);
+            std::iota(all.begin(), all.end(), 0);
+            QCOMPARE(g->gatherRows(all), c->gatherRows(all));
+            const auto mg = g->reconstructionMetrics(), mc = c->reconstructionMetrics();
+            QVERIFY(std::abs(mg.nmse - mc.nmse) <= 1e-12 * mc.nmse); // double sums of equal floats
+            QCOMPARE(gpu::cudaStats(*g)->resident, !streamed);
+            QVERIFY(gpu::cudaStats(*g)->devicePasses >= 1);
+        }
+    }
+
+    void badDeviceIndexIsAnInputError()
+    {
+        QString why;
+        if (!haveDevice(&why))
+            QSKIP(qPrintable(why));
+        gpu::CudaOptions o;
+        o.device = 64;
+        QVERIFY_THROWS_EXCEPTION(Error, gpu::makeCudaBackend(o));
+        const auto r = test::gsrqRun({"check-gpu", "--device", "64"});
+        QCOMPARE(r.code, 2);
+        QVERIFY(r.err.contains("--device 64"));
     }
 };
 

@@ -28,9 +28,29 @@ void addRunOptions(CLI::App* cmd, RunOptions& o)
         ->capture_default_str();
     cmd->add_option("--tau", o.tau, "τ of grad-log weights: λ = τ / median‖g‖")->capture_default_str();
     cmd->add_flag("--drop-nonfinite", o.dropNonFinite, "Drop rows holding NaN/Inf instead of refusing the tensor");
-    cmd->add_option("--threads", o.threads, "CPU threads (default: all cores)");
+    addBackendOptions(cmd, o.backend);
     cmd->add_flag("--json", o.json, "Print one JSON object on stdout");
     cmd->add_flag("--quiet,-q", o.quiet, "No progress bar");
+}
+
+void addBackendOptions(CLI::App* cmd, BackendOptions& o)
+{
+    cmd->add_option("--backend", o.backend, "auto (the GPU when there is one), cpu or cuda")->capture_default_str();
+    cmd->add_option("--device", o.device, "CUDA device index")->capture_default_str();
+    cmd->add_flag("--tf32", o.tf32, "CUDA: TF32 tensor cores for the distance product (faster, less exact)");
+    cmd->add_option("--threads", o.threads, "CPU threads (default: all cores)");
+}
+
+std::unique_ptr<ClusterBackend> openBackend(const BackendOptions& o, bool quiet)
+{
+    if (o.threads < 0)
+        throwInvalid("--threads ", o.threads, ": must be ≥ 0 (0 = all cores)");
+    if (o.device < 0)
+        throwInvalid("--device ", o.device, ": must be ≥ 0");
+    auto choice = gpu::makeBackend({gpu::parseBackendKind(o.backend), o.device, o.threads, o.tf32});
+    if (!quiet && !choice.note.empty())
+        std::fprintf(stderr, "%s\n", choice.note.c_str());
+    return std::move(choice.backend);
 }
 
 PreparedInput prepareInput(RunOptions& o)
@@ -50,8 +70,7 @@ PreparedInput prepareInput(RunOptions& o)
     const auto mode = weightModeFromName(o.weights);
     if (!mode)
         throwInvalid("--weights: unknown mode '", o.weights, "' (none, grad-raw, grad-log)");
-    if (o.threads < 0)
-        throwInvalid("--threads ", o.threads, ": must be ≥ 0 (0 = all cores)");
+    gpu::parseBackendKind(o.backend.backend); // a bad --backend is refused before the dump is read
 
     PreparedInput in{KvDump::open(o.dump), {}, *mode, {}, {}};
     const KvTensor& t = o.tensor.empty() ? in.dump.only() : in.dump.get(o.tensor);

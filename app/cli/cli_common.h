@@ -2,6 +2,7 @@
 // Pieces the CLI's commands share: the options of compare and sweep, loading the input tensor and
 // its weights, and printing.
 
+#include "backend.h"
 #include "compare_job.h"
 #include "kv_dump.h"
 #include "weights.h"
@@ -14,6 +15,17 @@
 
 namespace gsrq::cli {
 
+// --backend, --device, --tf32 and --threads: where the clustering runs.
+struct BackendOptions {
+    std::string backend = "auto";
+    int device = 0;
+    bool tf32 = false;
+    int threads = 0;
+};
+void addBackendOptions(CLI::App* cmd, BackendOptions& o);
+// Makes the backend the flags ask for; auto's choice is printed on stderr unless quiet.
+std::unique_ptr<ClusterBackend> openBackend(const BackendOptions& o, bool quiet);
+
 struct RunOptions {
     std::string dump;
     std::string tensor;
@@ -21,7 +33,7 @@ struct RunOptions {
     std::string weights = "none";
     double tau = 1.0;
     bool dropNonFinite = false;
-    int threads = 0;
+    BackendOptions backend;
     bool json = false;
     bool quiet = false;
     CompareSettings settings;

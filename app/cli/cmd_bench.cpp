@@ -34,19 +34,19 @@ Command registerBenchCluster(CLI::App& root)
         int k = 256;
         int iters = 10;
         std::uint64_t seed = 0;
-        int threads = 0;
+        BackendOptions backend;
         std::string input;
         bool json = false;
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = root.add_subcommand("bench-cluster",
-                                    "Time KM and GSKM iterations (assign + accumulate + update) on the CPU backend");
+                                    "Time KM and GSKM iterations (assign + accumulate + update) on one backend");
     cmd->add_option("--rows", o->rows, "Rows of synthetic Gaussian data")->capture_default_str();
     cmd->add_option("--dim", o->dim, "Features per row")->capture_default_str();
     cmd->add_option("--k", o->k, "Codewords")->capture_default_str();
     cmd->add_option("--iters", o->iters, "Iterations timed per method")->capture_default_str();
     cmd->add_option("--seed", o->seed, "Seed of the data and of the initial rows")->capture_default_str();
-    cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+    addBackendOptions(cmd, o->backend);
     cmd->add_option("--input", o->input, "Time on this 2-D .npy instead of synthetic data");
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     return {cmd, [o] {
@@ -66,7 +66,7 @@ Command registerBenchCluster(CLI::App& root)
                 p.k = o->k;
                 p.maxIterations = o->iters;
                 p.seed = o->seed;
-                auto backend = makeCpuBackend(o->threads);
+                auto backend = openBackend(o->backend, false);
                 const nlohmann::ordered_json settings = {{"data", source}, {"rows", x.rows()},  {"dim", x.cols()},
                                                          {"k", o->k},      {"iters", o->iters}, {"seed", o->seed}};
                 CliRun run("bench-cluster", settings.dump(), o->input,

@@ -46,7 +46,7 @@ Command registerCompare(CLI::App& root)
     addRunOptions(cmd, *o);
     return {cmd, [o] {
                 auto in = prepareInput(*o);
-                auto backend = makeCpuBackend(o->threads);
+                auto backend = openBackend(o->backend, o->quiet);
                 CliRun run("compare", settingsJson(*o, *backend).dump(), in.dump.path(), in.dump.files(),
                            backend->name(), backend->device(), in.data.name);
                 run.guard([&] {
@@ -107,7 +107,7 @@ Command registerSweep(CLI::App& root)
                 const auto values = parseIntList("--values", o->values);
                 const SweepAxis axis = o->over == "dim" ? SweepAxis::Dim : SweepAxis::K;
                 auto in = prepareInput(*o);
-                auto backend = makeCpuBackend(o->threads);
+                auto backend = openBackend(o->backend, o->quiet);
                 auto settings = settingsJson(*o, *backend);
                 settings["over"] = o->over;
                 settings["values"] = values;

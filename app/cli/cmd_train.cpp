@@ -51,7 +51,8 @@ Command registerTrain(CLI::App& root)
         std::string dump, tensors, layers, method = "gskm", weights = "none", eval, out, dtype = "f32",
                                            keyRope = "as-dumped";
         double bpa = 0, tau = 1, holdout = 0;
-        int dim = 0, stages = 0, k = 0, threads = 0, attentionQueries = 128;
+        int dim = 0, stages = 0, k = 0, attentionQueries = 128;
+        BackendOptions backend;
         bool json = false, quiet = false, force = false, withCodes = false, dropNonFinite = false;
         TrainSettings s;
     };
@@ -82,7 +83,7 @@ Command registerTrain(CLI::App& root)
     cmd->add_flag("--with-codes", o->withCodes, "Also store the training rows' codes");
     cmd->add_flag("--force", o->force, "Overwrite an existing --out file");
     cmd->add_flag("--drop-nonfinite", o->dropNonFinite, "Drop rows holding NaN/Inf instead of refusing the tensor");
-    cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+    addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     cmd->add_flag("--quiet,-q", o->quiet, "No progress bar");
     return {
@@ -145,7 +146,7 @@ Command registerTrain(CLI::App& root)
                 throwInvalid("give --bpa, or --dim, --stages and --k");
             }
 
-            auto backend = makeCpuBackend(o->threads);
+            auto backend = openBackend(o->backend, o->quiet);
             nlohmann::ordered_json settings = {{"dim", s.rq.dim},
                                                {"stages", s.rq.stages},
                                                {"k", s.rq.k},
@@ -256,8 +257,9 @@ Command registerEval(CLI::App& root)
 {
     struct Opts {
         std::string dump, codebooks;
-        int beam = 0, threads = 0;
+        int beam = 0;
         bool json = false, dropNonFinite = false;
+        BackendOptions backend;
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = root.add_subcommand("eval", "Encode a dump with a codebooks file and report the metrics");
@@ -265,7 +267,7 @@ Command registerEval(CLI::App& root)
     cmd->add_option("--codebooks,-c", o->codebooks, "Codebooks file from gsrq train")->required();
     cmd->add_option("--beam", o->beam, "Beam width (default: the one used in training)");
     cmd->add_flag("--drop-nonfinite", o->dropNonFinite, "Drop rows holding NaN/Inf");
-    cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+    addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     return {cmd, [o] {
                 const auto file = readCodebookFile(o->codebooks);
@@ -275,7 +277,7 @@ Command registerEval(CLI::App& root)
                     beam = file.metadata.count("beam") ? std::stoi(file.metadata.at("beam")) : 1;
                 if (beam < 1 || beam > 256)
                     throwInvalid("--beam ", beam, ": must be between 1 and 256");
-                auto backend = makeCpuBackend(o->threads);
+                auto backend = openBackend(o->backend, false);
                 const nlohmann::ordered_json settings = {{"codebooks", o->codebooks},
                                                          {"beam", beam},
                                                          {"drop_nonfinite", o->dropNonFinite},

@@ -23,5 +23,7 @@ Command registerTrain(CLI::App& root);
 Command registerEval(CLI::App& root);
 Command registerCodebooks(CLI::App& root);
 Command registerRuns(CLI::App& root);
+Command registerCheckGpu(CLI::App& root);
+Command registerBenchTrain(CLI::App& root);
 
 } // namespace gsrq::cli

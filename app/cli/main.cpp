@@ -23,7 +23,7 @@ int main(int argc, char** argv)
     std::vector<Command> commands{registerInfo(root),  registerCompare(root),      registerSweep(root),
                                   registerSynth(root), registerBenchCluster(root), registerDevices(root),
                                   registerTrain(root), registerEval(root),         registerCodebooks(root),
-                                  registerRuns(root)};
+                                  registerRuns(root),  registerCheckGpu(root),     registerBenchTrain(root)};
     // The first word that is not a global option names the command.
     int first = 1;
     while (first < argc && (std::string(argv[first]) == "--no-db" || std::string(argv[first]) == "--db"))

@@ -136,7 +136,7 @@ void ComparePage::start()
     const std::string tensor = m_tensor->currentText().toStdString();
     const WeightMode mode = *weightModeFromName(m_weights->currentText().toStdString());
     const QString storePath = m_ctx.storePath();
-    const int threads = m_ctx.threads();
+    const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
 
     m_chart->clear();
     m_model->setTable({}, {}, {});
@@ -154,7 +154,7 @@ void ComparePage::start()
             validateCompare(s, data.rows.rows(), data.rows.cols());
             WeightSummary ws;
             const Eigen::VectorXf w = weightsFor(*dump, t, data, mode, 1.0, &ws);
-            auto backend = makeCpuBackend(threads);
+            auto backend = gpu::makeBackend(backendRequest).backend;
             RunInfo info;
             info.kind = "compare";
             info.backend = backend->name();

@@ -1,5 +1,7 @@
 #include "main_window.h"
 
+#include "device.h"
+
 #include "compare_page.h"
 #include "dataset_page.h"
 #include "latency_page.h"
@@ -8,7 +10,9 @@
 #include "train_page.h"
 #include "weights_page.h"
 
+#include <QCheckBox>
 #include <QCloseEvent>
+#include <QComboBox>
 #include <QDialog>
 #include <QDialogButtonBox>
 #include <QDragEnterEvent>
@@ -33,7 +37,17 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
     if (storePath.isEmpty())
         storePath = settings.value("store/path", QString::fromStdString(RunStore::defaultPath())).toString();
     m_ctx = new StudioContext(storePath, this);
-    m_ctx->setThreads(settings.value("backend/threads", 0).toInt());
+    {
+        gpu::BackendRequest r;
+        const QString kind = settings.value("backend/kind", "auto").toString();
+        r.kind = kind == "cpu"    ? gpu::BackendKind::Cpu
+                 : kind == "cuda" ? gpu::BackendKind::Cuda
+                                  : gpu::BackendKind::Auto;
+        r.device = settings.value("backend/device", 0).toInt();
+        r.tf32 = settings.value("backend/tf32", false).toBool();
+        r.threads = settings.value("backend/threads", 0).toInt();
+        m_ctx->setBackendRequest(r);
+    }
 
     m_banner = new QLabel(this);
     m_banner->setWordWrap(true);
@@ -166,26 +180,54 @@ void MainWindow::showPreferences()
 {
     QDialog dialog(this);
     dialog.setWindowTitle(tr("Preferences"));
+    const gpu::BackendRequest current = m_ctx->backendRequest();
     auto* threads = new QSpinBox(&dialog);
     threads->setRange(0, 1024);
     threads->setSpecialValueText(tr("all cores"));
-    threads->setValue(m_ctx->threads());
+    threads->setValue(current.threads);
     auto* store = new QLineEdit(m_ctx->storePath(), &dialog);
-    auto* backend = new QLabel(tr("CPU (Eigen GEMM, OpenMP). The CUDA backend is not part of this build."), &dialog);
-    backend->setWordWrap(true);
+    auto* backend = new QComboBox(&dialog);
+    backend->setObjectName("backendKind");
+    backend->addItem(tr("Auto: the GPU when there is one"), "auto");
+    backend->addItem(tr("CPU (Eigen GEMM, OpenMP)"), "cpu");
+    backend->addItem(tr("CUDA"), "cuda");
+    backend->setCurrentIndex(backend->findData(gpu::backendKindName(current.kind)));
+    auto* device = new QSpinBox(&dialog);
+    device->setRange(0, 63);
+    device->setValue(current.device);
+    auto* tf32 = new QCheckBox(tr("TF32 tensor cores for the distance product (faster, less exact)"), &dialog);
+    tf32->setChecked(current.tf32);
+    const auto q = gpu::queryDevices();
+    QStringList found;
+    for (const auto& d : q.devices)
+        found << QStringLiteral("%1: %2").arg(d.index).arg(QString::fromStdString(d.name));
+    auto* devices = new QLabel(
+        found.isEmpty() ? tr("No CUDA device: %1").arg(QString::fromStdString(q.message)) : found.join("\n"), &dialog);
+    devices->setWordWrap(true);
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
     connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
     connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
     auto* form = new QFormLayout(&dialog);
     form->addRow(tr("Backend"), backend);
+    form->addRow(tr("CUDA devices"), devices);
+    form->addRow(tr("CUDA device"), device);
+    form->addRow(QString(), tf32);
     form->addRow(tr("CPU threads"), threads);
     form->addRow(tr("Run store"), store);
     form->addRow(buttons);
     if (dialog.exec() != QDialog::Accepted)
         return;
-    m_ctx->setThreads(threads->value());
+    gpu::BackendRequest r;
+    r.kind = gpu::parseBackendKind(backend->currentData().toString().toStdString());
+    r.device = device->value();
+    r.tf32 = tf32->isChecked();
+    r.threads = threads->value();
+    m_ctx->setBackendRequest(r);
     m_ctx->setStorePath(store->text());
     QSettings s;
+    s.setValue("backend/kind", backend->currentData().toString());
+    s.setValue("backend/device", r.device);
+    s.setValue("backend/tf32", r.tf32);
     s.setValue("backend/threads", threads->value());
     s.setValue("store/path", store->text());
     updateStatus();

@@ -1,5 +1,7 @@
 #include "studio_context.h"
 
+#include "device.h"
+
 #include "error.h"
 #include "version.h"
 
@@ -25,7 +27,20 @@ bool StudioContext::openDump(const QString& path)
 
 QString StudioContext::backendDescription() const
 {
-    return QStringLiteral("CPU (%1 threads)").arg(resolveThreads(m_threads));
+    const QString cpu = QStringLiteral("CPU (%1 threads)").arg(resolveThreads(m_backend.threads));
+    if (m_backend.kind == gpu::BackendKind::Cpu)
+        return cpu;
+    const auto q = gpu::queryDevices();
+    for (const auto& d : q.devices)
+        if (d.index == m_backend.device)
+            return QStringLiteral("CUDA: %1 (device %2)%3")
+                .arg(QString::fromStdString(d.name))
+                .arg(d.index)
+                .arg(m_backend.tf32 ? QStringLiteral(", TF32") : QString());
+    if (m_backend.kind == gpu::BackendKind::Cuda)
+        return QStringLiteral("CUDA requested, but %1")
+            .arg(QString::fromStdString(q.message.empty() ? "that device is not present" : q.message));
+    return cpu + QStringLiteral(" — no GPU: ") + QString::fromStdString(q.message);
 }
 
 void connectJobControls(StudioContext& ctx, QObject* page, const int* job, QAbstractButton* cancelButton,

@@ -2,6 +2,7 @@
 // What the pages share: the open dump, the run store's path, the CPU backend settings, the job
 // runner and a place for messages. Owned by the main window; GUI thread only.
 
+#include "backend.h"
 #include "cluster_backend.h"
 #include "job_runner.h"
 #include "kv_dump.h"
@@ -32,8 +33,10 @@ public:
 
     QString storePath() const { return m_storePath; }
     void setStorePath(const QString& p) { m_storePath = p; }
-    int threads() const { return m_threads; }
-    void setThreads(int t) { m_threads = t; }
+    int threads() const { return m_backend.threads; }
+    // Where jobs cluster: auto (the GPU when there is one), cpu or cuda, with threads and device.
+    gpu::BackendRequest backendRequest() const { return m_backend; }
+    void setBackendRequest(const gpu::BackendRequest& r) { m_backend = r; }
     QString backendDescription() const;
 
     JobRunner& runner() { return m_runner; }
@@ -46,7 +49,7 @@ signals:
 private:
     std::shared_ptr<const KvDump> m_dump;
     QString m_storePath;
-    int m_threads = 0;
+    gpu::BackendRequest m_backend;
     JobRunner m_runner;
 };
 

@@ -163,7 +163,7 @@ void SweepsPage::startSweep()
     const bool residual = m_residual->isChecked();
     const std::string tensor = m_tensor->currentText().toStdString();
     const QString storePath = m_ctx.storePath();
-    const int threads = m_ctx.threads();
+    const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
     m_points.clear();
     redraw();
     m_progress->setValue(0);
@@ -174,7 +174,7 @@ void SweepsPage::startSweep()
     m_job = 0;
     m_job = m_ctx.runner().start(tr("sweep"), [=, this](const JobRunner::Context& job) {
         const LoadedTensor data = loadForClustering(dump->get(tensor), false);
-        auto backend = makeCpuBackend(threads);
+        auto backend = gpu::makeBackend(backendRequest).backend;
         const SweepAxis axis = overDim ? SweepAxis::Dim : SweepAxis::K;
         for (int pass = 0; pass < (residual ? 2 : 1) && !job.cancelled(); ++pass) {
             CompareSettings s = base;
@@ -244,7 +244,7 @@ void SweepsPage::startShrinkage()
     }
     const int layer = m_layer->value();
     const int iterations = m_iters->value();
-    const int threads = m_ctx.threads();
+    const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
     m_shrinkChart->clear();
     m_progress->setValue(0);
     m_status->setText(tr("Running the shrinkage study…"));
@@ -253,7 +253,7 @@ void SweepsPage::startShrinkage()
     m_cancel->setEnabled(true);
     m_job = 0;
     m_job = m_ctx.runner().start(tr("shrinkage study"), [=, this](const JobRunner::Context& job) {
-        auto backend = makeCpuBackend(threads);
+        auto backend = gpu::makeBackend(backendRequest).backend;
         const std::vector<std::string> kinds{"key", "value"};
         const double total = double(kinds.size() * ks.size() * dims.size());
         double done = 0;

@@ -158,7 +158,7 @@ void TrainPage::start()
     for (const auto& p : m_tensors->text().split(',', Qt::SkipEmptyParts))
         s.tensorPatterns.push_back(p.trimmed().toStdString());
     const QString storePath = m_ctx.storePath();
-    const int threads = m_ctx.threads();
+    const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
 
     m_live->clear();
     m_stageChart->clear();
@@ -173,7 +173,7 @@ void TrainPage::start()
 
     m_job = 0; // the runner cancels whatever runs; that notice is not about this run
     m_job = m_ctx.runner().start(tr("GSRQ training"), [=, this](const JobRunner::Context& job) {
-        auto backend = makeCpuBackend(threads);
+        auto backend = gpu::makeBackend(backendRequest).backend;
         RunInfo info;
         info.kind = "train";
         info.backend = backend->name();

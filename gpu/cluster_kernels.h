@@ -1,0 +1,58 @@
+#pragma once
+// Launchers of the clustering kernels (cluster_kernels.cu). Internal to gsrq_gpu: this header has
+// CUDA types and is included only by the CUDA backend's host code, never by core, the CLI or the app.
+//
+// Every launcher takes raw device pointers, sizes and a stream, enqueues its work and returns the
+// launch status; none synchronizes. Matrices are row-major with a leading dimension `ld` in elements.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gsrq::gpu::kernels {
+
+// sq[i] = ‖x_i‖² (float, like the CPU backend), inv[i] = 1/(√sq[i] + ε), for rows x (n × d, ld).
+cudaError_t launchRowNorms(const float* x, std::int64_t ld, std::int64_t n, int d, float epsilon, float* sq, float* inv,
+                           cudaStream_t stream);
+
+// Per row i < m of the score block S (m × K, ld K, = X·Cᵀ): the label argmax_k 2·S_ik − ‖c_k‖² (the
+// lowest k among equal scores, as on the CPU). For global row g = r0 + i it writes labels[g],
+// and the row's terms: err[g] = w·max(0, sq − best), sqw[g] = w·sq, wt[g] = w, changed[g] = 0/1
+// against the label that was there. w: weights (global rows) or null for ones.
+cudaError_t launchArgmaxRows(const float* S, int K, const float* cNorm, std::int64_t r0, std::int64_t m,
+                             const float* sq, const float* w, std::int32_t* labels, double* err, double* sqw,
+                             double* wt, double* changed, cudaStream_t stream);
+
+// Temporary storage the per-chunk sort and scan need for up to `m` rows and K clusters.
+std::size_t segmentTempBytes(std::int64_t m, int K);
+
+// For the chunk of rows r0 .. r0+m−1 (x: the chunk's first row, ld), with labels already set:
+// counts members per cluster, sorts the chunk's rows by label (stable: row order within a
+// cluster is kept, so the sums below are in a fixed order) and adds, per cluster k,
+//   sumX[k] += Σ w·x, sumY[k] += Σ w·inv·x (when sumY is not null), wsum[k] += Σ w, count[k] += members.
+// Deterministic: no floating-point atomics. `scratch` holds 3·m + K + 1 ints; temp: segmentTempBytes.
+cudaError_t launchAccumulateChunk(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
+                                  const std::int32_t* labels, const float* w, const float* inv, double* sumX,
+                                  double* sumY, double* wsum, long long* count, std::int32_t* scratch, void* temp,
+                                  std::size_t tempBytes, cudaStream_t stream);
+
+// out[a] = Σ_i arrays[a][i] for a < count, i < n, each in one fixed order (a block per array).
+cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream);
+
+// out (k × d) = rows idx[0..k) of x (ld).
+cudaError_t launchGatherRows(const float* x, std::int64_t ld, const std::int64_t* idx, int k, int d, float* out,
+                             cudaStream_t stream);
+
+// For every row i < n: res[i, j] −= C[labels[i], j] and rec[i, j] += C[labels[i], j], j < d
+// (res, rec: the block's first column, ld).
+cudaError_t launchSubtractAssigned(float* res, float* rec, std::int64_t ld, std::int64_t n, int d,
+                                   const std::int32_t* labels, const float* C, cudaStream_t stream);
+
+// Per row of x and its reconstruction xh (n × f, ld f), in double: err = ‖x − x̂‖², nx2 = ‖x‖²,
+// nh2 = ‖x̂‖², gain = |‖x‖ − ‖x̂‖|, cos = x·x̂/(‖x‖‖x̂‖) (0 where x̂ = 0; rows with x = 0 get
+// cos 0 and cosRow 0). The sums of these give metrics.h's QuantMetrics.
+cudaError_t launchRowMetrics(const float* x, const float* xh, std::int64_t n, int f, double* err, double* nx2,
+                             double* nh2, double* gain, double* cos, double* cosRow, cudaStream_t stream);
+
+} // namespace gsrq::gpu::kernels
