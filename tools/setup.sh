@@ -2,14 +2,20 @@
 # Installs what GSRQ Studio needs to build and test on Debian 12 (bookworm), skipping what is present.
 #   tools/setup.sh           build + test dependencies
 #   tools/setup.sh --bench   also the benchmark-only ones (FAISS with OpenBLAS)
+#   tools/setup.sh --python  also Debian's PyTorch, so the KV dump exporter's tests run on a small
+#                            Llama-style model (transformers is not packaged in Debian 12)
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libeigen3-dev nlohmann-json3-dev libsqlite3-dev libcli11-dev
-      qt6-base-dev qt6-qpa-plugins qt6-charts-dev qt6-svg-dev libqt6opengl6-dev python3-numpy)
-if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(python3-faiss libopenblas0-pthread)
-fi
+      qt6-base-dev qt6-qpa-plugins qt6-charts-dev qt6-svg-dev libqt6opengl6-dev python3-numpy python3-pytest)
+for arg in "$@"; do
+  case "$arg" in
+    --bench) pkgs+=(python3-faiss libopenblas0-pthread) ;;
+    --python) pkgs+=(python3-torch) ;;
+    *) echo "setup: unknown option $arg (--bench, --python)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,283 @@
+"""tools/dump_kv.py end to end: a tiny randomly initialised model is built in the test (no
+download), dumped, and the dump is checked: shapes, the RoPE relation between the keys before and
+after RoPE, the gradients against a finite difference, and that `gsrq info` opens it.
+
+Two models: a Hugging Face LlamaForCausalLM from a LlamaConfig (GQA, 2 layers; needs transformers),
+and a small Llama-style torch module with the same module names (needs torch only), so that the
+exporter's hooks, gradients and shard writing are checked where transformers is not installed.
+Each is skipped, with its reason, where what it needs is missing.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: the exporter cannot run")
+import dump_kv  # noqa: E402
+
+GSRQ = os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq"))
+TEXT = ("Once upon a time there was a little cache that wanted to be small. " * 40).strip()
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        dt = {"F32": np.float32, "I64": np.int64, "F16": np.float16}[e["dtype"]]
+        out[name] = np.frombuffer(data[b:end], dtype=dt).reshape(e["shape"])
+    return out, header.get("__metadata__", {})
+
+
+def read_dump(d):
+    tensors, meta = {}, {}
+    for f in sorted(os.listdir(d)):
+        t, m = read_safetensors(os.path.join(d, f))
+        assert not set(t) & set(tensors), f"tensor in two shards: {set(t) & set(tensors)}"
+        tensors.update(t)
+        meta = meta or m
+    return tensors, meta
+
+
+def rope_numpy(x, positions, inv_freq):
+    """Rotate-half RoPE in float64, written independently of the exporter."""
+    ang = positions[:, None].astype(np.float64) * inv_freq[None, :].astype(np.float64)
+    cos = np.cos(np.concatenate([ang, ang], -1))[:, None, :]
+    sin = np.sin(np.concatenate([ang, ang], -1))[:, None, :]
+    h = x.shape[-1] // 2
+    rot = np.concatenate([-x[..., h:], x[..., :h]], -1)
+    return x * cos + rot * sin
+
+
+def summed_loss(model, ids, layer, seq_index, token, feature, delta):
+    """The summed next-token loss with key[token, feature] of `layer` moved by delta."""
+    def hook(module, inputs, output):
+        out = output.clone()
+        out[0, token, feature] += delta
+        return out
+    h = model.model.layers[layer].self_attn.k_proj.register_forward_hook(hook)
+    try:
+        with torch.no_grad():
+            x = torch.tensor([ids])
+            return float(model(input_ids=x, labels=x).loss) * (len(ids) - 1)
+    finally:
+        h.remove()
+
+
+def check_dump(out, model, seqs, heads, kv_heads, head_dim, layers, seq_len):
+    tensors, meta = read_dump(out)
+    n = len(seqs) * seq_len
+    assert meta["format"] == "gsrq-kv-dump" and meta["key_rope"] == "pre" and meta["rope_pairing"] == "half"
+    assert int(meta["num_kv_heads"]) == kv_heads and int(meta["head_dim"]) == head_dim
+    for l in range(layers):
+        for kind, h in (("key", kv_heads), ("value", kv_heads), ("query", heads), ("key_grad", kv_heads),
+                        ("value_grad", kv_heads), ("key_post", kv_heads), ("query_post", heads)):
+            assert tensors[f"layers.{l}.{kind}"].shape == (n, h, head_dim), kind
+    pos, inv = tensors["positions"], tensors["rope.inv_freq"]
+    assert list(pos[:seq_len]) == list(range(seq_len)) and list(pos[seq_len:2 * seq_len]) == list(range(seq_len))
+    assert list(tensors["sequence_ids"][::seq_len]) == list(range(len(seqs)))
+    # RoPE: post = rotate(pre) at each row's position. Both are float32 of the same values, the
+    # reference in float64: 1e-5 of the key's scale covers float32 rounding of cos/sin products.
+    for l in range(layers):
+        for kind in ("key", "query"):
+            pre = tensors[f"layers.{l}.{kind}"].astype(np.float64)
+            post = tensors[f"layers.{l}.{kind}_post"].astype(np.float64)
+            ref = rope_numpy(pre, pos, inv)
+            assert np.abs(post - ref).max() <= 1e-5 * max(1.0, np.abs(ref).max()), (l, kind)
+    # Gradient of the summed loss against a central difference in float64 on one element of one
+    # key and one value: truncation O(eps²) and float32 storage keep it within 1e-3 relative.
+    m64 = model.double()
+    for l in range(layers):
+        g = tensors[f"layers.{l}.key_grad"].reshape(n, -1)
+        t = seq_len // 2
+        j = int(np.argmax(np.abs(g[t])))  # the largest entry of that row: far from zero
+        eps = 1e-4
+        fd = (summed_loss(m64, seqs[0], l, 0, t, j, eps) - summed_loss(m64, seqs[0], l, 0, t, j, -eps)) / (2 * eps)
+        assert abs(fd - g[t, j]) <= 1e-3 * abs(fd) + 1e-7, (l, fd, g[t, j])
+    # Causality: the last token's key and value affect no prediction, so their gradients are zero.
+    assert np.all(tensors["layers.0.key_grad"][seq_len - 1] == 0)
+    # The app opens the directory as one dump.
+    if os.path.exists(GSRQ):
+        r = subprocess.run([GSRQ, "info", out], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert "layers.0.key" in r.stdout and "layers.1.value_grad" in r.stdout
+        r = subprocess.run([GSRQ, "--no-db", "compare", out, "--tensor", "layers.1.key", "--dim", str(head_dim),
+                            "--k", "8", "--iters", "3", "--weights", "grad-log", "--json", "-q"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    else:
+        pytest.skip(f"gsrq not built at {GSRQ}: the dump was checked, gsrq info was not run")
+
+
+# ---------------------------------------------------------------------------------------------
+# A small Llama-style model in plain torch, with the module names the exporter hooks.
+
+
+class MiniAttention(torch.nn.Module):
+    def __init__(self, d, heads, kv_heads, hd, inv_freq):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, hd
+        self.q_proj = torch.nn.Linear(d, heads * hd, bias=False)
+        self.k_proj = torch.nn.Linear(d, kv_heads * hd, bias=False)
+        self.v_proj = torch.nn.Linear(d, kv_heads * hd, bias=False)
+        self.o_proj = torch.nn.Linear(heads * hd, d, bias=False)
+        self.inv_freq = inv_freq
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.heads, self.hd)
+        k = self.k_proj(x).view(B, T, self.kv_heads, self.hd)
+        v = self.v_proj(x).view(B, T, self.kv_heads, self.hd)
+        pos = torch.arange(T)
+        q, k = (dump_kv.rope_post(t[0], pos, self.inv_freq).to(x.dtype)[None] for t in (q, k))
+        rep = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(rep, 2), v.repeat_interleave(rep, 2)
+        s = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.hd ** 0.5
+        s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        return self.o_proj(torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), v).reshape(B, T, -1))
+
+
+class MiniLlama(torch.nn.Module):
+    def __init__(self, vocab=128, d=32, heads=4, kv_heads=2, hd=8, layers=2):
+        super().__init__()
+        self.config = types.SimpleNamespace(model_type="llama", num_attention_heads=heads,
+                                            num_key_value_heads=kv_heads, hidden_size=d, head_dim=hd,
+                                            rope_theta=10000.0)
+        inv = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+        self.model = torch.nn.Module()
+        self.model.embed = torch.nn.Embedding(vocab, d)
+        self.model.layers = torch.nn.ModuleList()
+        for _ in range(layers):
+            blk = torch.nn.Module()
+            blk.self_attn = MiniAttention(d, heads, kv_heads, hd, inv)
+            blk.mlp = torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.SiLU(), torch.nn.Linear(2 * d, d))
+            self.model.layers.append(blk)
+        self.model.rotary_emb = types.SimpleNamespace(inv_freq=inv, attention_scaling=1.0)
+        self.lm_head = torch.nn.Linear(d, vocab, bias=False)
+
+    def forward(self, input_ids, labels):
+        h = self.model.embed(input_ids)
+        for blk in self.model.layers:
+            h = h + blk.self_attn(h)
+            h = h + blk.mlp(h)
+        logits = self.lm_head(h)
+        loss = torch.nn.functional.cross_entropy(logits[0, :-1], labels[0, 1:])
+        return types.SimpleNamespace(loss=loss, logits=logits)
+
+
+class CharTokenizer:
+    bos_token_id = 1
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [2 + ord(c) % 120 for c in text]}
+
+
+def run_tool(args, loaded):
+    return dump_kv.main(args, loaded=loaded)
+
+
+def test_standin_model_dump(tmp_path):
+    torch.manual_seed(0)
+    model = MiniLlama().eval()
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    out = str(tmp_path / "dump")
+    loaded = (model, CharTokenizer(), "cpu", "f32")
+    rc = run_tool(["--model", "mini", "--text", str(text), "--samples", "2", "--seq-len", "24", "--out", out,
+                   "--dtype", "f32", "--post-rope", "--quiet"], loaded)
+    assert rc == 0
+    assert sorted(os.listdir(out)) == ["common.safetensors", "layer_000.safetensors", "layer_001.safetensors"]
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".dump_kv-")], "staging directory left behind"
+    seqs, _ = dump_kv.tokenize(CharTokenizer(), str(text), 2, 24)
+    check_dump(out, model, seqs, 4, 2, 8, 2, 24)
+
+
+def test_standin_refusals(tmp_path, capsys):
+    model = MiniLlama().eval()
+    loaded = (model, CharTokenizer(), "cpu", "f32")
+    short = tmp_path / "short.txt"
+    short.write_text("too short")
+    out = str(tmp_path / "dump")
+    assert run_tool(["--model", "mini", "--text", str(short), "--samples", "2", "--seq-len", "24", "--out", out],
+                    loaded) == 2
+    assert "--text" in capsys.readouterr().err and not os.path.exists(out)
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    # --dry-run: shapes and bytes, nothing written
+    assert run_tool(["--model", "mini", "--text", str(text), "--samples", "2", "--seq-len", "24", "--out", out,
+                     "--dry-run"], loaded) == 0
+    printed = capsys.readouterr().out
+    assert "layers.1.key_grad" in printed and "[48, 2, 8]" in printed and not os.path.exists(out)
+    os.mkdir(out)
+    assert run_tool(["--model", "mini", "--text", str(text), "--samples", "1", "--seq-len", "8", "--out", out],
+                    loaded) == 2
+    assert "--force" in capsys.readouterr().err
+    assert run_tool(["--model", "mini", "--text", str(text), "--samples", "1", "--seq-len", "8", "--out", out,
+                     "--layers", "5"], loaded) == 2
+    assert "--layers" in capsys.readouterr().err
+    other = MiniLlama().eval()
+    other.config.model_type = "gpt2"
+    assert run_tool(["--model", "other", "--text", str(text), "--samples", "1", "--seq-len", "8", "--out",
+                     str(tmp_path / "o")], (other, CharTokenizer(), "cpu", "f32")) == 2
+    assert "not a supported family" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# A Hugging Face LlamaForCausalLM, loaded by the tool from a directory as a user's model would be.
+
+
+def hf_model_dir(tmp_path):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    tokenizers = pytest.importorskip("tokenizers", reason="tokenizers is not installed")
+    words = sorted(set(TEXT.replace(".", " .").split()))
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(words)}}
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>",
+                                               unk_token="<unk>")
+    cfg = transformers.LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    d = tmp_path / "tiny-llama"
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return str(d), model, tok
+
+
+def test_hf_llama_dump(tmp_path):
+    d, model, tok = hf_model_dir(tmp_path)
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT.replace(".", " ."))
+    out = str(tmp_path / "dump")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "dump_kv.py"), "--model", d, "--text", str(text),
+                        "--samples", "2", "--seq-len", "16", "--out", out, "--device", "cpu", "--dtype", "f32",
+                        "--post-rope"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    seqs, _ = dump_kv.tokenize(tok, str(text), 2, 16)
+    check_dump(out, model, seqs, 4, 2, 8, 2, 16)
+
+
+def test_hf_other_family_refused(tmp_path):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    cfg = transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=50)
+    d = tmp_path / "gpt2"
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(d)
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT)
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "dump_kv.py"), "--model", str(d), "--text",
+                        str(text), "--samples", "1", "--seq-len", "8", "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "not a supported family" in r.stderr, r.stderr

@@ -1,0 +1,452 @@
+#!/usr/bin/env python3
+"""Dump keys, values, queries and loss gradients of a Hugging Face causal LM for GSRQ Studio.
+
+    python3 tools/dump_kv.py --model meta-llama/Meta-Llama-3-8B --text wiki.train.txt \\
+        --samples 128 --seq-len 2048 --out llama3-8b-kv/ [--layers 0-31] [--dtype bf16] [--no-grad]
+    gsrq info llama3-8b-kv/
+
+Supported: Llama-family attention with q_proj / k_proj / v_proj (Llama 2/3, Mistral, Qwen2, Qwen3).
+Per layer L it records, for every token of `--samples` sequences of `--seq-len` tokens:
+  layers.L.key, layers.L.value   [tokens, kv_heads, head_dim]   keys before RoPE, values
+  layers.L.query                 [tokens, heads, head_dim]      queries before RoPE
+  layers.L.key_grad, value_grad  [tokens, kv_heads, head_dim]   d(summed next-token loss)/d(key, value)
+  layers.L.key_post, query_post  (with --post-rope)             the same after RoPE
+and once: positions, sequence_ids [tokens] and rope.inv_freq [head_dim/2]. "Before RoPE" is the
+projection output, or for models that normalise q and k per head (Qwen3) the normalised output
+that RoPE rotates. Output: a directory of safetensors shards (common.safetensors, then one
+layer_LLL.safetensors per layer) that `gsrq` opens as one dump. Activations go to disk sequence by
+sequence and each shard is streamed from there, so memory stays at one sequence's activations.
+
+Needs torch and transformers (the user's environment); nothing is downloaded unless --model is a
+hub id that is not cached. Exit codes: 0 done, 2 bad input (named), 1 other failures; on any
+failure nothing is left at --out.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import time
+
+TOOL_VERSION = "1.0"
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
+DTYPES = {"f32": ("F32", 4), "f16": ("F16", 2), "bf16": ("BF16", 2)}
+
+
+class InputError(Exception):
+    """Bad input: exit code 2."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def parse_layers(text, num_layers):
+    if not text:
+        return list(range(num_layers))
+    out = set()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                a, b = (int(v) for v in part.split("-", 1))
+                out.update(range(a, b + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise InputError(f"--layers {text}: expected a list like 0-3,7")
+    bad = [l for l in sorted(out) if l < 0 or l >= num_layers]
+    if bad or not out:
+        raise InputError(f"--layers {text}: the model has layers 0..{num_layers - 1}")
+    return sorted(out)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="local directory or hub id of a Llama-family causal LM")
+    ap.add_argument("--text", required=True, help="calibration text file (UTF-8)")
+    ap.add_argument("--samples", type=int, default=16, help="sequences to run")
+    ap.add_argument("--seq-len", type=int, default=2048, help="tokens per sequence (the first is BOS when the tokenizer has one)")
+    ap.add_argument("--out", required=True, help="output directory (must not exist unless --force)")
+    ap.add_argument("--layers", default="", help="layers to record, e.g. 0-31 or 0,4,8 (default: all)")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16",
+                    help="dtype of the stored tensors (bf16 keeps tiny gradients that f16 would flush to zero)")
+    ap.add_argument("--model-dtype", choices=("auto", "f32", "bf16", "f16"), default="auto",
+                    help="dtype to run the model in (auto: bf16 on CUDA, f32 on the CPU)")
+    ap.add_argument("--device", default="auto", help="cuda, cuda:N, cpu (auto: cuda when available)")
+    ap.add_argument("--no-grad", action="store_true", help="skip the backward pass (no key_grad / value_grad)")
+    ap.add_argument("--post-rope", action="store_true", help="also store keys and queries after RoPE")
+    ap.add_argument("--dry-run", action="store_true", help="print the tensors and bytes it would write, then stop")
+    ap.add_argument("--force", action="store_true", help="replace an existing --out")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    a = ap.parse_args(argv)
+    if a.samples < 1:
+        raise InputError(f"--samples {a.samples}: must be at least 1")
+    if a.seq_len < 2:
+        raise InputError(f"--seq-len {a.seq_len}: must be at least 2 (the loss needs a next token)")
+    if not os.path.isfile(a.text):
+        raise InputError(f"--text {a.text}: no such file")
+    return a
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaming safetensors writer: the header is known before the data (every shape is), so each
+# tensor is copied from its spool file in blocks and no tensor is ever whole in memory.
+
+
+def write_safetensors(path, entries, metadata):
+    """entries: list of (name, dtype_tag, shape, source) in file order; source is bytes or the path
+    of a raw little-endian file holding exactly the tensor's bytes."""
+    header = {"__metadata__": {k: str(v) for k, v in metadata.items()}}
+    offset = 0
+    sizes = []
+    for name, tag, shape, src in entries:
+        n = os.path.getsize(src) if isinstance(src, str) else len(src)
+        itemsize = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4}[tag]
+        if n != math.prod(shape) * itemsize:
+            raise RuntimeError(f"{path}: {name} holds {n} bytes, its shape {shape} needs {math.prod(shape) * itemsize}")
+        header[name] = {"dtype": tag, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+        sizes.append(n)
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # 8-byte aligned data section
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for (_, _, _, src), n in zip(entries, sizes):
+            if isinstance(src, str):
+                with open(src, "rb") as s:
+                    shutil.copyfileobj(s, f, 16 << 20)
+            else:
+                f.write(src)
+        f.flush()
+        os.fsync(f.fileno())
+    return offset + 8 + len(blob)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model side
+
+
+def torch_dtype(torch, tag):
+    return {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[tag]
+
+
+class Recorder:
+    """Forward hooks on each recorded layer's query/key/value producers, keeping their outputs
+    (with retain_grad when gradients are wanted) for one forward/backward pass."""
+
+    def __init__(self, layers_modules, layer_ids, want_grad):
+        self.want_grad = want_grad
+        self.outputs = {}
+        self.handles = []
+        for lid in layer_ids:
+            attn = layers_modules[lid].self_attn
+            for kind, module in producers(attn).items():
+                self.handles.append(module.register_forward_hook(self._hook(lid, kind)))
+
+    def _hook(self, lid, kind):
+        def hook(module, inputs, output):
+            if self.want_grad and kind in ("key", "value") and output.requires_grad:
+                output.retain_grad()
+            self.outputs[(lid, kind)] = output
+        return hook
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def producers(attn):
+    """The modules whose outputs are q, k (before RoPE) and v. Qwen3-style attention normalises q and
+    k per head after the projection (q_norm / k_norm) and rotates the normalised vectors."""
+    for name in ("q_proj", "k_proj", "v_proj"):
+        if not hasattr(attn, name):
+            raise InputError(f"attention module {type(attn).__name__} has no {name}: not a Llama-family model")
+    q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+    return {
+        "query": q_norm if q_norm is not None else attn.q_proj,
+        "key": k_norm if k_norm is not None else attn.k_proj,
+        "value": attn.v_proj,
+    }
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return __import__("torch").cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rope_post(x, positions, inv_freq, scaling=1.0):
+    """x: [T, heads, head_dim] before RoPE -> after, with Hugging Face's rotate-half pairing."""
+    import torch
+    ang = positions[:, None].to(torch.float32) * inv_freq[None, :].to(torch.float32)  # [T, hd/2]
+    emb = torch.cat((ang, ang), dim=-1)
+    cos = (emb.cos() * scaling)[:, None, :]
+    sin = (emb.sin() * scaling)[:, None, :]
+    xf = x.to(torch.float32)
+    return xf * cos + rotate_half(xf) * sin
+
+
+def describe(model):
+    """Head counts, head_dim, rope facts and the decoder layers of a supported model."""
+    cfg = model.config
+    mtype = getattr(cfg, "model_type", "?")
+    if mtype not in SUPPORTED:
+        raise InputError(f"--model: model_type '{mtype}' is not a supported family ({', '.join(SUPPORTED)})")
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise InputError(f"--model: {type(model).__name__} has no model.layers: not a Llama-family causal LM")
+    heads = cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    rotary = getattr(inner, "rotary_emb", None)
+    inv_freq = getattr(rotary, "inv_freq", None) if rotary is not None else None
+    theta = getattr(cfg, "rope_theta", None)
+    if theta is None:
+        theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+    if inv_freq is None:
+        import torch
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    scaling = float(getattr(rotary, "attention_scaling", 1.0) or 1.0)
+    return {
+        "model_type": mtype, "layers": layers, "num_layers": len(layers), "heads": heads,
+        "kv_heads": kv_heads, "head_dim": head_dim, "inv_freq": inv_freq.detach().float().cpu(),
+        "rope_theta": theta, "rope_scaling": scaling,
+    }
+
+
+def load_model(a):
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        raise InputError(f"dump_kv.py needs torch and transformers in this Python ({e})")
+    device = a.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    mdt = a.model_dtype if a.model_dtype != "auto" else ("bf16" if device.startswith("cuda") else "f32")
+    try:
+        cfg = transformers.AutoConfig.from_pretrained(a.model)
+    except (OSError, ValueError) as e:
+        raise InputError(f"--model {a.model}: cannot read its config ({e})")
+    if getattr(cfg, "model_type", None) not in SUPPORTED:
+        raise InputError(f"--model {a.model}: model_type '{getattr(cfg, 'model_type', '?')}' is not a supported "
+                         f"family ({', '.join(SUPPORTED)})")
+    tok = transformers.AutoTokenizer.from_pretrained(a.model)
+    model = transformers.AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=torch_dtype(torch, mdt))
+    model.to(device)
+    model.eval()
+    return model, tok, device, mdt
+
+
+def tokenize(tok, text_path, samples, seq_len):
+    """samples × seq_len token ids: each sequence is BOS (when the tokenizer has one) and the next
+    text tokens, cut from one pass over the text."""
+    with open(text_path, encoding="utf-8") as f:
+        text = f.read()
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    bos = getattr(tok, "bos_token_id", None)
+    body = seq_len - (1 if bos is not None else 0)
+    need = samples * body
+    if len(ids) < need:
+        raise InputError(f"--text {text_path}: {len(ids):,} tokens, but --samples {samples} × --seq-len {seq_len} "
+                         f"needs {need:,}{' (plus BOS each)' if bos is not None else ''}")
+    seqs = []
+    for s in range(samples):
+        chunk = ids[s * body:(s + 1) * body]
+        seqs.append(([bos] if bos is not None else []) + chunk)
+    return seqs, len(ids)
+
+
+class Progress:
+    def __init__(self, total, quiet):
+        self.total, self.quiet, self.done, self.start = total, quiet, 0, time.time()
+
+    def step(self, what):
+        self.done += 1
+        if self.quiet:
+            return
+        frac = self.done / self.total
+        bar = "#" * int(30 * frac)
+        eta = (time.time() - self.start) / self.done * (self.total - self.done)
+        sys.stderr.write(f"\r[{bar:<30}] {self.done}/{self.total} {what}  eta {eta:5.0f}s")
+        if self.done == self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# The dump
+
+
+def plan(info, layer_ids, a, tokens):
+    """(shard file, [(tensor name, shape)]) for every shard, in writing order."""
+    kvh, h, hd = info["kv_heads"], info["heads"], info["head_dim"]
+    shards = [("common.safetensors", [("positions", (tokens,)), ("sequence_ids", (tokens,)),
+                                      ("rope.inv_freq", (hd // 2,))])]
+    for lid in layer_ids:
+        t = [(f"layers.{lid}.key", (tokens, kvh, hd)), (f"layers.{lid}.value", (tokens, kvh, hd)),
+             (f"layers.{lid}.query", (tokens, h, hd))]
+        if not a.no_grad:
+            t += [(f"layers.{lid}.key_grad", (tokens, kvh, hd)), (f"layers.{lid}.value_grad", (tokens, kvh, hd))]
+        if a.post_rope:
+            t += [(f"layers.{lid}.key_post", (tokens, kvh, hd)), (f"layers.{lid}.query_post", (tokens, h, hd))]
+        shards.append((f"layer_{lid:03d}.safetensors", t))
+    return shards
+
+
+def tensor_bytes(name, shape, store_size):
+    return math.prod(shape) * (8 if name in ("positions", "sequence_ids") else 4 if name == "rope.inv_freq"
+                               else store_size)
+
+
+def run(a, loaded=None):
+    """loaded: (model, tokenizer, device, model dtype) already in memory, instead of --model."""
+    model, tok, device, mdt = loaded or load_model(a)
+    import torch
+    info = describe(model)
+    layer_ids = parse_layers(a.layers, info["num_layers"])
+    seqs, text_tokens = tokenize(tok, a.text, a.samples, a.seq_len)
+    tokens = a.samples * a.seq_len
+    tag, size = DTYPES[a.dtype]
+    shards = plan(info, layer_ids, a, tokens)
+    total = sum(tensor_bytes(n, s, size) for _, ts in shards for n, s in ts)
+    if a.dry_run or not a.quiet:
+        print(f"{a.model}: {info['model_type']}, {info['num_layers']} layers, {info['heads']} heads, "
+              f"{info['kv_heads']} KV heads, head_dim {info['head_dim']}; {a.samples} × {a.seq_len} tokens "
+              f"on {device} in {mdt}")
+    if a.dry_run:
+        for fname, ts in shards:
+            for n, s in ts:
+                print(f"  {fname:<22} {n:<28} {str(list(s)):<22} {tensor_bytes(n, s, size):>14,} bytes")
+        print(f"total {total:,} bytes in {len(shards)} files (nothing written: --dry-run)")
+        return 0
+
+    if os.path.exists(a.out) and not a.force:
+        raise InputError(f"--out {a.out} exists; pass --force to replace it")
+    parent = os.path.dirname(os.path.abspath(a.out)) or "."
+    if not os.path.isdir(parent):
+        raise InputError(f"--out {a.out}: the directory {parent} does not exist")
+    stage = tempfile.mkdtemp(prefix=".dump_kv-", dir=parent)
+    try:
+        spool = os.path.join(stage, "spool")
+        os.mkdir(spool)
+        store_dtype = torch_dtype(torch, a.dtype)
+        want_grad = not a.no_grad
+        rec = Recorder(info["layers"], layer_ids, want_grad)
+        files = {}
+
+        def spool_file(name):
+            if name not in files:
+                files[name] = open(os.path.join(spool, name), "wb")
+            return files[name]
+
+        def put(name, t):
+            # [1, T, F] or [1, T, H, hd] -> contiguous little-endian bytes of [T, F] in the stored dtype
+            t = t.detach().reshape(t.shape[1], -1).to(store_dtype).contiguous().cpu()
+            if t.dtype == torch.bfloat16:
+                t = t.view(torch.int16)  # NumPy has no bfloat16; the bytes are what the file holds
+            spool_file(name).write(t.numpy().tobytes())
+
+        loss_sum = 0.0
+        progress = Progress(a.samples, a.quiet)
+        positions = torch.arange(a.seq_len)
+        for si, ids in enumerate(seqs):
+            x = torch.tensor([ids], device=device)
+            model.zero_grad(set_to_none=True)
+            with torch.set_grad_enabled(want_grad):
+                out = model(input_ids=x, labels=x)
+                # transformers' loss is the mean over the T−1 predicted tokens; the dump's gradients
+                # are of the sum, as in the bundled sample
+                loss = out.loss * (a.seq_len - 1)
+                if want_grad:
+                    loss.backward()
+            loss_sum += float(loss.detach())
+            for lid in layer_ids:
+                q, k, v = (rec.outputs[(lid, kind)] for kind in ("query", "key", "value"))
+                put(f"layers.{lid}.key", k)
+                put(f"layers.{lid}.value", v)
+                put(f"layers.{lid}.query", q)
+                if want_grad:
+                    for kind, t in (("key", k), ("value", v)):
+                        g = t.grad if t.grad is not None else torch.zeros_like(t)
+                        put(f"layers.{lid}.{kind}_grad", g)
+                if a.post_rope:
+                    hd = info["head_dim"]
+                    kp = rope_post(k.detach().reshape(a.seq_len, -1, hd).cpu(), positions, info["inv_freq"],
+                                   info["rope_scaling"])
+                    qp = rope_post(q.detach().reshape(a.seq_len, -1, hd).cpu(), positions, info["inv_freq"],
+                                   info["rope_scaling"])
+                    put(f"layers.{lid}.key_post", kp[None])
+                    put(f"layers.{lid}.query_post", qp[None])
+            rec.outputs.clear()
+            progress.step(f"sequence {si + 1}")
+        rec.remove()
+        for f in files.values():
+            f.close()
+
+        metadata = {
+            "format": "gsrq-kv-dump", "format_version": 1, "model": a.model, "model_type": info["model_type"],
+            "num_layers": info["num_layers"], "layers": ",".join(map(str, layer_ids)),
+            "num_heads": info["heads"], "num_kv_heads": info["kv_heads"], "head_dim": info["head_dim"],
+            "key_rope": "pre", "rope_theta": info["rope_theta"], "rope_pairing": "half",
+            "rope_attention_scaling": info["rope_scaling"], "dtype": a.dtype, "model_dtype": mdt,
+            "text": os.path.basename(a.text), "text_tokens": text_tokens, "tokens": tokens,
+            "samples": a.samples, "seq_len": a.seq_len, "gradients": "none" if a.no_grad else
+            "d(summed next-token cross-entropy)/d(projection output)", "mean_loss": loss_sum / (a.samples * (a.seq_len - 1)),
+            "tool": "dump_kv.py", "tool_version": TOOL_VERSION,
+        }
+        pos = torch.arange(a.seq_len, dtype=torch.int64).repeat(a.samples).numpy().tobytes()
+        sid = torch.arange(a.samples, dtype=torch.int64).repeat_interleave(a.seq_len).numpy().tobytes()
+        inv = info["inv_freq"].to(torch.float32).numpy().tobytes()
+        out_dir = os.path.join(stage, "out")
+        os.mkdir(out_dir)
+        written = 0
+        for fname, ts in shards:
+            entries = []
+            for n, s in ts:
+                if n == "positions":
+                    entries.append((n, "I64", s, pos))
+                elif n == "sequence_ids":
+                    entries.append((n, "I64", s, sid))
+                elif n == "rope.inv_freq":
+                    entries.append((n, "F32", s, inv))
+                else:
+                    entries.append((n, tag, s, os.path.join(spool, n)))
+            written += write_safetensors(os.path.join(out_dir, fname), entries, metadata)
+            for n, _, _, src in entries:
+                if isinstance(src, str):
+                    os.remove(src)  # the spool shrinks as shards are written
+        if os.path.exists(a.out):
+            shutil.rmtree(a.out)
+        os.rename(out_dir, a.out)
+        if not a.quiet:
+            print(f"wrote {a.out}: {len(shards)} files, {written:,} bytes; mean next-token loss "
+                  f"{metadata['mean_loss']:.4f}")
+        return 0
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def main(argv=None, loaded=None):
+    try:
+        a = parse_args(argv)
+        return run(a, loaded)
+    except InputError as e:
+        print(f"dump_kv.py: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        import errno
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(f"dump_kv.py: disk full writing {e.filename or 'the dump'}: {e.strerror}; nothing was kept",
+                  file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
