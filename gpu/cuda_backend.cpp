@@ -42,13 +42,13 @@ double mib(std::size_t bytes)
                  mib(freeB), " MiB of ", mib(totalB), " MiB are free");
 }
 
-// Grow-only device array; freed with its owner.
-template <class T> class DeviceArray {
+// Grow-only array in device memory, or in pinned host memory (Pinned); freed with its owner.
+template <class T, bool Pinned = false> class Buffer {
 public:
-    DeviceArray() = default;
-    DeviceArray(const DeviceArray&) = delete;
-    DeviceArray& operator=(const DeviceArray&) = delete;
-    ~DeviceArray() { release(); }
+    Buffer() = default;
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    ~Buffer() { release(); }
 
     void ensure(std::size_t n, const char* what, const std::string& device)
     {
@@ -56,48 +56,16 @@ public:
             return;
         release();
         void* p = nullptr;
-        if (cudaMalloc(&p, n * sizeof(T)) != cudaSuccess)
-            outOfMemory(device, what, n * sizeof(T), false);
+        const cudaError_t e = Pinned ? cudaMallocHost(&p, n * sizeof(T)) : cudaMalloc(&p, n * sizeof(T));
+        if (e != cudaSuccess)
+            outOfMemory(device, what, n * sizeof(T), Pinned);
         m_p = static_cast<T*>(p);
         m_n = n;
     }
     void release()
     {
         if (m_p)
-            cudaFree(m_p);
-        m_p = nullptr;
-        m_n = 0;
-    }
-    T* get() const { return m_p; }
-    explicit operator bool() const { return m_p != nullptr; }
-
-private:
-    T* m_p = nullptr;
-    std::size_t m_n = 0;
-};
-
-template <class T> class PinnedArray {
-public:
-    PinnedArray() = default;
-    PinnedArray(const PinnedArray&) = delete;
-    PinnedArray& operator=(const PinnedArray&) = delete;
-    ~PinnedArray() { release(); }
-
-    void ensure(std::size_t n, const char* what, const std::string& device)
-    {
-        if (n <= m_n)
-            return;
-        release();
-        void* p = nullptr;
-        if (cudaMallocHost(&p, n * sizeof(T)) != cudaSuccess)
-            outOfMemory(device, what, n * sizeof(T), true);
-        m_p = static_cast<T*>(p);
-        m_n = n;
-    }
-    void release()
-    {
-        if (m_p)
-            cudaFreeHost(m_p);
+            Pinned ? cudaFreeHost(m_p) : cudaFree(m_p);
         m_p = nullptr;
         m_n = 0;
     }
@@ -107,6 +75,8 @@ private:
     T* m_p = nullptr;
     std::size_t m_n = 0;
 };
+template <class T> using DeviceArray = Buffer<T, false>;
+template <class T> using PinnedArray = Buffer<T, true>;
 
 // A chunk's score block: 32 MiB stays in an H100's 50 MiB L2 between the GEMM and the argmax.
 constexpr std::size_t kScoreBytes = std::size_t(32) << 20;
