@@ -33,7 +33,6 @@ public:
 
     QString storePath() const { return m_storePath; }
     void setStorePath(const QString& p) { m_storePath = p; }
-    int threads() const { return m_backend.threads; }
     // Where jobs cluster: auto (the GPU when there is one), cpu or cuda, with threads and device.
     gpu::BackendRequest backendRequest() const { return m_backend; }
     void setBackendRequest(const gpu::BackendRequest& r) { m_backend = r; }
