@@ -2,6 +2,7 @@
 
 #include "cluster_kernels.h"
 #include "cublas_loader.h"
+#include "cuda_util.h"
 #include "error.h"
 
 #include <cuda_runtime_api.h>
@@ -14,69 +15,17 @@ namespace gsrq::gpu {
 
 namespace {
 
-void check(cudaError_t e, const char* what)
-{
-    if (e != cudaSuccess)
-        throwRuntime("CUDA backend: ", what, " failed: ", cudaGetErrorString(e));
-}
-
 void check(cublasStatus_t s, const char* what)
 {
     if (s != CUBLAS_STATUS_SUCCESS)
         throwRuntime("CUDA backend: ", what, " failed (cuBLAS status ", int(s), ")");
 }
 
-double mib(std::size_t bytes)
-{
-    return double(bytes) / (1024.0 * 1024.0);
-}
-
-[[noreturn]] void outOfMemory(const std::string& device, const char* what, std::size_t bytes, bool host)
-{
-    cudaGetLastError(); // allocation failures are not sticky; clear it for the caller's next call
-    std::size_t freeB = 0, totalB = 0;
-    cudaMemGetInfo(&freeB, &totalB);
-    if (host)
-        throwRuntime("CUDA backend on ", device, ": cannot pin ", mib(bytes), " MiB of host memory for ", what);
-    throwRuntime("CUDA backend on ", device, ": out of device memory: ", what, " needs ", mib(bytes), " MiB, ",
-                 mib(freeB), " MiB of ", mib(totalB), " MiB are free");
-}
-
-// Grow-only array in device memory, or in pinned host memory (Pinned); freed with its owner.
-template <class T, bool Pinned = false> class Buffer {
-public:
-    Buffer() = default;
-    Buffer(const Buffer&) = delete;
-    Buffer& operator=(const Buffer&) = delete;
-    ~Buffer() { release(); }
-
-    void ensure(std::size_t n, const char* what, const std::string& device)
-    {
-        if (n <= m_n)
-            return;
-        release();
-        void* p = nullptr;
-        const cudaError_t e = Pinned ? cudaMallocHost(&p, n * sizeof(T)) : cudaMalloc(&p, n * sizeof(T));
-        if (e != cudaSuccess)
-            outOfMemory(device, what, n * sizeof(T), Pinned);
-        m_p = static_cast<T*>(p);
-        m_n = n;
-    }
-    void release()
-    {
-        if (m_p)
-            Pinned ? cudaFreeHost(m_p) : cudaFree(m_p);
-        m_p = nullptr;
-        m_n = 0;
-    }
-    T* get() const { return m_p; }
-
-private:
-    T* m_p = nullptr;
-    std::size_t m_n = 0;
-};
-template <class T> using DeviceArray = Buffer<T, false>;
-template <class T> using PinnedArray = Buffer<T, true>;
+using detail::check;
+using detail::DeviceArray;
+using detail::mib;
+using detail::outOfMemory;
+using detail::PinnedArray;
 
 // A chunk's score block: 32 MiB stays in an H100's 50 MiB L2 between the GEMM and the argmax.
 constexpr std::size_t kScoreBytes = std::size_t(32) << 20;

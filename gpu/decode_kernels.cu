@@ -1,0 +1,859 @@
+// The decode kernels over the compressed KV cache and the FP16 baseline (layouts in decode_kernels.h).
+//
+// Split-K: a block of the FP16 and paper kernels takes one (split, KV head, sequence). Its 4 warps
+// stride over the split's tokens; within a warp, headDim/8 lanes hold one token (8 features each:
+// one 16-byte load of FP16), so a warp covers 256/headDim tokens per step, and each lane keeps the
+// online-softmax state (max, sum, 8 accumulators) of every query head of the group. Partials of the
+// lanes and warps are merged through shared memory at the end, then across splits by launchCombine.
+
+#include "decode_kernels.h"
+#include "decode_math.h"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cfloat>
+
+namespace gsrq::gpu::kernels {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kEpl = 8; // features per lane
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct Half8 {
+    float v[kEpl];
+};
+
+__device__ __forceinline__ void addHalf8(float (&x)[kEpl], const uint4& raw)
+{
+    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 f = __half22float2(h[i]);
+        x[2 * i] += f.x;
+        x[2 * i + 1] += f.y;
+    }
+}
+
+__device__ __forceinline__ uint4 load16(const void* p)
+{
+    return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// Sum over the `width` lanes that hold one token (width a power of two ≤ 32, aligned groups).
+__device__ __forceinline__ float groupSum(float v, int width)
+{
+    for (int o = width / 2; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ std::uint64_t mix64(std::uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+// ---- quantize-and-pack -----------------------------------------------------------------------
+
+constexpr int kQuantThreads = 256;
+
+// grid (rows n, subspaces M, 2: keys / values)
+__global__ void __launch_bounds__(kQuantThreads)
+    quantizeAppendKernel(DecodeDims d, const float* keys, const float* values, int perSeq, std::int64_t t0,
+                         const float* kb, const float* kn, const float* vb, const float* vn, std::uint8_t* kc,
+                         std::uint8_t* vc, std::int32_t* codesOut)
+{
+    extern __shared__ float smem[];
+    float* res = smem; // D
+    __shared__ float bestScore[kQuantThreads / 32];
+    __shared__ int bestIndex[kQuantThreads / 32];
+    __shared__ std::uint32_t words[kMaxCodeWords];
+
+    const int row = blockIdx.x, m = blockIdx.y, which = blockIdx.z;
+    const int D = d.dim, K = d.k, R = d.stages, M = d.subspaces();
+    const float* x = (which ? values : keys) + std::int64_t(row) * M * D + std::int64_t(m) * D;
+    const float* books = (which ? vb : kb) + std::int64_t(m) * R * K * D;
+    const float* norms = (which ? vn : kn) + std::int64_t(m) * R * K;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int j = threadIdx.x; j < D; j += blockDim.x)
+        res[j] = x[j];
+    if (threadIdx.x < kMaxCodeWords)
+        words[threadIdx.x] = 0;
+    __syncthreads();
+
+    for (int r = 0; r < R; ++r) {
+        const float* C = books + std::int64_t(r) * K * D;
+        float best = -FLT_MAX;
+        int bestK = 0x7fffffff;
+        // A warp per codeword: the lanes read its D floats coalesced and reduce the dot product.
+        for (int k = warp; k < K; k += kQuantThreads / 32) {
+            float dot = 0;
+            for (int j = lane; j < D; j += 32)
+                dot += res[j] * C[std::int64_t(k) * D + j];
+            for (int o = 16; o > 0; o /= 2)
+                dot += __shfl_xor_sync(0xffffffffu, dot, o);
+            const float s = 2.f * dot - norms[std::int64_t(r) * K + k];
+            if (s > best) { // k grows within a warp: the lowest k wins ties
+                best = s;
+                bestK = k;
+            }
+        }
+        if (lane == 0) {
+            bestScore[warp] = best;
+            bestIndex[warp] = bestK;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float b = bestScore[0];
+            int bk = bestIndex[0];
+            for (int w = 1; w < kQuantThreads / 32; ++w)
+                if (bestScore[w] > b || (bestScore[w] == b && bestIndex[w] < bk)) {
+                    b = bestScore[w];
+                    bk = bestIndex[w];
+                }
+            bestIndex[0] = bk;
+        }
+        __syncthreads();
+        const int code = bestIndex[0];
+        for (int j = threadIdx.x; j < D; j += blockDim.x)
+            res[j] -= C[std::int64_t(code) * D + j];
+        if (threadIdx.x == 0) {
+            const int bit0 = r * d.bits, w = bit0 >> 5, off = bit0 & 31;
+            words[w] |= std::uint32_t(code) << off;
+            if (off + d.bits > 32)
+                words[w + 1] |= std::uint32_t(code) >> (32 - off);
+            if (codesOut)
+                codesOut[((std::int64_t(row) * 2 + which) * M + m) * R + r] = code;
+        }
+        __syncthreads();
+    }
+    const int b = row / perSeq;
+    const std::int64_t t = t0 + row % perSeq;
+    std::uint32_t* out = reinterpret_cast<std::uint32_t*>(
+        (which ? vc : kc) + ((std::int64_t(b) * M + m) * d.capacity + t) * d.bytesPerToken);
+    for (int w = threadIdx.x; w < d.bytesPerToken / 4; w += blockDim.x)
+        out[w] = words[w];
+}
+
+__global__ void appendFp16Kernel(DecodeDims d, const float* keys, const float* values, int perSeq, std::int64_t t0,
+                                 __half* k16, __half* v16)
+{
+    const int row = blockIdx.x, b = row / perSeq;
+    const std::int64_t t = t0 + row % perSeq;
+    const int F = d.kvHeads * d.headDim;
+    for (int f = threadIdx.x; f < F; f += blockDim.x) {
+        const int g = f / d.headDim, j = f % d.headDim;
+        const std::int64_t o = ((std::int64_t(b) * d.kvHeads + g) * d.capacity + t) * d.headDim + j;
+        k16[o] = __float2half_rn(keys[std::int64_t(row) * F + f]);
+        v16[o] = __float2half_rn(values[std::int64_t(row) * F + f]);
+    }
+}
+
+// ---- split-K decode: FP16 and paper path ------------------------------------------------------
+
+// Online-softmax state of one lane for the G query heads of its group.
+template <int G> struct LaneState {
+    float q[G][kEpl];
+    float m[G], l[G], acc[G][kEpl];
+};
+
+template <int G> __device__ __forceinline__ void initState(LaneState<G>& s)
+{
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        s.m[h] = -INFINITY;
+        s.l[h] = 0;
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            s.acc[h][e] = 0;
+    }
+}
+
+// One step over U tokens per lane group: scores from the keys kx, softmax update, values vx.
+template <int G, int U>
+__device__ __forceinline__ void attendStep(LaneState<G>& s, const float (&kx)[U][kEpl], const float (&vx)[U][kEpl],
+                                           const bool (&ok)[U], int width, int group)
+{
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        if (h >= group)
+            break;
+        float sc[U];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            float p = 0;
+#pragma unroll
+            for (int e = 0; e < kEpl; ++e)
+                p += s.q[h][e] * kx[u][e];
+            sc[u] = groupSum(p, width);
+            if (ok[u])
+                mx = fmaxf(mx, sc[u]);
+        }
+        if (mx == -INFINITY)
+            continue; // no token of this step in this lane group
+        const float mNew = fmaxf(s.m[h], mx);
+        const float c = exp2f(s.m[h] - mNew); // 0 for the first tokens (m = −inf)
+        s.l[h] *= c;
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            s.acc[h][e] *= c;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const float p = ok[u] ? exp2f(sc[u] - mNew) : 0.f;
+            s.l[h] += p;
+#pragma unroll
+            for (int e = 0; e < kEpl; ++e)
+                s.acc[h][e] += p * vx[u][e];
+        }
+        s.m[h] = mNew;
+    }
+}
+
+// Merges the lane groups' states of the block and writes the split's partials.
+template <int G>
+__device__ void finishSplit(const LaneState<G>& s, const DecodeDims& d, const SplitPartials& part, int b, int g,
+                            int split, int slot, int j0, float* smem)
+{
+    const int width = d.headDim / kEpl, slots = kWarps * (32 / width), group = d.group();
+    float* sAcc = smem;                                    // slots × G × headDim
+    float* sM = sAcc + std::size_t(slots) * G * d.headDim; // slots × G
+    float* sL = sM + slots * G;
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        if (h >= group)
+            break;
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            sAcc[(std::size_t(slot) * G + h) * d.headDim + j0 + e] = s.acc[h][e];
+        if (j0 == 0) {
+            sM[slot * G + h] = s.m[h];
+            sL[slot * G + h] = s.l[h];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * d.headDim; i += blockDim.x) {
+        const int h = i / d.headDim, j = i % d.headDim;
+        float M = -INFINITY;
+        for (int t = 0; t < slots; ++t)
+            M = fmaxf(M, sM[t * G + h]);
+        float a = 0, l = 0;
+        for (int t = 0; t < slots; ++t) {
+            const float mt = sM[t * G + h];
+            const float w = mt == -INFINITY ? 0.f : exp2f(mt - M);
+            a += w * sAcc[(std::size_t(t) * G + h) * d.headDim + j];
+            l += w * sL[t * G + h];
+        }
+        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits + split;
+        part.acc[o * d.headDim + j] = a;
+        if (j == 0) {
+            part.m[o] = M;
+            part.l[o] = l;
+        }
+    }
+}
+
+template <int G> std::size_t splitSharedBytes(const DecodeDims& d)
+{
+    const int slots = kWarps * (32 / (d.headDim / kEpl));
+    return (std::size_t(slots) * G * d.headDim + 2 * std::size_t(slots) * G) * sizeof(float);
+}
+
+template <int G, int U>
+__global__ void __launch_bounds__(kThreads)
+    fp16DecodeKernel(DecodeDims d, const float* q, const __half* k16, const __half* v16, SplitPartials part)
+{
+    extern __shared__ float smem[];
+    const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+    const int width = d.headDim / kEpl, perWarp = 32 / width;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = lane / width, j0 = (lane % width) * kEpl, group = d.group();
+    const float scale = kLog2e / sqrtf(float(d.headDim));
+
+    LaneState<G> s;
+    initState(s);
+#pragma unroll
+    for (int h = 0; h < G; ++h)
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            s.q[h][e] = h < group ? q[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + j0 + e] * scale : 0.f;
+
+    const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
+    const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
+    const std::int64_t base = (std::int64_t(b) * d.kvHeads + g) * d.capacity;
+    const int stride = kWarps * perWarp;
+    for (std::int64_t tw = t0 + warp * perWarp; tw < t1; tw += std::int64_t(U) * stride) {
+        uint4 kr[U], vr[U];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const std::int64_t t = tw + sub + std::int64_t(u) * stride;
+            ok[u] = t < t1;
+            const std::int64_t tc = ok[u] ? t : t1 - 1; // stay in bounds; the value is not used
+            kr[u] = load16(k16 + (base + tc) * d.headDim + j0);
+            vr[u] = load16(v16 + (base + tc) * d.headDim + j0);
+        }
+        float kx[U][kEpl] = {}, vx[U][kEpl] = {};
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            addHalf8(kx[u], kr[u]);
+            addHalf8(vx[u], vr[u]);
+        }
+        attendStep<G, U>(s, kx, vx, ok, width, group);
+    }
+    finishSplit<G>(s, d, part, b, g, split, warp * perWarp + sub, j0, smem);
+}
+
+// Loads one token's code words for the subspace (bytesPerToken / 4 words, ≤ kMaxCodeWords).
+__device__ __forceinline__ void loadWords(std::uint32_t (&w)[kMaxCodeWords], const std::uint8_t* p, int nWords)
+{
+    const std::uint32_t* p32 = reinterpret_cast<const std::uint32_t*>(p);
+#pragma unroll
+    for (int i = 0; i < kMaxCodeWords; ++i)
+        w[i] = i < nWords ? __ldg(p32 + i) : 0u;
+}
+
+// Σ_r codeword features j..j+7 of the token whose codes are `w`.
+__device__ __forceinline__ void decode8(float (&x)[kEpl], const std::uint32_t (&w)[kMaxCodeWords], const __half* books,
+                                        const DecodeDims& d)
+{
+#pragma unroll
+    for (int e = 0; e < kEpl; ++e)
+        x[e] = 0;
+    for (int r = 0; r < d.stages; ++r) {
+        const std::uint32_t c = codeAt(w, r, d.bits);
+        addHalf8(x, load16(books + (std::int64_t(r) * d.k + c) * d.dim));
+    }
+}
+
+// Rotate-half RoPE of the lane's 8 features at `position`: feature i < headDim/2 pairs with
+// i + headDim/2, held by the lane width/2 further on.
+__device__ __forceinline__ void rope8(float (&x)[kEpl], float position, int j0, int width, int half,
+                                      const float2* turns)
+{
+    const bool low = j0 < half;
+    const int i0 = low ? j0 : j0 - half;
+#pragma unroll
+    for (int e = 0; e < kEpl; ++e) {
+        const float other = __shfl_xor_sync(0xffffffffu, x[e], width / 2);
+        const float2 t = turns[i0 + e];
+        float sn, cs;
+        sincospif(2.f * ropeTurns(position, t.x, t.y), &sn, &cs);
+        x[e] = low ? x[e] * cs - other * sn : x[e] * cs + other * sn;
+    }
+}
+
+template <int G, int U>
+__global__ void __launch_bounds__(kThreads)
+    paperDecodeKernel(DecodeDims d, const float* q, const std::uint8_t* kc, const __half* kb, const std::uint8_t* vc,
+                      const __half* vb, const float2* turnsIn, SplitPartials part)
+{
+    extern __shared__ float smem[];
+    __shared__ float2 turns[128]; // headDim/2 ≤ 128
+    const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+    const int width = d.headDim / kEpl, perWarp = 32 / width, half = d.headDim / 2;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = lane / width, j0 = (lane % width) * kEpl, group = d.group();
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        turns[i] = turnsIn[i];
+    __syncthreads();
+
+    // The lane's subspace and its codes' and codewords' base addresses.
+    const int S = d.subspacesPerHead(), s = j0 / d.dim, m = g * S + s, M = d.subspaces();
+    const std::uint8_t* kCodes = kc + (std::int64_t(b) * M + m) * d.capacity * d.bytesPerToken;
+    const std::uint8_t* vCodes = vc + (std::int64_t(b) * M + m) * d.capacity * d.bytesPerToken;
+    const std::int64_t bookOff = std::int64_t(m) * d.stages * d.k * d.dim + (j0 % d.dim);
+    const __half* kBook = kb + bookOff;
+    const __half* vBook = vb + bookOff;
+    const int nWords = d.bytesPerToken / 4;
+    const float scale = kLog2e / sqrtf(float(d.headDim));
+
+    LaneState<G> st;
+    initState(st);
+    const float qPos = float(d.positionOffset + d.tokens);
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        float x[kEpl];
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            x[e] = h < group ? q[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + j0 + e] : 0.f;
+        rope8(x, qPos, j0, width, half, turns);
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            st.q[h][e] = x[e] * scale;
+    }
+
+    const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
+    const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
+    const int stride = kWarps * perWarp;
+    for (std::int64_t tw = t0 + warp * perWarp; tw < t1; tw += std::int64_t(U) * stride) {
+        float kx[U][kEpl], vx[U][kEpl];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const std::int64_t t = tw + sub + std::int64_t(u) * stride;
+            ok[u] = t < t1;
+            const std::int64_t tc = ok[u] ? t : t1 - 1;
+            std::uint32_t w[kMaxCodeWords];
+            loadWords(w, kCodes + tc * d.bytesPerToken, nWords);
+            decode8(kx[u], w, kBook, d);
+            loadWords(w, vCodes + tc * d.bytesPerToken, nWords);
+            decode8(vx[u], w, vBook, d);
+            rope8(kx[u], float(d.positionOffset + tc), j0, width, half, turns);
+        }
+        attendStep<G, U>(st, kx, vx, ok, width, group);
+    }
+    finishSplit<G>(st, d, part, b, g, split, warp * perWarp + sub, j0, smem);
+}
+
+// grid B·H, threads ≥ headDim (one per feature)
+__global__ void combineKernel(DecodeDims d, SplitPartials part, float* out)
+{
+    const std::int64_t bh = blockIdx.x;
+    const std::int64_t o = bh * d.splits;
+    float M = -INFINITY;
+    for (int s = 0; s < d.splits; ++s)
+        M = fmaxf(M, part.m[o + s]);
+    for (int j = threadIdx.x; j < d.headDim; j += blockDim.x) {
+        float a = 0, l = 0;
+        for (int s = 0; s < d.splits; ++s) {
+            const float ms = part.m[o + s];
+            const float w = ms == -INFINITY ? 0.f : exp2f(ms - M);
+            a += w * part.acc[(o + s) * d.headDim + j];
+            l += w * part.l[o + s];
+        }
+        out[bh * d.headDim + j] = a / l;
+    }
+}
+
+// ---- lookup path -------------------------------------------------------------------------------
+
+// grid (B·G, S·R), threads over k: T[b][h][s][r][k] for the group's heads, sharing each codeword read.
+__global__ void lookupTablesKernel(DecodeDims d, const float* q, const __half* kb, float* tables)
+{
+    __shared__ float qs[kMaxGroup][256]; // D ≤ 256
+    const int bg = blockIdx.x, b = bg / d.kvHeads, g = bg % d.kvHeads;
+    const int sr = blockIdx.y, s = sr / d.stages, r = sr % d.stages;
+    const int S = d.subspacesPerHead(), m = g * S + s, group = d.group(), D = d.dim;
+    const float scale = kLog2e / sqrtf(float(d.headDim));
+    for (int i = threadIdx.x; i < group * D; i += blockDim.x) {
+        const int h = i / D, j = i % D;
+        qs[h][j] = q[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + s * D + j] * scale;
+    }
+    __syncthreads();
+    const __half* C = kb + (std::int64_t(m) * d.stages + r) * d.k * D;
+    for (int k = threadIdx.x; k < d.k; k += blockDim.x) {
+        float acc[kMaxGroup] = {};
+        for (int j = 0; j < D; j += kEpl) {
+            float c[kEpl] = {};
+            addHalf8(c, load16(C + std::int64_t(k) * D + j));
+#pragma unroll
+            for (int h = 0; h < kMaxGroup; ++h)
+                if (h < group)
+#pragma unroll
+                    for (int e = 0; e < kEpl; ++e)
+                        acc[h] += qs[h][j + e] * c[e];
+        }
+        for (int h = 0; h < group; ++h)
+            tables[(((std::int64_t(b) * d.heads + g * group + h) * S + s) * d.stages + r) * d.k + k] = acc[h];
+    }
+}
+
+constexpr int kLookupThreads = 256;
+// Rescale the collected weights only when a new maximum passes the reference by this much (base 2):
+// exp2 of scores stays ≤ 2^8 in between, and the result is exact either way.
+constexpr float kRescaleMargin = 8.f;
+
+__device__ __forceinline__ float blockMax(float v, float* red)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int w = 1; w < int(blockDim.x / 32); ++w)
+        r = fmaxf(r, red[w]);
+    return r;
+}
+
+__device__ __forceinline__ float blockSum(float v, float* red)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float r = 0;
+    for (int w = 0; w < int(blockDim.x / 32); ++w)
+        r += red[w];
+    return r;
+}
+
+// grid (splits, G, B); shared: tables and weights, group × S·R·K floats each.
+template <int G>
+__global__ void __launch_bounds__(kLookupThreads)
+    lookupSplitKernel(DecodeDims d, const float* tablesIn, const std::uint8_t* kc, const std::uint8_t* vc,
+                      float* weights, float* mOut, float* lOut)
+{
+    extern __shared__ float smem[];
+    __shared__ float red[kLookupThreads / 32];
+    const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z, group = d.group();
+    const int S = d.subspacesPerHead(), M = d.subspaces(), R = d.stages, K = d.k;
+    const int per = S * R * K; // table entries per head
+    float* T = smem;
+    float* W = smem + std::size_t(group) * per;
+    const float* tSrc = tablesIn + (std::int64_t(b) * d.heads + g * group) * per;
+    for (int i = threadIdx.x; i < group * per; i += blockDim.x) {
+        T[i] = tSrc[i];
+        W[i] = 0;
+    }
+    __syncthreads();
+
+    const int nWords = d.bytesPerToken / 4;
+    const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
+    const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
+    float mRef[G], lSum[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        mRef[h] = -INFINITY;
+        lSum[h] = 0;
+    }
+    for (std::int64_t tb = t0; tb < t1; tb += blockDim.x) {
+        const std::int64_t t = tb + threadIdx.x;
+        const bool ok = t < t1;
+        const std::int64_t tc = ok ? t : t1 - 1;
+        float sc[G];
+#pragma unroll
+        for (int h = 0; h < G; ++h)
+            sc[h] = 0;
+        for (int s = 0; s < S; ++s) {
+            std::uint32_t w[kMaxCodeWords];
+            loadWords(w, kc + ((std::int64_t(b) * M + g * S + s) * d.capacity + tc) * d.bytesPerToken, nWords);
+            for (int r = 0; r < R; ++r) {
+                const int c = int(codeAt(w, r, d.bits)), o = (s * R + r) * K + c;
+#pragma unroll
+                for (int h = 0; h < G; ++h)
+                    if (h < group)
+                        sc[h] += T[h * per + o];
+            }
+        }
+        float p[G];
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            if (h >= group)
+                break;
+            const float tileMax = blockMax(ok ? sc[h] : -INFINITY, red);
+            if (tileMax > mRef[h] + kRescaleMargin) { // the same decision in every thread
+                if (mRef[h] != -INFINITY) {
+                    const float c = exp2f(mRef[h] - tileMax);
+                    __syncthreads();
+                    for (int i = threadIdx.x; i < per; i += blockDim.x)
+                        W[h * per + i] *= c;
+                    lSum[h] *= c;
+                }
+                mRef[h] = tileMax;
+            }
+            p[h] = ok ? exp2f(sc[h] - mRef[h]) : 0.f;
+            lSum[h] += p[h];
+        }
+        __syncthreads();
+        if (ok)
+            for (int s = 0; s < S; ++s) {
+                std::uint32_t w[kMaxCodeWords];
+                loadWords(w, vc + ((std::int64_t(b) * M + g * S + s) * d.capacity + t) * d.bytesPerToken, nWords);
+                for (int r = 0; r < R; ++r) {
+                    const int o = (s * R + r) * K + int(codeAt(w, r, d.bits));
+#pragma unroll
+                    for (int h = 0; h < G; ++h)
+                        if (h < group)
+                            atomicAdd(&W[h * per + o], p[h]);
+                }
+            }
+        __syncthreads();
+    }
+    for (int h = 0; h < group; ++h) {
+        const float l = blockSum(lSum[h], red);
+        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits + split;
+        for (int i = threadIdx.x; i < per; i += blockDim.x)
+            weights[o * per + i] = W[h * per + i];
+        if (threadIdx.x == 0) {
+            mOut[o] = mRef[h];
+            lOut[o] = l;
+        }
+    }
+}
+
+// grid B·G; shared: group × S·R·K merged weights, plus per-head scale factors.
+__global__ void lookupCombineKernel(DecodeDims d, const float* weights, const float* mIn, const float* lIn,
+                                    const __half* vb, float* out)
+{
+    extern __shared__ float smem[];
+    const int bg = blockIdx.x, b = bg / d.kvHeads, g = bg % d.kvHeads, group = d.group();
+    const int S = d.subspacesPerHead(), R = d.stages, K = d.k, D = d.dim;
+    const int per = S * R * K;
+    const int parts = max(1, int(blockDim.x) / d.headDim);
+    float* Wt = smem; // group × per merged weights; later group × parts × headDim partial outputs
+    float* f = Wt + std::size_t(group) * max(per, parts * d.headDim); // group × splits: split weights
+    float* L = f + group * d.splits;                                  // group
+    if (threadIdx.x < group) {
+        const int h = threadIdx.x;
+        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits;
+        float Mx = -INFINITY;
+        for (int s = 0; s < d.splits; ++s)
+            Mx = fmaxf(Mx, mIn[o + s]);
+        float l = 0;
+        for (int s = 0; s < d.splits; ++s) {
+            const float w = mIn[o + s] == -INFINITY ? 0.f : exp2f(mIn[o + s] - Mx);
+            f[h * d.splits + s] = w;
+            l += w * lIn[o + s];
+        }
+        L[h] = l;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * per; i += blockDim.x) {
+        const int h = i / per, e = i % per;
+        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits;
+        float a = 0;
+        for (int s = 0; s < d.splits; ++s)
+            a += f[h * d.splits + s] * weights[(o + s) * per + e];
+        Wt[i] = a;
+    }
+    __syncthreads();
+    // Thread j of part p sums codewords (s, r, k) with k ≡ p mod parts for feature j; parts reduce after.
+    const int j = threadIdx.x % d.headDim, p = threadIdx.x / d.headDim;
+    float acc[kMaxGroup] = {};
+    if (p < parts) {
+        const int s = j / D, jj = j % D, m = g * S + s;
+        for (int r = 0; r < R; ++r) {
+            const __half* C = vb + ((std::int64_t(m) * R + r) * K) * D + jj;
+            const float* w = Wt + (s * R + r) * K;
+            for (int k = p; k < K; k += parts) {
+                const float c = __half2float(C[std::int64_t(k) * D]);
+#pragma unroll
+                for (int h = 0; h < kMaxGroup; ++h)
+                    if (h < group)
+                        acc[h] += w[h * per + k] * c;
+            }
+        }
+    }
+    __syncthreads();
+    float* red = Wt; // reuse: parts × group × headDim
+    if (p < parts)
+        for (int h = 0; h < group; ++h)
+            red[(p * group + h) * d.headDim + j] = acc[h];
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * d.headDim; i += blockDim.x) {
+        const int h = i / d.headDim, jj = i % d.headDim;
+        float a = 0;
+        for (int q = 0; q < parts; ++q)
+            a += red[(q * group + h) * d.headDim + jj];
+        out[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + jj] = a / L[h];
+    }
+}
+
+// ---- synthetic fill ------------------------------------------------------------------------------
+
+// grid (⌈tokens/256⌉, M or G, B)
+__global__ void fillCodesKernel(DecodeDims d, std::int64_t t0, std::int64_t t1, std::uint64_t seed, std::uint8_t* kc,
+                                std::uint8_t* vc)
+{
+    const std::int64_t t = t0 + std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= t1)
+        return;
+    const int m = blockIdx.y, b = blockIdx.z, M = d.subspaces();
+    for (int which = 0; which < 2; ++which) {
+        std::uint32_t w[kMaxCodeWords] = {};
+        std::uint64_t h = mix64(seed ^ mix64((std::uint64_t(b) << 48) ^ (std::uint64_t(m) << 40) ^
+                                             (std::uint64_t(which) << 39) ^ std::uint64_t(t)));
+        for (int r = 0; r < d.stages; ++r) {
+            h = mix64(h);
+            const std::uint32_t c = std::uint32_t(h) & std::uint32_t(d.k - 1);
+            const int bit0 = r * d.bits, i = bit0 >> 5, off = bit0 & 31;
+            w[i] |= c << off;
+            if (off + d.bits > 32)
+                w[i + 1] |= c >> (32 - off);
+        }
+        std::uint32_t* out = reinterpret_cast<std::uint32_t*>(
+            (which ? vc : kc) + ((std::int64_t(b) * M + m) * d.capacity + t) * d.bytesPerToken);
+        for (int i = 0; i < d.bytesPerToken / 4; ++i)
+            out[i] = w[i];
+    }
+}
+
+__global__ void fillFp16Kernel(DecodeDims d, std::int64_t t0, std::int64_t t1, std::uint64_t seed, __half* k16,
+                               __half* v16)
+{
+    const std::int64_t t = t0 + std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= t1)
+        return;
+    const int g = blockIdx.y, b = blockIdx.z;
+    const std::int64_t o = ((std::int64_t(b) * d.kvHeads + g) * d.capacity + t) * d.headDim;
+    std::uint64_t h =
+        mix64(seed ^ 0x5bd1e995ull ^ mix64((std::uint64_t(b) << 48) ^ (std::uint64_t(g) << 40) ^ std::uint64_t(t)));
+    for (int j = 0; j < d.headDim; ++j) {
+        h = mix64(h);
+        k16[o + j] = __float2half_rn(float(std::uint32_t(h)) * 4.656612873e-10f - 1.f);
+        v16[o + j] = __float2half_rn(float(std::uint32_t(h >> 32)) * 4.656612873e-10f - 1.f);
+    }
+}
+
+} // namespace
+
+// ---- launchers ---------------------------------------------------------------------------------
+
+cudaError_t launchQuantizeAppend(const DecodeDims& d, const float* keys, const float* values, int perSeq,
+                                 std::int64_t t0, const float* kb, const float* kn, const float* vb, const float* vn,
+                                 std::uint8_t* kc, std::uint8_t* vc, std::int32_t* codesOut, cudaStream_t stream)
+{
+    const dim3 grid(unsigned(d.batch * perSeq), unsigned(d.subspaces()), 2);
+    quantizeAppendKernel<<<grid, kQuantThreads, std::size_t(d.dim) * sizeof(float), stream>>>(
+        d, keys, values, perSeq, t0, kb, kn, vb, vn, kc, vc, codesOut);
+    return cudaGetLastError();
+}
+
+cudaError_t launchAppendFp16(const DecodeDims& d, const float* keys, const float* values, int perSeq, std::int64_t t0,
+                             std::uint16_t* k16, std::uint16_t* v16, cudaStream_t stream)
+{
+    appendFp16Kernel<<<unsigned(d.batch * perSeq), 256, 0, stream>>>(
+        d, keys, values, perSeq, t0, reinterpret_cast<__half*>(k16), reinterpret_cast<__half*>(v16));
+    return cudaGetLastError();
+}
+
+namespace {
+
+// Calls f.template operator()<G>() with G the smallest supported group size ≥ the model's.
+template <class F> cudaError_t withGroup(int group, F&& f)
+{
+    if (group <= 1)
+        return f.template operator()<1>();
+    if (group <= 2)
+        return f.template operator()<2>();
+    if (group <= 4)
+        return f.template operator()<4>();
+    if (group <= kMaxGroup)
+        return f.template operator()<8>();
+    return cudaErrorInvalidValue;
+}
+
+template <class Kernel> cudaError_t allowShared(Kernel k, std::size_t bytes)
+{
+    if (bytes <= 48 * 1024)
+        return cudaSuccess;
+    return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
+} // namespace
+
+cudaError_t launchFp16Decode(const DecodeDims& d, const float* q, const std::uint16_t* k16, const std::uint16_t* v16,
+                             const SplitPartials& part, cudaStream_t stream)
+{
+    const dim3 grid(unsigned(d.splits), unsigned(d.kvHeads), unsigned(d.batch));
+    return withGroup(d.group(), [&]<int G>() {
+        const std::size_t shm = splitSharedBytes<G>(d);
+        auto* kernel = fp16DecodeKernel<G, (G >= 8 ? 2 : 4)>;
+        if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
+            return e;
+        kernel<<<grid, kThreads, shm, stream>>>(d, q, reinterpret_cast<const __half*>(k16),
+                                                reinterpret_cast<const __half*>(v16), part);
+        return cudaGetLastError();
+    });
+}
+
+cudaError_t launchPaperDecode(const DecodeDims& d, const float* q, const std::uint8_t* kc, const std::uint16_t* kb,
+                              const std::uint8_t* vc, const std::uint16_t* vb, const float* ropeTurns,
+                              const SplitPartials& part, cudaStream_t stream)
+{
+    const dim3 grid(unsigned(d.splits), unsigned(d.kvHeads), unsigned(d.batch));
+    return withGroup(d.group(), [&]<int G>() {
+        const std::size_t shm = splitSharedBytes<G>(d);
+        auto* kernel = paperDecodeKernel<G, (G >= 8 ? 1 : 2)>;
+        if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
+            return e;
+        kernel<<<grid, kThreads, shm, stream>>>(d, q, kc, reinterpret_cast<const __half*>(kb), vc,
+                                                reinterpret_cast<const __half*>(vb),
+                                                reinterpret_cast<const float2*>(ropeTurns), part);
+        return cudaGetLastError();
+    });
+}
+
+cudaError_t launchCombine(const DecodeDims& d, const SplitPartials& part, float* out, cudaStream_t stream)
+{
+    combineKernel<<<unsigned(d.batch * d.heads), unsigned(d.headDim), 0, stream>>>(d, part, out);
+    return cudaGetLastError();
+}
+
+cudaError_t launchLookupTables(const DecodeDims& d, const float* q, const std::uint16_t* kb, float* tables,
+                               cudaStream_t stream)
+{
+    const dim3 grid(unsigned(d.batch * d.kvHeads), unsigned(d.subspacesPerHead() * d.stages));
+    lookupTablesKernel<<<grid, 256, 0, stream>>>(d, q, reinterpret_cast<const __half*>(kb), tables);
+    return cudaGetLastError();
+}
+
+std::size_t lookupSharedBytes(const DecodeDims& d)
+{
+    return 2 * std::size_t(d.group()) * d.subspacesPerHead() * d.stages * d.k * sizeof(float);
+}
+
+cudaError_t launchLookupSplit(const DecodeDims& d, const float* tables, const std::uint8_t* kc, const std::uint8_t* vc,
+                              float* weights, float* m, float* l, cudaStream_t stream)
+{
+    const dim3 grid(unsigned(d.splits), unsigned(d.kvHeads), unsigned(d.batch));
+    const std::size_t shm = lookupSharedBytes(d);
+    return withGroup(d.group(), [&]<int G>() {
+        auto* kernel = lookupSplitKernel<G>;
+        if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
+            return e;
+        kernel<<<grid, kLookupThreads, shm, stream>>>(d, tables, kc, vc, weights, m, l);
+        return cudaGetLastError();
+    });
+}
+
+std::size_t lookupCombineSharedBytes(const DecodeDims& d)
+{
+    const std::size_t per = std::size_t(d.subspacesPerHead()) * d.stages * d.k;
+    const std::size_t parts = std::max(1, 256 / d.headDim);
+    const std::size_t weights = std::max(per, parts * d.headDim) * d.group();
+    return (weights + std::size_t(d.group()) * d.splits + d.group()) * sizeof(float);
+}
+
+cudaError_t launchLookupCombine(const DecodeDims& d, const float* weights, const float* m, const float* l,
+                                const std::uint16_t* vb, float* out, cudaStream_t stream)
+{
+    const std::size_t shm = lookupCombineSharedBytes(d);
+    if (cudaError_t e = allowShared(lookupCombineKernel, shm); e != cudaSuccess)
+        return e;
+    lookupCombineKernel<<<unsigned(d.batch * d.kvHeads), 256, shm, stream>>>(d, weights, m, l,
+                                                                             reinterpret_cast<const __half*>(vb), out);
+    return cudaGetLastError();
+}
+
+cudaError_t launchFillRandom(const DecodeDims& d, std::int64_t t0, std::int64_t t1, std::uint64_t seed,
+                             std::uint8_t* kc, std::uint8_t* vc, std::uint16_t* k16, std::uint16_t* v16,
+                             cudaStream_t stream)
+{
+    if (t1 <= t0)
+        return cudaSuccess;
+    const unsigned blocks = unsigned((t1 - t0 + 255) / 256);
+    fillCodesKernel<<<dim3(blocks, unsigned(d.subspaces()), unsigned(d.batch)), 256, 0, stream>>>(d, t0, t1, seed, kc,
+                                                                                                  vc);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+        return e;
+    if (k16)
+        fillFp16Kernel<<<dim3(blocks, unsigned(d.kvHeads), unsigned(d.batch)), 256, 0, stream>>>(
+            d, t0, t1, seed, reinterpret_cast<__half*>(k16), reinterpret_cast<__half*>(v16));
+    return cudaGetLastError();
+}
+
+} // namespace gsrq::gpu::kernels

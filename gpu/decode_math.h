@@ -1,0 +1,59 @@
+#pragma once
+// Arithmetic shared by the decode kernels and the host: the same source runs on the device (nvcc
+// compiles it __host__ __device__) and in the CPU tests, so what the kernels compute here is tested
+// without a GPU.
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define GSRQ_HD __host__ __device__ __forceinline__
+#else
+#define GSRQ_HD inline
+#endif
+
+namespace gsrq::gpu {
+
+// The stage-r code of a token whose codes are packed little-endian at `bits` bits each into
+// 32-bit words (PackedCodes' layout read as words).
+GSRQ_HD std::uint32_t codeAt(const std::uint32_t* words, int r, int bits)
+{
+    const int bit0 = r * bits, w = bit0 >> 5, off = bit0 & 31;
+    std::uint32_t v = words[w] >> off;
+    if (off + bits > 32)
+        v |= words[w + 1] << (32 - off);
+    return bits == 32 ? v : v & ((1u << bits) - 1u);
+}
+
+// A RoPE frequency in turns per position, inv_freq / 2π, split into two floats (hi + lo carries
+// ~48 bits), so that a float kernel can form position × frequency to ~1e-8 turns at any position
+// below 2^24, where a plain float product is off by 0.06 rad at position 10^6.
+struct TurnsPerPosition {
+    float hi = 0, lo = 0;
+};
+
+inline TurnsPerPosition turnsPerPosition(double invFreq)
+{
+    const double t = invFreq / (2.0 * 3.14159265358979323846);
+    TurnsPerPosition s;
+    s.hi = float(t);
+    s.lo = float(t - double(s.hi));
+    return s;
+}
+
+// Largest position the split product above serves exactly (positions are floats in it).
+inline constexpr std::int64_t kMaxRopePosition = std::int64_t(1) << 24;
+
+// The fractional part of position × (hi + lo) turns, in [−0.5, 0.5]. p·hi is split into its rounded
+// value and its exact rounding error (fma); the integer part of the rounded value is removed
+// exactly before the small terms are added.
+GSRQ_HD float ropeTurns(float position, float hi, float lo)
+{
+    const float a = position * hi;
+    const float e = fmaf(position, hi, -a);
+    float f = a - rintf(a);
+    f += e + position * lo;
+    return f - rintf(f);
+}
+
+} // namespace gsrq::gpu
