@@ -32,6 +32,7 @@ public:
     void recordEval(const std::vector<EvalResult>& r);
     void recordArtifact(const std::string& path, const std::string& kind);
     void recordMetrics(const std::vector<MetricRow>& rows) { m_store.addMetrics(m_id, rows); }
+    void recordSeries(const std::vector<SeriesPoint>& points) { m_store.addSeries(m_id, points); }
 
     void finish(const std::string& status, const std::string& summaryJson = "{}", const std::string& error = "");
 

@@ -6,6 +6,7 @@
 
 #include "decode_cache.h"
 #include "device.h"
+#include "run_store.h"
 
 #include <atomic>
 #include <cstdint>
@@ -145,6 +146,11 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& options, const Codebo
                                  const Codebooks& valueBooks, const std::string& codebookSource,
                                  const std::function<void(const DecodeBenchPoint&)>& onPoint = {},
                                  const std::atomic<bool>* cancel = nullptr);
+
+// A point in the run store: the series "<path> b=<batch>" (x: context, y: µs per layer and step),
+// and its figures as metrics (scope "decode", method: the path, tensor: "b=<batch> ctx=<context>").
+std::vector<SeriesPoint> decodeSeries(const DecodeBenchPoint& p);
+std::vector<MetricRow> decodeMetrics(const DecodeBenchPoint& p);
 
 // Synthetic codebooks for the benchmark when none are given: Gaussian codewords whose scale halves
 // every two stages, like trained residual stages (the timing does not depend on their values).

@@ -71,6 +71,33 @@ bool DecodeBenchReport::allVerified() const
     return true;
 }
 
+std::vector<SeriesPoint> decodeSeries(const DecodeBenchPoint& p)
+{
+    if (!p.skipped.empty() || p.seconds <= 0)
+        return {};
+    return {{cat(decodePathName(p.path), " b=", p.batch), double(p.context), p.seconds * 1e6}};
+}
+
+std::vector<MetricRow> decodeMetrics(const DecodeBenchPoint& p)
+{
+    if (!p.skipped.empty())
+        return {};
+    const std::string tensor = cat("b=", p.batch, " ctx=", p.context);
+    std::vector<MetricRow> rows;
+    auto add = [&](const char* name, double v) {
+        rows.push_back({"decode", decodePathName(p.path), tensor, -1, -1, name, v});
+    };
+    add("seconds", p.seconds);
+    add("bytes", p.bytes);
+    add("bytes_per_second", p.bytesPerSecond);
+    if (p.relError >= 0)
+        add("rel_error", p.relError);
+    if (p.speedupVsFp16 > 0)
+        add("speedup_vs_fp16", p.speedupVsFp16);
+    add("splits", p.splits);
+    return rows;
+}
+
 Codebooks syntheticDecodeBooks(const DecodeShape& s, int dim, int stages, int k, std::uint64_t seed)
 {
     Codebooks cb;

@@ -25,5 +25,6 @@ Command registerCodebooks(CLI::App& root);
 Command registerRuns(CLI::App& root);
 Command registerCheckGpu(CLI::App& root);
 Command registerBenchTrain(CLI::App& root);
+Command registerBenchDecode(CLI::App& root);
 
 } // namespace gsrq::cli

@@ -1,0 +1,305 @@
+// Decode on the GPU. Everywhere: the arithmetic the kernels share with the host (code unpacking,
+// the RoPE angle in split floats), the split planning, the shape checks, and bench-decode's exit 2
+// without a device. With a device: quantize-and-pack against the CPU's greedy encoder, the packed
+// layout downloaded against the CPU's, and every decode path against its CPU reference in double
+// on seeded shapes (GQA groups 1, 4 and 8; D = head_dim and D < head_dim; K = 256 bytes and bit-packed
+// K = 16; positions past 64K).
+
+#include "cluster_backend.h"
+#include "decode.h"
+#include "decode_cache.h"
+#include "decode_math.h"
+#include "device.h"
+#include "error.h"
+#include "quantizer.h"
+#include "rope.h"
+#include "test_util.h"
+
+#include <QtTest>
+
+#include <random>
+
+using namespace gsrq;
+
+namespace {
+
+bool haveDevice(QString* why)
+{
+    const auto q = gpu::queryDevices();
+    if (q.devices.empty())
+        *why = QString::fromStdString("no CUDA device: " + q.message);
+    return !q.devices.empty();
+}
+
+MatrixRF gaussian(Eigen::Index rows, Eigen::Index cols, std::uint64_t seed, float scale = 1.f)
+{
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> n(0.f, scale);
+    MatrixRF x(rows, cols);
+    for (Eigen::Index i = 0; i < x.size(); ++i)
+        x.data()[i] = n(rng);
+    return x;
+}
+
+double relError(const Eigen::VectorXd& a, const Eigen::VectorXd& ref)
+{
+    if (!a.allFinite())
+        return std::numeric_limits<double>::infinity();
+    return (a - ref).norm() / ref.norm();
+}
+
+struct Case {
+    const char* name;
+    DecodeShape shape;
+    int dim, stages, k, batch;
+    std::int64_t tokens, positionOffset;
+};
+
+// FP32 arithmetic over ~1000 tokens on FP16 data: errors near 1e-6; 1e-4 is far above that and far
+// below what a wrong index, a missed token or a wrong rotation gives (order 1e-1 or more).
+constexpr double kTol = 1e-4;
+
+} // namespace
+
+class TestDecodeGpu : public QObject {
+    Q_OBJECT
+
+private slots:
+    void codeAtReadsThePackedLayout()
+    {
+        // Every K from 2 to 65,536 and up to 256 bits per token: codeAt (what the kernels run) gives
+        // back each code the CPU packed, including codes that straddle a 32-bit word.
+        std::mt19937 rng(3);
+        for (int bits = 1; bits <= 16; ++bits) {
+            const int k = 1 << bits, stages = std::min(256 / bits, 20);
+            Codes codes(37, 2 * stages);
+            for (Eigen::Index i = 0; i < codes.size(); ++i)
+                codes.data()[i] = int(rng() % std::uint32_t(k));
+            const PackedCodes p = packCodes(codes, 2, stages, k);
+            for (int m = 0; m < 2; ++m)
+                for (std::int64_t t = 0; t < 37; ++t) {
+                    const auto* words = reinterpret_cast<const std::uint32_t*>(
+                        p.data.data() + (std::size_t(m) * p.capacity + std::size_t(t)) * p.bytesPerToken);
+                    for (int r = 0; r < stages; ++r)
+                        QCOMPARE(int(gpu::codeAt(words, r, bits)), codes(t, m * stages + r));
+                }
+        }
+    }
+
+    void ropeTurnsHoldAtLongPositions()
+    {
+        // The split-float angle against an 80-bit reference, at positions to 2^24: within 2e-7 turns
+        // (1.3e-6 rad; its rounding budget is a few 2^-25). The plain float product the kernels do
+        // not use is shown to miss by far more, so the test can tell the two apart.
+        const auto inv = ropeInvFreq(500000.0, 128);
+        double worst = 0, worstPlain = 0;
+        for (std::int64_t pos : {0LL, 1LL, 4095LL, 65537LL, 131071LL, 1000003LL, 9999991LL, (1LL << 24) - 1}) {
+            for (double f : inv) {
+                const auto t = gpu::turnsPerPosition(f);
+                const long double exact = (long double)pos * ((long double)f / (2.0L * 3.14159265358979323846264338L));
+                const long double frac = exact - std::nearbyintl(exact);
+                auto wrapErr = [&](long double v) {
+                    long double e = v - frac;
+                    e -= std::nearbyintl(e);
+                    return double(std::fabs(e));
+                };
+                worst = std::max(worst, wrapErr(gpu::ropeTurns(float(pos), t.hi, t.lo)));
+                const float plain = float(pos) * float(f / (2.0 * 3.14159265358979323846));
+                worstPlain = std::max(worstPlain, wrapErr(plain - std::nearbyint(plain)));
+            }
+        }
+        QVERIFY2(worst < 2e-7, qPrintable(QString::number(worst)));
+        QVERIFY2(worstPlain > 1e-3, qPrintable(QString::number(worstPlain)));
+    }
+
+    void splitsCoverTheContext()
+    {
+        for (std::int64_t tokens : {1LL, 31LL, 32LL, 1000LL, 8192LL, 131072LL, 1000001LL})
+            for (int batch : {1, 8, 32})
+                for (std::int64_t minTokens : {256LL, 1024LL}) {
+                    const auto p = gpu::planSplits(tokens, batch, 8, 132, minTokens);
+                    QVERIFY(p.splits >= 1);
+                    QCOMPARE(p.tokensPerSplit % 32, 0LL);
+                    QVERIFY(std::int64_t(p.splits) * p.tokensPerSplit >= tokens);    // every token in a split
+                    QVERIFY(std::int64_t(p.splits - 1) * p.tokensPerSplit < tokens); // no split empty
+                    if (p.splits > 1)
+                        QVERIFY(p.tokensPerSplit >= minTokens);
+                    // Enough blocks for two per multiprocessor when the context allows it.
+                    if (tokens / minTokens >= (264 + batch * 8 - 1) / (batch * 8))
+                        QVERIFY(std::int64_t(p.splits) * batch * 8 >= 264 - 32 * batch * 8);
+                }
+        // Batch 1, 8 KV heads, 132 SMs, 32K tokens: 33 splits of 1024 → 264 blocks.
+        const auto p = gpu::planSplits(32768, 1, 8, 132, 256);
+        QCOMPARE(p.splits * 8 >= 256, true);
+    }
+
+    void shapesTheKernelsRefuseAreNamed()
+    {
+        QVERIFY(gpu::decodeShapeProblem({32, 8, 128}, 128, 12, 256).empty());
+        QVERIFY(gpu::decodeShapeProblem({32, 8, 128}, 64, 6, 16).empty());
+        QVERIFY(QString::fromStdString(gpu::decodeShapeProblem({32, 8, 96}, 96, 12, 256)).contains("--head-dim 96"));
+        QVERIFY(QString::fromStdString(gpu::decodeShapeProblem({32, 2, 128}, 128, 12, 256)).contains("at most 8"));
+        QVERIFY(QString::fromStdString(gpu::decodeShapeProblem({30, 8, 128}, 128, 12, 256)).contains("--kv-heads"));
+        QVERIFY(QString::fromStdString(gpu::decodeShapeProblem({32, 8, 128}, 12, 12, 256)).contains("D = 12"));
+        QVERIFY(QString::fromStdString(gpu::decodeShapeProblem({32, 8, 128}, 128, 33, 256)).contains("256"));
+        QVERIFY(QString::fromStdString(gpu::decodeShapeProblem({32, 8, 128}, 128, 12, 100)).contains("K = 100"));
+    }
+
+    void benchDecodeWithoutDeviceExitsTwo()
+    {
+        QString why;
+        if (haveDevice(&why))
+            QSKIP("a CUDA device is present");
+        const auto r = test::gsrqRun({"--no-db", "bench-decode", "--ctx", "1024", "--batch", "1"});
+        QVERIFY2(r.code == 2, r.err.constData());
+        QVERIFY2(r.err.contains("needs a CUDA device"), r.err.constData());
+        // Bad flags are named before the device is looked for.
+        const auto bad = test::gsrqRun({"--no-db", "bench-decode", "--bpa", "0.7"});
+        QCOMPARE(bad.code, 2);
+        QVERIFY2(bad.err.contains("--bpa"), bad.err.constData());
+        const auto badPath = test::gsrqRun({"--no-db", "bench-decode", "--paths", "fp16,fast"});
+        QCOMPARE(badPath.code, 2);
+        QVERIFY2(badPath.err.contains("--paths"), badPath.err.constData());
+    }
+
+    void decodeCacheWithoutDeviceFailsCleanly()
+    {
+        QString why;
+        if (haveDevice(&why))
+            QSKIP("a CUDA device is present");
+        const auto kb = gpu::syntheticDecodeBooks({8, 2, 64}, 64, 4, 16, 1);
+        try {
+            gpu::DeviceDecodeCache c({{8, 2, 64}, 1, 16}, kb, kb);
+            QFAIL("a device cache was made without a device");
+        } catch (const Error& e) {
+            QVERIFY(e.kind() == ErrorKind::Runtime || e.kind() == ErrorKind::InvalidInput);
+        }
+    }
+
+    void quantizeAndPackMatchesTheCpuEncoder()
+    {
+        QString why;
+        if (!haveDevice(&why))
+            QSKIP(qPrintable(why));
+        const DecodeShape s{8, 2, 128};
+        const int D = 64, R = 6, K = 256, B = 3, n = 40;
+        const auto kb = gpu::syntheticDecodeBooks(s, D, R, K, 11);
+        const auto vb = gpu::syntheticDecodeBooks(s, D, R, K, 12);
+        gpu::DeviceDecodeCache c({s, B, 100}, kb, vb);
+        const MatrixRF keys = gaussian(B * n, 256, 5, 0.3f), values = gaussian(B * n, 256, 6, 0.3f);
+        const auto [ck, cv] = c.append(keys, values);
+        const auto cpu = makeCpuBackend(1);
+        const Codes rk = encode(keys, kb, 1, *cpu), rv = encode(values, vb, 1, *cpu);
+        // Greedy encoding in FP32 on both sides; near-ties may flip one stage and then the rest of
+        // that row's stages: ≥ 99% of codes agree (the training backends' criterion is 99.9% of
+        // labels for a single stage).
+        const double agree = double((ck.array() == rk.array()).count() + (cv.array() == rv.array()).count()) /
+                             double(ck.size() + cv.size());
+        QVERIFY2(agree >= 0.99, qPrintable(QString::number(agree)));
+        // The packed layout on the device is the CPU's packing of those codes, sequence by sequence.
+        for (int b = 0; b < B; ++b) {
+            const PackedCodes dk = c.keyCodes(b);
+            const PackedCodes ref = packCodes(ck.middleRows(b * n, n), kb.subspaces, R, K);
+            QCOMPARE(dk.tokens, std::int64_t(n));
+            QVERIFY(dk.data == ref.data);
+        }
+        // FP16 copies are the inputs rounded to half precision (relative 2^-11).
+        const MatrixRF k16 = c.fp16Keys(1);
+        QVERIFY(
+            ((k16 - keys.middleRows(n, n)).array().abs() <= keys.middleRows(n, n).array().abs() * 1e-3f + 1e-7f).all());
+    }
+
+    void decodePathsMatchTheirReferences()
+    {
+        QString why;
+        if (!haveDevice(&why))
+            QSKIP(qPrintable(why));
+        const Case cases[] = {
+            {"gqa4 d128 D128 K256", {8, 2, 128}, 128, 6, 256, 3, 1000, 0},
+            {"gqa4 d128 D64 K16 bit-packed", {8, 2, 128}, 64, 5, 16, 2, 777, 0},
+            {"mha d64 past 64K", {4, 4, 64}, 64, 4, 256, 2, 1500, 70000},
+            {"gqa8 d256 D128", {8, 1, 256}, 128, 3, 64, 2, 300, 5},
+            {"gqa8 d128 long split", {16, 2, 128}, 128, 2, 256, 1, 9000, 0},
+        };
+        for (const auto& cs : cases) {
+            const auto kb = gpu::syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 21);
+            const auto vb = gpu::syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 22);
+            gpu::DeviceDecodeCache c({cs.shape, cs.batch, cs.tokens + 8}, kb, vb);
+            const std::int64_t F = std::int64_t(cs.shape.kvHeads) * cs.shape.headDim;
+            // Appended in two parts: the second lands after the first (append at the right offset).
+            const std::int64_t first = cs.tokens / 3;
+            for (auto [n, seed] : {std::pair{first, 1}, std::pair{cs.tokens - first, 2}}) {
+                MatrixRF keys = gaussian(cs.batch * n, F, 100 + seed), values = gaussian(cs.batch * n, F, 200 + seed);
+                // Rows in batch order: sequence b's n new tokens together.
+                c.append(keys, values);
+            }
+            QCOMPARE(c.tokens(), cs.tokens);
+            const MatrixRF q = gaussian(cs.batch, std::int64_t(cs.shape.heads) * cs.shape.headDim, 300);
+            const auto inv = ropeInvFreq(10000.0, cs.shape.headDim);
+            std::vector<std::int64_t> pos(std::size_t(cs.tokens));
+            for (std::size_t t = 0; t < pos.size(); ++t)
+                pos[t] = cs.positionOffset + std::int64_t(t);
+            const MatrixRF fp16 = c.decode(gpu::DecodePath::Fp16, q, cs.positionOffset);
+            const MatrixRF paper = c.decode(gpu::DecodePath::Paper, q, cs.positionOffset);
+            const MatrixRF lookup = c.decode(gpu::DecodePath::Lookup, q, cs.positionOffset);
+            for (int b = 0; b < cs.batch; ++b) {
+                const Eigen::VectorXf qb = q.row(b).transpose();
+                const auto kc = c.keyCodes(b), vc = c.valueCodes(b);
+                const Eigen::VectorXd rFp16 = naiveAttention(qb.cast<double>(), c.fp16Keys(b).cast<double>(),
+                                                             c.fp16Values(b).cast<double>(), cs.shape);
+                const Eigen::VectorXd rPaper = decodeAttention(qb, cs.positionOffset + cs.tokens, kc, c.keyBooks16(),
+                                                               vc, c.valueBooks16(), pos, inv, cs.shape);
+                const Eigen::VectorXd rLookup = lookupAttention(qb, kc, c.keyBooks16(), vc, c.valueBooks16(), cs.shape);
+                const double e1 = relError(fp16.row(b).transpose().cast<double>(), rFp16);
+                const double e2 = relError(paper.row(b).transpose().cast<double>(), rPaper);
+                const double e3 = relError(lookup.row(b).transpose().cast<double>(), rLookup);
+                const QString msg = QString("%1, sequence %2: fp16 %3, paper %4, lookup %5")
+                                        .arg(cs.name)
+                                        .arg(b)
+                                        .arg(e1)
+                                        .arg(e2)
+                                        .arg(e3);
+                QVERIFY2(e1 < kTol && e2 < kTol && e3 < kTol, qPrintable(msg));
+            }
+            // The long case really ran split-K, so the combine step was exercised.
+            if (cs.tokens >= 9000)
+                QVERIFY(c.plan(gpu::DecodePath::Fp16).splits > 1 && c.plan(gpu::DecodePath::Lookup).splits > 1);
+        }
+    }
+
+    void decodeOnSyntheticCacheAndReRuns()
+    {
+        QString why;
+        if (!haveDevice(&why))
+            QSKIP(qPrintable(why));
+        // The benchmark's device-made cache: the same outputs on a second run (no race between
+        // blocks), and each path against its reference.
+        const DecodeShape s{32, 8, 128};
+        const auto kb = gpu::syntheticDecodeBooks(s, 128, 12, 256, 3),
+                   vb = gpu::syntheticDecodeBooks(s, 128, 12, 256, 4);
+        gpu::DeviceDecodeCache c({s, 2, 4100}, kb, vb);
+        c.appendRandom(4096, 9);
+        const MatrixRF q = gaussian(2, 32 * 128, 8);
+        for (auto path : {gpu::DecodePath::Fp16, gpu::DecodePath::Paper, gpu::DecodePath::Lookup}) {
+            const MatrixRF a = c.decode(path, q), b = c.decode(path, q);
+            QVERIFY2((a - b).norm() <= 1e-6 * a.norm(), gpu::decodePathName(path));
+        }
+        gpu::DecodeBenchOptions o;
+        o.shape = s;
+        o.contexts = {2048};
+        o.batches = {2};
+        o.reps = 20;
+        o.warmup = 1;
+        const auto rep = gpu::runDecodeBench(o, kb, vb, "synthetic");
+        QCOMPARE(int(rep.points.size()), 3);
+        for (const auto& p : rep.points) {
+            QVERIFY2(p.skipped.empty(), p.skipped.c_str());
+            QVERIFY(p.verified && p.relError < gpu::kDecodeTolerance);
+            QVERIFY(p.seconds > 0 && p.minSeconds <= p.seconds && p.seconds <= p.maxSeconds);
+        }
+        QVERIFY(rep.copyBytesPerSecond > 1e10);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestDecodeGpu)
+#include "tst_decode_gpu.moc"
