@@ -141,11 +141,12 @@ inline constexpr double kDecodeTolerance = 1e-3;
 
 // Runs the sweep: for each context and batch, each path is verified (sequence 0 against the CPU
 // reference on the same codes), warmed up, and timed with CUDA events, flushing the L2 between
-// runs. onPoint sees each point as it is measured; cancel stops between points.
+// runs. onPoint sees each point as it is measured; stop() returning true ends the sweep
+// between points.
 DecodeBenchReport runDecodeBench(const DecodeBenchOptions& options, const Codebooks& keyBooks,
                                  const Codebooks& valueBooks, const std::string& codebookSource,
                                  const std::function<void(const DecodeBenchPoint&)>& onPoint = {},
-                                 const std::atomic<bool>* cancel = nullptr);
+                                 const std::function<bool()>& stop = {});
 
 // A point in the run store: the series "<path> b=<batch>" (x: context, y: µs per layer and step),
 // and its figures as metrics (scope "decode", method: the path, tensor: "b=<batch> ctx=<context>").

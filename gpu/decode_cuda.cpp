@@ -557,7 +557,7 @@ double measureCopyBandwidth(cudaStream_t stream)
 
 DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& keyBooks, const Codebooks& valueBooks,
                                  const std::string& source, const std::function<void(const DecodeBenchPoint&)>& onPoint,
-                                 const std::atomic<bool>* cancel)
+                                 const std::function<bool()>& stop)
 {
     const auto devices = queryDevices();
     if (devices.devices.empty())
@@ -597,7 +597,7 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
     bool appendTimed = false;
     for (int batch : o.batches)
         for (std::int64_t ctx : o.contexts) {
-            if (cancel && cancel->load())
+            if (stop && stop())
                 return rep;
             // Per layer: codes of keys and values, FP16 keys and values, split workspace (≤ 64 MiB).
             const double perLayer = double(batch) * double(ctx) * (2.0 * M * bpt + 4.0 * s.kvHeads * s.headDim);

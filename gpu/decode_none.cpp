@@ -100,7 +100,7 @@ DeviceDecodeCache::DeviceDecodeCache(const DecodeCacheConfig&, const Codebooks&,
 DeviceDecodeCache::~DeviceDecodeCache() = default;
 
 DecodeBenchReport runDecodeBench(const DecodeBenchOptions&, const Codebooks&, const Codebooks&, const std::string&,
-                                 const std::function<void(const DecodeBenchPoint&)>&, const std::atomic<bool>*)
+                                 const std::function<void(const DecodeBenchPoint&)>&, const std::function<bool()>&)
 {
     throwInvalid("bench-decode needs a CUDA device: this build has no CUDA (configure with nvcc present)");
 }

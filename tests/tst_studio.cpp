@@ -5,6 +5,7 @@
 #include "codebook_file.h"
 #include "compare_page.h"
 #include "dataset_page.h"
+#include "decode.h"
 #include "error.h"
 #include "latency_page.h"
 #include "main_window.h"
@@ -33,6 +34,8 @@
 #include <QTableView>
 #include <QTreeWidget>
 #include <QtTest>
+
+#include <nlohmann/json.hpp>
 
 #include <thread>
 
@@ -63,6 +66,8 @@ private slots:
     void shrinkageStudyOfKeysAndValues();
     void weightsFollowTau();
     void latencyPageSaysHowToMeasure();
+    void latencyPageShowsStoredRuns();
+    void latencyRunFillsTheChartOnAGpu();
 
 private:
     QTemporaryDir m_dir;
@@ -413,9 +418,73 @@ void TestStudio::weightsFollowTau()
 
 void TestStudio::latencyPageSaysHowToMeasure()
 {
+    auto* page = m_window->latencyPage();
     m_window->showPage("latency");
-    m_window->latencyPage()->refresh();
-    QVERIFY(m_window->latencyPage()->messageText().contains("No decode-latency results"));
+    page->refresh();
+    QVERIFY(page->messageText().contains("No decode-latency results"));
+    const bool device = !gpu::queryDevices().devices.empty();
+    // Run is there only with a CUDA device; without one the page says why and still shows results.
+    QCOMPARE(page->runButton()->isEnabled(), device);
+    if (!device) {
+        QVERIFY(page->runButton()->toolTip().contains("CUDA device"));
+        QVERIFY(page->messageText().contains("needs a CUDA device"));
+    }
+}
+
+void TestStudio::latencyPageShowsStoredRuns()
+{
+    // A benchmark run recorded elsewhere (by the CLI on a GPU machine, here written directly with
+    // made-up figures): its curves appear per path and batch, x = context, y = µs.
+    std::int64_t id = 0;
+    {
+        RunStore store(m_store.toStdString());
+        RunInfo info;
+        info.kind = "bench-decode";
+        id = store.beginRun(info);
+        for (auto [path, us] : {std::pair{gpu::DecodePath::Fp16, 40.0}, std::pair{gpu::DecodePath::Lookup, 10.0}})
+            for (std::int64_t ctx : {1024, 32768}) {
+                gpu::DecodeBenchPoint p;
+                p.context = ctx;
+                p.batch = 8;
+                p.path = path;
+                p.seconds = us * 1e-6 * double(ctx) / 1024.0;
+                store.addSeries(id, gpu::decodeSeries(p));
+                store.addMetrics(id, gpu::decodeMetrics(p));
+            }
+        store.finishRun(id, "done");
+    }
+    auto* page = m_window->latencyPage();
+    page->refresh();
+    QVERIFY(page->messageText().contains("latest 1"));
+    page->chart()->flush();
+    const auto pts = page->chart()->points(QString("run %1: lookup b=8").arg(id));
+    QCOMPARE(pts.size(), 2);
+    QCOMPARE(pts[1].x(), 32768.0);
+    QVERIFY(std::abs(pts[1].y() - 320.0) < 1e-9);
+    QCOMPARE(page->chart()->points(QString("run %1: fp16 b=8").arg(id)).size(), 2);
+    {
+        RunStore store(m_store.toStdString());
+        store.deleteRun(id);
+    }
+}
+
+void TestStudio::latencyRunFillsTheChartOnAGpu()
+{
+    if (gpu::queryDevices().devices.empty())
+        QSKIP("no CUDA device: the Run button is off (checked in latencyPageSaysHowToMeasure)");
+    auto* page = m_window->latencyPage();
+    page->findChild<QLineEdit*>("contexts")->setText("2048");
+    page->findChild<QLineEdit*>("batches")->setText("1");
+    QSignalSpy done(&m_window->context().runner(), &JobRunner::finished);
+    page->runButton()->click();
+    QVERIFY(done.wait(120000));
+    page->chart()->flush();
+    for (const char* path : {"fp16", "paper", "lookup"})
+        QCOMPARE(page->chart()->points(QString("%1 b=1").arg(path)).size(), 1);
+    RunStore store(m_store.toStdString());
+    const auto runs = store.listRuns({"bench-decode", "done", 1});
+    QCOMPARE(int(runs.size()), 1);
+    QVERIFY(nlohmann::json::parse(runs[0].summaryJson)["all_verified"].get<bool>());
 }
 
 QTEST_MAIN(TestStudio)

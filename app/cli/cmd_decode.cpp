@@ -221,7 +221,7 @@ Command registerBenchDecode(CLI::App& root)
                             }
                             std::fflush(stdout);
                         },
-                        nullptr);
+                        [] { return stopRequested(); });
                 });
                 nlohmann::ordered_json points = nlohmann::ordered_json::array();
                 for (const auto& p : rep.points) {
@@ -257,6 +257,11 @@ Command registerBenchDecode(CLI::App& root)
                                                   {"memory_bandwidth_bytes_per_s", rep.device.memoryBandwidth},
                                                   {"append_seconds", rep.appendSeconds},
                                                   {"all_verified", rep.allVerified()}};
+                if (stopRequested()) {
+                    if (run)
+                        run.cancelled(summary.dump());
+                    throw Cancelled{"bench-decode stopped; the points measured so far are recorded"};
+                }
                 if (run)
                     run.done(summary.dump());
                 if (o->json) {

@@ -175,7 +175,6 @@ void SweepsPage::startSweep()
     m_job = m_ctx.runner().start(tr("sweep"), [=, this](const JobRunner::Context& job) {
         const LoadedTensor data = loadForClustering(dump->get(tensor), false);
         auto backend = gpu::makeBackend(backendRequest).backend;
-        const SweepAxis axis = overDim ? SweepAxis::Dim : SweepAxis::K;
         for (int pass = 0; pass < (residual ? 2 : 1) && !job.cancelled(); ++pass) {
             CompareSettings s = base;
             s.residual = pass == 1;
