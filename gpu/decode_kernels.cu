@@ -310,17 +310,10 @@ __global__ void __launch_bounds__(kThreads)
     finishSplit<G>(s, d, part, b, g, split, warp * perWarp + sub, j0, smem);
 }
 
-// Loads one token's code words for the subspace (bytesPerToken / 4 words, ≤ kMaxCodeWords).
-__device__ __forceinline__ void loadWords(std::uint32_t (&w)[kMaxCodeWords], const std::uint8_t* p, int nWords)
-{
-    const std::uint32_t* p32 = reinterpret_cast<const std::uint32_t*>(p);
-#pragma unroll
-    for (int i = 0; i < kMaxCodeWords; ++i)
-        w[i] = i < nWords ? __ldg(p32 + i) : 0u;
-}
-
 // Σ_r codeword features j..j+7 of the token whose codes are `w`.
-__device__ __forceinline__ void decode8(float (&x)[kEpl], const std::uint32_t (&w)[kMaxCodeWords], const __half* books,
+// The token's code words are read where they lie (L1-cached, the same address for the lanes of a
+// token): a register copy indexed by stage would live in local memory.
+__device__ __forceinline__ void decode8(float (&x)[kEpl], const std::uint32_t* w, const __half* books,
                                         const DecodeDims& d)
 {
 #pragma unroll
@@ -371,7 +364,6 @@ __global__ void __launch_bounds__(kThreads)
     const std::int64_t bookOff = std::int64_t(m) * d.stages * d.k * d.dim + (j0 % d.dim);
     const __half* kBook = kb + bookOff;
     const __half* vBook = vb + bookOff;
-    const int nWords = d.bytesPerToken / 4;
     const float scale = kLog2e / sqrtf(float(d.headDim));
 
     LaneState<G> st;
@@ -400,11 +392,8 @@ __global__ void __launch_bounds__(kThreads)
             const std::int64_t t = tw + sub + std::int64_t(u) * stride;
             ok[u] = t < t1;
             const std::int64_t tc = ok[u] ? t : t1 - 1;
-            std::uint32_t w[kMaxCodeWords];
-            loadWords(w, kCodes + tc * d.bytesPerToken, nWords);
-            decode8(kx[u], w, kBook, d);
-            loadWords(w, vCodes + tc * d.bytesPerToken, nWords);
-            decode8(vx[u], w, vBook, d);
+            decode8(kx[u], reinterpret_cast<const std::uint32_t*>(kCodes + tc * d.bytesPerToken), kBook, d);
+            decode8(vx[u], reinterpret_cast<const std::uint32_t*>(vCodes + tc * d.bytesPerToken), vBook, d);
             rope8(kx[u], float(d.positionOffset + tc), j0, width, half, turns);
         }
         attendStep<G, U>(st, kx, vx, ok, width, group);
@@ -520,7 +509,6 @@ __global__ void __launch_bounds__(kLookupThreads)
     }
     __syncthreads();
 
-    const int nWords = d.bytesPerToken / 4;
     const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
     const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
     float mRef[G], lSum[G];
@@ -538,8 +526,8 @@ __global__ void __launch_bounds__(kLookupThreads)
         for (int h = 0; h < G; ++h)
             sc[h] = 0;
         for (int s = 0; s < S; ++s) {
-            std::uint32_t w[kMaxCodeWords];
-            loadWords(w, kc + ((std::int64_t(b) * M + g * S + s) * d.capacity + tc) * d.bytesPerToken, nWords);
+            const auto* w = reinterpret_cast<const std::uint32_t*>(
+                kc + ((std::int64_t(b) * M + g * S + s) * d.capacity + tc) * d.bytesPerToken);
             for (int r = 0; r < R; ++r) {
                 const int c = int(codeAt(w, r, d.bits)), o = (s * R + r) * K + c;
 #pragma unroll
@@ -570,8 +558,8 @@ __global__ void __launch_bounds__(kLookupThreads)
         __syncthreads();
         if (ok)
             for (int s = 0; s < S; ++s) {
-                std::uint32_t w[kMaxCodeWords];
-                loadWords(w, vc + ((std::int64_t(b) * M + g * S + s) * d.capacity + t) * d.bytesPerToken, nWords);
+                const auto* w = reinterpret_cast<const std::uint32_t*>(
+                    vc + ((std::int64_t(b) * M + g * S + s) * d.capacity + t) * d.bytesPerToken);
                 for (int r = 0; r < R; ++r) {
                     const int o = (s * R + r) * K + int(codeAt(w, r, d.bits));
 #pragma unroll
@@ -650,8 +638,10 @@ __global__ void lookupCombineKernel(DecodeDims d, const float* weights, const fl
     __syncthreads();
     float* red = Wt; // reuse: parts × group × headDim
     if (p < parts)
-        for (int h = 0; h < group; ++h)
-            red[(p * group + h) * d.headDim + j] = acc[h];
+#pragma unroll
+        for (int h = 0; h < kMaxGroup; ++h)
+            if (h < group)
+                red[(p * group + h) * d.headDim + j] = acc[h];
     __syncthreads();
     for (int i = threadIdx.x; i < group * d.headDim; i += blockDim.x) {
         const int h = i / d.headDim, jj = i % d.headDim;

@@ -203,7 +203,11 @@ def describe(model):
     heads = cfg.num_attention_heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    # One rotary module for the model (transformers ≥ 4.45), or one per attention module (older
+    # releases); its inv_freq carries any frequency scaling (e.g. Llama 3.1's), theta alone does not.
     rotary = getattr(inner, "rotary_emb", None)
+    if rotary is None and len(layers):
+        rotary = getattr(getattr(layers[0], "self_attn", None), "rotary_emb", None)
     inv_freq = getattr(rotary, "inv_freq", None) if rotary is not None else None
     theta = getattr(cfg, "rope_theta", None)
     if theta is None:
@@ -237,7 +241,11 @@ def load_model(a):
         raise InputError(f"--model {a.model}: model_type '{getattr(cfg, 'model_type', '?')}' is not a supported "
                          f"family ({', '.join(SUPPORTED)})")
     tok = transformers.AutoTokenizer.from_pretrained(a.model)
-    model = transformers.AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=torch_dtype(torch, mdt))
+    # transformers 5 names the argument dtype; 4.x calls it torch_dtype (and would pass an unknown
+    # dtype= on to the config, silently loading FP32).
+    major = int(str(getattr(transformers, "__version__", "4")).split(".")[0] or 4)
+    kw = {"dtype" if major >= 5 else "torch_dtype": torch_dtype(torch, mdt)}
+    model = transformers.AutoModelForCausalLM.from_pretrained(a.model, **kw)
     model.to(device)
     model.eval()
     return model, tok, device, mdt

@@ -212,9 +212,10 @@ Command registerBenchDecode(CLI::App& root)
                                 std::printf("  ctx %7lld  batch %2d  %-6s  skipped: %s\n", (long long)p.context,
                                             p.batch, gpu::decodePathName(p.path), p.skipped.c_str());
                             } else {
-                                std::printf("  ctx %7lld  batch %2d  %-6s  %9.2f µs  %7.1f GB/s  err %.1e",
+                                std::printf("  ctx %7lld  batch %2d  %-6s  %9.2f µs  %7.1f GB/s  %s",
                                             (long long)p.context, p.batch, gpu::decodePathName(p.path), p.seconds * 1e6,
-                                            p.bytesPerSecond / 1e9, p.relError);
+                                            p.bytesPerSecond / 1e9,
+                                            p.verified ? cat("err ", p.relError).c_str() : "unverified");
                                 if (p.path != gpu::DecodePath::Fp16 && p.speedupVsFp16 > 0)
                                     std::printf("  %.2f× vs fp16", p.speedupVsFp16);
                                 std::printf("\n");

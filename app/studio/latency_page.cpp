@@ -25,10 +25,10 @@ QString pointLine(const gpu::DecodeBenchPoint& p)
     const QString head = QString("ctx %1  batch %2  %3").arg(p.context).arg(p.batch).arg(gpu::decodePathName(p.path));
     if (!p.skipped.empty())
         return head + "  skipped: " + QString::fromStdString(p.skipped);
-    QString s = head + QString("  %1 µs  %2 GB/s  err %3")
+    QString s = head + QString("  %1 µs  %2 GB/s  %3")
                            .arg(p.seconds * 1e6, 0, 'f', 2)
                            .arg(p.bytesPerSecond / 1e9, 0, 'f', 0)
-                           .arg(p.relError, 0, 'e', 1);
+                           .arg(p.verified ? QString("err %1").arg(p.relError, 0, 'e', 1) : QString("unverified"));
     if (p.path != gpu::DecodePath::Fp16 && p.speedupVsFp16 > 0)
         s += QString("  %1× vs fp16").arg(p.speedupVsFp16, 0, 'f', 2);
     return s;
