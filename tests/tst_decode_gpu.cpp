@@ -11,6 +11,7 @@
 #include "decode_math.h"
 #include "device.h"
 #include "error.h"
+#include "gpu_test_util.h"
 #include "quantizer.h"
 #include "rope.h"
 #include "test_util.h"
@@ -22,24 +23,6 @@
 using namespace gsrq;
 
 namespace {
-
-bool haveDevice(QString* why)
-{
-    const auto q = gpu::queryDevices();
-    if (q.devices.empty())
-        *why = QString::fromStdString("no CUDA device: " + q.message);
-    return !q.devices.empty();
-}
-
-MatrixRF gaussian(Eigen::Index rows, Eigen::Index cols, std::uint64_t seed, float scale = 1.f)
-{
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<float> n(0.f, scale);
-    MatrixRF x(rows, cols);
-    for (Eigen::Index i = 0; i < x.size(); ++i)
-        x.data()[i] = n(rng);
-    return x;
-}
 
 double relError(const Eigen::VectorXd& a, const Eigen::VectorXd& ref)
 {
@@ -148,7 +131,7 @@ private slots:
     void benchDecodeWithoutDeviceExitsTwo()
     {
         QString why;
-        if (haveDevice(&why))
+        if (test::haveCudaDevice(&why))
             QSKIP("a CUDA device is present");
         const auto r = test::gsrqRun({"--no-db", "bench-decode", "--ctx", "1024", "--batch", "1"});
         QVERIFY2(r.code == 2, r.err.constData());
@@ -165,7 +148,7 @@ private slots:
     void decodeCacheWithoutDeviceFailsCleanly()
     {
         QString why;
-        if (haveDevice(&why))
+        if (test::haveCudaDevice(&why))
             QSKIP("a CUDA device is present");
         const auto kb = gpu::syntheticDecodeBooks({8, 2, 64}, 64, 4, 16, 1);
         try {
@@ -179,14 +162,14 @@ private slots:
     void quantizeAndPackMatchesTheCpuEncoder()
     {
         QString why;
-        if (!haveDevice(&why))
+        if (!test::haveCudaDevice(&why))
             QSKIP(qPrintable(why));
         const DecodeShape s{8, 2, 128};
         const int D = 64, R = 6, K = 256, B = 3, n = 40;
         const auto kb = gpu::syntheticDecodeBooks(s, D, R, K, 11);
         const auto vb = gpu::syntheticDecodeBooks(s, D, R, K, 12);
         gpu::DeviceDecodeCache c({s, B, 100}, kb, vb);
-        const MatrixRF keys = gaussian(B * n, 256, 5, 0.3f), values = gaussian(B * n, 256, 6, 0.3f);
+        const MatrixRF keys = test::randomRows(B * n, 256, 5, 0.3f), values = test::randomRows(B * n, 256, 6, 0.3f);
         const auto [ck, cv] = c.append(keys, values);
         const auto cpu = makeCpuBackend(1);
         const Codes rk = encode(keys, kb, 1, *cpu), rv = encode(values, vb, 1, *cpu);
@@ -212,7 +195,7 @@ private slots:
     void decodePathsMatchTheirReferences()
     {
         QString why;
-        if (!haveDevice(&why))
+        if (!test::haveCudaDevice(&why))
             QSKIP(qPrintable(why));
         const Case cases[] = {
             {"gqa4 d128 D128 K256", {8, 2, 128}, 128, 6, 256, 3, 1000, 0},
@@ -229,12 +212,13 @@ private slots:
             // Appended in two parts: the second lands after the first (append at the right offset).
             const std::int64_t first = cs.tokens / 3;
             for (auto [n, seed] : {std::pair{first, 1}, std::pair{cs.tokens - first, 2}}) {
-                MatrixRF keys = gaussian(cs.batch * n, F, 100 + seed), values = gaussian(cs.batch * n, F, 200 + seed);
+                MatrixRF keys = test::randomRows(cs.batch * n, F, 100 + seed),
+                         values = test::randomRows(cs.batch * n, F, 200 + seed);
                 // Rows in batch order: sequence b's n new tokens together.
                 c.append(keys, values);
             }
             QCOMPARE(c.tokens(), cs.tokens);
-            const MatrixRF q = gaussian(cs.batch, std::int64_t(cs.shape.heads) * cs.shape.headDim, 300);
+            const MatrixRF q = test::randomRows(cs.batch, std::int64_t(cs.shape.heads) * cs.shape.headDim, 300);
             const auto inv = ropeInvFreq(10000.0, cs.shape.headDim);
             std::vector<std::int64_t> pos(std::size_t(cs.tokens));
             for (std::size_t t = 0; t < pos.size(); ++t)
@@ -270,7 +254,7 @@ private slots:
     void decodeOnSyntheticCacheAndReRuns()
     {
         QString why;
-        if (!haveDevice(&why))
+        if (!test::haveCudaDevice(&why))
             QSKIP(qPrintable(why));
         // The benchmark's device-made cache: the same outputs on a second run (no race between
         // blocks), and each path against its reference.
@@ -279,7 +263,7 @@ private slots:
                    vb = gpu::syntheticDecodeBooks(s, 128, 12, 256, 4);
         gpu::DeviceDecodeCache c({s, 2, 4100}, kb, vb);
         c.appendRandom(4096, 9);
-        const MatrixRF q = gaussian(2, 32 * 128, 8);
+        const MatrixRF q = test::randomRows(2, 32 * 128, 8);
         for (auto path : {gpu::DecodePath::Fp16, gpu::DecodePath::Paper, gpu::DecodePath::Lookup}) {
             const MatrixRF a = c.decode(path, q), b = c.decode(path, q);
             QVERIFY2((a - b).norm() <= 1e-6 * a.norm(), gpu::decodePathName(path));

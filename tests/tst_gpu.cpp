@@ -9,6 +9,7 @@
 #include "device.h"
 #include "error.h"
 #include "gpu_check.h"
+#include "gpu_test_util.h"
 #include "quantizer.h"
 #include "synth.h"
 #include "test_util.h"
@@ -18,18 +19,6 @@
 #include <numeric>
 
 using namespace gsrq;
-
-namespace {
-
-bool haveDevice(QString* why)
-{
-    const auto q = gpu::queryDevices();
-    if (q.devices.empty())
-        *why = QString::fromStdString("no CUDA device: " + q.message);
-    return !q.devices.empty();
-}
-
-} // namespace
 
 class TestGpu : public QObject {
     Q_OBJECT
@@ -73,7 +62,7 @@ private slots:
     void autoFallsBackToTheCpuAndSaysWhy()
     {
         QString why;
-        if (haveDevice(&why))
+        if (test::haveCudaDevice(&why))
             QSKIP("a CUDA device is present: auto picks it (checked in cudaMatchesCpu)");
         const auto c = gpu::makeBackend({gpu::BackendKind::Auto, 0, 1, false});
         QCOMPARE(QString::fromStdString(c.backend->name()), QString("cpu"));
@@ -86,7 +75,7 @@ private slots:
     void cudaWithoutDeviceIsAnInputError()
     {
         QString why;
-        if (haveDevice(&why))
+        if (test::haveCudaDevice(&why))
             QSKIP("a CUDA device is present");
         try {
             gpu::makeBackend({gpu::BackendKind::Cuda, 0, 1, false});
@@ -110,7 +99,7 @@ private slots:
     void autoRunsOnTheCpuWithoutDevice()
     {
         QString why;
-        if (haveDevice(&why))
+        if (test::haveCudaDevice(&why))
             QSKIP("a CUDA device is present");
         const QString sample = QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors");
         const auto r = test::gsrqRun({"--no-db", "compare", sample, "--tensor", "layers.0.key", "--dim", "8", "--k",
@@ -123,7 +112,7 @@ private slots:
     void devicesArePlausible()
     {
         QString why;
-        if (!haveDevice(&why))
+        if (!test::haveCudaDevice(&why))
             QSKIP(qPrintable(why));
         for (const auto& d : gpu::queryDevices().devices) {
             QVERIFY(!d.name.empty());
@@ -138,7 +127,7 @@ private slots:
     void cudaMatchesCpu()
     {
         QString why;
-        if (!haveDevice(&why))
+        if (!test::haveCudaDevice(&why))
             QSKIP(qPrintable(why));
         // The same checks as `gsrq check-gpu` (tolerances and their reasons in gpu_check.cpp).
         const auto rep = gpu::runGpuCheck({});
@@ -156,7 +145,7 @@ private slots:
     void cudaKeepsWorkingBlockByBlock()
     {
         QString why;
-        if (!haveDevice(&why))
+        if (!test::haveCudaDevice(&why))
             QSKIP(qPrintable(why));
         // The block operations a stage loop uses, resident and streamed, against the CPU backend:
         // gathered rows are copies (exact), the residual after subtraction is one float subtraction
@@ -198,7 +187,7 @@ private slots:
     void badDeviceIndexIsAnInputError()
     {
         QString why;
-        if (!haveDevice(&why))
+        if (!test::haveCudaDevice(&why))
             QSKIP(qPrintable(why));
         gpu::CudaOptions o;
         o.device = 64;
