@@ -6,6 +6,7 @@
 // online-softmax state (max, sum, 8 accumulators) of every query head of the group. Partials of the
 // lanes and warps are merged through shared memory at the end, then across splits by launchCombine.
 
+#include "decode_device.cuh"
 #include "decode_kernels.h"
 #include "decode_math.h"
 
@@ -18,142 +19,7 @@ namespace gsrq::gpu::kernels {
 
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kEpl = 8; // features per lane
-constexpr float kLog2e = 1.4426950408889634f;
-
-struct Half8 {
-    float v[kEpl];
-};
-
-__device__ __forceinline__ void addHalf8(float (&x)[kEpl], const uint4& raw)
-{
-    const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 f = __half22float2(h[i]);
-        x[2 * i] += f.x;
-        x[2 * i + 1] += f.y;
-    }
-}
-
-__device__ __forceinline__ uint4 load16(const void* p)
-{
-    return __ldg(reinterpret_cast<const uint4*>(p));
-}
-
-// Sum over the `width` lanes that hold one token (width a power of two ≤ 32, aligned groups).
-__device__ __forceinline__ float groupSum(float v, int width)
-{
-    for (int o = width / 2; o > 0; o /= 2)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ std::uint64_t mix64(std::uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-// ---- quantize-and-pack -----------------------------------------------------------------------
-
-constexpr int kQuantThreads = 256;
-
-// grid (rows n, subspaces M, 2: keys / values)
-__global__ void __launch_bounds__(kQuantThreads)
-    quantizeAppendKernel(DecodeDims d, const float* keys, const float* values, int perSeq, std::int64_t t0,
-                         const float* kb, const float* kn, const float* vb, const float* vn, std::uint8_t* kc,
-                         std::uint8_t* vc, std::int32_t* codesOut)
-{
-    extern __shared__ float smem[];
-    float* res = smem; // D
-    __shared__ float bestScore[kQuantThreads / 32];
-    __shared__ int bestIndex[kQuantThreads / 32];
-    __shared__ std::uint32_t words[kMaxCodeWords];
-
-    const int row = blockIdx.x, m = blockIdx.y, which = blockIdx.z;
-    const int D = d.dim, K = d.k, R = d.stages, M = d.subspaces();
-    const float* x = (which ? values : keys) + std::int64_t(row) * M * D + std::int64_t(m) * D;
-    const float* books = (which ? vb : kb) + std::int64_t(m) * R * K * D;
-    const float* norms = (which ? vn : kn) + std::int64_t(m) * R * K;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int j = threadIdx.x; j < D; j += blockDim.x)
-        res[j] = x[j];
-    if (threadIdx.x < kMaxCodeWords)
-        words[threadIdx.x] = 0;
-    __syncthreads();
-
-    for (int r = 0; r < R; ++r) {
-        const float* C = books + std::int64_t(r) * K * D;
-        float best = -FLT_MAX;
-        int bestK = 0x7fffffff;
-        // A warp per codeword: the lanes read its D floats coalesced and reduce the dot product.
-        for (int k = warp; k < K; k += kQuantThreads / 32) {
-            float dot = 0;
-            for (int j = lane; j < D; j += 32)
-                dot += res[j] * C[std::int64_t(k) * D + j];
-            for (int o = 16; o > 0; o /= 2)
-                dot += __shfl_xor_sync(0xffffffffu, dot, o);
-            const float s = 2.f * dot - norms[std::int64_t(r) * K + k];
-            if (s > best) { // k grows within a warp: the lowest k wins ties
-                best = s;
-                bestK = k;
-            }
-        }
-        if (lane == 0) {
-            bestScore[warp] = best;
-            bestIndex[warp] = bestK;
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float b = bestScore[0];
-            int bk = bestIndex[0];
-            for (int w = 1; w < kQuantThreads / 32; ++w)
-                if (bestScore[w] > b || (bestScore[w] == b && bestIndex[w] < bk)) {
-                    b = bestScore[w];
-                    bk = bestIndex[w];
-                }
-            bestIndex[0] = bk;
-        }
-        __syncthreads();
-        const int code = bestIndex[0];
-        for (int j = threadIdx.x; j < D; j += blockDim.x)
-            res[j] -= C[std::int64_t(code) * D + j];
-        if (threadIdx.x == 0) {
-            const int bit0 = r * d.bits, w = bit0 >> 5, off = bit0 & 31;
-            words[w] |= std::uint32_t(code) << off;
-            if (off + d.bits > 32)
-                words[w + 1] |= std::uint32_t(code) >> (32 - off);
-            if (codesOut)
-                codesOut[((std::int64_t(row) * 2 + which) * M + m) * R + r] = code;
-        }
-        __syncthreads();
-    }
-    const int b = row / perSeq;
-    const std::int64_t t = t0 + row % perSeq;
-    std::uint32_t* out = reinterpret_cast<std::uint32_t*>(
-        (which ? vc : kc) + ((std::int64_t(b) * M + m) * d.capacity + t) * d.bytesPerToken);
-    for (int w = threadIdx.x; w < d.bytesPerToken / 4; w += blockDim.x)
-        out[w] = words[w];
-}
-
-__global__ void appendFp16Kernel(DecodeDims d, const float* keys, const float* values, int perSeq, std::int64_t t0,
-                                 __half* k16, __half* v16)
-{
-    const int row = blockIdx.x, b = row / perSeq;
-    const std::int64_t t = t0 + row % perSeq;
-    const int F = d.kvHeads * d.headDim;
-    for (int f = threadIdx.x; f < F; f += blockDim.x) {
-        const int g = f / d.headDim, j = f % d.headDim;
-        const std::int64_t o = ((std::int64_t(b) * d.kvHeads + g) * d.capacity + t) * d.headDim + j;
-        k16[o] = __float2half_rn(keys[std::int64_t(row) * F + f]);
-        v16[o] = __float2half_rn(values[std::int64_t(row) * F + f]);
-    }
-}
+using namespace detail;
 
 // ---- split-K decode: FP16 and paper path ------------------------------------------------------
 
@@ -652,98 +518,10 @@ __global__ void lookupCombineKernel(DecodeDims d, const float* weights, const fl
     }
 }
 
-// ---- synthetic fill ------------------------------------------------------------------------------
-
-// grid (⌈tokens/256⌉, M or G, B)
-__global__ void fillCodesKernel(DecodeDims d, std::int64_t t0, std::int64_t t1, std::uint64_t seed, std::uint8_t* kc,
-                                std::uint8_t* vc)
-{
-    const std::int64_t t = t0 + std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (t >= t1)
-        return;
-    const int m = blockIdx.y, b = blockIdx.z, M = d.subspaces();
-    for (int which = 0; which < 2; ++which) {
-        std::uint32_t w[kMaxCodeWords] = {};
-        std::uint64_t h = mix64(seed ^ mix64((std::uint64_t(b) << 48) ^ (std::uint64_t(m) << 40) ^
-                                             (std::uint64_t(which) << 39) ^ std::uint64_t(t)));
-        for (int r = 0; r < d.stages; ++r) {
-            h = mix64(h);
-            const std::uint32_t c = std::uint32_t(h) & std::uint32_t(d.k - 1);
-            const int bit0 = r * d.bits, i = bit0 >> 5, off = bit0 & 31;
-            w[i] |= c << off;
-            if (off + d.bits > 32)
-                w[i + 1] |= c >> (32 - off);
-        }
-        std::uint32_t* out = reinterpret_cast<std::uint32_t*>(
-            (which ? vc : kc) + ((std::int64_t(b) * M + m) * d.capacity + t) * d.bytesPerToken);
-        for (int i = 0; i < d.bytesPerToken / 4; ++i)
-            out[i] = w[i];
-    }
-}
-
-__global__ void fillFp16Kernel(DecodeDims d, std::int64_t t0, std::int64_t t1, std::uint64_t seed, __half* k16,
-                               __half* v16)
-{
-    const std::int64_t t = t0 + std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (t >= t1)
-        return;
-    const int g = blockIdx.y, b = blockIdx.z;
-    const std::int64_t o = ((std::int64_t(b) * d.kvHeads + g) * d.capacity + t) * d.headDim;
-    std::uint64_t h =
-        mix64(seed ^ 0x5bd1e995ull ^ mix64((std::uint64_t(b) << 48) ^ (std::uint64_t(g) << 40) ^ std::uint64_t(t)));
-    for (int j = 0; j < d.headDim; ++j) {
-        h = mix64(h);
-        k16[o + j] = __float2half_rn(float(std::uint32_t(h)) * 4.656612873e-10f - 1.f);
-        v16[o + j] = __float2half_rn(float(std::uint32_t(h >> 32)) * 4.656612873e-10f - 1.f);
-    }
-}
-
 } // namespace
 
-// ---- launchers ---------------------------------------------------------------------------------
-
-cudaError_t launchQuantizeAppend(const DecodeDims& d, const float* keys, const float* values, int perSeq,
-                                 std::int64_t t0, const float* kb, const float* kn, const float* vb, const float* vn,
-                                 std::uint8_t* kc, std::uint8_t* vc, std::int32_t* codesOut, cudaStream_t stream)
-{
-    const dim3 grid(unsigned(d.batch * perSeq), unsigned(d.subspaces()), 2);
-    quantizeAppendKernel<<<grid, kQuantThreads, std::size_t(d.dim) * sizeof(float), stream>>>(
-        d, keys, values, perSeq, t0, kb, kn, vb, vn, kc, vc, codesOut);
-    return cudaGetLastError();
-}
-
-cudaError_t launchAppendFp16(const DecodeDims& d, const float* keys, const float* values, int perSeq, std::int64_t t0,
-                             std::uint16_t* k16, std::uint16_t* v16, cudaStream_t stream)
-{
-    appendFp16Kernel<<<unsigned(d.batch * perSeq), 256, 0, stream>>>(
-        d, keys, values, perSeq, t0, reinterpret_cast<__half*>(k16), reinterpret_cast<__half*>(v16));
-    return cudaGetLastError();
-}
-
-namespace {
-
-// Calls f.template operator()<G>() with G the smallest supported group size ≥ the model's.
-template <class F> cudaError_t withGroup(int group, F&& f)
-{
-    if (group <= 1)
-        return f.template operator()<1>();
-    if (group <= 2)
-        return f.template operator()<2>();
-    if (group <= 4)
-        return f.template operator()<4>();
-    if (group <= kMaxGroup)
-        return f.template operator()<8>();
-    return cudaErrorInvalidValue;
-}
-
-template <class Kernel> cudaError_t allowShared(Kernel k, std::size_t bytes)
-{
-    if (bytes <= 48 * 1024)
-        return cudaSuccess;
-    return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-}
-
-} // namespace
+using detail::allowShared;
+using detail::withGroup;
 
 cudaError_t launchFp16Decode(const DecodeDims& d, const float* q, const std::uint16_t* k16, const std::uint16_t* v16,
                              const SplitPartials& part, cudaStream_t stream)
@@ -826,23 +604,6 @@ cudaError_t launchLookupCombine(const DecodeDims& d, const float* weights, const
         return e;
     lookupCombineKernel<<<unsigned(d.batch * d.kvHeads), 256, shm, stream>>>(d, weights, m, l,
                                                                              reinterpret_cast<const __half*>(vb), out);
-    return cudaGetLastError();
-}
-
-cudaError_t launchFillRandom(const DecodeDims& d, std::int64_t t0, std::int64_t t1, std::uint64_t seed,
-                             std::uint8_t* kc, std::uint8_t* vc, std::uint16_t* k16, std::uint16_t* v16,
-                             cudaStream_t stream)
-{
-    if (t1 <= t0)
-        return cudaSuccess;
-    const unsigned blocks = unsigned((t1 - t0 + 255) / 256);
-    fillCodesKernel<<<dim3(blocks, unsigned(d.subspaces()), unsigned(d.batch)), 256, 0, stream>>>(d, t0, t1, seed, kc,
-                                                                                                  vc);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-        return e;
-    if (k16)
-        fillFp16Kernel<<<dim3(blocks, unsigned(d.kvHeads), unsigned(d.batch)), 256, 0, stream>>>(
-            d, t0, t1, seed, reinterpret_cast<__half*>(k16), reinterpret_cast<__half*>(v16));
     return cudaGetLastError();
 }
 
