@@ -33,6 +33,10 @@ SplitPlan planSplits(std::int64_t tokens, int batch, int kvHeads, int multiproce
 // multiple of 8 that divides head_dim; at most 8 query heads per KV head; R·log2 K ≤ 256 bits.
 std::string decodeShapeProblem(const DecodeShape& shape, int dim, int stages, int k);
 
+// Stages R that give `bpa` bits per activation with K = 256 (a byte per code) and subspaces of
+// `dim` features: R = bpa · dim / 8. Error(InvalidInput) naming --bpa when that is not whole.
+int decodeStagesForBpa(double bpa, int dim);
+
 struct DecodeCacheConfig {
     DecodeShape shape;
     int batch = 1;

@@ -7,6 +7,7 @@
 #include "error.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 namespace gsrq::gpu {
@@ -61,6 +62,15 @@ std::string decodeShapeProblem(const DecodeShape& s, int dim, int stages, int k)
     if (std::int64_t(stages) * PackedCodes::bitsFor(k) > 256)
         return cat("R·log2 K = ", stages * PackedCodes::bitsFor(k), " bits per token: the decode kernels take 256");
     return {};
+}
+
+int decodeStagesForBpa(double bpa, int dim)
+{
+    const double r = bpa * dim / 8.0;
+    const int R = int(std::lround(r));
+    if (R < 1 || std::abs(r - R) > 1e-9)
+        throwInvalid("--bpa ", bpa, " with D = ", dim, " and K = 256 needs a whole number of stages (bpa · D / 8)");
+    return R;
 }
 
 bool DecodeBenchReport::allVerified() const

@@ -604,13 +604,13 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
             const double need = o.layers * perLayer + (std::size_t(64) << 20);
             const double freeB = double(freeDeviceBytes()) * 0.9;
             std::vector<std::unique_ptr<DeviceDecodeCache>> layers;
+            const MatrixRF q = benchQuery(batch, s, o.seed);
             std::string skipped;
             if (need > freeB) {
                 skipped = cat("needs ", need / double(1 << 30), " GiB of device memory; ", freeB / double(1 << 30),
                               " GiB free");
             } else {
                 DecodeCacheConfig cfg{s, batch, ctx + 1, o.device, true, o.ropeTheta, stream};
-                const MatrixRF q = benchQuery(batch, s, o.seed);
                 for (int l = 0; l < o.layers; ++l) {
                     layers.push_back(std::make_unique<DeviceDecodeCache>(cfg, keyBooks, valueBooks));
                     layers.back()->appendRandom(ctx, o.seed + std::uint64_t(l));
@@ -638,7 +638,6 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
                 }
                 DeviceDecodeCache& c0 = *layers.front();
                 p.splits = c0.plan(path).splits;
-                const MatrixRF q = benchQuery(batch, s, o.seed);
                 if (o.verify) {
                     const MatrixRF out = c0.decode(path, q);
                     auto& ref = refs[{ctx, int(path)}];
@@ -668,8 +667,6 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
                         continue;
                     }
                 }
-                for (auto& l : layers)
-                    l->setQuery(q);
                 for (int w = 0; w < o.warmup; ++w)
                     for (auto& l : layers)
                         l->enqueue(path);

@@ -142,17 +142,15 @@ Command registerBenchDecode(CLI::App& root)
                 if (!o->codebooks.empty()) {
                     std::tie(kb, vb) = booksFromFile(o->codebooks, o->layer);
                     source = o->codebooks;
+                    if (const auto why = gpu::decodeShapeProblem(b.shape, kb.dim, kb.stages, kb.k); !why.empty())
+                        throwInvalid(o->codebooks, ": ", why);
                 } else {
                     int D = o->dim, R = o->stages, K = o->k;
                     if (D == 0 && R == 0 && K == 0) {
                         // K = 256 (one byte per code), D = head_dim: R = bpa · D / 8.
                         D = o->headDim;
                         K = 256;
-                        const double r = o->bpa * D / 8.0;
-                        R = int(std::lround(r));
-                        if (R < 1 || std::abs(r - R) > 1e-9)
-                            throwInvalid("--bpa ", o->bpa, " with D = ", D,
-                                         " and K = 256 needs a whole number of stages (bpa · D / 8)");
+                        R = gpu::decodeStagesForBpa(o->bpa, D);
                     } else if (D == 0 || R == 0 || K == 0) {
                         throwInvalid("--dim, --stages and --k go together (or use --bpa)");
                     }
@@ -162,8 +160,6 @@ Command registerBenchDecode(CLI::App& root)
                     vb = gpu::syntheticDecodeBooks(b.shape, D, R, K, o->seed + 1);
                     source = "synthetic";
                 }
-                if (const auto why = gpu::decodeShapeProblem(b.shape, kb.dim, kb.stages, kb.k); !why.empty())
-                    throwInvalid(why);
                 if (kb.features() != std::int64_t(o->kvHeads) * o->headDim)
                     throwInvalid("--codebooks ", o->codebooks, ": ", kb.features(),
                                  " features; --kv-heads × --head-dim = ", std::int64_t(o->kvHeads) * o->headDim);

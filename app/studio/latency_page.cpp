@@ -190,7 +190,7 @@ void LatencyPage::start()
             o.batches.push_back(int(b));
         o.shape = {m_heads->value(), m_kvHeads->value(), m_headDim->currentText().toInt()};
         o.layers = m_layers->value();
-        const int D = o.shape.headDim, R = int(std::lround(m_bpa->currentText().toDouble() * D / 8.0));
+        const int D = o.shape.headDim, R = gpu::decodeStagesForBpa(m_bpa->currentText().toDouble(), D);
         if (const auto why = gpu::decodeShapeProblem(o.shape, D, R, 256); !why.empty())
             throwInvalid(why);
         kb = gpu::syntheticDecodeBooks(o.shape, D, R, 256, o.seed);
