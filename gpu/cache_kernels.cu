@@ -18,14 +18,21 @@ using namespace detail;
 
 constexpr int kQuantThreads = 256;
 
-// grid (rows n, subspaces M, 2: keys / values)
+// Ties go to the lower codeword index, as in the CPU encoder.
+__device__ __forceinline__ bool better(float s, int k, float bestS, int bestK)
+{
+    return s > bestS || (s == bestS && k < bestK);
+}
+
+// grid (rows n, subspaces M, 2: keys / values). A thread per codeword (k = thread, thread + 256, ...):
+// its score 2 r·c − ‖c‖² reads the residual from shared memory (the same word for all threads) and
+// the transposed codebook coalesced; then one argmax over the block per stage.
 __global__ void __launch_bounds__(kQuantThreads)
     quantizeAppendKernel(DecodeDims d, const float* keys, const float* values, int perSeq, std::int64_t t0,
-                         const float* kb, const float* kn, const float* vb, const float* vn, std::uint8_t* kc,
+                         const float* kbT, const float* kn, const float* vbT, const float* vn, std::uint8_t* kc,
                          std::uint8_t* vc, std::int32_t* codesOut)
 {
-    extern __shared__ float smem[];
-    float* res = smem; // D
+    float* res = dynamicShared<float>(); // D
     __shared__ float bestScore[kQuantThreads / 32];
     __shared__ int bestIndex[kQuantThreads / 32];
     __shared__ std::uint32_t words[kMaxCodeWords];
@@ -33,7 +40,7 @@ __global__ void __launch_bounds__(kQuantThreads)
     const int row = blockIdx.x, m = blockIdx.y, which = blockIdx.z;
     const int D = d.dim, K = d.k, R = d.stages, M = d.subspaces();
     const float* x = (which ? values : keys) + std::int64_t(row) * M * D + std::int64_t(m) * D;
-    const float* books = (which ? vb : kb) + std::int64_t(m) * R * K * D;
+    const float* booksT = (which ? vbT : kbT) + std::int64_t(m) * R * D * K;
     const float* norms = (which ? vn : kn) + std::int64_t(m) * R * K;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int j = threadIdx.x; j < D; j += blockDim.x)
@@ -43,21 +50,22 @@ __global__ void __launch_bounds__(kQuantThreads)
     __syncthreads();
 
     for (int r = 0; r < R; ++r) {
-        const float* C = books + std::int64_t(r) * K * D;
+        const float* CT = booksT + std::int64_t(r) * D * K; // [D][K]
         float best = -FLT_MAX;
         int bestK = 0x7fffffff;
-        // A warp per codeword: the lanes read its D floats coalesced and reduce the dot product.
-        for (int k = warp; k < K; k += kQuantThreads / 32) {
+        for (int k = threadIdx.x; k < K; k += blockDim.x) {
             float dot = 0;
-            for (int j = lane; j < D; j += 32)
-                dot += res[j] * C[std::int64_t(k) * D + j];
-            for (int o = 16; o > 0; o /= 2)
-                dot += __shfl_xor_sync(0xffffffffu, dot, o);
+            for (int j = 0; j < D; ++j)
+                dot += res[j] * CT[std::int64_t(j) * K + k];
             const float s = 2.f * dot - norms[std::int64_t(r) * K + k];
-            if (s > best) { // k grows within a warp: the lowest k wins ties
-                best = s;
-                bestK = k;
-            }
+            if (better(s, k, best, bestK))
+                best = s, bestK = k;
+        }
+        for (int o = 16; o > 0; o /= 2) {
+            const float os = __shfl_xor_sync(0xffffffffu, best, o);
+            const int ok = __shfl_xor_sync(0xffffffffu, bestK, o);
+            if (better(os, ok, best, bestK))
+                best = os, bestK = ok;
         }
         if (lane == 0) {
             bestScore[warp] = best;
@@ -68,16 +76,14 @@ __global__ void __launch_bounds__(kQuantThreads)
             float b = bestScore[0];
             int bk = bestIndex[0];
             for (int w = 1; w < kQuantThreads / 32; ++w)
-                if (bestScore[w] > b || (bestScore[w] == b && bestIndex[w] < bk)) {
-                    b = bestScore[w];
-                    bk = bestIndex[w];
-                }
-            bestIndex[0] = bk;
+                if (better(bestScore[w], bestIndex[w], b, bk))
+                    b = bestScore[w], bk = bestIndex[w];
+            bestIndex[0] = bk < K ? bk : 0; // no score above −FLT_MAX (non-finite input): code 0
         }
         __syncthreads();
         const int code = bestIndex[0];
         for (int j = threadIdx.x; j < D; j += blockDim.x)
-            res[j] -= C[std::int64_t(code) * D + j];
+            res[j] -= CT[std::int64_t(j) * K + code];
         if (threadIdx.x == 0) {
             const int bit0 = r * d.bits, w = bit0 >> 5, off = bit0 & 31;
             words[w] |= std::uint32_t(code) << off;
@@ -159,20 +165,20 @@ __global__ void fillFp16Kernel(DecodeDims d, std::int64_t t0, std::int64_t t1, s
 } // namespace
 
 cudaError_t launchQuantizeAppend(const DecodeDims& d, const float* keys, const float* values, int perSeq,
-                                 std::int64_t t0, const float* kb, const float* kn, const float* vb, const float* vn,
+                                 std::int64_t t0, const float* kbT, const float* kn, const float* vbT, const float* vn,
                                  std::uint8_t* kc, std::uint8_t* vc, std::int32_t* codesOut, cudaStream_t stream)
 {
     const dim3 grid(unsigned(d.batch * perSeq), unsigned(d.subspaces()), 2);
-    quantizeAppendKernel<<<grid, kQuantThreads, std::size_t(d.dim) * sizeof(float), stream>>>(
-        d, keys, values, perSeq, t0, kb, kn, vb, vn, kc, vc, codesOut);
+    launch(quantizeAppendKernel, grid, kQuantThreads, std::size_t(d.dim) * sizeof(float), stream, d, keys, values,
+           perSeq, t0, kbT, kn, vbT, vn, kc, vc, codesOut);
     return cudaGetLastError();
 }
 
 cudaError_t launchAppendFp16(const DecodeDims& d, const float* keys, const float* values, int perSeq, std::int64_t t0,
                              std::uint16_t* k16, std::uint16_t* v16, cudaStream_t stream)
 {
-    appendFp16Kernel<<<unsigned(d.batch * perSeq), 256, 0, stream>>>(
-        d, keys, values, perSeq, t0, reinterpret_cast<__half*>(k16), reinterpret_cast<__half*>(v16));
+    launch(appendFp16Kernel, unsigned(d.batch * perSeq), 256, 0, stream, d, keys, values, perSeq, t0,
+           reinterpret_cast<__half*>(k16), reinterpret_cast<__half*>(v16));
     return cudaGetLastError();
 }
 
@@ -183,13 +189,13 @@ cudaError_t launchFillRandom(const DecodeDims& d, std::int64_t t0, std::int64_t 
     if (t1 <= t0)
         return cudaSuccess;
     const unsigned blocks = unsigned((t1 - t0 + 255) / 256);
-    fillCodesKernel<<<dim3(blocks, unsigned(d.subspaces()), unsigned(d.batch)), 256, 0, stream>>>(d, t0, t1, seed, kc,
-                                                                                                  vc);
+    launch(fillCodesKernel, dim3(blocks, unsigned(d.subspaces()), unsigned(d.batch)), 256, 0, stream, d, t0, t1, seed,
+           kc, vc);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
         return e;
     if (k16)
-        fillFp16Kernel<<<dim3(blocks, unsigned(d.kvHeads), unsigned(d.batch)), 256, 0, stream>>>(
-            d, t0, t1, seed, reinterpret_cast<__half*>(k16), reinterpret_cast<__half*>(v16));
+        launch(fillFp16Kernel, dim3(blocks, unsigned(d.kvHeads), unsigned(d.batch)), 256, 0, stream, d, t0, t1, seed,
+               reinterpret_cast<__half*>(k16), reinterpret_cast<__half*>(v16));
     return cudaGetLastError();
 }
 

@@ -1,4 +1,5 @@
 #include "cluster_kernels.h"
+#include "launch.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
@@ -181,7 +182,7 @@ static __global__ void sumArraysKernel(const double* const* __restrict__ arrays,
     part[threadIdx.x] = s;
     __syncthreads();
     for (int half = kSumThreads / 2; half > 0; half /= 2) {
-        if (threadIdx.x < half)
+        if (int(threadIdx.x) < half)
             part[threadIdx.x] += part[threadIdx.x + half];
         __syncthreads();
     }
@@ -260,7 +261,7 @@ cudaError_t launchRowNorms(const float* x, std::int64_t ld, std::int64_t n, int 
 {
     if (n == 0)
         return cudaSuccess;
-    rowNormsKernel<<<rowBlocks(n), dim3(kWarp, kRowsPerBlock), 0, stream>>>(x, ld, n, d, epsilon, sq, inv);
+    launch(rowNormsKernel, rowBlocks(n), dim3(kWarp, kRowsPerBlock), 0, stream, x, ld, n, d, epsilon, sq, inv);
     return cudaGetLastError();
 }
 
@@ -270,8 +271,8 @@ cudaError_t launchArgmaxRows(const float* S, int K, const float* cNorm, std::int
 {
     if (m == 0)
         return cudaSuccess;
-    argmaxRowsKernel<<<rowBlocks(m), dim3(kWarp, kRowsPerBlock), 0, stream>>>(S, K, cNorm, r0, m, sq, w, labels, err,
-                                                                              sqw, wt, changed);
+    launch(argmaxRowsKernel, rowBlocks(m), dim3(kWarp, kRowsPerBlock), 0, stream, S, K, cNorm, r0, m, sq, w, labels,
+           err, sqw, wt, changed);
     return cudaGetLastError();
 }
 
@@ -302,8 +303,8 @@ cudaError_t launchAccumulateChunk(const float* x, std::int64_t ld, std::int64_t 
     cudaError_t e = cudaMemsetAsync(offsets, 0, sizeof(std::int32_t) * (K + 1), stream);
     if (e != cudaSuccess)
         return e;
-    countKernel<<<blocks, threads, 0, stream>>>(labels + r0, m, offsets);
-    iotaKernel<<<blocks, threads, 0, stream>>>(rowsIn, m);
+    launch(countKernel, blocks, threads, 0, stream, labels + r0, m, offsets);
+    launch(iotaKernel, blocks, threads, 0, stream, rowsIn, m);
     if ((e = cudaGetLastError()) != cudaSuccess)
         return e;
     std::size_t bytes = tempBytes;
@@ -313,14 +314,14 @@ cudaError_t launchAccumulateChunk(const float* x, std::int64_t ld, std::int64_t 
     if ((e = cub::DeviceRadixSort::SortPairs(temp, bytes, labels + r0, keysSorted, rowsIn, rowsSorted,
                                              static_cast<int>(m), 0, sortBits(K), stream)) != cudaSuccess)
         return e;
-    segmentSumsKernel<<<K, dim3(kWarp, kSegWarps), 0, stream>>>(x, ld, r0, rowsSorted, offsets, d, w, inv, sumX, sumY,
-                                                                wsum, count);
+    launch(segmentSumsKernel, K, dim3(kWarp, kSegWarps), 0, stream, x, ld, r0, rowsSorted, offsets, d, w, inv, sumX,
+           sumY, wsum, count);
     return cudaGetLastError();
 }
 
 cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream)
 {
-    sumArraysKernel<<<count, kSumThreads, 0, stream>>>(arrays, n, out);
+    launch(sumArraysKernel, count, kSumThreads, 0, stream, arrays, n, out);
     return cudaGetLastError();
 }
 
@@ -329,7 +330,7 @@ cudaError_t launchGatherRows(const float* x, std::int64_t ld, const std::int64_t
 {
     if (k == 0)
         return cudaSuccess;
-    gatherRowsKernel<<<k, 128, 0, stream>>>(x, ld, idx, k, d, out);
+    launch(gatherRowsKernel, k, 128, 0, stream, x, ld, idx, k, d, out);
     return cudaGetLastError();
 }
 
@@ -340,8 +341,8 @@ cudaError_t launchSubtractAssigned(float* res, float* rec, std::int64_t ld, std:
     if (total == 0)
         return cudaSuccess;
     const int threads = 256;
-    subtractAssignedKernel<<<static_cast<unsigned>((total + threads - 1) / threads), threads, 0, stream>>>(
-        res, rec, ld, n, d, labels, C);
+    launch(subtractAssignedKernel, static_cast<unsigned>((total + threads - 1) / threads), threads, 0, stream, res, rec,
+           ld, n, d, labels, C);
     return cudaGetLastError();
 }
 
@@ -350,8 +351,8 @@ cudaError_t launchRowMetrics(const float* x, const float* xh, std::int64_t n, in
 {
     if (n == 0)
         return cudaSuccess;
-    rowMetricsKernel<<<rowBlocks(n), dim3(kWarp, kRowsPerBlock), 0, stream>>>(x, xh, n, f, err, nx2, nh2, gain, cos,
-                                                                              cosRow);
+    launch(rowMetricsKernel, rowBlocks(n), dim3(kWarp, kRowsPerBlock), 0, stream, x, xh, n, f, err, nx2, nh2, gain, cos,
+           cosRow);
     return cudaGetLastError();
 }
 

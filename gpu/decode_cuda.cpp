@@ -50,7 +50,7 @@ struct DeviceDecodeCache::Impl {
     Codebooks kb16, vb16;
     DeviceArray<std::uint8_t> kc, vc;
     DeviceArray<std::uint16_t> kbh, vbh, k16, v16;
-    DeviceArray<float> kb32, vb32, kn, vn, turns, q, out, acc, pm, pl, tables, weights, stageK, stageV;
+    DeviceArray<float> kb32T, vb32T, kn, vn, turns, q, out, acc, pm, pl, tables, weights, stageK, stageV;
     DeviceArray<std::int32_t> codesOut;
     std::int64_t tokens = 0, positionOffset = 0;
     bool haveQuery = false;
@@ -96,11 +96,18 @@ struct DeviceDecodeCache::Impl {
                 s += cb.data[i * cb.dim + j] * cb.data[i * cb.dim + j];
             n[i] = s;
         }
+        // FP32 copy transposed per (subspace, stage) for quantize-and-pack: [M][R][D][K].
+        std::vector<float> t(cb.data.size());
+        const std::size_t K = std::size_t(cb.k), D = std::size_t(cb.dim);
+        for (std::size_t b = 0; b < std::size_t(cb.subspaces) * cb.stages; ++b)
+            for (std::size_t k = 0; k < K; ++k)
+                for (std::size_t j = 0; j < D; ++j)
+                    t[(b * D + j) * K + k] = cb.data[(b * K + k) * D + j];
         h.ensure(bits.size(), what, device);
-        f.ensure(cb.data.size(), what, device);
+        f.ensure(t.size(), what, device);
         norms.ensure(rows, what, device);
         check(cudaMemcpy(h.get(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), "codebook upload");
-        check(cudaMemcpy(f.get(), cb.data.data(), cb.data.size() * 4, cudaMemcpyHostToDevice), "codebook upload");
+        check(cudaMemcpy(f.get(), t.data(), t.size() * 4, cudaMemcpyHostToDevice), "codebook upload");
         check(cudaMemcpy(norms.get(), n.data(), rows * 4, cudaMemcpyHostToDevice), "codebook upload");
     }
 };
@@ -155,8 +162,8 @@ DeviceDecodeCache::DeviceDecodeCache(const DecodeCacheConfig& config, const Code
 
     m->kb16 = roundedToHalf(keyBooks);
     m->vb16 = roundedToHalf(valueBooks);
-    m->uploadBooks(keyBooks, m->kbh, m->kb32, m->kn, "key codebooks");
-    m->uploadBooks(valueBooks, m->vbh, m->vb32, m->vn, "value codebooks");
+    m->uploadBooks(keyBooks, m->kbh, m->kb32T, m->kn, "key codebooks");
+    m->uploadBooks(valueBooks, m->vbh, m->vb32T, m->vn, "value codebooks");
     m->kc.ensure(m->codeBytes(), "packed key codes", m->device);
     m->vc.ensure(m->codeBytes(), "packed value codes", m->device);
     check(cudaMemset(m->kc.get(), 0, m->codeBytes()), "cudaMemset");
@@ -231,8 +238,8 @@ std::pair<Codes, Codes> DeviceDecodeCache::append(const MatrixRF& keys, const Ma
     m->codesOut.ensure(rows * 2 * M * R, "new codes", m->device);
     check(cudaMemcpyAsync(m->stageK.get(), keys.data(), rows * F * 4, cudaMemcpyHostToDevice, m->stream), "upload");
     check(cudaMemcpyAsync(m->stageV.get(), values.data(), rows * F * 4, cudaMemcpyHostToDevice, m->stream), "upload");
-    check(kernels::launchQuantizeAppend(d, m->stageK.get(), m->stageV.get(), n, m->tokens, m->kb32.get(), m->kn.get(),
-                                        m->vb32.get(), m->vn.get(), m->kc.get(), m->vc.get(), m->codesOut.get(),
+    check(kernels::launchQuantizeAppend(d, m->stageK.get(), m->stageV.get(), n, m->tokens, m->kb32T.get(), m->kn.get(),
+                                        m->vb32T.get(), m->vn.get(), m->kc.get(), m->vc.get(), m->codesOut.get(),
                                         m->stream),
           "quantize-and-pack");
     if (m->cfg.fp16)
@@ -489,8 +496,8 @@ double DeviceDecodeCache::timeAppend(int reps)
     std::vector<double> t;
     for (int i = 0; i < reps + 2; ++i) {
         check(cudaEventRecord(ev.a, m->stream), "cudaEventRecord");
-        check(kernels::launchQuantizeAppend(d, m->stageK.get(), m->stageV.get(), 1, m->tokens, m->kb32.get(),
-                                            m->kn.get(), m->vb32.get(), m->vn.get(), m->kc.get(), m->vc.get(), nullptr,
+        check(kernels::launchQuantizeAppend(d, m->stageK.get(), m->stageV.get(), 1, m->tokens, m->kb32T.get(),
+                                            m->kn.get(), m->vb32T.get(), m->vn.get(), m->kc.get(), m->vc.get(), nullptr,
                                             m->stream),
               "quantize-and-pack");
         check(cudaEventRecord(ev.b, m->stream), "cudaEventRecord");

@@ -2,10 +2,12 @@
 // Device helpers shared by the decode and cache kernels (internal to gsrq_gpu; nvcc only).
 
 #include "decode_kernels.h"
+#include "launch.cuh"
 
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace gsrq::gpu::kernels::detail {
 
@@ -16,10 +18,12 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void addHalf8(float (&x)[kEpl], const uint4& raw)
 {
-    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+    const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const float2 f = __half22float2(h[i]);
+        __half2 h;
+        memcpy(&h, &words[i], sizeof h); // a bit cast (a register move): no type-punned pointer
+        const float2 f = __half22float2(h);
         x[2 * i] += f.x;
         x[2 * i + 1] += f.y;
     }

@@ -135,7 +135,7 @@ template <int G, int U>
 __global__ void __launch_bounds__(kThreads)
     fp16DecodeKernel(DecodeDims d, const float* q, const __half* k16, const __half* v16, SplitPartials part)
 {
-    extern __shared__ float smem[];
+    float* smem = dynamicShared<float>();
     const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
     const int width = d.headDim / kEpl, perWarp = 32 / width;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(kThreads)
     paperDecodeKernel(DecodeDims d, const float* q, const std::uint8_t* kc, const __half* kb, const std::uint8_t* vc,
                       const __half* vb, const float2* turnsIn, SplitPartials part)
 {
-    extern __shared__ float smem[];
+    float* smem = dynamicShared<float>();
     __shared__ float2 turns[128]; // headDim/2 ≤ 128
     const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
     const int width = d.headDim / kEpl, perWarp = 32 / width, half = d.headDim / 2;
@@ -361,7 +361,7 @@ __global__ void __launch_bounds__(kLookupThreads)
     lookupSplitKernel(DecodeDims d, const float* tablesIn, const std::uint8_t* kc, const std::uint8_t* vc,
                       float* weights, float* mOut, float* lOut)
 {
-    extern __shared__ float smem[];
+    float* smem = dynamicShared<float>();
     __shared__ float red[kLookupThreads / 32];
     const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z, group = d.group();
     const int S = d.subspacesPerHead(), M = d.subspaces(), R = d.stages, K = d.k;
@@ -452,7 +452,7 @@ __global__ void __launch_bounds__(kLookupThreads)
 __global__ void lookupCombineKernel(DecodeDims d, const float* weights, const float* mIn, const float* lIn,
                                     const __half* vb, float* out)
 {
-    extern __shared__ float smem[];
+    float* smem = dynamicShared<float>();
     const int bg = blockIdx.x, b = bg / d.kvHeads, g = bg % d.kvHeads, group = d.group();
     const int S = d.subspacesPerHead(), R = d.stages, K = d.k, D = d.dim;
     const int per = S * R * K;
@@ -460,7 +460,7 @@ __global__ void lookupCombineKernel(DecodeDims d, const float* weights, const fl
     float* Wt = smem; // group × per merged weights; later group × parts × headDim partial outputs
     float* f = Wt + std::size_t(group) * max(per, parts * d.headDim); // group × splits: split weights
     float* L = f + group * d.splits;                                  // group
-    if (threadIdx.x < group) {
+    if (int(threadIdx.x) < group) {
         const int h = threadIdx.x;
         const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits;
         float Mx = -INFINITY;
@@ -532,8 +532,8 @@ cudaError_t launchFp16Decode(const DecodeDims& d, const float* q, const std::uin
         auto* kernel = fp16DecodeKernel<G, (G >= 8 ? 2 : 4)>;
         if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
             return e;
-        kernel<<<grid, kThreads, shm, stream>>>(d, q, reinterpret_cast<const __half*>(k16),
-                                                reinterpret_cast<const __half*>(v16), part);
+        launch(kernel, grid, kThreads, shm, stream, d, q, reinterpret_cast<const __half*>(k16),
+               reinterpret_cast<const __half*>(v16), part);
         return cudaGetLastError();
     });
 }
@@ -548,16 +548,15 @@ cudaError_t launchPaperDecode(const DecodeDims& d, const float* q, const std::ui
         auto* kernel = paperDecodeKernel<G, (G >= 8 ? 1 : 2)>;
         if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
             return e;
-        kernel<<<grid, kThreads, shm, stream>>>(d, q, kc, reinterpret_cast<const __half*>(kb), vc,
-                                                reinterpret_cast<const __half*>(vb),
-                                                reinterpret_cast<const float2*>(ropeTurns), part);
+        launch(kernel, grid, kThreads, shm, stream, d, q, kc, reinterpret_cast<const __half*>(kb), vc,
+               reinterpret_cast<const __half*>(vb), reinterpret_cast<const float2*>(ropeTurns), part);
         return cudaGetLastError();
     });
 }
 
 cudaError_t launchCombine(const DecodeDims& d, const SplitPartials& part, float* out, cudaStream_t stream)
 {
-    combineKernel<<<unsigned(d.batch * d.heads), unsigned(d.headDim), 0, stream>>>(d, part, out);
+    launch(combineKernel, unsigned(d.batch * d.heads), unsigned(d.headDim), 0, stream, d, part, out);
     return cudaGetLastError();
 }
 
@@ -565,7 +564,7 @@ cudaError_t launchLookupTables(const DecodeDims& d, const float* q, const std::u
                                cudaStream_t stream)
 {
     const dim3 grid(unsigned(d.batch * d.kvHeads), unsigned(d.subspacesPerHead() * d.stages));
-    lookupTablesKernel<<<grid, 256, 0, stream>>>(d, q, reinterpret_cast<const __half*>(kb), tables);
+    launch(lookupTablesKernel, grid, 256, 0, stream, d, q, reinterpret_cast<const __half*>(kb), tables);
     return cudaGetLastError();
 }
 
@@ -583,7 +582,7 @@ cudaError_t launchLookupSplit(const DecodeDims& d, const float* tables, const st
         auto* kernel = lookupSplitKernel<G>;
         if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
             return e;
-        kernel<<<grid, kLookupThreads, shm, stream>>>(d, tables, kc, vc, weights, m, l);
+        launch(kernel, grid, kLookupThreads, shm, stream, d, tables, kc, vc, weights, m, l);
         return cudaGetLastError();
     });
 }
@@ -602,8 +601,8 @@ cudaError_t launchLookupCombine(const DecodeDims& d, const float* weights, const
     const std::size_t shm = lookupCombineSharedBytes(d);
     if (cudaError_t e = allowShared(lookupCombineKernel, shm); e != cudaSuccess)
         return e;
-    lookupCombineKernel<<<unsigned(d.batch * d.kvHeads), 256, shm, stream>>>(d, weights, m, l,
-                                                                             reinterpret_cast<const __half*>(vb), out);
+    launch(lookupCombineKernel, unsigned(d.batch * d.kvHeads), 256, shm, stream, d, weights, m, l,
+           reinterpret_cast<const __half*>(vb), out);
     return cudaGetLastError();
 }
 

@@ -5,7 +5,8 @@
 // subspaces per KV head, t: cached token, r: stage):
 //   codes       [B][M][capacity][bytesPerToken]   PackedCodes' layout per sequence (decode_cache.h)
 //   books16     [M][R][K][D]  FP16 codewords, what the decode paths read
-//   books32     [M][R][K][D]  FP32 codewords and norms32 [M][R][K] = ‖c‖², what quantize-and-pack uses
+//   books32T    [M][R][D][K]  FP32 codewords, transposed, and norms32 [M][R][K] = ‖c‖², what
+//                             quantize-and-pack reads (thread k reads codeword k's feature j at j·K + k)
 //   fp16 cache  [B][G][capacity][headDim]  keys, values of the FP16 baseline
 //   queries     [B][H][headDim] FP32; outputs [B][H][headDim] FP32
 // A cached token t sits at position positionOffset + t; the query at positionOffset + tokens.
@@ -40,8 +41,8 @@ inline constexpr int kMaxCodeWords = 8; // R·log2 K ≤ 256 bits per token and 
 // 2 r·c − ‖c‖², lowest index on ties, residual r −= c) and written at tokens t0 + i of the packed
 // caches. One kernel for keys and values. codesOut (optional, n × 2 × M × R int32) receives the codes.
 cudaError_t launchQuantizeAppend(const DecodeDims& d, const float* keys, const float* values, int perSeq,
-                                 std::int64_t t0, const float* keyBooks32, const float* keyNorms,
-                                 const float* valueBooks32, const float* valueNorms, std::uint8_t* keyCodes,
+                                 std::int64_t t0, const float* keyBooks32T, const float* keyNorms,
+                                 const float* valueBooks32T, const float* valueNorms, std::uint8_t* keyCodes,
                                  std::uint8_t* valueCodes, std::int32_t* codesOut, cudaStream_t stream);
 
 // FP16 rows (n = batch × perSeq) appended to the baseline's caches at t0.

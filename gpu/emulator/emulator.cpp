@@ -1,0 +1,852 @@
+// The CUDA emulator: the scheduler that runs a block's threads as fibers (emulator.h says what it
+// models), and the runtime API of cuda_runtime_api.h over host memory standing in for the device's.
+//
+// Device memory: each cudaMalloc is its own mapping, filled with 0xFF bytes (NaN as floats, like the
+// garbage a real allocation holds), with an inaccessible page right after its end rounded to 256
+// bytes, so a kernel that reads or writes past an array faults instead of reading a neighbour.
+// Copies, memsets and kernel pointer parameters are checked against the live allocations. The
+// emulated device has GSRQ_EMULATOR_MEMORY_MIB of memory (default 4096): asking for more fails with
+// cudaErrorMemoryAllocation, as a full device does.
+
+#include "emulator.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace gsrq::emulator {
+
+namespace detail {
+
+ThreadState* currentThread = nullptr;
+BlockState* currentBlock = nullptr;
+
+} // namespace detail
+
+namespace {
+
+using namespace detail;
+
+// ---- errors -------------------------------------------------------------------------------------
+
+thread_local cudaError_t lastError = cudaSuccess;
+thread_local std::string lastDetail; // why the last launch failed, for cudaGetErrorString
+
+cudaError_t fail(cudaError_t e, std::string detail = {})
+{
+    lastError = e;
+    if (!detail.empty())
+        lastDetail = std::string(cudaGetErrorName(e)) + ": " + detail;
+    return e;
+}
+
+// ---- the emulated device ------------------------------------------------------------------------
+
+constexpr std::size_t kSharedPerBlock = 48 * 1024;
+constexpr std::size_t kSharedOptin = 227 * 1024; // Hopper's opt-in limit per block
+constexpr int kL2Bytes = 4 << 20;
+
+std::size_t memoryLimit()
+{
+    static const std::size_t limit = [] {
+        const char* v = std::getenv("GSRQ_EMULATOR_MEMORY_MIB");
+        const long long mib = v ? std::atoll(v) : 4096;
+        return std::size_t(mib > 0 ? mib : 4096) << 20;
+    }();
+    return limit;
+}
+
+struct Allocation {
+    void* mapping = nullptr;
+    std::size_t mappingBytes = 0, bytes = 0;
+    bool device = false;
+};
+
+std::mutex memoryMutex;
+std::map<std::uintptr_t, Allocation> allocations; // by start address
+std::size_t deviceBytesInUse = 0;
+
+std::size_t pageBytes()
+{
+    static const std::size_t p = std::size_t(sysconf(_SC_PAGESIZE));
+    return p;
+}
+
+std::size_t roundUp(std::size_t n, std::size_t m)
+{
+    return (n + m - 1) / m * m;
+}
+
+cudaError_t allocate(void** ptr, std::size_t bytes, bool device)
+{
+    if (!ptr)
+        return fail(cudaErrorInvalidValue);
+    *ptr = nullptr;
+    std::lock_guard lock(memoryMutex);
+    if (device && deviceBytesInUse + bytes > memoryLimit())
+        return fail(cudaErrorMemoryAllocation);
+    const std::size_t body = roundUp(std::max<std::size_t>(bytes, 1), 256);
+    const std::size_t mapped = roundUp(body, pageBytes()) + pageBytes();
+    void* m = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return fail(cudaErrorMemoryAllocation);
+    char* guard = static_cast<char*>(m) + mapped - pageBytes();
+    mprotect(guard, pageBytes(), PROT_NONE);
+    char* p = guard - body;
+    std::memset(p, 0xff, body);
+    allocations[reinterpret_cast<std::uintptr_t>(p)] = {m, mapped, bytes, device};
+    if (device)
+        deviceBytesInUse += bytes;
+    *ptr = p;
+    return cudaSuccess;
+}
+
+cudaError_t release(void* ptr, bool device)
+{
+    if (!ptr)
+        return cudaSuccess;
+    std::lock_guard lock(memoryMutex);
+    const auto it = allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
+    if (it == allocations.end() || it->second.device != device)
+        return fail(cudaErrorInvalidValue, device ? "cudaFree of a pointer cudaMalloc did not return"
+                                                  : "cudaFreeHost of a pointer cudaMallocHost did not return");
+    munmap(it->second.mapping, it->second.mappingBytes);
+    if (device)
+        deviceBytesInUse -= it->second.bytes;
+    allocations.erase(it);
+    return cudaSuccess;
+}
+
+// Whether [p, p + bytes) lies in one live device allocation (p may be its end when bytes is 0).
+bool deviceRange(const void* p, std::size_t bytes)
+{
+    std::lock_guard lock(memoryMutex);
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    auto it = allocations.upper_bound(a);
+    if (it == allocations.begin())
+        return false;
+    --it;
+    return it->second.device && a + bytes <= it->first + it->second.bytes;
+}
+
+bool hostPointer(const void* p)
+{
+    return !deviceRange(p, 0);
+}
+
+cudaError_t checkSide(const void* p, std::size_t bytes, bool device, const char* what, const char* call)
+{
+    if (!p)
+        return fail(cudaErrorInvalidValue, std::string(call) + ": null " + what);
+    if (device ? deviceRange(p, bytes) : hostPointer(p))
+        return cudaSuccess;
+    return fail(cudaErrorInvalidValue, std::string(call) + ": the " + what +
+                                           (device ? " is not device memory, or runs past its allocation"
+                                                   : " is device memory, the kind says host"));
+}
+
+// Checks a copy of dBytes at dst from sBytes at src against its kind (spans differ for 2D copies).
+cudaError_t checkCopy(void* dst, std::size_t dBytes, const void* src, std::size_t sBytes, cudaMemcpyKind kind,
+                      const char* call)
+{
+    if (kind == cudaMemcpyDefault)
+        return cudaSuccess;
+    const bool dDev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    const bool sDev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (const cudaError_t e = checkSide(dst, dBytes, dDev, "destination", call); e != cudaSuccess)
+        return e;
+    return checkSide(src, sBytes, sDev, "source", call);
+}
+
+// ---- fibers -------------------------------------------------------------------------------------
+//
+// A fiber switch saves the callee-saved registers (and the SSE and x87 control words) on the running
+// stack, stores its stack pointer and loads another's: a few nanoseconds, where glibc's swapcontext
+// makes a system call for the signal mask on every switch (~200 ns) and would dominate the emulator.
+
+} // namespace
+} // namespace gsrq::emulator
+
+extern "C" {
+// Saves the running context on its stack, *save = its stack pointer, and resumes the context whose
+// stack pointer is `load`.
+void gsrq_emulator_switch(void** save, void* load);
+[[noreturn]] void gsrq_emulator_fiber_start();
+}
+
+#if defined(__x86_64__) && defined(__linux__)
+asm(R"(
+    .text
+    .globl gsrq_emulator_switch
+    .hidden gsrq_emulator_switch
+    .type gsrq_emulator_switch, @function
+gsrq_emulator_switch:
+    .cfi_startproc
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .cfi_endproc
+    .size gsrq_emulator_switch, .-gsrq_emulator_switch
+)");
+#else
+#error "the CUDA emulator's fiber switch is written for x86-64 Linux"
+#endif
+
+namespace gsrq::emulator {
+namespace {
+
+// A new fiber's stack, laid out as gsrq_emulator_switch leaves a suspended one: control words,
+// six zeroed registers, then the address it returns to (the entry), and a null return address for
+// the entry itself, with the stack aligned as at a call.
+void* newFiberStack(void* stackTop)
+{
+    auto top = reinterpret_cast<std::uintptr_t>(stackTop) & ~std::uintptr_t(15);
+    auto* sp = reinterpret_cast<std::uint64_t*>(top - 72);
+    std::uint32_t mxcsr;
+    std::uint16_t fcw;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(fcw));
+    sp[0] = std::uint64_t(mxcsr) | (std::uint64_t(fcw) << 32);
+    for (int i = 1; i <= 6; ++i)
+        sp[i] = 0;
+    sp[7] = reinterpret_cast<std::uint64_t>(&gsrq_emulator_fiber_start);
+    sp[8] = 0;
+    return sp;
+}
+
+// ---- the fiber scheduler ------------------------------------------------------------------------
+
+constexpr std::size_t kStackBytes = 256 * 1024;
+constexpr int kMaxThreads = 1024;
+
+enum class Wait : std::uint8_t { None, Block, Warp, Done };
+
+struct Fiber {
+    void* sp = nullptr;      // saved stack pointer while suspended
+    void* mapping = nullptr; // guard page, then the stack
+    ThreadState thread;
+    Wait wait = Wait::None;
+};
+
+struct Warp {
+    int live = 0, arrived = 0, parity = 0;
+    unsigned liveMask = 0;
+    std::uint64_t slot[2][32] = {};
+    int waiting[32] = {};
+};
+
+struct Scheduler {
+    void* mainSp = nullptr;
+    std::unique_ptr<Fiber[]> fibers{new Fiber[kMaxThreads]};
+    int made = 0;       // fibers with a stack and a context
+    bool stale = false; // fibers left inside a kernel by a failed block: remake their contexts
+    std::vector<Warp> warps;
+    std::vector<int> ready; // ring buffer of runnable fibers
+    int readyHead = 0, readyCount = 0;
+    std::vector<int> atBarrier;
+    int threads = 0, live = 0, current = -1;
+    Body body = nullptr;
+    void* bodyContext = nullptr;
+    BlockState block;
+    std::vector<std::max_align_t> shared;
+    bool failed = false;
+    std::string failure;
+    std::uint64_t launches = 0;
+};
+
+Scheduler scheduler; // one: launches hold launchMutex
+
+Scheduler& sched()
+{
+    return scheduler;
+}
+
+std::mutex launchMutex;
+
+void push(int f)
+{
+    Scheduler& s = sched();
+    s.ready[std::size_t((s.readyHead + s.readyCount) % s.threads)] = f;
+    ++s.readyCount;
+}
+
+int pop()
+{
+    Scheduler& s = sched();
+    const int f = s.ready[std::size_t(s.readyHead)];
+    s.readyHead = (s.readyHead + 1) % s.threads;
+    --s.readyCount;
+    return f;
+}
+
+void switchTo(int next)
+{
+    Scheduler& s = sched();
+    const int me = s.current;
+    s.current = next;
+    currentThread = &s.fibers[next].thread;
+    gsrq_emulator_switch(&s.fibers[me].sp, s.fibers[next].sp);
+}
+
+[[noreturn]] void abandonBlock(std::string why)
+{
+    Scheduler& s = sched();
+    s.failed = true;
+    s.failure = std::move(why);
+    s.stale = true;
+    const int me = s.current;
+    s.current = -1;
+    gsrq_emulator_switch(&s.fibers[me].sp, s.mainSp);
+    std::abort(); // never resumed: the launcher remakes every fiber before the next launch
+}
+
+std::string deadlock()
+{
+    const Scheduler& s = sched();
+    int block = 0, warp = 0;
+    for (int i = 0; i < s.threads; ++i) {
+        block += s.fibers[i].wait == Wait::Block;
+        warp += s.fibers[i].wait == Wait::Warp;
+    }
+    return std::to_string(block) + " threads wait at __syncthreads and " + std::to_string(warp) +
+           " at a warp shuffle, and no thread can run (a barrier in divergent code?)";
+}
+
+// The current thread waits: run the next runnable one.
+void park()
+{
+    if (sched().readyCount == 0)
+        abandonBlock("deadlock: " + deadlock());
+    switchTo(pop());
+}
+
+void releaseBarrier(int except)
+{
+    Scheduler& s = sched();
+    for (int f : s.atBarrier) {
+        s.fibers[f].wait = Wait::None;
+        if (f != except)
+            push(f);
+    }
+    s.atBarrier.clear();
+}
+
+// Called by a fiber whose thread has returned from the kernel.
+void finishThread()
+{
+    Scheduler& s = sched();
+    Fiber& f = s.fibers[s.current];
+    f.wait = Wait::Done;
+    --s.live;
+    Warp& w = s.warps[f.thread.warp];
+    --w.live;
+    w.liveMask &= ~(1u << f.thread.lane);
+    if (w.arrived > 0)
+        abandonBlock("lane " + std::to_string(f.thread.lane) + " of warp " + std::to_string(f.thread.warp) +
+                     " exited while its warp waits for it at a shuffle");
+    if (!s.atBarrier.empty() && int(s.atBarrier.size()) == s.live)
+        releaseBarrier(-1); // exited threads do not hold a barrier up, as on the device
+    if (s.readyCount > 0) {
+        switchTo(pop());
+    } else if (s.live == 0) {
+        const int me = s.current;
+        s.current = -1;
+        gsrq_emulator_switch(&s.fibers[me].sp, s.mainSp);
+    } else {
+        abandonBlock("deadlock: " + deadlock());
+    }
+}
+
+bool makeFiber(Fiber& f)
+{
+    if (!f.mapping) {
+        void* m = mmap(nullptr, kStackBytes + pageBytes(), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED)
+            return false;
+        mprotect(m, pageBytes(), PROT_NONE); // stacks grow down: an overflow faults
+        f.mapping = m;
+    }
+    f.sp = newFiberStack(static_cast<char*>(f.mapping) + pageBytes() + kStackBytes);
+    return true;
+}
+
+std::map<const void*, int>& maxDynamicShared()
+{
+    static std::map<const void*, int> m;
+    return m;
+}
+
+std::string dimText(dim3 d)
+{
+    return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+}
+
+cudaError_t checkLaunch(dim3 grid, dim3 block, std::size_t sharedBytes, const void* kernel)
+{
+    const std::uint64_t threads = std::uint64_t(block.x) * block.y * block.z;
+    if (threads == 0 || threads > kMaxThreads || block.x > 1024 || block.y > 1024 || block.z > 64)
+        return fail(cudaErrorInvalidConfiguration, "block " + dimText(block) + " is not a valid block shape");
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+        return fail(cudaErrorInvalidConfiguration, "grid " + dimText(grid) + " is not a valid grid shape");
+    std::size_t allowed = kSharedPerBlock;
+    if (const auto it = maxDynamicShared().find(kernel); it != maxDynamicShared().end())
+        allowed = std::max(allowed, std::size_t(it->second));
+    if (sharedBytes > allowed)
+        return fail(cudaErrorInvalidValue, std::to_string(sharedBytes) + " bytes of dynamic shared memory, " +
+                                               std::to_string(allowed) + " allowed for this kernel");
+    return cudaSuccess;
+}
+
+} // namespace
+
+namespace detail {
+
+void syncthreads()
+{
+    Scheduler& s = sched();
+    s.fibers[s.current].wait = Wait::Block;
+    s.atBarrier.push_back(s.current);
+    if (int(s.atBarrier.size()) == s.live) {
+        releaseBarrier(s.current);
+        return;
+    }
+    park();
+}
+
+std::uint64_t exchange(std::uint64_t value, int srcLane, unsigned mask)
+{
+    Scheduler& s = sched();
+    Fiber& f = s.fibers[s.current];
+    Warp& w = s.warps[f.thread.warp];
+    if (mask != w.liveMask)
+        abandonBlock(mask & ~w.liveMask ? "a warp shuffle's mask names lanes that have exited or do not exist"
+                                        : "warp shuffles over part of a warp are not emulated");
+    const int p = w.parity;
+    w.slot[p][f.thread.lane] = value;
+    if (++w.arrived == w.live) {
+        for (int i = 0; i + 1 < w.arrived; ++i) {
+            s.fibers[w.waiting[i]].wait = Wait::None;
+            push(w.waiting[i]);
+        }
+        w.arrived = 0;
+        w.parity ^= 1; // the next shuffle writes the other slots: these stay until every lane has read
+    } else {
+        w.waiting[w.arrived - 1] = s.current;
+        f.wait = Wait::Warp;
+        park();
+    }
+    return w.slot[p][srcLane];
+}
+
+void runGrid(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t, const void* kernel, Body body, void* context)
+{
+    std::lock_guard lock(launchMutex);
+    if (checkLaunch(grid, block, sharedBytes, kernel) != cudaSuccess)
+        return;
+    Scheduler& s = sched();
+    const int n = int(block.x * block.y * block.z);
+    if (s.stale) {
+        s.made = 0;
+        s.stale = false;
+    }
+    for (; s.made < n; ++s.made)
+        if (!makeFiber(s.fibers[s.made])) {
+            fail(cudaErrorMemoryAllocation, "no memory for the emulator's thread stacks");
+            return;
+        }
+    s.threads = n;
+    s.body = body;
+    s.bodyContext = context;
+    s.ready.assign(std::size_t(n), 0);
+    s.warps.assign(std::size_t((n + 31) / 32), Warp{});
+    s.shared.assign((sharedBytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t), std::max_align_t{});
+    s.block.dim = block;
+    s.block.grid = grid;
+    std::mt19937_64 rng(0x9e3779b97f4a7c15ull ^ ++s.launches);
+    std::vector<int> order(static_cast<std::size_t>(n));
+    for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+            for (unsigned x = 0; x < grid.x; ++x) {
+                s.block.idx = {x, y, z};
+                std::memset(static_cast<void*>(s.shared.data()), 0xff, sharedBytes); // NaN, not zeros
+                s.block.shared = s.shared.data();
+                currentBlock = &s.block;
+                for (int i = 0; i < n; ++i) {
+                    Fiber& f = s.fibers[i];
+                    f.thread.idx = {unsigned(i) % block.x, (unsigned(i) / block.x) % block.y,
+                                    unsigned(i) / (block.x * block.y)};
+                    f.thread.lane = unsigned(i) % 32;
+                    f.thread.warp = unsigned(i) / 32;
+                    f.wait = Wait::None;
+                }
+                for (std::size_t w = 0; w < s.warps.size(); ++w) {
+                    Warp& wp = s.warps[w];
+                    wp.live = std::min(32, n - int(w) * 32);
+                    wp.liveMask = wp.live == 32 ? 0xffffffffu : (1u << wp.live) - 1u;
+                    wp.arrived = 0;
+                    wp.parity = 0;
+                }
+                std::iota(order.begin(), order.end(), 0);
+                std::shuffle(order.begin(), order.end(), rng);
+                s.readyHead = 0;
+                s.readyCount = 0;
+                for (int f : order)
+                    push(f);
+                s.atBarrier.clear();
+                s.live = n;
+                s.failed = false;
+                s.current = pop();
+                currentThread = &s.fibers[s.current].thread;
+                gsrq_emulator_switch(&s.mainSp, s.fibers[s.current].sp);
+                if (s.failed) {
+                    fail(cudaErrorLaunchFailure, "block " + dimText(dim3(x, y, z)) + " of grid " + dimText(grid) +
+                                                     ", block shape " + dimText(block) + ": " + s.failure);
+                    currentBlock = nullptr;
+                    currentThread = nullptr;
+                    return;
+                }
+            }
+    currentBlock = nullptr;
+    currentThread = nullptr;
+}
+
+bool isDeviceRange(const void* p, std::size_t bytes)
+{
+    return deviceRange(p, bytes);
+}
+
+void failLaunch(std::string why)
+{
+    fail(cudaErrorInvalidValue, std::move(why));
+}
+
+} // namespace detail
+
+cudaError_t setFuncAttribute(const void* kernel, cudaFuncAttribute attr, int value)
+{
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || std::size_t(value) > kSharedOptin)
+        return fail(cudaErrorInvalidValue,
+                    "dynamic shared memory above the device's " + std::to_string(kSharedOptin) + " bytes per block");
+    std::lock_guard lock(launchMutex);
+    maxDynamicShared()[kernel] = value;
+    return cudaSuccess;
+}
+
+} // namespace gsrq::emulator
+
+// Every fiber starts here, and runs one thread of a block after another.
+extern "C" void gsrq_emulator_fiber_start()
+{
+    for (;;) {
+        auto& s = gsrq::emulator::sched();
+        s.body(s.bodyContext);
+        gsrq::emulator::finishThread(); // returns when this fiber is given a thread of a later block
+    }
+}
+
+// ---- runtime API --------------------------------------------------------------------------------
+
+using gsrq::emulator::checkCopy;
+using gsrq::emulator::fail;
+
+struct CUstream_st {};
+struct CUevent_st {
+    std::chrono::steady_clock::time_point at;
+    bool recorded = false;
+};
+
+namespace {
+thread_local int currentDevice = 0;
+}
+
+cudaError_t cudaGetDeviceCount(int* count)
+{
+    if (!count)
+        return fail(cudaErrorInvalidValue);
+    *count = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device)
+{
+    if (!prop)
+        return fail(cudaErrorInvalidValue);
+    if (device != 0)
+        return fail(cudaErrorInvalidDevice);
+    *prop = {};
+    std::snprintf(prop->name, sizeof prop->name, "CUDA emulator on the CPU (functional; its timings mean nothing)");
+    prop->totalGlobalMem = gsrq::emulator::memoryLimit();
+    prop->sharedMemPerBlock = gsrq::emulator::kSharedPerBlock;
+    prop->sharedMemPerBlockOptin = gsrq::emulator::kSharedOptin;
+    prop->major = 9;
+    prop->minor = 0;
+    prop->multiProcessorCount = 132; // an H100 SXM's, so launches are planned with its geometry
+    prop->l2CacheSize = gsrq::emulator::kL2Bytes;
+    prop->maxThreadsPerBlock = 1024;
+    prop->warpSize = 32;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr, int device)
+{
+    if (!value)
+        return fail(cudaErrorInvalidValue);
+    if (device != 0)
+        return fail(cudaErrorInvalidDevice);
+    *value = 0; // clocks and bus width: the emulator has none
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device)
+{
+    if (device != 0)
+        return fail(cudaErrorInvalidDevice);
+    currentDevice = device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device)
+{
+    if (!device)
+        return fail(cudaErrorInvalidValue);
+    *device = currentDevice;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize()
+{
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError()
+{
+    const cudaError_t e = gsrq::emulator::lastError;
+    gsrq::emulator::lastError = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError()
+{
+    return gsrq::emulator::lastError;
+}
+
+const char* cudaGetErrorName(cudaError_t error)
+{
+    switch (error) {
+    case cudaSuccess:
+        return "cudaSuccess";
+    case cudaErrorInvalidValue:
+        return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+        return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+        return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer:
+        return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidMemcpyDirection:
+        return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorNoDevice:
+        return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+        return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+        return "cudaErrorInvalidResourceHandle";
+    case cudaErrorLaunchFailure:
+        return "cudaErrorLaunchFailure";
+    }
+    return "cudaErrorUnknown";
+}
+
+const char* cudaGetErrorString(cudaError_t error)
+{
+    const std::string& detail = gsrq::emulator::lastDetail;
+    if (error != cudaSuccess && detail.rfind(cudaGetErrorName(error), 0) == 0)
+        return detail.c_str(); // the emulator's reason for the last failure of this kind
+    switch (error) {
+    case cudaSuccess:
+        return "no error";
+    case cudaErrorMemoryAllocation:
+        return "out of memory";
+    case cudaErrorInvalidDevice:
+        return "invalid device ordinal";
+    case cudaErrorLaunchFailure:
+        return "unspecified launch failure";
+    default:
+        return cudaGetErrorName(error);
+    }
+}
+
+cudaError_t cudaMalloc(void** ptr, std::size_t bytes)
+{
+    return gsrq::emulator::allocate(ptr, bytes, true);
+}
+
+cudaError_t cudaFree(void* ptr)
+{
+    return gsrq::emulator::release(ptr, true);
+}
+
+cudaError_t cudaMallocHost(void** ptr, std::size_t bytes)
+{
+    return gsrq::emulator::allocate(ptr, bytes, false);
+}
+
+cudaError_t cudaFreeHost(void* ptr)
+{
+    return gsrq::emulator::release(ptr, false);
+}
+
+cudaError_t cudaMemGetInfo(std::size_t* freeBytes, std::size_t* totalBytes)
+{
+    if (!freeBytes || !totalBytes)
+        return fail(cudaErrorInvalidValue);
+    std::lock_guard lock(gsrq::emulator::memoryMutex);
+    *totalBytes = gsrq::emulator::memoryLimit();
+    *freeBytes = *totalBytes - gsrq::emulator::deviceBytesInUse;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind)
+{
+    if (bytes == 0)
+        return cudaSuccess;
+    if (const cudaError_t e = checkCopy(dst, bytes, src, bytes, kind, "cudaMemcpy"); e != cudaSuccess)
+        return e;
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t)
+{
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemcpy2D(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
+                         std::size_t height, cudaMemcpyKind kind)
+{
+    if (height == 0 || width == 0)
+        return cudaSuccess;
+    if (width > dpitch || width > spitch)
+        return fail(cudaErrorInvalidValue, "cudaMemcpy2D: a row is wider than its pitch");
+    const std::size_t dspan = dpitch * (height - 1) + width, sspan = spitch * (height - 1) + width;
+    if (const cudaError_t e = checkCopy(dst, dspan, src, sspan, kind, "cudaMemcpy2D"); e != cudaSuccess)
+        return e;
+    for (std::size_t r = 0; r < height; ++r)
+        std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy2DAsync(void* dst, std::size_t dpitch, const void* src, std::size_t spitch, std::size_t width,
+                              std::size_t height, cudaMemcpyKind kind, cudaStream_t)
+{
+    return cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
+}
+
+cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes)
+{
+    if (bytes == 0)
+        return cudaSuccess;
+    if (!gsrq::emulator::deviceRange(ptr, bytes))
+        return fail(cudaErrorInvalidValue, "cudaMemset outside device memory");
+    std::memset(ptr, value, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t)
+{
+    return cudaMemset(ptr, value, bytes);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream)
+{
+    return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned)
+{
+    if (!stream)
+        return fail(cudaErrorInvalidValue);
+    *stream = new CUstream_st;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream)
+{
+    if (!stream)
+        return fail(cudaErrorInvalidResourceHandle);
+    delete stream;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t)
+{
+    return cudaSuccess; // work ran when it was enqueued
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event)
+{
+    if (!event)
+        return fail(cudaErrorInvalidValue);
+    *event = new CUevent_st;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event)
+{
+    if (!event)
+        return fail(cudaErrorInvalidResourceHandle);
+    delete event;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t)
+{
+    if (!event)
+        return fail(cudaErrorInvalidResourceHandle);
+    event->at = std::chrono::steady_clock::now();
+    event->recorded = true;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+    return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end)
+{
+    if (!ms || !start || !end || !start->recorded || !end->recorded)
+        return fail(cudaErrorInvalidResourceHandle);
+    *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+    return cudaSuccess;
+}

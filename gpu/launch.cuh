@@ -1,0 +1,42 @@
+#pragma once
+// How the kernels are launched and reach their dynamic shared memory. With nvcc: the CUDA launch
+// syntax and an extern shared array. In the emulator build (GSRQ_CUDA_EMULATOR, gpu/emulator): the
+// emulator's launch, which runs every thread of every block on the CPU, so the same kernel source is
+// tested on machines without a GPU. Internal to gsrq_gpu.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <type_traits>
+
+#if defined(GSRQ_CUDA_EMULATOR)
+#include "emulator.h"
+#endif
+
+namespace gsrq::gpu::kernels {
+
+// Enqueues kernel<<<grid, block, sharedBytes, stream>>>(args...). As with that syntax, the launch's
+// status is cudaGetLastError()'s.
+template <class... P>
+inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t stream,
+                   std::type_identity_t<P>... args)
+{
+#if defined(GSRQ_CUDA_EMULATOR)
+    emulator::launch(kernel, grid, block, sharedBytes, stream, args...);
+#else
+    kernel<<<grid, block, sharedBytes, stream>>>(args...);
+#endif
+}
+
+// The block's dynamic shared memory (the launch's sharedBytes), 16-byte aligned.
+template <class T> __device__ __forceinline__ T* dynamicShared()
+{
+#if defined(GSRQ_CUDA_EMULATOR)
+    return static_cast<T*>(emulator::dynamicShared());
+#else
+    extern __shared__ __align__(16) unsigned char gsrqDynamicShared[];
+    return reinterpret_cast<T*>(gsrqDynamicShared);
+#endif
+}
+
+} // namespace gsrq::gpu::kernels
