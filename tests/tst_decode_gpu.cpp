@@ -16,6 +16,9 @@
 #include "rope.h"
 #include "test_util.h"
 
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QtTest>
 
 #include <random>
@@ -249,6 +252,39 @@ private slots:
             if (cs.tokens >= 9000)
                 QVERIFY(c.plan(gpu::DecodePath::Fp16).splits > 1 && c.plan(gpu::DecodePath::Lookup).splits > 1);
         }
+    }
+
+    void benchDecodeVerifiesTimesAndRecords()
+    {
+        QString why;
+        if (!test::haveCudaDevice(&why))
+            QSKIP(qPrintable(why));
+        // The CLI end to end: every point verified against the CPU reference before it is timed,
+        // reported, and recorded in the run store.
+        QTemporaryDir dir;
+        const QString db = dir.filePath("runs.db");
+        const auto r = test::gsrqRun({"--db", db, "bench-decode", "--heads", "8", "--kv-heads", "2", "--head-dim",
+                                      "128", "--ctx", "256,600", "--batch", "1,2", "--bpa", "1", "--json"});
+        QVERIFY2(r.code == 0, r.err.constData());
+        const QJsonObject j = QJsonDocument::fromJson(r.out).object();
+        QVERIFY(j["summary"].toObject()["all_verified"].toBool());
+        const QJsonArray points = j["points"].toArray();
+        QCOMPARE(points.size(), 2 * 2 * 3); // contexts × batches × paths
+        QSet<QString> paths;
+        for (const auto& v : points) {
+            const QJsonObject p = v.toObject();
+            paths.insert(p["path"].toString());
+            QVERIFY(p["verified"].toBool());
+            QVERIFY(p["rel_error"].toDouble() < gpu::kDecodeTolerance);
+            QVERIFY(p["seconds_per_layer"].toDouble() > 0);
+            QVERIFY(p["bytes_read"].toDouble() > 0);
+            const QJsonObject bytes = p["cache_bytes"].toObject();
+            // 1 bit per activation against FP16's 16: codes are 1/16 of the FP16 cache.
+            QCOMPARE(bytes["codes"].toDouble() * 16, bytes["fp16"].toDouble());
+        }
+        QCOMPARE(paths, (QSet<QString>{"fp16", "paper", "lookup"}));
+        const auto list = test::gsrqRun({"--db", db, "runs", "list"});
+        QVERIFY2(list.code == 0 && list.out.contains("bench-decode"), list.out.constData());
     }
 
     void decodeOnSyntheticCacheAndReRuns()

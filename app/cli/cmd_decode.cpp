@@ -233,7 +233,9 @@ Command registerBenchDecode(CLI::App& root)
                         j["bytes_read"] = p.bytes;
                         j["bytes_per_second"] = p.bytesPerSecond;
                         j["fraction_of_copy_bandwidth"] =
-                            rep.copyBytesPerSecond > 0 ? p.bytesPerSecond / rep.copyBytesPerSecond : 0.0;
+                            rep.copyBytesPerSecond > 0
+                                ? nlohmann::ordered_json(p.bytesPerSecond / rep.copyBytesPerSecond)
+                                : nlohmann::ordered_json(nullptr);
                         j["splits"] = p.splits;
                         j["verified"] = p.verified;
                         if (p.relError >= 0)
@@ -269,9 +271,12 @@ Command registerBenchDecode(CLI::App& root)
                                {"summary", summary},
                                {"points", points}});
                 } else {
-                    std::printf("device %s: copy %.0f GB/s measured (%.0f GB/s nominal); quantize-and-pack of one "
-                                "token per sequence %.1f µs\n",
-                                rep.device.name.c_str(), rep.copyBytesPerSecond / 1e9, rep.device.memoryBandwidth / 1e9,
+                    const std::string nominal = rep.device.memoryBandwidth > 0
+                                                    ? cat(int(rep.device.memoryBandwidth / 1e9 + 0.5), " GB/s nominal")
+                                                    : std::string("nominal unknown");
+                    std::printf("device %s: copy %.0f GB/s measured (%s); quantize-and-pack of one token per sequence "
+                                "%.1f µs\n",
+                                rep.device.name.c_str(), rep.copyBytesPerSecond / 1e9, nominal.c_str(),
                                 rep.appendSeconds * 1e6);
                 }
                 if (!rep.allVerified())

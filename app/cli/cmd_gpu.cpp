@@ -200,7 +200,7 @@ Command registerBenchTrain(CLI::App& root)
                                {"assignment_flop_per_iteration", flopPerPass},
                                {"achieved_flops", achieved},
                                {"peak_fp32_flops", peak},
-                               {"fraction_of_peak", peak > 0 ? achieved / peak : 0.0},
+                               {"fraction_of_peak", peak > 0 ? nlohmann::ordered_json(achieved / peak) : nullptr},
                                {"nmse", r.metrics.nmse}});
                     return;
                 }
