@@ -61,9 +61,11 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_batches = new QLineEdit("1,8,16,32", this);
     m_batches->setObjectName("batches");
     m_heads = new QSpinBox(this);
+    m_heads->setObjectName("heads");
     m_heads->setRange(1, 256);
     m_heads->setValue(32);
     m_kvHeads = new QSpinBox(this);
+    m_kvHeads->setObjectName("kvHeads");
     m_kvHeads->setRange(1, 256);
     m_kvHeads->setValue(8);
     m_headDim = new QComboBox(this);
@@ -186,6 +188,7 @@ void LatencyPage::start()
     Codebooks kb, vb;
     try {
         o.contexts = parseList(m_contexts->text(), tr("Context lengths"));
+        o.batches.clear(); // the form's batches replace the defaults
         for (auto b : parseList(m_batches->text(), tr("Batch sizes")))
             o.batches.push_back(int(b));
         o.shape = {m_heads->value(), m_kvHeads->value(), m_headDim->currentText().toInt()};
