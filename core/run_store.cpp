@@ -459,7 +459,9 @@ std::string RunStore::dumpHash(const std::vector<std::string>& files)
         std::error_code ec;
         bytes += std::int64_t(fs::file_size(f, ec));
         mtime = std::max<std::int64_t>(mtime, fs::last_write_time(f, ec).time_since_epoch().count());
-        key += (key.empty() ? "" : "\n") + fs::absolute(f, ec).string();
+        if (!key.empty())
+            key += '\n';
+        key += fs::absolute(f, ec).string();
     }
     {
         sql::Stmt s(m_db, "SELECT sha256 FROM dump_hashes WHERE path=? AND bytes=? AND mtime=?");

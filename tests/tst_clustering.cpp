@@ -363,10 +363,11 @@ void TestClustering::emptyClusterKeptOrReseeded()
     // Three distinct points, 20 copies each, K = 4: two initial centroids coincide, and the
     // nearest-centroid rule gives ties to the first, so the second starts empty.
     MatrixRF X(60, 2);
-    for (int i = 0; i < 60; ++i)
-        X.row(i) = (i % 3 == 0)   ? Eigen::RowVector2f(5, 0)
-                   : (i % 3 == 1) ? Eigen::RowVector2f(0, 5)
-                                  : Eigen::RowVector2f(-5, -5);
+    const float points[3][2] = {{5, 0}, {0, 5}, {-5, -5}};
+    for (int i = 0; i < 60; ++i) {
+        X(i, 0) = points[i % 3][0];
+        X(i, 1) = points[i % 3][1];
+    }
     ClusteringParams p;
     p.k = 4;
     p.maxIterations = 10;

@@ -256,7 +256,7 @@ void TestQuantizer::otherFormatVersionRefused()
 void TestQuantizer::numpyDecoderMatches()
 {
     QString python;
-    for (const QString candidate : {QStringLiteral("python3"), QStringLiteral("/usr/bin/python3")}) {
+    for (const QString& candidate : {QStringLiteral("python3"), QStringLiteral("/usr/bin/python3")}) {
         QProcess p;
         p.start(candidate, {"-c", "import numpy"});
         if (p.waitForFinished(30000) && p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0) {

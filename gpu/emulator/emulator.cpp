@@ -408,7 +408,14 @@ std::map<const void*, int>& maxDynamicShared()
 
 std::string dimText(dim3 d)
 {
-    return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+    std::string s = "(";
+    s += std::to_string(d.x);
+    s += ", ";
+    s += std::to_string(d.y);
+    s += ", ";
+    s += std::to_string(d.z);
+    s += ")";
+    return s;
 }
 
 cudaError_t checkLaunch(dim3 grid, dim3 block, std::size_t sharedBytes, const void* kernel)
@@ -586,8 +593,26 @@ struct CUevent_st {
 };
 
 namespace {
+
 thread_local int currentDevice = 0;
+
+template <class T> cudaError_t makeHandle(T** out)
+{
+    if (!out)
+        return fail(cudaErrorInvalidValue);
+    *out = new T;
+    return cudaSuccess;
 }
+
+template <class T> cudaError_t destroyHandle(T* handle)
+{
+    if (!handle)
+        return fail(cudaErrorInvalidResourceHandle);
+    delete handle;
+    return cudaSuccess;
+}
+
+} // namespace
 
 cudaError_t cudaGetDeviceCount(int* count)
 {
@@ -794,18 +819,12 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream)
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned)
 {
-    if (!stream)
-        return fail(cudaErrorInvalidValue);
-    *stream = new CUstream_st;
-    return cudaSuccess;
+    return makeHandle(stream);
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
-    if (!stream)
-        return fail(cudaErrorInvalidResourceHandle);
-    delete stream;
-    return cudaSuccess;
+    return destroyHandle(stream);
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t)
@@ -815,18 +834,12 @@ cudaError_t cudaStreamSynchronize(cudaStream_t)
 
 cudaError_t cudaEventCreate(cudaEvent_t* event)
 {
-    if (!event)
-        return fail(cudaErrorInvalidValue);
-    *event = new CUevent_st;
-    return cudaSuccess;
+    return makeHandle(event);
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
-    if (!event)
-        return fail(cudaErrorInvalidResourceHandle);
-    delete event;
-    return cudaSuccess;
+    return destroyHandle(event);
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t)
