@@ -243,6 +243,21 @@ private slots:
             QVERIFY(j["fraction_of_peak"].isNull());
     }
 
+    void outOfDeviceMemoryIsNamed()
+    {
+        if (!test::kEmulated)
+            QSKIP("needs the emulator's device-memory limit (GSRQ_EMULATOR_MEMORY_MIB)");
+        // A 16 MiB device: the run stops with an error that names what did not fit and what was
+        // free (exit 1, a runtime failure), never a crash or a hang.
+        qputenv("GSRQ_EMULATOR_MEMORY_MIB", "16");
+        const auto r = test::gsrqRun({"--no-db", "bench-train", "--rows", "65536", "--features", "128", "--dim", "32",
+                                      "--stages", "1", "--k", "64", "--iters", "1"});
+        qunsetenv("GSRQ_EMULATOR_MEMORY_MIB");
+        QVERIFY2(r.code == 1, r.err.constData());
+        QVERIFY2(r.err.contains("out of device memory") && r.err.contains("MiB") && r.err.contains("free"),
+                 r.err.constData());
+    }
+
     void badDeviceIndexIsAnInputError()
     {
         QString why;
