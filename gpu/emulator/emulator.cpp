@@ -10,8 +10,14 @@
 
 #include "emulator.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -251,8 +257,9 @@ constexpr int kMaxThreads = 1024;
 enum class Wait : std::uint8_t { None, Block, Warp, Done };
 
 struct Fiber {
-    void* sp = nullptr;      // saved stack pointer while suspended
-    void* mapping = nullptr; // guard page, then the stack
+    void* sp = nullptr;        // saved stack pointer while suspended
+    void* mapping = nullptr;   // guard page, then the stack
+    void* fakeStack = nullptr; // AddressSanitizer's state of this stack while suspended
     ThreadState thread;
     Wait wait = Wait::None;
 };
@@ -266,6 +273,9 @@ struct Warp {
 
 struct Scheduler {
     void* mainSp = nullptr;
+    void* mainFakeStack = nullptr;
+    const void* mainBottom = nullptr; // the launching thread's stack (for AddressSanitizer)
+    std::size_t mainSize = 0;
     std::unique_ptr<Fiber[]> fibers{new Fiber[kMaxThreads]};
     int made = 0;       // fibers with a stack and a context
     bool stale = false; // fibers left inside a kernel by a failed block: remake their contexts
@@ -308,13 +318,47 @@ int pop()
     return f;
 }
 
+const void* stackBottom(const Fiber& f)
+{
+    return static_cast<const char*>(f.mapping) + pageBytes();
+}
+
+// Suspends the running context (its stack pointer to *save) and resumes the one at `load`, whose
+// stack is [bottom, bottom + size). AddressSanitizer is told of every switch; fakeSave is null when
+// the running context will never be resumed.
+void jump(void** save, void** fakeSave, void* load, [[maybe_unused]] const void* bottom,
+          [[maybe_unused]] std::size_t size)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_start_switch_fiber(fakeSave, bottom, size);
+#endif
+    gsrq_emulator_switch(save, load);
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(fakeSave ? *fakeSave : nullptr, nullptr, nullptr);
+#else
+    (void)fakeSave;
+#endif
+}
+
+void jumpToFiber(void** save, void** fakeSave, int next)
+{
+    const Fiber& f = sched().fibers[next];
+    jump(save, fakeSave, f.sp, stackBottom(f), kStackBytes);
+}
+
+void jumpToMain(int me, bool resumable)
+{
+    Scheduler& s = sched();
+    jump(&s.fibers[me].sp, resumable ? &s.fibers[me].fakeStack : nullptr, s.mainSp, s.mainBottom, s.mainSize);
+}
+
 void switchTo(int next)
 {
     Scheduler& s = sched();
     const int me = s.current;
     s.current = next;
     currentThread = &s.fibers[next].thread;
-    gsrq_emulator_switch(&s.fibers[me].sp, s.fibers[next].sp);
+    jumpToFiber(&s.fibers[me].sp, &s.fibers[me].fakeStack, next);
 }
 
 [[noreturn]] void abandonBlock(std::string why)
@@ -325,7 +369,7 @@ void switchTo(int next)
     s.stale = true;
     const int me = s.current;
     s.current = -1;
-    gsrq_emulator_switch(&s.fibers[me].sp, s.mainSp);
+    jumpToMain(me, false);
     std::abort(); // never resumed: the launcher remakes every fiber before the next launch
 }
 
@@ -380,7 +424,7 @@ void finishThread()
     } else if (s.live == 0) {
         const int me = s.current;
         s.current = -1;
-        gsrq_emulator_switch(&s.fibers[me].sp, s.mainSp);
+        jumpToMain(me, true);
     } else {
         abandonBlock("deadlock: " + deadlock());
     }
@@ -396,6 +440,10 @@ bool makeFiber(Fiber& f)
         mprotect(m, pageBytes(), PROT_NONE); // stacks grow down: an overflow faults
         f.mapping = m;
     }
+#if defined(__SANITIZE_ADDRESS__)
+    // A stack left inside a kernel by a failed block still has its frames' redzones poisoned.
+    __asan_unpoison_memory_region(static_cast<char*>(f.mapping) + pageBytes(), kStackBytes);
+#endif
     f.sp = newFiberStack(static_cast<char*>(f.mapping) + pageBytes() + kStackBytes);
     return true;
 }
@@ -491,6 +539,15 @@ void runGrid(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t, const
             fail(cudaErrorMemoryAllocation, "no memory for the emulator's thread stacks");
             return;
         }
+#if defined(__SANITIZE_ADDRESS__)
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        void* bottom = nullptr;
+        pthread_attr_getstack(&attr, &bottom, &s.mainSize);
+        s.mainBottom = bottom;
+        pthread_attr_destroy(&attr);
+    }
+#endif
     s.threads = n;
     s.body = body;
     s.bodyContext = context;
@@ -534,7 +591,7 @@ void runGrid(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t, const
                 s.failed = false;
                 s.current = pop();
                 currentThread = &s.fibers[s.current].thread;
-                gsrq_emulator_switch(&s.mainSp, s.fibers[s.current].sp);
+                jumpToFiber(&s.mainSp, &s.mainFakeStack, s.current);
                 if (s.failed) {
                     fail(cudaErrorLaunchFailure, "block " + dimText(dim3(x, y, z)) + " of grid " + dimText(grid) +
                                                      ", block shape " + dimText(block) + ": " + s.failure);
@@ -574,6 +631,9 @@ cudaError_t setFuncAttribute(const void* kernel, cudaFuncAttribute attr, int val
 // Every fiber starts here, and runs one thread of a block after another.
 extern "C" void gsrq_emulator_fiber_start()
 {
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr); // a new stack: nothing to restore
+#endif
     for (;;) {
         auto& s = gsrq::emulator::sched();
         s.body(s.bodyContext);
