@@ -1,5 +1,6 @@
 #pragma once
-// Device helpers shared by the decode and cache kernels (internal to gsrq_gpu; nvcc only).
+// Device helpers shared by the decode and cache kernels (internal to gsrq_gpu; compiled by nvcc, or
+// as C++ against the CUDA emulator).
 
 #include "decode_kernels.h"
 #include "launch.cuh"
