@@ -204,12 +204,13 @@ private slots:
         // seeded training, held to the 0.5% NMSE the backends must agree within.
         const QString sample = QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors");
         auto train = [&](const char* backend) {
-            const auto r = test::gsrqRun({"--no-db", "train", sample, "--layers", "1-2", "--dim", "8", "--stages", "2",
-                                          "--k", "16", "--iters", "5", "--backend", backend, "--json", "-q"});
-            [&] { QVERIFY2(r.code == 0, r.err.constData()); }();
-            return QJsonDocument::fromJson(r.out).object();
+            return test::gsrqRun({"--no-db", "train", sample, "--layers", "1-2", "--dim", "8", "--stages", "2", "--k",
+                                  "16", "--iters", "5", "--backend", backend, "--json", "-q"});
         };
-        const QJsonObject g = train("cuda"), c = train("cpu");
+        const auto rg = train("cuda"), rc = train("cpu");
+        QVERIFY2(rg.code == 0, rg.err.constData());
+        QVERIFY2(rc.code == 0, rc.err.constData());
+        const QJsonObject g = QJsonDocument::fromJson(rg.out).object(), c = QJsonDocument::fromJson(rc.out).object();
         QCOMPARE(g["settings"].toObject()["backend"].toString(), QString("cuda"));
         const QJsonArray gt = g["tensors"].toArray(), ct = c["tensors"].toArray();
         QCOMPARE(gt.size(), 4); // keys and values of layers 1 and 2

@@ -170,13 +170,6 @@ template <class T, class U> T atomicAdd(T* p, U v)
     return old;
 }
 
-template <class T, class U> T atomicMax(T* p, U v)
-{
-    const T old = *p;
-    *p = old < T(v) ? T(v) : old;
-    return old;
-}
-
 template <class T> T __ldg(const T* p)
 {
     return *p;
