@@ -93,6 +93,26 @@ std::vector<Eigen::Index> reseedEmptyClusters(const AssignStats& st, MatrixRF& c
     return touched;
 }
 
+// Algorithm 1's start: the shapes are the directions of the sampled rows; one assignment by
+// direction (argmax x·s_k: the nearest-centroid rule with unit gains, so the backends' one
+// primitive serves) gives each shape its members, and the gain is their weighted mean projection
+// g_k = max(0, Sx_k·s_k / W_k). A shape no row chose keeps the gain of its row (‖row‖). Starting
+// from the rows themselves (g_k = ‖row‖, first assignment by L2) instead makes GSKM retrace
+// K-means' path to K-means' end.
+void initGainShape(ClusterBackend& backend, MatrixRF& c, GainShapeState& gs, AssignStats& st)
+{
+    shapeFromCentroids(c, gs);
+    backend.assign(gs.shapes.cast<float>(), false, st);
+    for (Eigen::Index k = 0; k < c.rows(); ++k) {
+        const double W = st.weightSum[k];
+        if (W > 0)
+            gs.gains[k] = std::max(0.0, st.sumX.row(k).dot(gs.shapes.row(k)) / W);
+        c.row(k) = (gs.gains[k] * gs.shapes.row(k)).cast<float>();
+    }
+    // The iterations start afresh: their first pass counts every row as changed, as KM's does.
+    backend.writeLabels(std::vector<std::int32_t>(static_cast<std::size_t>(backend.rows()), -1));
+}
+
 } // namespace
 
 void updateCentroids(Method method, const AssignStats& st, double shapeEpsilon, MatrixRF& c, GainShapeState& gs)
@@ -153,10 +173,10 @@ ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const C
     ClusteringResult r;
     r.centroids = backend.gatherRows(sampleRows(n, p.k, p.seed));
     GainShapeState gs;
-    if (method == Method::GainShape)
-        shapeFromCentroids(r.centroids, gs);
-
     AssignStats st;
+    if (method == Method::GainShape)
+        initGainShape(backend, r.centroids, gs, st);
+
     auto passStart = Clock::now();
     for (;;) {
         backend.assign(r.centroids, method == Method::GainShape, st);
@@ -169,6 +189,7 @@ ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const C
 
         const bool converged = r.iterations > 0 && st.changed == 0;
         const bool last = converged || r.iterations >= p.maxIterations;
+        it.last = last;
         if (!last) {
             updateCentroids(method, st, p.shapeEpsilon, r.centroids, gs);
             if (p.reseedEmpty && it.emptyClusters > 0) {

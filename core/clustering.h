@@ -1,8 +1,11 @@
 #pragma once
 // K-means (KM) and Gain–Shape K-means (GSKM), written once on top of ClusterBackend.
 //
-// Both methods start from the same K distinct rows drawn with the seed, assign with the same rule
-// (nearest centroid: argmax 2·x·c − ‖c‖²) and differ only in the update:
+// Both methods start from the same K distinct rows drawn with the seed and assign with the same rule
+// (nearest centroid: argmax 2·x·c − ‖c‖²). KM starts from the rows as centroids; GSKM starts as
+// the paper's Algorithm 1 does: shapes s_k = the rows' directions, one assignment by direction
+// (argmax x·s_k), gains g_k = max(0, Σw x·s_k / Σw) over those members. Then they differ only in
+// the update:
 //   KM:   c_k = Sx_k / W_k
 //   GSKM: s_k = Sy_k / ‖Sy_k‖, g_k = max(0, Sx_k·s_k / W_k), c_k = g_k·s_k
 // An empty cluster keeps its centroid (or, with reseedEmpty, splits the heaviest cluster); a GSKM
@@ -39,6 +42,7 @@ struct IterationStats {
     int emptyClusters = 0;
     int reseeded = 0;   // empty clusters re-seeded by the update that follows
     double seconds = 0; // wall time of this pass and the update after it
+    bool last = false;  // the clustering's final pass (converged or out of iterations)
 };
 
 enum class StopReason { Converged, MaxIterations, Cancelled };

@@ -72,13 +72,17 @@ CompareResult compareImpl(const MatrixRF& X, const float* weights, const Compare
     p.seed = s.seed;
     p.reseedEmpty = s.reseedEmpty;
     const double unitsPerRun = std::max(1, s.iterations);
+    // A clustering's share of the job is done at its last pass, also when it converges early.
+    const auto stepUnits = [&](const IterationStats& it) {
+        return it.last ? unitsPerRun : std::min<double>(it.iteration, unitsPerRun);
+    };
 
     for (int b = 0; b < M && !jp.cancelled; ++b) {
         MatrixRF block = X.middleCols(static_cast<Eigen::Index>(b) * D, D);
         if (s.residual) {
             const std::string what = cat("block ", b + 1, "/", M, " km (1st stage)");
             auto first = cluster(block, weights, Method::KMeans, p, backend, [&](const IterationStats& it) {
-                return jp.report(what, it, std::min<double>(it.iteration, unitsPerRun), Method::KMeans, b, 0);
+                return jp.report(what, it, stepUnits(it), Method::KMeans, b, 0);
             });
             jp.done += unitsPerRun;
             if (first.stop == StopReason::Cancelled)
@@ -89,8 +93,7 @@ CompareResult compareImpl(const MatrixRF& X, const float* weights, const Compare
         for (auto& mr : out.methods) {
             const std::string what = cat("block ", b + 1, "/", M, " ", methodName(mr.method));
             auto r = cluster(block, weights, mr.method, p, backend, [&](const IterationStats& it) {
-                return jp.report(what, it, std::min<double>(it.iteration, unitsPerRun), mr.method, b,
-                                 s.residual ? 1 : -1);
+                return jp.report(what, it, stepUnits(it), mr.method, b, s.residual ? 1 : -1);
             });
             jp.done += unitsPerRun;
             BlockResult br;

@@ -208,8 +208,9 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
     // The backend keeps the residual and a running reconstruction: each stage adds its codewords
     // in stage order, exactly the sums a decoder of the exported codes makes.
     backend.bind(X.data(), X.rows(), int(X.cols()), weights);
-    MatrixRF residual; // beam search only: the residual of the re-encoded stages, on the host
-    const double total = double(M) * R * std::max(1, s.iterations);
+    MatrixRF residual;                           // beam search only: the residual of the re-encoded stages, on the host
+    const int units = std::max(1, s.iterations); // a clustering's share of the progress
+    const double total = double(M) * R * units;
     double done = 0;
 
     for (int r = 0; r < R && !out.cancelled; ++r) {
@@ -225,7 +226,7 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
                 if (!progress)
                     return true;
                 if (!progress({what,
-                               std::min(1.0, (done + std::min(it.iteration, s.iterations)) / total),
+                               std::min(1.0, (done + (it.last ? units : std::min(it.iteration, s.iterations))) / total),
                                it,
                                {},
                                s.method,
@@ -234,7 +235,7 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
                     out.cancelled = true;
                 return !out.cancelled;
             });
-            done += std::max(1, s.iterations);
+            done += units;
             out.codebooks.book(m, r) = c.centroids;
             out.clusterings.push_back({m, r, c.iterations, c.stop, c.seconds, std::move(c.history)});
             if (s.beam == 1 && !out.cancelled) {

@@ -195,6 +195,33 @@ private slots:
         }
     }
 
+    void gskmFollowsTheCpuPathOnTheDevice()
+    {
+        QString why;
+        if (!test::haveCudaDevice(&why))
+            QSKIP(qPrintable(why));
+        // GSKM's start (Algorithm 1: members by direction, then gains by mean projection) and its
+        // iterations run in core on the backend's one primitive, so the device takes the CPU's
+        // path: the same labels at the end. Seeded synthetic KV-like rows; with 3,000 rows and
+        // K = 32 no row sits within float rounding of a tie, which a different summation order
+        // could flip.
+        const MatrixRF X = synthesize(SynthKind::KvLike, 3000, 16, 8);
+        ClusteringParams p;
+        p.k = 32;
+        p.maxIterations = 30;
+        p.seed = 4;
+        auto g = gpu::makeCudaBackend({});
+        auto c = makeCpuBackend(2);
+        const auto a = cluster(X, nullptr, Method::GainShape, p, *c);
+        const auto b = cluster(X, nullptr, Method::GainShape, p, *g);
+        QCOMPARE(b.iterations, a.iterations);
+        QVERIFY(b.labels == a.labels);
+        // Float sums in another order: the objective of each pass agrees to 1e-5 relative.
+        for (std::size_t i = 0; i < a.history.size(); ++i)
+            QVERIFY(std::abs(a.history[i].objective - b.history[i].objective) <= 1e-5 * a.history[i].objective);
+        QVERIFY(gpu::cudaStats(*g)->devicePasses >= 1 + std::int64_t(a.history.size())); // the start's pass too
+    }
+
     void cliTrainsOnTheDeviceAsOnTheCpu()
     {
         QString why;

@@ -9,6 +9,7 @@
 #include "quantizer.h"
 #include "rope.h"
 #include "safetensors.h"
+#include "synth.h"
 #include "test_util.h"
 
 #include <QProcess>
@@ -28,6 +29,8 @@ private slots:
     void stagesNeverIncreaseTrainingError_data();
     void stagesNeverIncreaseTrainingError();
     void beamIsAtLeastAsGoodAsGreedy();
+    void gskmRqBeatsKmRqAtOneBit();
+    void gskmRqNearTheShannonBound();
     void trainingCodesAreTheGreedyEncoding();
     void exportImportReconstructsIdentically();
     void mergeJoinsAndRefusesMismatches();
@@ -162,6 +165,60 @@ void TestQuantizer::beamIsAtLeastAsGoodAsGreedy()
     s.beam = 8;
     const auto rb = trainResidualQuantizer(X, nullptr, s, *be);
     QVERIFY(rb.metrics.mse <= r.metrics.mse * 1.02); // different codebooks; allow 2% of training noise
+}
+
+namespace {
+
+// Held-out NMSE of codebooks trained on the first `train` rows of X, on the rows after them.
+double heldOutNmse(const MatrixRF& X, Eigen::Index train, const RqSettings& s, ClusterBackend& be)
+{
+    const MatrixRF T = X.topRows(train);
+    const MatrixRF H = X.bottomRows(X.rows() - train);
+    const auto r = trainResidualQuantizer(T, nullptr, s, be);
+    return computeMetrics(H, decode(encode(H, r.codebooks, s.beam, be), r.codebooks)).nmse;
+}
+
+} // namespace
+
+void TestQuantizer::gskmRqBeatsKmRqAtOneBit()
+{
+    // 1 bit per activation on synthetic i.i.d. Gaussian rows: D = 64, R = 8, K = 256, 10,000
+    // training rows, 4,000 held out. Each stage starts from fresh rows; KM's means shrink and
+    // its later stages fit the training rows' noise, GSKM's do not. Measured with data seeds 2,
+    // 12, 13, 14: GSKM-RQ 0.3638-0.3650, KM-RQ 0.435-0.458, so GSKM-RQ is 16-20% below; the test
+    // asks for 12%.
+    const MatrixRF X = synthesize(SynthKind::Gaussian, 14000, 64, 2);
+    auto be = makeCpuBackend(0);
+    RqSettings s;
+    s.dim = 64;
+    s.stages = 8;
+    s.k = 256;
+    s.method = Method::KMeans;
+    const double km = heldOutNmse(X, 10000, s, *be);
+    s.method = Method::GainShape;
+    const double gskm = heldOutNmse(X, 10000, s, *be);
+    QVERIFY2(gskm <= 0.88 * km, qPrintable(QString("held-out NMSE: GSKM-RQ %1, KM-RQ %2").arg(gskm).arg(km)));
+}
+
+void TestQuantizer::gskmRqNearTheShannonBound()
+{
+    // At 1 bit per dimension no quantizer of an i.i.d. Gaussian source gets below NMSE 2^-2 = 0.25
+    // (the distortion-rate bound σ²·2^(−2·BPA)). GSKM-RQ at the paper's 1 BPA (D = 128, R = 16,
+    // K = 256) on 20,000 synthetic training rows, held-out NMSE on 4,000 more: measured
+    // 0.3662-0.3670 (1.47×) with data seeds 3, 12, 13, 14; the limit is 1.5× = 0.375. KM-RQ
+    // measures 0.61 here.
+    const MatrixRF X = synthesize(SynthKind::Gaussian, 24000, 128, 3);
+    auto be = makeCpuBackend(0);
+    RqSettings s;
+    s.dim = 128;
+    s.stages = 16;
+    s.k = 256;
+    s.method = Method::GainShape;
+    const double shannon = std::exp2(-2.0 * bitsPerActivation(s.dim, s.stages, s.k));
+    QCOMPARE(shannon, 0.25);
+    const double gskm = heldOutNmse(X, 20000, s, *be);
+    QVERIFY2(gskm <= 1.5 * shannon, qPrintable(QString("held-out NMSE %1, bound %2").arg(gskm).arg(shannon)));
+    QVERIFY(gskm > shannon); // a held-out figure below the bound would mean a broken measurement
 }
 
 void TestQuantizer::trainingCodesAreTheGreedyEncoding()
