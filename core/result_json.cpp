@@ -141,4 +141,35 @@ nlohmann::ordered_json toJson(const EvalResult& r)
     return j;
 }
 
+nlohmann::ordered_json toJson(const PaperCheckResult& r)
+{
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    for (const auto& [axis, points] : {std::pair{"dim", &r.dimSweep}, std::pair{"k", &r.kSweep}}) {
+        nlohmann::ordered_json pts = nlohmann::ordered_json::array();
+        for (const auto& p : *points) {
+            nlohmann::ordered_json pj = {{axis, p.value}, {"blocks", p.result.blocks}};
+            pj.update(toJson(p.result, false));
+            pts.push_back(pj);
+        }
+        out[std::string("sweep_") + axis] = pts;
+    }
+    nlohmann::ordered_json rq = nlohmann::ordered_json::array();
+    for (const auto& p : r.rq)
+        rq.push_back({{"bpa", p.bpa},
+                      {"dim", p.dim},
+                      {"stages", p.stages},
+                      {"k", p.k},
+                      {"shannon_bound_nmse", p.shannon},
+                      {"km_heldout_nmse", p.kmHeldOut},
+                      {"gskm_heldout_nmse", p.gskmHeldOut}});
+    out["rq"] = rq;
+    nlohmann::ordered_json claims = nlohmann::ordered_json::array();
+    for (const auto& c : r.claims)
+        claims.push_back({{"id", c.id}, {"claim", c.text}, {"holds", c.holds}, {"detail", c.detail}});
+    out["claims"] = claims;
+    out["cancelled"] = r.cancelled;
+    out["seconds"] = r.seconds;
+    return out;
+}
+
 } // namespace gsrq

@@ -4,6 +4,7 @@
 // iterations, seconds, with per-block values and per-iteration history.
 
 #include "compare_job.h"
+#include "paper_check.h"
 #include "train_job.h"
 #include "weights.h"
 
@@ -17,6 +18,7 @@ nlohmann::ordered_json toJson(const CompareSettings& s);
 nlohmann::ordered_json toJson(const WeightSummary& w);
 // methods as {"km": {...}, "gskm": {...}}; withHistory adds each block's per-iteration stats.
 nlohmann::ordered_json toJson(const CompareResult& r, bool withHistory = true);
+nlohmann::ordered_json toJson(const PaperCheckResult& r);
 
 // Per tensor: rows, BPA and codebook cost, weights, `train` and `heldout` metrics (the keys of
 // compare), per-stage curves and, with withHistory, every clustering's per-iteration stats.

@@ -84,6 +84,26 @@ void RunRecorder::recordSweep(const std::vector<SweepPoint>& points, const std::
     m_store.addSeries(m_id, series);
 }
 
+void RunRecorder::recordPaperCheck(const PaperCheckResult& r)
+{
+    std::vector<SeriesPoint> series;
+    std::vector<MetricRow> rows;
+    for (const auto& [axis, points] : {std::pair{"dim", &r.dimSweep}, std::pair{"k", &r.kSweep}})
+        for (const auto& p : *points)
+            for (const auto& m : p.result.methods)
+                for (const auto& [name, value] : namedMetrics(m.metrics))
+                    series.push_back({cat(methodName(m.method), ".", name, "_vs_", axis), double(p.value), value});
+    for (const auto& p : r.rq) {
+        series.push_back({"km.heldout_nmse_vs_bpa", p.bpa, p.kmHeldOut});
+        series.push_back({"gskm.heldout_nmse_vs_bpa", p.bpa, p.gskmHeldOut});
+        series.push_back({"shannon_bound_vs_bpa", p.bpa, p.shannon});
+    }
+    for (const auto& c : r.claims)
+        rows.push_back({"claim", "", "synthetic gaussian", -1, -1, c.id, c.holds ? 1.0 : 0.0});
+    m_store.addSeries(m_id, series);
+    m_store.addMetrics(m_id, rows);
+}
+
 void RunRecorder::recordTrain(const TrainJobResult& r)
 {
     std::vector<MetricRow> rows;

@@ -5,6 +5,7 @@
 // through that thread's own RunStore connection.
 
 #include "compare_job.h"
+#include "paper_check.h"
 #include "run_store.h"
 #include "train_job.h"
 
@@ -29,6 +30,8 @@ public:
     void recordCompare(const CompareResult& r, const std::string& tensor, int sweepPoint = -1);
     void recordSweep(const std::vector<SweepPoint>& points, const std::string& axis, const std::string& tensor);
     void recordTrain(const TrainJobResult& r);
+    // Series <method>.<metric>_vs_dim and _vs_k, the RQ points and each claim (1 holds, 0 not).
+    void recordPaperCheck(const PaperCheckResult& r);
     void recordEval(const std::vector<EvalResult>& r);
     void recordArtifact(const std::string& path, const std::string& kind);
     void recordMetrics(const std::vector<MetricRow>& rows) { m_store.addMetrics(m_id, rows); }

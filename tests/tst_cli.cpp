@@ -42,6 +42,7 @@ private slots:
     void compareTable();
     void compareWithGradientWeights();
     void sweepJson();
+    void paperCheckJson();
     void infoJson();
     void synthRefusesToOverwrite();
     void nonFiniteRowsRefusedOrDropped();
@@ -143,6 +144,50 @@ void TestCli::sweepJson()
     const double n8 = pts[0].toObject()["km"].toObject()["nmse"].toDouble();
     const double n32 = pts[2].toObject()["km"].toObject()["nmse"].toDouble();
     QVERIFY(n32 > n8);
+}
+
+void TestCli::paperCheckJson()
+{
+    // A small paper check: two D, one more K, 1 BPA, on few rows. Its shape, its claims, and that
+    // it is recorded; the figures themselves are the engine's tests' (tst_clustering, tst_quantizer).
+    const auto r =
+        gsrqRun({"paper-check", "--rows",       "3000",  "--iters",     "20",  "--dims", "32,256", "--fixed-k",
+                 "64",          "--ks",         "16,64", "--fixed-dim", "256", "--bpas", "1",      "--rq-rows",
+                 "3000",        "--rq-heldout", "500",   "--rq-iters",  "5",   "--json", "-q"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto j = parseObject(r);
+    QCOMPARE(j["command"].toString(), QString("paper-check"));
+    QVERIFY(j["run_id"].toInt() > 0);
+    const auto dims = j["sweep_dim"].toArray();
+    QCOMPARE(dims.size(), 2);
+    QCOMPARE(dims[1].toObject()["dim"].toInt(), 256);
+    QCOMPARE(dims[0].toObject()["blocks"].toInt(), 8); // 256 features in blocks of 32
+    const auto ks = j["sweep_k"].toArray();
+    QCOMPARE(ks.size(), 2);
+    // K = 64 at D = 256 is the D sweep's last point, reused, not run again.
+    QCOMPARE(ks[1].toObject()["gskm"].toObject()["cosine"].toDouble(),
+             dims[1].toObject()["gskm"].toObject()["cosine"].toDouble());
+    const auto rq = j["rq"].toArray();
+    QCOMPARE(rq.size(), 1);
+    QCOMPARE(rq[0].toObject()["shannon_bound_nmse"].toDouble(), 0.25);
+    QCOMPARE(rq[0].toObject()["dim"].toInt(), 128);
+    QCOMPARE(rq[0].toObject()["stages"].toInt(), 16);
+    QStringList ids;
+    for (const auto& c : j["claims"].toArray()) {
+        const auto o = c.toObject();
+        ids << o["id"].toString();
+        QVERIFY(o["holds"].isBool());
+        QVERIFY(!o["detail"].toString().isEmpty());
+    }
+    QCOMPARE(ids,
+             QStringList({"cosine", "gain_error", "mse", "shrinkage", "km_shrinkage", "under_capacity", "rq_heldout"}));
+    // Refused before anything runs: a D that does not divide 256, a rate that is not the paper's.
+    for (const auto& [args, phrase] : {std::pair{QStringList{"paper-check", "--dims", "16,24"}, QString("--dims")},
+                                       std::pair{QStringList{"paper-check", "--bpas", "0.5"}, QString("--bpas")}}) {
+        const auto bad = gsrqRun(args);
+        QCOMPARE(bad.code, 2);
+        QVERIFY2(QString::fromUtf8(bad.err).contains(phrase), bad.err.constData());
+    }
 }
 
 void TestCli::infoJson()

@@ -3,9 +3,12 @@
 
 #include "compare_job.h"
 #include "error.h"
+#include "paper_check.h"
 #include "test_util.h"
 
 #include <QtTest>
+
+#include <algorithm>
 
 using namespace gsrq;
 
@@ -19,6 +22,7 @@ private slots:
     void cancelStopsTheJob();
     void sweepChecksEveryValueFirst();
     void sweepOverK();
+    void paperClaimsAreJudgedOnTheFigures();
 };
 
 void TestCompare::blocksAreClusteredAloneAndAveraged()
@@ -131,6 +135,66 @@ void TestCompare::sweepOverK()
     // More codewords, less error (K-means++-free seeding still nests well on 800 rows).
     for (std::size_t i = 1; i < pts.size(); ++i)
         QVERIFY(pts[i].result.find(Method::KMeans)->metrics.mse < pts[i - 1].result.find(Method::KMeans)->metrics.mse);
+}
+
+namespace {
+
+SweepPoint handPoint(int value, QuantMetrics km, QuantMetrics gskm)
+{
+    SweepPoint p;
+    p.value = value;
+    p.result.methods = {MethodResult{Method::KMeans, km, 0, 0, 0, {}},
+                        MethodResult{Method::GainShape, gskm, 0, 0, 0, {}}};
+    return p;
+}
+
+QuantMetrics hand(double mse, double gainError, double cosine, double shrinkage)
+{
+    QuantMetrics m;
+    m.mse = mse;
+    m.gainError = gainError;
+    m.cosine = cosine;
+    m.shrinkage = shrinkage;
+    return m;
+}
+
+const PaperClaim& claim(const std::vector<PaperClaim>& claims, const std::string& id)
+{
+    const auto it = std::find_if(claims.begin(), claims.end(), [&](const PaperClaim& c) { return c.id == id; });
+    if (it == claims.end())
+        qFatal("no claim %s", id.c_str());
+    return *it;
+}
+
+} // namespace
+
+void TestCompare::paperClaimsAreJudgedOnTheFigures()
+{
+    // Figures made by hand: GSKM better everywhere but for its gain error at D = 16; its cosine
+    // gain grows with D (+0.005, +0.01, +0.02).
+    std::vector<SweepPoint> dims{handPoint(16, hand(8.6, 1.20, 0.680, 0.46), hand(8.61, 1.21, 0.685, 0.47)),
+                                 handPoint(64, hand(53, 4.7, 0.40, 0.16), hand(52.9, 4.6, 0.41, 0.17)),
+                                 handPoint(256, hand(242, 12.4, 0.22, 0.05), hand(241, 12.1, 0.24, 0.06))};
+    const std::vector<SweepPoint> ks{handPoint(1024, hand(229, 11.3, 0.29, 0.10), hand(228, 10.7, 0.33, 0.11))};
+    std::vector<RqBoundPoint> rq{{1.0, 128, 16, 256, 0.25, 0.58, 0.37}};
+    auto c = judgePaperClaims(dims, ks, rq);
+    QVERIFY(claim(c, "cosine").holds);
+    QVERIFY(!claim(c, "gain_error").holds);
+    QCOMPARE(QString::fromStdString(claim(c, "gain_error").detail), QString("not at D=16: 1.2100 vs 1.2000"));
+    QVERIFY(claim(c, "mse").holds); // 0.12% above at D = 16 is within 0.5%, and below elsewhere
+    QVERIFY(claim(c, "shrinkage").holds);
+    QVERIFY(claim(c, "km_shrinkage").holds); // 0.46 > 0.16 > 0.05
+    QVERIFY(claim(c, "under_capacity").holds);
+    QVERIFY(claim(c, "rq_heldout").holds);
+    // MSE 0.6% above KM's at one point: no longer "matching"; a cosine gain that shrinks at the
+    // largest D: not largest under capacity; GSKM-RQ above KM-RQ: the RQ claim fails.
+    dims[1] = handPoint(64, hand(53, 4.7, 0.40, 0.16), hand(53.32, 4.6, 0.43, 0.17));
+    rq[0].gskmHeldOut = 0.6;
+    c = judgePaperClaims(dims, ks, rq);
+    QVERIFY(!claim(c, "mse").holds);
+    QVERIFY(!claim(c, "under_capacity").holds);
+    QVERIFY(!claim(c, "rq_heldout").holds);
+    QVERIFY(claim(c, "cosine").holds);
 }
 
 QTEST_APPLESS_MAIN(TestCompare)

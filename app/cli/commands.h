@@ -16,6 +16,7 @@ struct Command {
 Command registerInfo(CLI::App& root);
 Command registerCompare(CLI::App& root);
 Command registerSweep(CLI::App& root);
+Command registerPaperCheck(CLI::App& root);
 Command registerSynth(CLI::App& root);
 Command registerBenchCluster(CLI::App& root);
 Command registerDevices(CLI::App& root);

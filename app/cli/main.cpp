@@ -20,11 +20,11 @@ int main(int argc, char** argv)
     root.add_flag("--no-db", global.noDb, "Record nothing");
     for (int i = 0; i < argc; ++i)
         global.command += (i ? " " : "") + std::string(argv[i]);
-    std::vector<Command> commands{registerInfo(root),       registerCompare(root),      registerSweep(root),
-                                  registerSynth(root),      registerBenchCluster(root), registerDevices(root),
-                                  registerTrain(root),      registerEval(root),         registerCodebooks(root),
-                                  registerRuns(root),       registerCheckGpu(root),     registerBenchTrain(root),
-                                  registerBenchDecode(root)};
+    std::vector<Command> commands{registerInfo(root),        registerCompare(root),      registerSweep(root),
+                                  registerSynth(root),       registerBenchCluster(root), registerDevices(root),
+                                  registerTrain(root),       registerEval(root),         registerCodebooks(root),
+                                  registerRuns(root),        registerCheckGpu(root),     registerBenchTrain(root),
+                                  registerBenchDecode(root), registerPaperCheck(root)};
     // The first word that is not a global option names the command.
     int first = 1;
     while (first < argc && (std::string(argv[first]) == "--no-db" || std::string(argv[first]) == "--db"))
