@@ -33,6 +33,7 @@
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QTableView>
+#include <QTextBrowser>
 #include <QTreeWidget>
 #include <QtTest>
 
@@ -64,6 +65,7 @@ private slots:
     void screenshotModeRendersAPage();
     void recentFilesPersist();
     void sweepOverDimWithResidual();
+    void paperCheckDrawsBothSweepsAndJudgesTheClaims();
     void shrinkageStudyOfKeysAndValues();
     void weightsFollowTau();
     void latencyPageSaysHowToMeasure();
@@ -373,6 +375,46 @@ void TestStudio::sweepOverDimWithResidual()
     chart->flush();
     for (const auto& p : chart->points("gskm"))
         QVERIFY(p.y() > 0 && p.y() <= 1); // now cosines
+}
+
+void TestStudio::paperCheckDrawsBothSweepsAndJudgesTheClaims()
+{
+    auto* page = m_window->sweepsPage();
+    m_window->showPage("sweeps");
+    PaperCheckSettings s; // a small check: the figures are the engine's tests', the drawing is this one's
+    s.rows = 2000;
+    s.iterations = 10;
+    s.dims = {32, 256};
+    s.fixedK = 32;
+    s.ks = {16, 32};
+    s.bpas = {1};
+    s.rqTrainRows = 1000;
+    s.rqHeldOutRows = 200;
+    s.rqIterations = 3;
+    page->setPaperCheckSettings(s);
+    QVERIFY(page->paperCheckButton()->isEnabled()); // no dump needed
+    QSignalSpy done(page, &SweepsPage::runFinished);
+    QTest::mouseClick(page->paperCheckButton(), Qt::LeftButton);
+    QVERIFY(done.wait(120000));
+    QVERIFY(done.first().first().toBool());
+    QCOMPARE(page->metricBox()->currentText(), QString("cosine"));
+    auto* overD = page->sweepChart();
+    auto* overK = page->shrinkageChart();
+    overD->flush();
+    overK->flush();
+    QCOMPARE(overD->points("km").size(), 2);
+    QCOMPARE(overD->points("gskm")[1].x(), 256.0);
+    QCOMPARE(overK->points("gskm").size(), 2);
+    QCOMPARE(overK->points("km")[0].x(), 16.0);
+    for (const auto& p : overK->points("gskm"))
+        QVERIFY(p.y() > 0 && p.y() <= 1); // cosines
+    QVERIFY(overK->view()->chart()->title().contains("vs K"));
+    const QString report = page->paperCheckReport()->toPlainText();
+    QVERIFY2(report.contains("of 7 hold"), qPrintable(report));
+    QVERIFY(report.contains("Shannon bound"));
+    page->metricBox()->setCurrentText("gain_error"); // both charts follow the metric
+    overK->flush();
+    QVERIFY(overK->points("km")[0].y() > 1); // gain errors of 256-wide rows, not cosines
 }
 
 void TestStudio::shrinkageStudyOfKeysAndValues()

@@ -203,6 +203,16 @@ void ChartPanel::setLogY(bool on)
     rebuildAxes();
 }
 
+void ChartPanel::setAxisTitles(const QString& xTitle, const QString& yTitle)
+{
+    m_xTitle = xTitle;
+    m_yTitle = yTitle;
+    for (auto* a : m_view->chart()->axes(Qt::Horizontal))
+        a->setTitleText(xTitle);
+    for (auto* a : m_view->chart()->axes(Qt::Vertical))
+        a->setTitleText(yTitle);
+}
+
 void ChartPanel::setLogX(bool on)
 {
     m_logX = on;

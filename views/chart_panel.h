@@ -31,6 +31,7 @@ public:
     void clear();
     void setLogY(bool on);
     void setLogX(bool on);
+    void setAxisTitles(const QString& xTitle, const QString& yTitle);
 
     // What the chart shows once pending updates are applied (tests and CSV export read this).
     QStringList seriesNames() const;

@@ -1,6 +1,7 @@
 // gsrq-studio: the desktop face of GSRQ Studio.
 //   gsrq-studio [DUMP]
-//   gsrq-studio --screenshot FILE.png [--page dataset|compare|train|runs] [--open DUMP] [--run compare|train]
+//   gsrq-studio --screenshot FILE.png [--page dataset|compare|train|runs] [--open DUMP] [--run
+//   compare|train|sweep|paper-check]
 //               [--tensor NAME] [--store FILE]
 // --screenshot renders a page (after a job, with --run) to a PNG and exits: 0 on success.
 
@@ -55,6 +56,10 @@ bool runAndWait(MainWindow& w, const QString& job, const QString& tensor)
             page->tensorBox()->setCurrentText(tensor);
         QObject::connect(page, &SweepsPage::runFinished, &loop, done);
         page->runButton()->click();
+    } else if (job == "paper-check") {
+        auto* page = w.sweepsPage();
+        QObject::connect(page, &SweepsPage::runFinished, &loop, done);
+        page->paperCheckButton()->click();
     } else {
         return false;
     }
@@ -79,7 +84,7 @@ int main(int argc, char** argv)
     QCommandLineOption page("page", "Page to show: dataset, compare, sweeps, train, weights, runs, latency", "NAME",
                             "dataset");
     QCommandLineOption open("open", "KV dump to open", "DUMP");
-    QCommandLineOption run("run", "Run a job before the screenshot: compare, train or sweep", "JOB");
+    QCommandLineOption run("run", "Run a job before the screenshot: compare, train, sweep or paper-check", "JOB");
     QCommandLineOption tensor("tensor", "Tensor for --run (compare) or tensor globs (train)", "NAME");
     QCommandLineOption store("store", "Run store to use instead of the configured one", "FILE");
     QCommandLineOption select("select", "Runs page: select these runs, e.g. 1,2", "IDS");

@@ -4,6 +4,8 @@
 #include "error.h"
 #include "result_json.h"
 
+#include <nlohmann/json.hpp>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QFormLayout>
@@ -13,6 +15,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSpinBox>
+#include <QTextBrowser>
 #include <QVBoxLayout>
 
 namespace gsrq::studio {
@@ -59,6 +62,13 @@ SweepsPage::SweepsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m
     m_layer->setRange(0, 4096);
     m_shrinkKs = new QLineEdit("256,1024", this);
     m_shrinkRun = new QPushButton(tr("Run shrinkage study"), this);
+    m_paperRun = new QPushButton(tr("Run paper check"), this);
+    m_paperRun->setToolTip(tr("KM vs GSKM over D and K on synthetic i.i.d. Gaussian rows (20,000 × 256), and "
+                              "GSKM-RQ against the Shannon bound at 0.375, 0.75 and 1 BPA: about half a minute "
+                              "on two cores"));
+    m_paperReport = new QTextBrowser(this);
+    m_paperReport->setMinimumHeight(160);
+    m_paperReport->setFrameShape(QFrame::NoFrame);
     m_progress = new QProgressBar(this);
     m_progress->setRange(0, 1000);
     m_status = new QLabel(this);
@@ -80,8 +90,11 @@ SweepsPage::SweepsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m
     form->addRow(tr("Layer"), m_layer);
     form->addRow(tr("K values"), m_shrinkKs);
     form->addRow(m_shrinkRun);
+    form->addRow(new QLabel(tr("<b>Paper check</b> (synthetic Gaussian; no dump needed)"), this));
+    form->addRow(m_paperRun);
     form->addRow(m_progress);
     form->addRow(m_status);
+    form->addRow(m_paperReport);
 
     m_chart = new views::ChartPanel(tr("Sweep"), tr("D"), tr("nmse"), this);
     m_chart->setLogX(true);
@@ -100,6 +113,7 @@ SweepsPage::SweepsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m
     connect(&m_ctx, &StudioContext::dumpChanged, this, &SweepsPage::onDumpChanged);
     connect(m_run, &QPushButton::clicked, this, &SweepsPage::startSweep);
     connect(m_shrinkRun, &QPushButton::clicked, this, &SweepsPage::startShrinkage);
+    connect(m_paperRun, &QPushButton::clicked, this, &SweepsPage::startPaperCheck);
     connect(m_metric, &QComboBox::currentIndexChanged, this, &SweepsPage::redraw);
     connectJobControls(m_ctx, this, &m_job, m_cancel, [this](const QString& text) { finishUi(false, text); });
     onDumpChanged();
@@ -122,8 +136,9 @@ void SweepsPage::onDumpChanged()
 void SweepsPage::finishUi(bool ok, const QString& text)
 {
     m_status->setText(text);
-    m_run->setEnabled(true);
-    m_shrinkRun->setEnabled(true);
+    m_run->setEnabled(bool(m_ctx.dump()));
+    m_shrinkRun->setEnabled(bool(m_ctx.dump()));
+    m_paperRun->setEnabled(true);
     m_cancel->setEnabled(false);
     if (ok)
         m_progress->setValue(1000);
@@ -133,8 +148,13 @@ void SweepsPage::finishUi(bool ok, const QString& text)
 void SweepsPage::redraw()
 {
     const QString metric = m_metric->currentText();
+    const QString axis = m_paperK.empty() ? (m_axis->currentIndex() == 0 ? "D" : "K") : "D";
     m_chart->clear();
-    m_chart->view()->chart()->setTitle(tr("%1 vs %2").arg(metric, m_axis->currentIndex() == 0 ? "D" : "K"));
+    m_chart->view()->chart()->setTitle(
+        m_paperK.empty()
+            ? tr("%1 vs %2").arg(metric, axis)
+            : tr("Paper check: %1 vs D (K = %2, synthetic Gaussian)").arg(metric).arg(m_paperSettings.fixedK));
+    m_chart->setAxisTitles(axis, metric);
     for (const auto& [name, pts] : m_points) {
         QList<QPointF> line;
         for (const auto& [x, m] : pts)
@@ -142,6 +162,19 @@ void SweepsPage::redraw()
         m_chart->setSeries(name, line);
     }
     m_chart->flush();
+    if (m_paperK.empty())
+        return;
+    m_shrinkChart->clear();
+    m_shrinkChart->view()->chart()->setTitle(
+        tr("Paper check: %1 vs K (D = %2, synthetic Gaussian)").arg(metric).arg(m_paperSettings.fixedDim));
+    m_shrinkChart->setAxisTitles("K", metric);
+    for (const auto& [name, pts] : m_paperK) {
+        QList<QPointF> line;
+        for (const auto& [x, m] : pts)
+            line << QPointF(x, metricByName(m, metric.toStdString()));
+        m_shrinkChart->setSeries(name, line);
+    }
+    m_shrinkChart->flush();
 }
 
 void SweepsPage::startSweep()
@@ -165,11 +198,13 @@ void SweepsPage::startSweep()
     const QString storePath = m_ctx.storePath();
     const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
     m_points.clear();
+    m_paperK.clear();
     redraw();
     m_progress->setValue(0);
     m_status->setText(tr("Running…"));
     m_run->setEnabled(false);
     m_shrinkRun->setEnabled(false);
+    m_paperRun->setEnabled(false);
     m_cancel->setEnabled(true);
     m_job = 0;
     m_job = m_ctx.runner().start(tr("sweep"), [=, this](const JobRunner::Context& job) {
@@ -244,11 +279,15 @@ void SweepsPage::startShrinkage()
     const int layer = m_layer->value();
     const int iterations = m_iters->value();
     const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
+    m_paperK.clear();
     m_shrinkChart->clear();
+    m_shrinkChart->view()->chart()->setTitle(tr("Shrinkage E‖μ‖²/E‖x‖² (KM)"));
+    m_shrinkChart->setAxisTitles("D", "shrinkage");
     m_progress->setValue(0);
     m_status->setText(tr("Running the shrinkage study…"));
     m_run->setEnabled(false);
     m_shrinkRun->setEnabled(false);
+    m_paperRun->setEnabled(false);
     m_cancel->setEnabled(true);
     m_job = 0;
     m_job = m_ctx.runner().start(tr("shrinkage study"), [=, this](const JobRunner::Context& job) {
@@ -290,6 +329,94 @@ void SweepsPage::startShrinkage()
             finishUi(true, tr("Shrinkage study done."));
         });
     });
+}
+
+void SweepsPage::startPaperCheck()
+{
+    const QString storePath = m_ctx.storePath();
+    const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
+    const PaperCheckSettings settings = m_paperSettings;
+    m_points.clear();
+    m_paperK.clear();
+    m_chart->clear();
+    m_shrinkChart->clear();
+    m_paperReport->clear();
+    m_progress->setValue(0);
+    m_status->setText(tr("Running the paper check…"));
+    m_run->setEnabled(false);
+    m_shrinkRun->setEnabled(false);
+    m_paperRun->setEnabled(false);
+    m_cancel->setEnabled(true);
+    m_job = 0;
+    m_job = m_ctx.runner().start(tr("paper check"), [=, this](const JobRunner::Context& job) {
+        auto backend = gpu::makeBackend(backendRequest).backend;
+        RunInfo info;
+        info.kind = "paper-check";
+        info.backend = backend->name();
+        info.device = backend->device();
+        info.settingsJson = nlohmann::ordered_json{
+            {"data", "synthetic gaussian (i.i.d. N(0, 1))"},
+            {"rows", settings.rows},
+            {"iters", settings.iterations},
+            {"seed",
+             settings.seed}}.dump();
+        WorkerRecording rec(storePath, info, "synthetic gaussian", job, &m_ctx, {});
+        ProgressBatcher batch(job, [this](const std::vector<ProgressEvent>& events) {
+            m_progress->setValue(int(events.back().fraction * 1000));
+            m_status->setText(QString::fromStdString(events.back().what));
+        });
+        const auto r = runPaperCheck(settings, *backend, [&](const ProgressEvent& e) {
+            rec.progress(e);
+            return batch.add(e);
+        });
+        batch.flush();
+        if (rec)
+            rec->recordPaperCheck(r);
+        rec.finish(r.cancelled ? "cancelled" : "done");
+        if (!r.cancelled)
+            job.post([this, r] {
+                showPaperCheck(r);
+                finishUi(true, tr("Paper check done; recorded in the run store."));
+            });
+    });
+}
+
+void SweepsPage::showPaperCheck(const PaperCheckResult& r)
+{
+    m_points.clear();
+    m_paperK.clear();
+    for (const auto& p : r.dimSweep)
+        for (const auto& m : p.result.methods)
+            m_points[QString(methodName(m.method))].push_back({double(p.value), m.metrics});
+    for (const auto& p : r.kSweep)
+        for (const auto& m : p.result.methods)
+            m_paperK[QString(methodName(m.method))].push_back({double(p.value), m.metrics});
+    if (m_metric->currentText() == "cosine")
+        redraw();
+    else
+        m_metric->setCurrentText("cosine"); // the paper's headline metric; redraws
+    int holds = 0;
+    for (const auto& c : r.claims)
+        holds += c.holds;
+    QString html = tr("<b>The paper's claims: %1 of %2 hold</b><br>").arg(holds).arg(r.claims.size());
+    for (const auto& c : r.claims)
+        html +=
+            QStringLiteral("<span style='color:%1'>%2</span> %3<br><small>%4</small><br>")
+                .arg(c.holds ? "#1b7f3b" : "#b3261e", c.holds ? tr("✔ holds") : tr("✘ does not hold"),
+                     QString::fromStdString(c.text).toHtmlEscaped(), QString::fromStdString(c.detail).toHtmlEscaped());
+    if (!r.rq.empty()) {
+        html += tr("<br><b>Held-out NMSE vs the Shannon bound</b><table cellspacing=4>"
+                   "<tr><th>BPA</th><th>bound</th><th>KM-RQ</th><th>GSKM-RQ</th><th>÷ bound</th></tr>");
+        for (const auto& p : r.rq)
+            html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td><td>%5×</td></tr>")
+                        .arg(p.bpa)
+                        .arg(p.shannon, 0, 'f', 3)
+                        .arg(p.kmHeldOut, 0, 'f', 3)
+                        .arg(p.gskmHeldOut, 0, 'f', 3)
+                        .arg(p.gskmHeldOut / p.shannon, 0, 'f', 2);
+        html += QStringLiteral("</table>");
+    }
+    m_paperReport->setHtml(html);
 }
 
 } // namespace gsrq::studio
