@@ -1,5 +1,8 @@
 #include "result_json.h"
 
+#include <algorithm>
+#include <cstdio>
+
 namespace gsrq {
 
 nlohmann::ordered_json toJson(const QuantMetrics& m)
@@ -169,6 +172,41 @@ nlohmann::ordered_json toJson(const PaperCheckResult& r)
     out["claims"] = claims;
     out["cancelled"] = r.cancelled;
     out["seconds"] = r.seconds;
+    return out;
+}
+
+nlohmann::ordered_json paperCheckSummary(const PaperCheckResult& r)
+{
+    const auto holding = std::count_if(r.claims.begin(), r.claims.end(), [](const PaperClaim& c) { return c.holds; });
+    return {{"paper_check", {{"claims", r.claims.size()}, {"holding", holding}}}};
+}
+
+std::string runHeadline(const std::string& summaryJson)
+{
+    const auto j = nlohmann::ordered_json::parse(summaryJson, nullptr, false);
+    std::string out;
+    if (!j.is_object())
+        return out;
+    const auto number = [](const nlohmann::ordered_json& o, const char* key) {
+        return o.contains(key) && o[key].is_number();
+    };
+    int shown = 0;
+    for (auto it = j.begin(); it != j.end() && shown < 3; ++it) {
+        const auto& v = it.value();
+        if (!v.is_object())
+            continue;
+        char buf[128];
+        if (number(v, "claims") && number(v, "holding"))
+            std::snprintf(buf, sizeof buf, "%d of %d claims hold", v["holding"].get<int>(), v["claims"].get<int>());
+        else if (number(v, "nmse"))
+            std::snprintf(buf, sizeof buf, "%s nmse %.4g", it.key().c_str(), v["nmse"].get<double>());
+        else if (number(v, "seconds_per_iteration"))
+            std::snprintf(buf, sizeof buf, "%s %.3g s/it", it.key().c_str(), v["seconds_per_iteration"].get<double>());
+        else
+            continue;
+        out += (out.empty() ? "" : ", ") + std::string(buf);
+        ++shown;
+    }
     return out;
 }
 

@@ -19,6 +19,12 @@ nlohmann::ordered_json toJson(const WeightSummary& w);
 // methods as {"km": {...}, "gskm": {...}}; withHistory adds each block's per-iteration stats.
 nlohmann::ordered_json toJson(const CompareResult& r, bool withHistory = true);
 nlohmann::ordered_json toJson(const PaperCheckResult& r);
+// A run's summary: {"paper_check": {"claims": N, "holding": H}}.
+nlohmann::ordered_json paperCheckSummary(const PaperCheckResult& r);
+
+// One line from a run's summary, for listings: "gskm nmse 0.297, km nmse 0.301", "5 of 7 claims
+// hold", "cuda 0.012 s/it"; at most three parts; empty for a summary without any.
+std::string runHeadline(const std::string& summaryJson);
 
 // Per tensor: rows, BPA and codebook cost, weights, `train` and `heldout` metrics (the keys of
 // compare), per-stage curves and, with withHistory, every clustering's per-iteration stats.

@@ -1,9 +1,9 @@
 #include "runs_table_model.h"
 
+#include "result_json.h"
+
 #include <QColor>
 #include <QFileInfo>
-#include <QJsonDocument>
-#include <QJsonObject>
 
 namespace gsrq::views {
 
@@ -29,28 +29,6 @@ int RunsTableModel::columnCount(const QModelIndex& parent) const
     return parent.isValid() ? 0 : ColumnCount;
 }
 
-namespace {
-
-// "gskm nmse 0.297" from a summary such as {"km": {"nmse": ...}, "gskm": {...}}.
-QString headline(const std::string& summaryJson)
-{
-    const auto doc = QJsonDocument::fromJson(QByteArray::fromStdString(summaryJson));
-    QStringList parts;
-    const auto obj = doc.object();
-    for (auto it = obj.begin(); it != obj.end() && parts.size() < 3; ++it) {
-        const auto inner = it.value().toObject();
-        if (inner.contains("nmse"))
-            parts << QStringLiteral("%1 nmse %2").arg(it.key()).arg(inner.value("nmse").toDouble(), 0, 'g', 4);
-        else if (inner.contains("seconds_per_iteration"))
-            parts << QStringLiteral("%1 %2 s/it")
-                         .arg(it.key())
-                         .arg(inner.value("seconds_per_iteration").toDouble(), 0, 'g', 3);
-    }
-    return parts.join(QStringLiteral(", "));
-}
-
-} // namespace
-
 QVariant RunsTableModel::data(const QModelIndex& index, int role) const
 {
     const RunInfo* r = index.isValid() ? runAt(index.row()) : nullptr;
@@ -69,7 +47,7 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const
         case Dump:
             return QFileInfo(QString::fromStdString(r->dumpPath)).fileName();
         case Summary:
-            return headline(r->summaryJson);
+            return QString::fromStdString(runHeadline(r->summaryJson));
         default:
             return {};
         }

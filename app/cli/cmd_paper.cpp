@@ -116,11 +116,9 @@ Command registerPaperCheck(CLI::App& root)
                 bar.finish();
                 if (run)
                     run->recordPaperCheck(r);
-                int holds = 0;
-                for (const auto& c : r.claims)
-                    holds += c.holds;
-                const std::string summary =
-                    nlohmann::ordered_json{{"claims", r.claims.size()}, {"holding", holds}}.dump();
+                const auto summaryJson = paperCheckSummary(r);
+                const int holds = summaryJson["paper_check"]["holding"];
+                const std::string summary = summaryJson.dump();
                 if (r.cancelled)
                     run.cancelled(summary);
                 run.done(summary);

@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "error.h"
 #include "recording.h"
+#include "result_json.h"
 #include "safetensors.h"
 
 #include <cstdio>
@@ -89,25 +90,6 @@ std::string safeName(const std::string& s)
     return out;
 }
 
-// "gskm nmse 0.297, km nmse 0.301" from a run's summary, for one-line listings.
-std::string headline(const std::string& summaryJson)
-{
-    const auto j = nlohmann::ordered_json::parse(summaryJson, nullptr, false);
-    std::string out;
-    if (!j.is_object())
-        return out;
-    int shown = 0;
-    for (auto it = j.begin(); it != j.end() && shown < 3; ++it)
-        if (it.value().is_object() && it.value().contains("nmse") && it.value()["nmse"].is_number()) {
-            char buf[96];
-            std::snprintf(buf, sizeof buf, "%s%s nmse %.4g", out.empty() ? "" : ", ", it.key().c_str(),
-                          it.value()["nmse"].get<double>());
-            out += buf;
-            ++shown;
-        }
-    return out;
-}
-
 std::string metricKey(const MetricRow& m)
 {
     return cat(m.scope, " ", m.tensor, m.method.empty() ? "" : " " + m.method,
@@ -168,7 +150,7 @@ Command registerRuns(CLI::App& root)
                     std::printf("%6lld  %-13s %-11s %-24s %-30s %s\n", static_cast<long long>(r.id), r.kind.c_str(),
                                 r.status.c_str(), r.startedAt.c_str(),
                                 std::filesystem::path(r.dumpPath).filename().string().c_str(),
-                                headline(r.summaryJson).c_str());
+                                runHeadline(r.summaryJson).c_str());
                 return;
             }
             if (show->parsed()) {

@@ -1,8 +1,7 @@
 // gsrq-studio: the desktop face of GSRQ Studio.
 //   gsrq-studio [DUMP]
-//   gsrq-studio --screenshot FILE.png [--page dataset|compare|train|runs] [--open DUMP] [--run
-//   compare|train|sweep|paper-check]
-//               [--tensor NAME] [--store FILE]
+//   gsrq-studio --screenshot FILE.png [--page NAME] [--open DUMP] [--tensor NAME] [--store FILE]
+//               [--run compare|train|sweep|paper-check] [--select IDS]
 // --screenshot renders a page (after a job, with --run) to a PNG and exits: 0 on success.
 
 #include "compare_page.h"

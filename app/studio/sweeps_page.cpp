@@ -372,7 +372,7 @@ void SweepsPage::startPaperCheck()
         batch.flush();
         if (rec)
             rec->recordPaperCheck(r);
-        rec.finish(r.cancelled ? "cancelled" : "done");
+        rec.finish(r.cancelled ? "cancelled" : "done", paperCheckSummary(r).dump());
         if (!r.cancelled)
             job.post([this, r] {
                 showPaperCheck(r);
