@@ -43,6 +43,15 @@ def main():
     C = X[torch.randperm(n, generator=g)[: a.k].to(dev)].clone()
     inv = 1.0 / (X.norm(dim=1) + 1e-8)
     Y = X * inv[:, None]
+    if a.method == "gskm":
+        # Algorithm 1's start, as gsrq's: shapes = the rows' directions, members by direction,
+        # gains = their mean projection.
+        S = C / C.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        labels = (X @ S.T).argmax(dim=1)
+        W = torch.zeros(a.k, device=dev).index_add_(0, labels, torch.ones(n, device=dev))
+        P = torch.zeros(a.k, device=dev).index_add_(0, labels, (X * S[labels]).sum(dim=1))
+        gain = torch.where(W > 0, (P / W.clamp_min(1)).clamp_min(0), C.norm(dim=1))
+        C = gain[:, None] * S
 
     def iteration(C):
         S = X @ C.T
