@@ -457,6 +457,31 @@ void TestClustering::emptyClusterKeptOrReseeded()
     // The three points stay exactly represented; only the ±1/1024 nudge of a split centroid
     // (at most 50/1024² ≈ 5e-5 in squared error) separates the error from zero.
     QVERIFY(reseeded.history.back().objective < 1e-4);
+
+    // GSKM: the duplicate shape gets no members by direction either (ties go to the first), so it
+    // keeps its row's gain and shape: (‖row‖, row/‖row‖), the row itself, up to float rounding.
+    p.reseedEmpty = false;
+    const auto gsKept = cluster(X, nullptr, Method::GainShape, p, *be);
+    QVERIFY(gsKept.history.front().emptyClusters >= 1);
+    for (int k = 0; k < 4; ++k)
+        if (std::find(gsKept.labels.begin(), gsKept.labels.end(), k) == gsKept.labels.end())
+            QVERIFY((gsKept.centroids.row(k) - X.row(init[std::size_t(k)])).norm() < 1e-5f * 5.0f);
+    p.reseedEmpty = true;
+    const auto gsReseeded = cluster(X, nullptr, Method::GainShape, p, *be);
+    splits = 0;
+    for (const auto& it : gsReseeded.history)
+        splits += it.reseeded;
+    QVERIFY(splits >= 1);
+    QVERIFY(gsReseeded.history.back().objective < 1e-4); // a gain and a shape per point: exact
+
+    // A zero row among the starting rows has no direction: its shape is a unit axis, its gain that
+    // of the rows it gathers (or 0), and nothing becomes NaN.
+    MatrixRF Z = X;
+    Z.row(init[0]).setZero();
+    const auto z = cluster(Z, nullptr, Method::GainShape, p, *be);
+    QVERIFY(z.centroids.allFinite());
+    for (const auto& it : z.history)
+        QVERIFY(std::isfinite(it.objective));
 }
 
 void TestClustering::cancelStopsWithinOneIteration()
