@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Proves the README's two commands on a clean Debian 12 root, not on a machine where something
+# installed earlier could hide a missing install step. For each command it makes a fresh root with
+# debootstrap (minbase bookworm: what `debootstrap` gives, nothing of this machine's), copies in a
+# clone of this repository's HEAD, and runs the command there with chroot, as root, with a plain
+# environment; then it prints each command's exit code and time. Needs root and the Debian mirror.
+#
+#   tools/fresh-check.sh [--keep] [--only run|test] [WORKDIR]   (default WORKDIR: /var/tmp/gsrq-fresh)
+#
+# The base system is debootstrapped once into WORKDIR/base.tgz and unpacked anew for each command.
+# --keep leaves the roots (WORKDIR/root-run, WORKDIR/root-test) for a look inside afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+keep=0
+only=""
+work=/var/tmp/gsrq-fresh
+while (($#)); do
+  case "$1" in
+    --keep) keep=1 ;;
+    --only) only=$2; shift ;;
+    -*) echo "fresh-check: unknown option $1 (--keep, --only run|test)" >&2; exit 2 ;;
+    *) work=$1 ;;
+  esac
+  shift
+done
+case "$only" in ""|run|test) ;; *) echo "fresh-check: --only takes run or test, not '$only'" >&2; exit 2 ;; esac
+if [[ $(id -u) -ne 0 ]]; then
+  echo "fresh-check: debootstrap and chroot need root" >&2
+  exit 2
+fi
+mirror=${GSRQ_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+if ! command -v debootstrap >/dev/null; then
+  echo "fresh-check: installing debootstrap"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap; }
+fi
+
+mkdir -p "$work"
+if [[ ! -f $work/base.tgz ]]; then
+  echo "fresh-check: debootstrapping Debian 12 (bookworm, minbase) from $mirror"
+  rm -rf "$work/base"
+  start=$SECONDS
+  debootstrap --variant=minbase bookworm "$work/base" "$mirror" > "$work/debootstrap.log" 2>&1 ||
+    { tail -20 "$work/debootstrap.log"; echo "fresh-check: debootstrap failed (log: $work/debootstrap.log)" >&2; exit 1; }
+  # The updates and security suites, as a Debian 12 machine has them.
+  cat > "$work/base/etc/apt/sources.list" <<EOF
+deb $mirror bookworm main
+deb $mirror bookworm-updates main
+deb http://deb.debian.org/debian-security bookworm-security main
+EOF
+  tar -C "$work/base" -czf "$work/base.tgz" .
+  rm -rf "$work/base"
+  echo "fresh-check: base system ready in $((SECONDS - start)) s"
+fi
+
+mounted=()
+cleanup() {
+  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[i]}" 2>/dev/null || true; done
+  mounted=()
+}
+trap cleanup EXIT
+
+# run NAME COMMAND: a fresh root, the repository's HEAD in /root/gsrq, COMMAND run there.
+declare -A code seconds
+check() {
+  local name=$1 cmd=$2 root=$work/root-$1
+  cleanup
+  rm -rf "$root"
+  mkdir -p "$root"
+  tar -C "$root" -xzf "$work/base.tgz"
+  cp /etc/resolv.conf "$root/etc/resolv.conf"
+  git clone -q --no-local "$repo" "$root/root/gsrq"
+  for m in proc sys dev dev/pts; do
+    mkdir -p "$root/$m"
+    case $m in
+      proc) mount -t proc proc "$root/proc" ;;
+      sys) mount -t sysfs sys "$root/sys" ;;
+      *) mount --bind "/$m" "$root/$m" ;;
+    esac
+    mounted+=("$root/$m")
+  done
+  echo "fresh-check: [$name] $cmd (log: $work/$name.log)"
+  local start=$SECONDS rc=0
+  chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    bash -c "cd /root/gsrq && $cmd" > "$work/$name.log" 2>&1 < /dev/null || rc=$?
+  code[$name]=$rc
+  seconds[$name]=$((SECONDS - start))
+  tail -15 "$work/$name.log"
+  cleanup
+  ((keep)) || rm -rf "$root"
+}
+
+[[ -z $only || $only == run ]] && check run "bash tools/run.sh"
+[[ -z $only || $only == test ]] && check test "bash tools/test.sh"
+
+echo
+echo "fresh-check on a clean Debian 12 root ($(git -C "$repo" rev-parse --short HEAD)):"
+fail=0
+for name in run test; do
+  [[ -n ${code[$name]+x} ]] || continue
+  printf '  bash tools/%s.sh   exit %d   %d min %02d s\n' "$name" "${code[$name]}" $((seconds[$name] / 60)) \
+    $((seconds[$name] % 60))
+  ((code[$name] == 0)) || fail=1
+done
+exit $fail
