@@ -28,5 +28,22 @@ if [[ $# -eq 0 ]]; then
   echo
   "$gsrq" runs list --limit 3
 else
-  "$gsrq" compare "$dump" "${@:2}"
+  # A dump of one tensor (a .npy, say) is compared as it is. A model's dump: a middle layer's key
+  # and value, as for the sample (D and K from the flags, else the whole rows and K = 256).
+  mapfile -t picked < <("$gsrq" info "$dump" --json | /usr/bin/python3 -c '
+import json, re, sys
+names = [t["name"] for t in json.load(sys.stdin)["tensors"]]
+layers = sorted({int(m.group(1)) for n in names if (m := re.fullmatch(r"layers\.(\d+)\.(key|value)", n))})
+if layers:
+    mid = layers[len(layers) // 2]
+    print("\n".join(n for n in (f"layers.{mid}.key", f"layers.{mid}.value") if n in names))
+')
+  if ((${#picked[@]} == 0)); then
+    "$gsrq" compare "$dump" "${@:2}"
+  else
+    for tensor in "${picked[@]}"; do
+      "$gsrq" compare "$dump" --tensor "$tensor" "${@:2}"
+      echo
+    done
+  fi
 fi
