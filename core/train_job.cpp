@@ -145,6 +145,22 @@ std::vector<const KvTensor*> selectTensors(const KvDump& dump, const std::vector
     return out;
 }
 
+HoldoutSplit splitHoldout(Eigen::Index rows, double fraction, bool tail, std::uint64_t seed)
+{
+    const Eigen::Index trainRows = fraction > 0 ? Eigen::Index(double(rows) * (1 - fraction)) : rows;
+    HoldoutSplit out;
+    std::vector<char> held(std::size_t(rows), 0);
+    if (tail) {
+        std::fill(held.begin() + trainRows, held.end(), 1);
+    } else if (trainRows < rows) {
+        for (auto i : sampleRows(rows, int(rows - trainRows), seed ^ 0x9e3779b97f4a7c15ull))
+            held[std::size_t(i)] = 1;
+    }
+    for (Eigen::Index i = 0; i < rows; ++i)
+        (held[std::size_t(i)] ? out.heldout : out.train).push_back(i);
+    return out;
+}
+
 TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBackend& backend, const ProgressFn& progress)
 {
     if (s.holdout < 0 || s.holdout >= 1)
@@ -218,9 +234,11 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
         r.droppedRows = std::int64_t(loaded.droppedRows.size());
         r.features = x.cols();
         const Eigen::VectorXf w = weightsFor(dump, t, loaded, s.weights, s.tau, &r.weightSummary);
-        const Eigen::Index trainRows = s.holdout > 0 ? Eigen::Index(double(x.rows()) * (1 - s.holdout)) : x.rows();
-        const MatrixRF xTrain = x.topRows(trainRows);
-        const float* wp = w.size() ? w.data() : nullptr;
+        const HoldoutSplit split = splitHoldout(x.rows(), s.holdout, s.holdoutTail, s.rq.seed);
+        const Eigen::Index trainRows = Eigen::Index(split.train.size());
+        const MatrixRF xTrain = x(split.train, Eigen::all);
+        const Eigen::VectorXf wTrain = w.size() ? Eigen::VectorXf(w(split.train)) : Eigen::VectorXf();
+        const float* wp = wTrain.size() ? wTrain.data() : nullptr;
 
         r.train = trainResidualQuantizer(xTrain, wp, s.rq, backend, [&](const ProgressEvent& e) {
             if (!progress)
@@ -241,8 +259,8 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
         r.effectiveBpa = r.bpa + double(r.codebookBytes) * 8 / (double(t.view.rows()) * double(r.features));
 
         Codes heldCodes;
-        if (trainRows < x.rows()) {
-            const MatrixRF xh = x.bottomRows(x.rows() - trainRows);
+        if (!split.heldout.empty()) {
+            const MatrixRF xh = x(split.heldout, Eigen::all);
             r.heldoutRows = xh.rows();
             const auto t0 = std::chrono::steady_clock::now();
             heldCodes = encode(xh, r.train.codebooks, s.rq.beam, backend);
@@ -259,9 +277,9 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
         if (s.attentionQueries > 0 && t.layer >= 0 && r.droppedRows == 0 &&
             (t.kind == KvKind::Key || t.kind == KvKind::Value)) {
             MatrixRF full(x.rows(), x.cols());
-            full.topRows(trainRows) = decode(r.train.codes, r.train.codebooks);
+            full(split.train, Eigen::all) = decode(r.train.codes, r.train.codebooks);
             if (heldCodes.rows())
-                full.bottomRows(heldCodes.rows()) = decode(heldCodes, r.train.codebooks);
+                full(split.heldout, Eigen::all) = decode(heldCodes, r.train.codebooks);
             recon[t.layer][t.kind] = std::move(full);
         }
         CodebookEntry entry{t.view.name, r.train.codebooks, {}};

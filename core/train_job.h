@@ -17,6 +17,14 @@ namespace gsrq {
 
 enum class KeyRope { AsDumped, Post };
 
+// The rows a hold-out of `fraction` leaves for training and holds out, each in ascending order:
+// the last rows with `tail`, else a subset drawn with `seed` (a dump's last rows are the end of
+// one text, so a tail is a biased sample of it).
+struct HoldoutSplit {
+    std::vector<Eigen::Index> train, heldout;
+};
+HoldoutSplit splitHoldout(Eigen::Index rows, double fraction, bool tail, std::uint64_t seed);
+
 struct TrainSettings {
     RqSettings rq;
     std::vector<std::string> tensorPatterns; // globs, e.g. layers.*.value; empty: every key and value
@@ -24,8 +32,9 @@ struct TrainSettings {
     WeightMode weights = WeightMode::None;
     double tau = 1.0;
     bool dropNonFinite = false;
-    std::string evalPath; // held-out dump (same tensor names), or empty
-    double holdout = 0;   // fraction of rows held out (the last rows), or 0
+    std::string evalPath;     // held-out dump (same tensor names), or empty
+    double holdout = 0;       // fraction of rows held out, or 0
+    bool holdoutTail = false; // hold out the last rows instead of a seeded random subset
     KeyRope keyRope = KeyRope::AsDumped;
     int attentionQueries = 128;     // 0: no attention fidelity
     DType exportDType = DType::F32; // counts the codebook bytes as exported

@@ -11,6 +11,7 @@
 #include "safetensors.h"
 #include "synth.h"
 #include "test_util.h"
+#include "train_job.h"
 
 #include <QProcess>
 #include <QtTest>
@@ -31,6 +32,7 @@ private slots:
     void beamIsAtLeastAsGoodAsGreedy();
     void gskmRqBeatsKmRqAtOneBit();
     void gskmRqNearTheShannonBound();
+    void holdoutIsASeededRandomSubset();
     void trainingCodesAreTheGreedyEncoding();
     void exportImportReconstructsIdentically();
     void mergeJoinsAndRefusesMismatches();
@@ -219,6 +221,31 @@ void TestQuantizer::gskmRqNearTheShannonBound()
     const double gskm = heldOutNmse(X, 20000, s, *be);
     QVERIFY2(gskm <= 1.5 * shannon, qPrintable(QString("held-out NMSE %1, bound %2").arg(gskm).arg(shannon)));
     QVERIFY(gskm > shannon); // a held-out figure below the bound would mean a broken measurement
+}
+
+void TestQuantizer::holdoutIsASeededRandomSubset()
+{
+    // A quarter of 1,000 rows: 750 train, 250 held out, disjoint, covering, ascending.
+    const auto a = splitHoldout(1000, 0.25, false, 3);
+    QCOMPARE(a.train.size(), std::size_t(750));
+    QCOMPARE(a.heldout.size(), std::size_t(250));
+    std::vector<Eigen::Index> all(a.train);
+    all.insert(all.end(), a.heldout.begin(), a.heldout.end());
+    std::sort(all.begin(), all.end());
+    for (Eigen::Index i = 0; i < 1000; ++i)
+        QCOMPARE(all[std::size_t(i)], i);
+    QVERIFY(std::is_sorted(a.heldout.begin(), a.heldout.end()));
+    // Spread over the dump, not its end: about half of the held-out rows lie in the first half
+    // (binomial, n = 250: 125 ± 8 for one σ; 90 is over 4σ below).
+    const auto firstHalf = std::count_if(a.heldout.begin(), a.heldout.end(), [](Eigen::Index i) { return i < 500; });
+    QVERIFY2(firstHalf > 90 && firstHalf < 160, qPrintable(QString::number(firstHalf)));
+    QVERIFY(splitHoldout(1000, 0.25, false, 3).heldout == a.heldout); // seeded
+    QVERIFY(splitHoldout(1000, 0.25, false, 4).heldout != a.heldout);
+    // --holdout-tail: the last rows, as before.
+    const auto t = splitHoldout(1000, 0.25, true, 3);
+    QCOMPARE(t.heldout.front(), Eigen::Index(750));
+    QCOMPARE(t.heldout.back(), Eigen::Index(999));
+    QVERIFY(splitHoldout(1000, 0, false, 3).heldout.empty());
 }
 
 void TestQuantizer::trainingCodesAreTheGreedyEncoding()

@@ -53,7 +53,7 @@ Command registerTrain(CLI::App& root)
         double bpa = 0, tau = 1, holdout = 0;
         int dim = 0, stages = 0, k = 0, attentionQueries = 128;
         BackendOptions backend;
-        bool json = false, quiet = false, force = false, withCodes = false, dropNonFinite = false;
+        bool json = false, quiet = false, force = false, withCodes = false, dropNonFinite = false, holdoutTail = false;
         TrainSettings s;
     };
     auto o = std::make_shared<Opts>();
@@ -73,7 +73,8 @@ Command registerTrain(CLI::App& root)
     cmd->add_option("--weights", o->weights, "none, grad-raw or grad-log")->capture_default_str();
     cmd->add_option("--tau", o->tau, "τ of grad-log weights")->capture_default_str();
     cmd->add_option("--eval", o->eval, "Held-out dump with the same tensors (a .npy pairs with a .npy)");
-    cmd->add_option("--holdout", o->holdout, "Fraction of rows (the last ones) held out for evaluation");
+    cmd->add_option("--holdout", o->holdout, "Fraction of rows held out for evaluation (a seeded random subset)");
+    cmd->add_flag("--holdout-tail", o->holdoutTail, "Hold out the last rows instead of a random subset");
     cmd->add_option("--key-rope", o->keyRope, "as-dumped, or post: apply RoPE to pre-RoPE keys before training")
         ->capture_default_str();
     cmd->add_option("--attention-queries", o->attentionQueries, "Query rows sampled for attention fidelity (0: skip)")
@@ -107,6 +108,7 @@ Command registerTrain(CLI::App& root)
             s.layers = o->layers;
             s.evalPath = o->eval;
             s.holdout = o->holdout;
+            s.holdoutTail = o->holdoutTail;
             s.dropNonFinite = o->dropNonFinite;
             s.attentionQueries = o->attentionQueries;
             s.exportDType = codebookDType(o->dtype);
@@ -162,6 +164,7 @@ Command registerTrain(CLI::App& root)
                                                {"layers", s.layers},
                                                {"key_rope", o->keyRope},
                                                {"holdout", s.holdout},
+                                               {"holdout_tail", s.holdoutTail},
                                                {"eval", s.evalPath},
                                                {"dtype", o->dtype},
                                                {"out", o->out},

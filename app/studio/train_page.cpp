@@ -74,7 +74,7 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     form->addRow(tr("Beam"), m_beam);
     form->addRow(tr("Iterations (max)"), m_iters);
     form->addRow(tr("Tensors"), m_tensors);
-    form->addRow(tr("Held out (last rows)"), m_holdout);
+    form->addRow(tr("Held out (random rows)"), m_holdout);
     auto* buttons = new QHBoxLayout();
     buttons->addWidget(m_run);
     buttons->addWidget(m_cancel);
