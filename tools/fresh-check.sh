@@ -5,7 +5,11 @@
 # clone of this repository's HEAD, and runs the command there with chroot, as root, with a plain
 # environment; then it prints each command's exit code and time. Needs root and the Debian mirror.
 #
-#   tools/fresh-check.sh [--keep] [--only run|test] [WORKDIR]   (default WORKDIR: /var/tmp/gsrq-fresh)
+#   tools/fresh-check.sh [--keep] [--only run|test|deb] [--deb FILE] [WORKDIR]
+#                                                   (default WORKDIR: /var/tmp/gsrq-fresh)
+# --deb FILE (from tools/package.sh): also, on a third clean root, `apt-get install ./FILE`, then
+# `gsrq --help`, `gsrq info` of the installed sample and `gsrq-studio --screenshot` from PATH
+# (the screenshot is copied to WORKDIR/deb-screenshot.png).
 #
 # The base system is debootstrapped once into WORKDIR/base.tgz and unpacked anew for each command.
 # --keep leaves the roots (WORKDIR/root-run, WORKDIR/root-test) for a look inside afterwards.
@@ -14,17 +18,27 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 keep=0
 only=""
+deb=""
 work=/var/tmp/gsrq-fresh
 while (($#)); do
   case "$1" in
     --keep) keep=1 ;;
     --only) only=$2; shift ;;
+    --deb) deb=$(realpath "$2"); shift ;;
     -*) echo "fresh-check: unknown option $1 (--keep, --only run|test)" >&2; exit 2 ;;
     *) work=$1 ;;
   esac
   shift
 done
-case "$only" in ""|run|test) ;; *) echo "fresh-check: --only takes run or test, not '$only'" >&2; exit 2 ;; esac
+case "$only" in ""|run|test|deb) ;; *) echo "fresh-check: --only takes run, test or deb, not '$only'" >&2; exit 2 ;; esac
+if [[ -n $deb && ! -f $deb ]]; then
+  echo "fresh-check: --deb $deb: no such file" >&2
+  exit 2
+fi
+if [[ $only == deb && -z $deb ]]; then
+  echo "fresh-check: --only deb needs --deb FILE" >&2
+  exit 2
+fi
 if [[ $(id -u) -ne 0 ]]; then
   echo "fresh-check: debootstrap and chroot need root" >&2
   exit 2
@@ -72,6 +86,7 @@ check() {
   tar -C "$root" -xzf "$work/base.tgz"
   cp /etc/resolv.conf "$root/etc/resolv.conf"
   git clone -q --no-local "$repo" "$root/root/gsrq"
+  [[ -z $deb ]] || cp "$deb" "$root/root/gsrq-studio.deb"
   for m in proc sys dev dev/pts; do
     mkdir -p "$root/$m"
     case $m in
@@ -88,20 +103,30 @@ check() {
   code[$name]=$rc
   seconds[$name]=$((SECONDS - start))
   tail -15 "$work/$name.log"
+  [[ ! -f $root/root/shot.png ]] || cp "$root/root/shot.png" "$work/$name-screenshot.png"
   cleanup
   ((keep)) || rm -rf "$root"
 }
 
 [[ -z $only || $only == run ]] && check run "bash tools/run.sh"
 [[ -z $only || $only == test ]] && check test "bash tools/test.sh"
+if [[ -n $deb && ( -z $only || $only == deb ) ]]; then
+  check deb "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq /root/gsrq-studio.deb &&
+    cd / && command -v gsrq gsrq-studio && gsrq --help | head -5 &&
+    gsrq --no-db info /usr/share/gsrq-studio/samples/stories260K-gpl3.safetensors | head -5 &&
+    QT_QPA_PLATFORM=offscreen gsrq-studio --store /root/runs.db --screenshot /root/shot.png --page dataset \
+      --open /usr/share/gsrq-studio/samples/stories260K-gpl3.safetensors && test -s /root/shot.png &&
+    ls /usr/share/applications/gsrq-studio.desktop /usr/share/icons/hicolor/scalable/apps/gsrq-studio.svg"
+fi
 
 echo
 echo "fresh-check on a clean Debian 12 root ($(git -C "$repo" rev-parse --short HEAD)):"
 fail=0
-for name in run test; do
+for name in run test deb; do
   [[ -n ${code[$name]+x} ]] || continue
-  printf '  bash tools/%s.sh   exit %d   %d min %02d s\n' "$name" "${code[$name]}" $((seconds[$name] / 60)) \
-    $((seconds[$name] % 60))
+  what="bash tools/$name.sh"
+  [[ $name != deb ]] || what="apt-get install ./$(basename "$deb"), gsrq and gsrq-studio from PATH"
+  printf '  %s   exit %d   %d min %02d s\n' "$what" "${code[$name]}" $((seconds[$name] / 60)) $((seconds[$name] % 60))
   ((code[$name] == 0)) || fail=1
 done
 exit $fail
