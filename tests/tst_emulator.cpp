@@ -97,6 +97,15 @@ __global__ void sharedKernel(float* out)
     out[threadIdx.x] = s[threadIdx.x]; // never written: the emulator's shared memory starts as NaN
 }
 
+// Reads its static shared array before writing it, then writes it: every block must read NaN,
+// also those that run after a block has written it.
+__global__ void staticSharedKernel(float* out)
+{
+    __shared__ float s[32];
+    out[blockIdx.x * 32 + threadIdx.x] = s[threadIdx.x];
+    s[threadIdx.x] = float(blockIdx.x + 1);
+}
+
 } // namespace
 
 class TestEmulator : public QObject {
@@ -188,6 +197,13 @@ private slots:
         QCOMPARE(cudaGetLastError(), cudaSuccess);
         for (float v : download(f, 32))
             QVERIFY(std::isnan(v)); // unwritten shared memory is NaN, never a convenient zero
+        // Static __shared__ arrays start as NaN in every block, not with the last block's values.
+        float* st = deviceArray<float>(3 * 32);
+        launch(staticSharedKernel, 3, 32, 0, nullptr, st);
+        QCOMPARE(cudaGetLastError(), cudaSuccess);
+        for (float v : download(st, 3 * 32))
+            QVERIFY(std::isnan(v)); // a read before this block's write is caught
+        cudaFree(st);
         // A kernel can read only device memory.
         std::vector<int> host(64);
         launch(divergentBarrierKernel, 1, 32, 0, nullptr, host.data());

@@ -24,6 +24,21 @@
 
 namespace gsrq::emulator {
 
+// The static __shared__ arrays of every kernel (emulator.h): the linker brackets their section.
+// Weak, so a program with no kernel declaring one links too.
+extern "C" char __start_gsrq_emu_shared[] __attribute__((weak));
+extern "C" char __stop_gsrq_emu_shared[] __attribute__((weak));
+
+namespace {
+void poisonStaticShared()
+{
+    char* const begin = __start_gsrq_emu_shared;
+    char* const end = __stop_gsrq_emu_shared;
+    if (begin && end > begin)
+        std::memset(begin, 0xff, std::size_t(end - begin));
+}
+} // namespace
+
 namespace detail {
 
 ThreadState* currentThread = nullptr;
@@ -424,6 +439,7 @@ void runGrid(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t, const
             for (unsigned x = 0; x < grid.x; ++x) {
                 s.block.idx = {x, y, z};
                 std::memset(static_cast<void*>(s.shared.data()), 0xff, sharedBytes); // NaN, not zeros
+                poisonStaticShared();
                 s.block.shared = s.shared.data();
                 currentBlock = &s.block;
                 for (int i = 0; i < n; ++i) {

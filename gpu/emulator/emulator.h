@@ -119,8 +119,10 @@ inline void* dynamicShared()
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-// Blocks run one at a time, so a function-static array is the running block's shared memory.
-#define __shared__ static
+// Blocks run one at a time, so a function-static array is the running block's shared memory. All
+// of them live in one ELF section, which the emulator fills with 0xff bytes (NaN) before each
+// block, as it does dynamic shared memory: a read before any write of this block shows.
+#define __shared__ __attribute__((section("gsrq_emu_shared"))) static
 
 #define threadIdx (::gsrq::emulator::detail::currentThread->idx)
 #define blockIdx (::gsrq::emulator::detail::currentBlock->idx)
