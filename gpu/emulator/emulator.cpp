@@ -67,7 +67,7 @@ void gsrq_emulator_switch(void** save, void* load);
 [[noreturn]] void gsrq_emulator_fiber_start();
 }
 
-#if defined(__x86_64__) && defined(__linux__)
+#if defined(__x86_64__) && defined(__linux__) && !defined(GSRQ_EMULATOR_UCONTEXT)
 asm(R"(
     .text
     .globl gsrq_emulator_switch
@@ -99,8 +99,26 @@ gsrq_emulator_switch:
     .cfi_endproc
     .size gsrq_emulator_switch, .-gsrq_emulator_switch
 )");
+#define GSRQ_EMULATOR_ASM_SWITCH 1
 #else
-#error "the CUDA emulator's fiber switch is written for x86-64 Linux"
+// Elsewhere (aarch64, say, or with GSRQ_EMULATOR_UCONTEXT): glibc's ucontext, slower (a system call
+// per switch for the signal mask) and just as correct. A context's "stack pointer" is then the
+// address of its ucontext_t: a fiber's lies at the top of its own stack, the launching thread's is
+// a thread-local one.
+#include <ucontext.h>
+
+namespace {
+thread_local ucontext_t launcherContext;
+thread_local ucontext_t* runningContext = &launcherContext;
+} // namespace
+
+extern "C" void gsrq_emulator_switch(void** save, void* load)
+{
+    ucontext_t* const me = runningContext;
+    *save = me;
+    runningContext = static_cast<ucontext_t*>(load);
+    swapcontext(me, runningContext);
+}
 #endif
 
 namespace gsrq::emulator {
@@ -109,6 +127,22 @@ namespace {
 // A new fiber's stack, laid out as gsrq_emulator_switch leaves a suspended one: control words,
 // six zeroed registers, then the address it returns to (the entry), and a null return address for
 // the entry itself, with the stack aligned as at a call.
+constexpr std::size_t kStackBytes = 256 * 1024;
+
+#if !defined(GSRQ_EMULATOR_ASM_SWITCH)
+// A new fiber's context at the top of its stack, entering gsrq_emulator_fiber_start on the rest.
+void* newFiberStack(void* stackTop)
+{
+    const auto top = reinterpret_cast<std::uintptr_t>(stackTop);
+    auto* ctx = reinterpret_cast<ucontext_t*>((top - sizeof(ucontext_t)) & ~std::uintptr_t(63));
+    getcontext(ctx);
+    ctx->uc_link = nullptr;
+    ctx->uc_stack.ss_sp = reinterpret_cast<char*>(top) - kStackBytes;
+    ctx->uc_stack.ss_size = std::size_t(reinterpret_cast<char*>(ctx) - static_cast<char*>(ctx->uc_stack.ss_sp));
+    makecontext(ctx, gsrq_emulator_fiber_start, 0);
+    return ctx;
+}
+#else
 void* newFiberStack(void* stackTop)
 {
     auto top = reinterpret_cast<std::uintptr_t>(stackTop) & ~std::uintptr_t(15);
@@ -124,10 +158,10 @@ void* newFiberStack(void* stackTop)
     sp[8] = 0;
     return sp;
 }
+#endif
 
 // ---- the fiber scheduler ------------------------------------------------------------------------
 
-constexpr std::size_t kStackBytes = 256 * 1024;
 constexpr int kMaxThreads = 1024;
 
 enum class Wait : std::uint8_t { None, Block, Warp, Done };
