@@ -43,19 +43,18 @@ double median(Eigen::VectorXd v)
     return m;
 }
 
-Eigen::VectorXf gradientWeights(const MatrixRF& grad, WeightMode mode, double tau, WeightSummary* summary,
-                                double epsilon)
+Eigen::VectorXd weightsFromNorms(const Eigen::VectorXd& norms, WeightMode mode, double tau, WeightSummary* summary,
+                                 double epsilon)
 {
     if (!(tau > 0) || !std::isfinite(tau))
         throwInvalid("tau = ", tau, ": must be a positive number");
-    const Eigen::VectorXd norms = grad.cast<double>().rowwise().norm();
     Eigen::VectorXd w;
     WeightSummary s;
     s.rawMax = norms.size() ? norms.maxCoeff() : 0;
     s.rawMedian = median(norms);
     switch (mode) {
     case WeightMode::None:
-        w = Eigen::VectorXd::Ones(grad.rows());
+        w = Eigen::VectorXd::Ones(norms.size());
         break;
     case WeightMode::GradRaw:
         w = norms;
@@ -69,7 +68,13 @@ Eigen::VectorXf gradientWeights(const MatrixRF& grad, WeightMode mode, double ta
     s.weightMedian = median(w);
     if (summary)
         *summary = s;
-    return w.cast<float>();
+    return w;
+}
+
+Eigen::VectorXf gradientWeights(const MatrixRF& grad, WeightMode mode, double tau, WeightSummary* summary,
+                                double epsilon)
+{
+    return weightsFromNorms(grad.cast<double>().rowwise().norm(), mode, tau, summary, epsilon).cast<float>();
 }
 
 } // namespace gsrq

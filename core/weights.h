@@ -27,6 +27,10 @@ struct WeightSummary {
 Eigen::VectorXf gradientWeights(const MatrixRF& grad, WeightMode mode, double tau = 1.0,
                                 WeightSummary* summary = nullptr, double epsilon = 1e-12);
 
+// The same weights from the gradient norms ‖g_i‖ already computed: the one copy of each formula.
+Eigen::VectorXd weightsFromNorms(const Eigen::VectorXd& norms, WeightMode mode, double tau = 1.0,
+                                 WeightSummary* summary = nullptr, double epsilon = 1e-12);
+
 double median(Eigen::VectorXd v); // by value: partially sorted copy
 
 } // namespace gsrq

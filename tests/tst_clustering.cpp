@@ -4,6 +4,7 @@
 #include "clustering.h"
 #include "error.h"
 #include "metrics.h"
+#include "stats.h"
 #include "synth.h"
 #include "test_util.h"
 #include "weights.h"
@@ -75,6 +76,7 @@ private slots:
     void badParametersAreErrors();
     void metricsByHand();
     void gradientWeightsByHand();
+    void statsByHand();
 };
 
 void TestClustering::handCaseKm()
@@ -582,6 +584,35 @@ void TestClustering::gradientWeightsByHand()
         QVERIFY(std::abs(w[i] - std::log(1 + lambda * (i + 1))) < 1e-6);
     QCOMPARE(gradientWeights(g, WeightMode::None)[2], 1.0f);
     QVERIFY_THROWS_EXCEPTION(Error, gradientWeights(g, WeightMode::GradLog, 0.0));
+    // The pages' formula is the same function on norms already computed.
+    WeightSummary fromNorms;
+    const Eigen::VectorXd wn = weightsFromNorms(Eigen::Vector4d(1, 2, 3, 4), WeightMode::GradLog, 2.0, &fromNorms);
+    for (int i = 0; i < 4; ++i)
+        QCOMPARE(float(wn[i]), w[i]);
+    QCOMPARE(fromNorms.weightMax, s.weightMax);
+}
+
+void TestClustering::statsByHand()
+{
+    // Rows (3, 4), (0, 0), (NaN, 1), (6, 8): norms 5, 0, 10 over the three finite rows.
+    MatrixRF x(4, 2);
+    x << 3, 4, 0, 0, std::nanf(""), 1, 6, 8;
+    const auto st = tensorStats(x);
+    QCOMPARE(st.rows, std::int64_t(4));
+    QCOMPARE(st.nonFiniteRows, std::int64_t(1));
+    QCOMPARE(st.rowNorms, (std::vector<double>{5, 0, 10}));
+    QCOMPARE(st.normMin, 0.0);
+    QCOMPARE(st.normMax, 10.0);
+    QCOMPARE(st.normMean, 5.0);
+    // RMS per channel: √((9 + 0 + 36)/3) = √15 and √((16 + 0 + 64)/3).
+    QVERIFY(std::abs(st.channelRms[0] - std::sqrt(15.0)) < 1e-12);
+    QVERIFY(std::abs(st.channelRms[1] - std::sqrt(80.0 / 3.0)) < 1e-12);
+    // Two bins over [0, 10], [0, 5) and [5, 10]: 0 in the first; 5 and the maximum 10 in the second.
+    const auto h = histogram(st.rowNorms, 2);
+    QCOMPARE(h.centres, (std::vector<double>{2.5, 7.5}));
+    QCOMPARE(h.counts, (std::vector<std::int64_t>{1, 2}));
+    QVERIFY(histogram({}, 5).counts.empty());
+    QCOMPARE(histogram({3, 3, 3}, 4).counts[0], std::int64_t(3)); // one value: all in the first bin
 }
 
 QTEST_APPLESS_MAIN(TestClustering)

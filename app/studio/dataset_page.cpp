@@ -1,5 +1,7 @@
 #include "dataset_page.h"
 
+#include "stats.h"
+
 #include "chart_panel.h"
 #include "tensor.h"
 
@@ -120,46 +122,21 @@ void DatasetPage::computeStats(const QString& tensor)
             job.post([this, tensor] { m_stats->setText(tr("%1: not a float matrix; no statistics").arg(tensor)); });
             return;
         }
-        const MatrixRF x = toMatrix(t.view);
-        const auto bad = nonFiniteRows(x);
-        // Norms of finite rows, a 60-bin histogram; RMS per channel over finite rows.
-        std::vector<double> norms;
-        Eigen::VectorXd sumSq = Eigen::VectorXd::Zero(x.cols());
-        std::size_t nb = 0;
-        for (Eigen::Index i = 0; i < x.rows(); ++i) {
-            if (nb < bad.size() && bad[nb] == i) {
-                ++nb;
-                continue;
-            }
-            const Eigen::RowVectorXd r = x.row(i).cast<double>();
-            norms.push_back(r.norm());
-            sumSq += r.cwiseAbs2().transpose();
-        }
-        const double finiteRows = double(norms.size());
+        const TensorStats st = tensorStats(toMatrix(t.view));
+        const Histogram h = histogram(st.rowNorms, 60);
         QList<QPointF> hist, rms;
-        double lo = 0, hi = 0, mean = 0;
-        if (!norms.empty()) {
-            lo = *std::min_element(norms.begin(), norms.end());
-            hi = *std::max_element(norms.begin(), norms.end());
-            const int bins = 60;
-            std::vector<int> counts(bins, 0);
-            for (double n : norms) {
-                mean += n / finiteRows;
-                counts[std::size_t(std::min(bins - 1, int((n - lo) / std::max(hi - lo, 1e-30) * bins)))]++;
-            }
-            for (int b = 0; b < bins; ++b)
-                hist << QPointF(lo + (b + 0.5) * (hi - lo) / bins, counts[std::size_t(b)]);
-            for (Eigen::Index c = 0; c < x.cols(); ++c)
-                rms << QPointF(double(c), std::sqrt(sumSq[c] / finiteRows));
-        }
+        for (std::size_t b = 0; b < h.centres.size(); ++b)
+            hist << QPointF(h.centres[b], double(h.counts[b]));
+        for (std::size_t c = 0; c < st.channelRms.size(); ++c)
+            rms << QPointF(double(c), st.channelRms[c]);
         const QString text = tr("%1: %2 rows × %3 features, %4 rows with NaN/Inf; ‖x‖ from %5 to %6, mean %7")
                                  .arg(tensor)
-                                 .arg(x.rows())
-                                 .arg(x.cols())
-                                 .arg(bad.size())
-                                 .arg(lo, 0, 'g', 4)
-                                 .arg(hi, 0, 'g', 4)
-                                 .arg(mean, 0, 'g', 4);
+                                 .arg(st.rows)
+                                 .arg(st.features)
+                                 .arg(st.nonFiniteRows)
+                                 .arg(st.normMin, 0, 'g', 4)
+                                 .arg(st.normMax, 0, 'g', 4)
+                                 .arg(st.normMean, 0, 'g', 4);
         job.post([this, tensor, text, hist, rms] {
             m_stats->setText(text);
             m_norms->clear();

@@ -1,5 +1,7 @@
 #include "weights_page.h"
 
+#include "stats.h"
+
 #include "chart_panel.h"
 #include "error.h"
 #include "weights.h"
@@ -17,29 +19,12 @@ namespace gsrq::studio {
 
 namespace {
 
-// A histogram of `values` in `bins` equal bins over their range: bin centres and counts.
-QList<QPointF> histogram(const std::vector<double>& values, int bins)
+QList<QPointF> points(const Histogram& h)
 {
     QList<QPointF> out;
-    if (values.empty())
-        return out;
-    const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
-    const double span = std::max(*hi - *lo, 1e-300);
-    std::vector<int> counts(std::size_t(bins), 0);
-    for (double v : values)
-        counts[std::size_t(std::min(bins - 1, int((v - *lo) / span * bins)))]++;
-    for (int b = 0; b < bins; ++b)
-        out << QPointF(*lo + (b + 0.5) * span / bins, counts[std::size_t(b)]);
+    for (std::size_t b = 0; b < h.centres.size(); ++b)
+        out << QPointF(h.centres[b], double(h.counts[b]));
     return out;
-}
-
-double maxOverMedian(const std::vector<double>& v)
-{
-    if (v.empty())
-        return 0;
-    Eigen::VectorXd e = Eigen::Map<const Eigen::VectorXd>(v.data(), Eigen::Index(v.size()));
-    const double med = median(e);
-    return med > 0 ? e.maxCoeff() / med : 0;
 }
 
 } // namespace
@@ -129,7 +114,7 @@ void WeightsPage::load()
             m_norms = norms;
             m_raw->clear();
             for (const auto& [label, n] : m_norms)
-                m_raw->setSeries(label, histogram(n, 50));
+                m_raw->setSeries(label, points(histogram(n, 50)));
             m_raw->flush();
             redrawTransformed();
             emit normsReady();
@@ -144,16 +129,14 @@ void WeightsPage::redrawTransformed()
     QStringList lines;
     m_log->clear();
     for (const auto& [label, n] : m_norms) {
-        Eigen::VectorXd e = Eigen::Map<const Eigen::VectorXd>(n.data(), Eigen::Index(n.size()));
-        const double lambda = t / (median(e) + 1e-12);
-        std::vector<double> w(n.size());
-        for (std::size_t i = 0; i < n.size(); ++i)
-            w[i] = std::log1p(lambda * n[i]);
-        m_log->setSeries(label, histogram(w, 50));
+        WeightSummary sum;
+        const Eigen::VectorXd w = weightsFromNorms(Eigen::Map<const Eigen::VectorXd>(n.data(), Eigen::Index(n.size())),
+                                                   WeightMode::GradLog, t, &sum);
+        m_log->setSeries(label, points(histogram(std::vector<double>(w.data(), w.data() + w.size()), 50)));
         lines << tr("%1: raw max/median %2, weights max/median %3")
                      .arg(label)
-                     .arg(maxOverMedian(n), 0, 'f', 1)
-                     .arg(maxOverMedian(w), 0, 'f', 2);
+                     .arg(sum.rawMedian > 0 ? sum.rawMax / sum.rawMedian : 0.0, 0, 'f', 1)
+                     .arg(sum.weightMedian > 0 ? sum.weightMax / sum.weightMedian : 0.0, 0, 'f', 2);
     }
     m_ratios->setText(lines.join('\n'));
     m_log->flush();
