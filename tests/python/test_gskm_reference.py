@@ -75,11 +75,11 @@ def test_starting_from_the_rows_retraces_kmeans(tmp_path):
 
 @pytest.mark.parametrize("method", ["km", "gskm"])
 def test_residual_quantizer_matches_the_reference(tmp_path, method):
-    # 4,000 rows, D = 32, R = 3, K = 32; the last 1,000 held out. The held-out rows are encoded
-    # greedily by both; 1e-3 relative as above.
+    # 4,000 rows, D = 32, R = 3, K = 32; the last 1,000 held out (--holdout-tail). The held-out
+    # rows are encoded greedily by both; 1e-3 relative as above.
     path, X = synth(tmp_path, 4000, 32, 9)
     j = json.loads(gsrq("train", str(path), "--dim", "32", "--stages", "3", "--k", "32", "--method", method,
-                        "--iters", "30", "--seed", "5", "--holdout", "0.25", "--json", "-q"))
+                        "--iters", "30", "--seed", "5", "--holdout", "0.25", "--holdout-tail", "--json", "-q"))
     t = j["tensors"][0]
     books = ref.train_rq(X[:3000], 3, 32, 30, 5, method)
     train = ref.metrics(X[:3000], ref.encode_rq(X[:3000], books))
