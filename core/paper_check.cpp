@@ -199,22 +199,23 @@ PaperCheckResult runPaperCheck(const PaperCheckSettings& s, ClusterBackend& back
     const auto finishPart = [&] { done += weights[part++] / total; };
 
     const MatrixRF X = synthesize(SynthKind::Gaussian, s.rows, kSweepFeatures, s.seed);
-    CompareSettings base;
-    base.iterations = s.iterations;
-    base.seed = s.seed;
     int point = 0;
-    for (int d : s.dims) {
-        CompareSettings c = base;
-        c.dim = d;
-        c.k = s.fixedK;
-        auto r = runCompare(X, nullptr, c, backend, partProgress(cat("D=", d), point++));
+    // One point of a sweep: KM and GSKM at (D, K) on X, appended to `to` unless cancelled.
+    const auto sweepPoint = [&](int dim, int k, int value, const std::string& name, std::vector<SweepPoint>& to) {
+        CompareSettings c;
+        c.iterations = s.iterations;
+        c.seed = s.seed;
+        c.dim = dim;
+        c.k = k;
+        auto r = runCompare(X, nullptr, c, backend, partProgress(name, point++));
         finishPart();
-        if (r.cancelled || out.cancelled) {
+        if (r.cancelled || out.cancelled)
             out.cancelled = true;
-            break;
-        }
-        out.dimSweep.push_back({d, std::move(r)});
-    }
+        else
+            to.push_back({value, std::move(r)});
+    };
+    for (std::size_t i = 0; i < s.dims.size() && !out.cancelled; ++i)
+        sweepPoint(s.dims[i], s.fixedK, s.dims[i], cat("D=", s.dims[i]), out.dimSweep);
     for (std::size_t i = 0; i < s.ks.size() && !out.cancelled; ++i) {
         const int k = s.ks[i];
         const auto same = std::find_if(out.dimSweep.begin(), out.dimSweep.end(),
@@ -225,16 +226,7 @@ PaperCheckResult runPaperCheck(const PaperCheckSettings& s, ClusterBackend& back
             ++point;
             continue;
         }
-        CompareSettings c = base;
-        c.dim = s.fixedDim;
-        c.k = k;
-        auto r = runCompare(X, nullptr, c, backend, partProgress(cat("K=", k), point++));
-        finishPart();
-        if (r.cancelled || out.cancelled) {
-            out.cancelled = true;
-            break;
-        }
-        out.kSweep.push_back({k, std::move(r)});
+        sweepPoint(s.fixedDim, k, k, cat("K=", k), out.kSweep);
     }
     for (double b : s.bpas) {
         if (out.cancelled)
