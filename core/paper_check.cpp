@@ -47,6 +47,11 @@ std::string fixed(double v, int digits)
 
 } // namespace
 
+int claimsHolding(const PaperCheckResult& r)
+{
+    return int(std::count_if(r.claims.begin(), r.claims.end(), [](const PaperClaim& c) { return c.holds; }));
+}
+
 void validatePaperCheck(const PaperCheckSettings& s)
 {
     if (s.iterations < 1)

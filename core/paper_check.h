@@ -52,6 +52,9 @@ struct PaperCheckResult {
     double seconds = 0;
 };
 
+// How many of the result's claims hold.
+int claimsHolding(const PaperCheckResult& r);
+
 // Progress events carry the sweep point (dimSweep first, then kSweep) or, for the RQ part, the stage.
 PaperCheckResult runPaperCheck(const PaperCheckSettings& s, ClusterBackend& backend, const ProgressFn& progress = {});
 

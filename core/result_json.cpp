@@ -1,6 +1,5 @@
 #include "result_json.h"
 
-#include <algorithm>
 #include <cstdio>
 
 namespace gsrq {
@@ -144,6 +143,22 @@ nlohmann::ordered_json toJson(const EvalResult& r)
     return j;
 }
 
+nlohmann::ordered_json toJson(const PaperCheckSettings& s)
+{
+    return {{"data", "synthetic gaussian (i.i.d. N(0, 1))"},
+            {"rows", s.rows},
+            {"iters", s.iterations},
+            {"seed", s.seed},
+            {"dims", s.dims},
+            {"fixed_k", s.fixedK},
+            {"ks", s.ks},
+            {"fixed_dim", s.fixedDim},
+            {"bpas", s.bpas},
+            {"rq_rows", s.rqTrainRows},
+            {"rq_heldout", s.rqHeldOutRows},
+            {"rq_iters", s.rqIterations}};
+}
+
 nlohmann::ordered_json toJson(const PaperCheckResult& r)
 {
     nlohmann::ordered_json out = nlohmann::ordered_json::object();
@@ -177,8 +192,7 @@ nlohmann::ordered_json toJson(const PaperCheckResult& r)
 
 nlohmann::ordered_json paperCheckSummary(const PaperCheckResult& r)
 {
-    const auto holding = std::count_if(r.claims.begin(), r.claims.end(), [](const PaperClaim& c) { return c.holds; });
-    return {{"paper_check", {{"claims", r.claims.size()}, {"holding", holding}}}};
+    return {{"paper_check", {{"claims", r.claims.size()}, {"holding", claimsHolding(r)}}}};
 }
 
 std::string runHeadline(const std::string& summaryJson)

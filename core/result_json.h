@@ -18,6 +18,7 @@ nlohmann::ordered_json toJson(const CompareSettings& s);
 nlohmann::ordered_json toJson(const WeightSummary& w);
 // methods as {"km": {...}, "gskm": {...}}; withHistory adds each block's per-iteration stats.
 nlohmann::ordered_json toJson(const CompareResult& r, bool withHistory = true);
+nlohmann::ordered_json toJson(const PaperCheckSettings& s);
 nlohmann::ordered_json toJson(const PaperCheckResult& r);
 // A run's summary: {"paper_check": {"claims": N, "holding": H}}.
 nlohmann::ordered_json paperCheckSummary(const PaperCheckResult& r);

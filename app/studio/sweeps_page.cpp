@@ -4,8 +4,6 @@
 #include "error.h"
 #include "result_json.h"
 
-#include <nlohmann/json.hpp>
-
 #include <QCheckBox>
 #include <QComboBox>
 #include <QFormLayout>
@@ -35,6 +33,19 @@ std::vector<int> parseValues(const QString& text, const char* flag)
     if (out.empty())
         throwInvalid(flag, ": give at least one value");
     return out;
+}
+
+// One line per series of `points`: the metric named against x.
+void drawSeries(views::ChartPanel& chart, const std::map<QString, std::vector<std::pair<double, QuantMetrics>>>& points,
+                const QString& metric)
+{
+    for (const auto& [name, pts] : points) {
+        QList<QPointF> line;
+        for (const auto& [x, m] : pts)
+            line << QPointF(x, metricByName(m, metric.toStdString()));
+        chart.setSeries(name, line);
+    }
+    chart.flush();
 }
 
 } // namespace
@@ -145,6 +156,17 @@ void SweepsPage::finishUi(bool ok, const QString& text)
     emit runFinished(ok);
 }
 
+void SweepsPage::setRunning(const QString& status)
+{
+    m_progress->setValue(0);
+    m_status->setText(status);
+    m_run->setEnabled(false);
+    m_shrinkRun->setEnabled(false);
+    m_paperRun->setEnabled(false);
+    m_cancel->setEnabled(true);
+    m_job = 0;
+}
+
 void SweepsPage::redraw()
 {
     const QString metric = m_metric->currentText();
@@ -155,26 +177,14 @@ void SweepsPage::redraw()
             ? tr("%1 vs %2").arg(metric, axis)
             : tr("Paper check: %1 vs D (K = %2, synthetic Gaussian)").arg(metric).arg(m_paperSettings.fixedK));
     m_chart->setAxisTitles(axis, metric);
-    for (const auto& [name, pts] : m_points) {
-        QList<QPointF> line;
-        for (const auto& [x, m] : pts)
-            line << QPointF(x, metricByName(m, metric.toStdString()));
-        m_chart->setSeries(name, line);
-    }
-    m_chart->flush();
+    drawSeries(*m_chart, m_points, metric);
     if (m_paperK.empty())
         return;
     m_shrinkChart->clear();
     m_shrinkChart->view()->chart()->setTitle(
         tr("Paper check: %1 vs K (D = %2, synthetic Gaussian)").arg(metric).arg(m_paperSettings.fixedDim));
     m_shrinkChart->setAxisTitles("K", metric);
-    for (const auto& [name, pts] : m_paperK) {
-        QList<QPointF> line;
-        for (const auto& [x, m] : pts)
-            line << QPointF(x, metricByName(m, metric.toStdString()));
-        m_shrinkChart->setSeries(name, line);
-    }
-    m_shrinkChart->flush();
+    drawSeries(*m_shrinkChart, m_paperK, metric);
 }
 
 void SweepsPage::startSweep()
@@ -200,13 +210,7 @@ void SweepsPage::startSweep()
     m_points.clear();
     m_paperK.clear();
     redraw();
-    m_progress->setValue(0);
-    m_status->setText(tr("Running…"));
-    m_run->setEnabled(false);
-    m_shrinkRun->setEnabled(false);
-    m_paperRun->setEnabled(false);
-    m_cancel->setEnabled(true);
-    m_job = 0;
+    setRunning(tr("Running…"));
     m_job = m_ctx.runner().start(tr("sweep"), [=, this](const JobRunner::Context& job) {
         const LoadedTensor data = loadForClustering(dump->get(tensor), false);
         auto backend = gpu::makeBackend(backendRequest).backend;
@@ -283,13 +287,7 @@ void SweepsPage::startShrinkage()
     m_shrinkChart->clear();
     m_shrinkChart->view()->chart()->setTitle(tr("Shrinkage E‖μ‖²/E‖x‖² (KM)"));
     m_shrinkChart->setAxisTitles("D", "shrinkage");
-    m_progress->setValue(0);
-    m_status->setText(tr("Running the shrinkage study…"));
-    m_run->setEnabled(false);
-    m_shrinkRun->setEnabled(false);
-    m_paperRun->setEnabled(false);
-    m_cancel->setEnabled(true);
-    m_job = 0;
+    setRunning(tr("Running the shrinkage study…"));
     m_job = m_ctx.runner().start(tr("shrinkage study"), [=, this](const JobRunner::Context& job) {
         auto backend = gpu::makeBackend(backendRequest).backend;
         const std::vector<std::string> kinds{"key", "value"};
@@ -341,25 +339,14 @@ void SweepsPage::startPaperCheck()
     m_chart->clear();
     m_shrinkChart->clear();
     m_paperReport->clear();
-    m_progress->setValue(0);
-    m_status->setText(tr("Running the paper check…"));
-    m_run->setEnabled(false);
-    m_shrinkRun->setEnabled(false);
-    m_paperRun->setEnabled(false);
-    m_cancel->setEnabled(true);
-    m_job = 0;
+    setRunning(tr("Running the paper check…"));
     m_job = m_ctx.runner().start(tr("paper check"), [=, this](const JobRunner::Context& job) {
         auto backend = gpu::makeBackend(backendRequest).backend;
         RunInfo info;
         info.kind = "paper-check";
         info.backend = backend->name();
         info.device = backend->device();
-        info.settingsJson = nlohmann::ordered_json{
-            {"data", "synthetic gaussian (i.i.d. N(0, 1))"},
-            {"rows", settings.rows},
-            {"iters", settings.iterations},
-            {"seed",
-             settings.seed}}.dump();
+        info.settingsJson = toJson(settings).dump();
         WorkerRecording rec(storePath, info, "synthetic gaussian", job, &m_ctx, {});
         ProgressBatcher batch(job, [this](const std::vector<ProgressEvent>& events) {
             m_progress->setValue(int(events.back().fraction * 1000));
@@ -395,10 +382,7 @@ void SweepsPage::showPaperCheck(const PaperCheckResult& r)
         redraw();
     else
         m_metric->setCurrentText("cosine"); // the paper's headline metric; redraws
-    int holds = 0;
-    for (const auto& c : r.claims)
-        holds += c.holds;
-    QString html = tr("<b>The paper's claims: %1 of %2 hold</b><br>").arg(holds).arg(r.claims.size());
+    QString html = tr("<b>The paper's claims: %1 of %2 hold</b><br>").arg(claimsHolding(r)).arg(r.claims.size());
     for (const auto& c : r.claims)
         html +=
             QStringLiteral("<span style='color:%1'>%2</span> %3<br><small>%4</small><br>")

@@ -62,6 +62,7 @@ private:
     void startShrinkage();
     void startPaperCheck();
     void showPaperCheck(const PaperCheckResult& r);
+    void setRunning(const QString& status); // a job starts: progress reset, buttons off, Cancel on
     void redraw();
     void finishUi(bool ok, const QString& text);
 
