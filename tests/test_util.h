@@ -12,6 +12,21 @@
 
 namespace gsrq::test {
 
+// The source tree and the gsrq binary the suite was built against; GSRQ_TEST_SOURCE_DIR and
+// GSRQ_TEST_CLI override them where the built suites run from elsewhere (tools/gpu/bundle.sh).
+inline QString sourcePath(const char* relative)
+{
+    const QByteArray dir = qgetenv("GSRQ_TEST_SOURCE_DIR");
+    return (dir.isEmpty() ? QStringLiteral(GSRQ_SOURCE_DIR) : QString::fromLocal8Bit(dir)) + QLatin1Char('/') +
+           QString::fromUtf8(relative);
+}
+
+inline QString cliPath()
+{
+    const QByteArray cli = qgetenv("GSRQ_TEST_CLI");
+    return cli.isEmpty() ? QStringLiteral(GSRQ_CLI_PATH) : QString::fromLocal8Bit(cli);
+}
+
 // n × d standard-normal rows, seeded.
 inline MatrixRF randomRows(Eigen::Index n, Eigen::Index d, std::uint64_t seed, float scale = 1.0f)
 {
@@ -37,7 +52,7 @@ struct Run {
 inline Run gsrqRun(const QStringList& args, int timeoutMs = 240000)
 {
     QProcess p;
-    p.start(QStringLiteral(GSRQ_CLI_PATH), args);
+    p.start(cliPath(), args);
     Run r;
     if (!p.waitForFinished(timeoutMs)) {
         p.kill();

@@ -88,7 +88,7 @@ private slots:
             QVERIFY2(QString(e.what()).contains("--backend cuda"), e.what());
         }
         // The CLI: exit 2 with the flag named, for training, for the check and for the benchmark.
-        const QString sample = QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors");
+        const QString sample = test::sourcePath("resources/samples/stories260K-gpl3.safetensors");
         for (const QStringList& args :
              {QStringList{"--no-db", "compare", sample, "--tensor", "layers.0.key", "--backend", "cuda"},
               QStringList{"check-gpu"}, QStringList{"--no-db", "bench-train", "--backend", "cuda"},
@@ -104,7 +104,7 @@ private slots:
         QString why;
         if (test::haveCudaDevice(&why))
             QSKIP(test::deviceIsPresent());
-        const QString sample = QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors");
+        const QString sample = test::sourcePath("resources/samples/stories260K-gpl3.safetensors");
         const auto r = test::gsrqRun({"--no-db", "compare", sample, "--tensor", "layers.0.key", "--dim", "8", "--k",
                                       "16", "--iters", "2", "--json"});
         QCOMPARE(r.code, 0);
@@ -229,7 +229,7 @@ private slots:
             QSKIP(qPrintable(why));
         // `gsrq train --backend cuda` on the bundled sample against `--backend cpu`: the same
         // seeded training, held to the 0.5% NMSE the backends must agree within.
-        const QString sample = QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors");
+        const QString sample = test::sourcePath("resources/samples/stories260K-gpl3.safetensors");
         auto train = [&](const char* backend) {
             return test::gsrqRun({"--no-db", "train", sample, "--layers", "1-2", "--dim", "8", "--stages", "2", "--k",
                                   "16", "--iters", "5", "--backend", backend, "--json", "-q"});

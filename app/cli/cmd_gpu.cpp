@@ -9,16 +9,31 @@
 #include "gpu_check.h"
 #include "quantizer.h"
 #include "synth.h"
+#include "npy.h"
 #include "version.h"
+#include "weights.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <random>
 
 namespace gsrq::cli {
 
 namespace {
+
+// Row weights from synthetic gradient norms: log-normal (σ = 1.5), whose max/median over 262,144
+// rows is in the hundreds, like the real gradients' spread that the weights are there to tame.
+Eigen::VectorXf syntheticGradientWeights(std::int64_t rows, WeightMode mode, std::uint64_t seed)
+{
+    std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
+    std::lognormal_distribution<double> norm(0.0, 1.5);
+    Eigen::VectorXd norms(rows);
+    for (auto& v : norms)
+        v = norm(rng);
+    return weightsFromNorms(norms, mode).cast<float>();
+}
 
 nlohmann::ordered_json deviceJson(const gpu::DeviceInfo& d)
 {
@@ -113,7 +128,7 @@ Command registerBenchTrain(CLI::App& root)
     struct Opts {
         std::int64_t rows = 262144;
         int features = 1024, dim = 128, stages = 16, k = 256, iters = 40;
-        std::string method = "gskm", data = "kv";
+        std::string method = "gskm", data = "kv", weights = "grad-log", saveData;
         std::uint64_t seed = 0;
         BackendOptions backend;
         bool json = false;
@@ -130,6 +145,12 @@ Command registerBenchTrain(CLI::App& root)
     cmd->add_option("--method", o->method, "gskm or km")->capture_default_str();
     cmd->add_option("--data", o->data, "Synthetic data: kv (key-like) or gaussian")->capture_default_str();
     cmd->add_option("--seed", o->seed, "Seed of the data and the training")->capture_default_str();
+    cmd->add_option("--weights", o->weights,
+                    "none, grad-raw or grad-log: row weights from synthetic gradient norms (log-normal, as real "
+                    "gradients' heavy tail)")
+        ->capture_default_str();
+    cmd->add_option("--save-data", o->saveData,
+                    "Also write the data and weights as PREFIX.x.npy and PREFIX.w.npy (for an outside baseline)");
     addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     return {cmd, [o] {
@@ -151,7 +172,16 @@ Command registerBenchTrain(CLI::App& root)
                 s.method = o->method == "km" ? Method::KMeans : Method::GainShape;
                 validateRq(s, o->rows, o->features);
                 auto backend = openBackend(o->backend, o->json);
+                const auto wmode = weightModeFromName(o->weights);
+                if (!wmode)
+                    throwInvalid("--weights ", o->weights, ": expected none, grad-raw or grad-log");
                 const MatrixRF x = synthesize(*kind, o->rows, o->features, o->seed);
+                const Eigen::VectorXf w = syntheticGradientWeights(o->rows, *wmode, o->seed);
+                const float* wp = *wmode == WeightMode::None ? nullptr : w.data();
+                if (!o->saveData.empty()) {
+                    writeNpy(o->saveData + ".x.npy", x);
+                    writeNpy(o->saveData + ".w.npy", MatrixRF(Eigen::Map<const MatrixRF>(w.data(), w.size(), 1)));
+                }
 
                 // Warm-up: one pass on the first block (device start-up, cuBLAS, allocations).
                 {
@@ -160,10 +190,10 @@ Command registerBenchTrain(CLI::App& root)
                     p.maxIterations = 1;
                     p.seed = s.seed;
                     const MatrixRF first = x.leftCols(s.dim);
-                    cluster(first, nullptr, s.method, p, *backend);
+                    cluster(first, wp, s.method, p, *backend);
                 }
                 std::vector<double> passSeconds; // every assignment pass with the update after it
-                const auto r = trainResidualQuantizer(x, nullptr, s, *backend, [&](const ProgressEvent& e) {
+                const auto r = trainResidualQuantizer(x, wp, s, *backend, [&](const ProgressEvent& e) {
                     passSeconds.push_back(e.iteration.seconds);
                     return true;
                 });
@@ -191,6 +221,7 @@ Command registerBenchTrain(CLI::App& root)
                                {"k", s.k},
                                {"iters", s.iterations},
                                {"method", methodName(s.method)},
+                               {"weights", cat(o->weights, *wmode == WeightMode::None ? "" : " (synthetic gradients)")},
                                {"backend", backend->name()},
                                {"device", deviceName},
                                {"bits_per_activation", bitsPerActivation(s.dim, s.stages, s.k)},

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Everything the GPU side is judged by, in one command, on a machine with an NVIDIA GPU, the bundle
+# of tools/gpu/bundle.sh, and python3 with PyTorch (CUDA) for the outside baselines:
+#   tools/gpu/run-all.sh OUTDIR [--no-sanitizer] [--no-profile] [--quick]
+# Each tool's output goes unedited into OUTDIR (one file per step, its stderr beside it as .err, its
+# exit status and seconds in steps.tsv); gpu-summary.json gathers the figures the benchmarks are
+# judged by, null where a step could not measure one. A failing step does not stop the others.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+[ $# -ge 1 ] || { echo "usage: tools/gpu/run-all.sh OUTDIR [--no-sanitizer] [--no-profile] [--quick]" >&2; exit 2; }
+out=$(mkdir -p "$1" && cd "$1" && pwd); shift
+sanitizer=1 profile=1 quick=0
+for a in "$@"; do
+  case $a in
+    --no-sanitizer) sanitizer=0 ;;
+    --no-profile) profile=0 ;;
+    --quick) quick=1 ;;
+    *) echo "run-all.sh: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+python=${PYTHON:-python3}
+
+# The bundle: an unpacked folder ($GSRQ_BUNDLE) or gpu-bundle/gsrq-gpu.tar.xz unpacked to a temp dir.
+if [ -n "${GSRQ_BUNDLE:-}" ]; then
+  root=$GSRQ_BUNDLE
+else
+  [ -f gpu-bundle/gsrq-gpu.tar.xz ] || { echo "run-all.sh: no gpu-bundle/gsrq-gpu.tar.xz; run tools/gpu/bundle.sh first" >&2; exit 2; }
+  tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+  tar -C "$tmp" -xJf gpu-bundle/gsrq-gpu.tar.xz
+  root=$tmp/gsrq-gpu
+fi
+gsrq=$root/bin/gsrq
+work=$(mktemp -d -p "${TMPDIR:-/tmp}" gsrq-run.XXXXXX)
+trap 'rm -rf "${tmp:-}" "$work"' EXIT
+export GSRQ_TEST_SOURCE_DIR=$root GSRQ_TEST_CLI=$gsrq
+printf 'step\texit\tseconds\n' >"$out/steps.tsv"
+cp "$root/COMMIT" "$out/commit.txt"
+
+# step NAME SECONDS COMMAND...: stdout to OUTDIR/NAME, stderr to OUTDIR/NAME.err, status to steps.tsv.
+step() {
+  local name=$1 limit=$2; shift 2
+  echo "== $name: $*" >&2
+  local t0=$(date +%s.%N)
+  timeout --kill-after=10 "$limit" "$@" >"$out/$name" 2>"$out/$name.err"
+  local rc=$?
+  local t1=$(date +%s.%N)
+  awk -v n="$name" -v r=$rc -v a="$t0" -v b="$t1" 'BEGIN {printf "%s\t%d\t%.1f\n", n, r, b - a}' >>"$out/steps.tsv"
+  [ $rc -eq 0 ] || { echo "   exit $rc; last lines of stderr:" >&2; tail -n 5 "$out/$name.err" >&2; }
+  return 0
+}
+
+sample=$root/resources/samples/stories260K-gpl3.safetensors
+rows=262144; [ $quick = 1 ] && rows=65536
+step nvidia-smi.txt 30 nvidia-smi
+step check-gpu.json 300 "$gsrq" --no-db check-gpu --json
+step tst_gpu.txt 300 "$root/bin/tst_gpu"
+step tst_decode_gpu.txt 300 "$root/bin/tst_decode_gpu"
+for b in cpu cuda; do
+  step "train-sample-$b.json" 120 "$gsrq" --no-db train "$sample" --dim 8 --stages 4 --k 64 --weights grad-log \
+    --backend $b --json -q
+done
+# The 1-BPA layer: FP32 and TF32, then the PyTorch baseline on the same data and weights.
+layer=(--rows $rows --features 1024 --dim 128 --stages 16 --k 256 --iters 40 --weights grad-log)
+step bench-train-tf32.json 300 "$gsrq" --no-db bench-train "${layer[@]}" --backend cuda --tf32 --json \
+  --save-data "$work/layer"
+step bench-train-fp32.json 300 "$gsrq" --no-db bench-train "${layer[@]}" --backend cuda --json
+torchlayer=("$root/tools/bench/torch_gskm.py" "$work/layer.x.npy" --layer --weights "$work/layer.w.npy" --dim 128
+  --stages 16 --k 256 --iters 40)
+step torch-layer-tf32.json 300 "$python" "${torchlayer[@]}" --tf32
+step torch-layer-fp32.json 300 "$python" "${torchlayer[@]}"
+rm -f "$work"/layer.*.npy
+# The CPU's NMSE on a smaller case of the same shape (the whole layer would take minutes on the CPU).
+small=(--rows 32768 --features 1024 --dim 128 --stages 16 --k 256 --iters 40 --weights grad-log)
+step nmse-cpu.json 300 "$gsrq" --no-db bench-train "${small[@]}" --backend cpu --json
+step nmse-cuda.json 120 "$gsrq" --no-db bench-train "${small[@]}" --backend cuda --json
+step nmse-cuda-tf32.json 120 "$gsrq" --no-db bench-train "${small[@]}" --backend cuda --tf32 --json
+# Decode: PyTorch's SDPA on the shapes, then every path of ours, verified against the CPU reference.
+shape=(--heads 32 --kv-heads 8 --head-dim 128 --ctx 1024,8192,32768,131072 --batch 1,8)
+step torch-decode.json 300 "$python" "$root/tools/bench/torch_decode.py" "${shape[@]}"
+for bpa in 0.75 1; do
+  step "bench-decode-$bpa.json" 400 "$gsrq" --no-db bench-decode "${shape[@]}" --bpa $bpa \
+    --anchor "$out/torch-decode.json" --json
+done
+if [ $sanitizer = 1 ]; then
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+  if [ -n "$cs" ]; then
+    step sanitizer-memcheck.txt 300 "$cs" --tool memcheck --error-exitcode 3 "$gsrq" --no-db check-gpu
+    step sanitizer-racecheck.txt 300 "$cs" --tool racecheck --error-exitcode 3 "$gsrq" --no-db check-gpu
+  fi
+fi
+if [ $profile = 1 ]; then
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+  if [ -n "$ncu" ]; then
+    # Every kernel of two iterations of one stage of the layer, with its duration and throughput.
+    step ncu-train.csv 300 "$ncu" --clock-control none --csv --metrics \
+      gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+      "$gsrq" --no-db bench-train --rows $rows --features 128 --dim 128 --stages 1 --k 256 --iters 2 \
+      --weights grad-log --backend cuda --tf32
+  fi
+fi
+step gpu-summary.json 60 "$python" "$(dirname "$0")/summary.py" "$out"
+cat "$out/steps.tsv" >&2

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""gpu-summary.json from the files tools/gpu/run-all.sh wrote into OUTDIR (printed on stdout).
+
+Every figure is read from a tool's own output; one that a step did not produce is null."""
+import datetime
+import json
+import os
+import sys
+
+
+def load(out, name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def get(d, *keys):
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def sample_nmse(doc):
+    """The mean NMSE over the sample's tensors of one gsrq train --json."""
+    tensors = get(doc, "tensors") or []
+    v = [get(t, "train", "nmse") for t in tensors]
+    v = [x for x in v if isinstance(x, (int, float))]
+    return sum(v) / len(v) if v else None
+
+
+def main():
+    out = sys.argv[1]
+    check = load(out, "check-gpu.json")
+    tf32 = load(out, "bench-train-tf32.json")
+    fp32 = load(out, "bench-train-fp32.json")
+    torch_tf32 = load(out, "torch-layer-tf32.json")
+    torch_fp32 = load(out, "torch-layer-fp32.json")
+    commit = "unknown"
+    if os.path.exists(os.path.join(out, "commit.txt")):
+        commit = " ".join(open(os.path.join(out, "commit.txt")).read().split())
+    # The run as the benchmark counts it: TF32 (allowed for both), each against PyTorch in the same mode.
+    ours, theirs = (tf32, torch_tf32) if get(tf32, "layer_seconds") else (fp32, torch_fp32)
+    layer_s = get(ours, "layer_seconds")
+    torch_s = get(theirs, "layer_seconds")
+    train = {
+        "case": None if ours is None else {k: ours.get(k) for k in
+                                           ("rows", "features", "dim", "stages", "k", "iters", "method", "weights",
+                                            "device")},
+        "layer_seconds": layer_s,
+        "torch_layer_seconds": torch_s,
+        "speedup_vs_torch": torch_s / layer_s if layer_s and torch_s else None,
+        "fp32_layer_seconds": get(fp32, "layer_seconds"),
+        "torch_fp32_layer_seconds": get(torch_fp32, "layer_seconds"),
+        "assign_fraction_of_peak": get(ours, "assign_fraction_of_peak"),
+        "nmse_layer": get(ours, "nmse"),
+        "nmse_torch_layer": get(theirs, "nmse"),
+        "nmse_cuda": get(load(out, "nmse-cuda.json"), "nmse"),
+        "nmse_cuda_tf32": get(load(out, "nmse-cuda-tf32.json"), "nmse"),
+        "nmse_cpu": get(load(out, "nmse-cpu.json"), "nmse"),
+        "nmse_case": "32768 rows of the same shape and settings (the CPU on the whole layer takes minutes)",
+        "sample_nmse_cuda": sample_nmse(load(out, "train-sample-cuda.json")),
+        "sample_nmse_cpu": sample_nmse(load(out, "train-sample-cpu.json")),
+    }
+    decode = []
+    for bpa_name in ("0.75", "1"):
+        doc = load(out, f"bench-decode-{bpa_name}.json")
+        if doc is None:
+            continue
+        copy = get(doc, "summary", "copy_bytes_per_second")
+        rows = {}
+        for p in doc.get("points", []):
+            key = (p["context"], p["batch"])
+            rows.setdefault(key, {})[p["path"]] = p
+        for (ctx, batch), paths in sorted(rows.items()):
+            def us(path):
+                s = get(paths, path, "seconds_per_layer")
+                return s * 1e6 if s else None
+            fp16 = paths.get("fp16", {})
+            torch_s = next((p.get("torch_sdpa_seconds") for p in paths.values() if p.get("torch_sdpa_seconds")), None)
+            verified = all(p.get("verified", False) for p in paths.values() if "skipped" not in p)
+            decode.append({
+                "ctx": ctx, "batch": batch, "bpa": float(get(doc, "settings", "bpa") or bpa_name),
+                "fp16_us": us("fp16"),
+                "fp16_bandwidth_fraction": (fp16.get("bytes_per_second") / copy
+                                            if fp16.get("bytes_per_second") and copy else None),
+                "paper_us": us("paper"), "lookup_us": us("lookup"),
+                "torch_sdpa_us": torch_s * 1e6 if torch_s else None,
+                "verified": verified,
+            })
+    summary = {
+        "device": get(check, "device", "name") or get(ours, "device"),
+        "commit": commit,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "check_gpu": None if check is None else get(check, "verdict"),
+        "train": train,
+        "decode": decode,
+        "copy_bytes_per_second": get(load(out, "bench-decode-0.75.json"), "summary", "copy_bytes_per_second"),
+        "append_seconds": get(load(out, "bench-decode-0.75.json"), "summary", "append_seconds"),
+    }
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
