@@ -71,8 +71,9 @@ const Cublas& cublas()
                 if ((lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)))
                     break;
             if (!lib) {
-                failure = cat("cannot load ", soname, " (", first,
-                              "); install the CUDA toolkit's cuBLAS, set GSRQ_CUBLAS to its file, or use --backend cpu");
+                failure =
+                    cat("cannot load ", soname, " (", first,
+                        "); install the CUDA toolkit's cuBLAS, set GSRQ_CUBLAS to its file, or use --backend cpu");
                 return;
             }
         }

@@ -85,6 +85,9 @@ public:
     SplitPlan plan(DecodePath path) const;
     // Why this path cannot run for this shape on this device (shared memory), or empty.
     std::string pathProblem(DecodePath path) const;
+    // Whether the paper path takes values through per-codeword weights (its bins fit in a block's
+    // shared memory) rather than summing each token's value codewords.
+    bool paperUsesBins() const;
 
     // Median device time of quantize-and-pack of one new token per sequence (written at the next
     // free slot, which stays free), over `reps` runs.

@@ -76,11 +76,24 @@ struct DeviceDecodeCache::Impl {
         kernels::DecodeDims d = dims;
         d.tokens = tokens;
         d.positionOffset = positionOffset;
-        const SplitPlan p = planSplits(tokens, cfg.batch, cfg.shape.kvHeads, sms,
-                                       path == DecodePath::Lookup ? kMinLookupSplitTokens : kMinSplitTokens);
+        const bool bins = path == DecodePath::Lookup || (path == DecodePath::Paper && paperBinsFit());
+        const SplitPlan p =
+            planSplits(tokens, cfg.batch, cfg.shape.kvHeads, sms, bins ? kMinLookupSplitTokens : kMinSplitTokens);
         d.splits = p.splits;
         d.tokensPerSplit = p.tokensPerSplit;
         return d;
+    }
+    // The paper path takes values through per-codeword weights when its bins and the combine's merged
+    // weights fit in a block's shared memory (planned as the lookup path plans its splits); else it
+    // sums each token's value codewords.
+    bool paperBinsFit() const
+    {
+        kernels::DecodeDims d = dims;
+        d.tokens = tokens;
+        const SplitPlan p = planSplits(tokens, cfg.batch, cfg.shape.kvHeads, sms, kMinLookupSplitTokens);
+        d.splits = p.splits;
+        d.tokensPerSplit = p.tokensPerSplit;
+        return std::max(kernels::paperBinsSharedBytes(d), kernels::lookupCombineSharedBytes(d)) <= sharedOptin;
     }
     void uploadBooks(const Codebooks& cb, DeviceArray<std::uint16_t>& h, DeviceArray<float>& f,
                      DeviceArray<float>& norms, const char* what)
@@ -368,6 +381,11 @@ SplitPlan DeviceDecodeCache::plan(DecodePath path) const
     return {d.splits, d.tokensPerSplit};
 }
 
+bool DeviceDecodeCache::paperUsesBins() const
+{
+    return m->paperBinsFit();
+}
+
 std::string DeviceDecodeCache::pathProblem(DecodePath path) const
 {
     if (path == DecodePath::Fp16 && !m->cfg.fp16)
@@ -409,6 +427,19 @@ void DeviceDecodeCache::enqueue(DecodePath path)
         check(kernels::launchLookupCombine(d, m->weights.get(), m->pm.get(), m->pl.get(), m->vbh.get(), m->out.get(),
                                            m->stream),
               "lookup combine");
+        return;
+    }
+    if (path == DecodePath::Paper && m->paperBinsFit()) {
+        const std::size_t per = std::size_t(d.subspacesPerHead()) * d.stages * d.k;
+        m->weights.ensure(bh * d.splits * per, "value-codeword weights", m->device);
+        m->pm.ensure(bh * d.splits, "split maxima", m->device);
+        m->pl.ensure(bh * d.splits, "split sums", m->device);
+        check(kernels::launchPaperBins(d, m->q.get(), m->kc.get(), m->kbh.get(), m->vc.get(), m->turns.get(),
+                                       m->weights.get(), m->pm.get(), m->pl.get(), m->stream),
+              "paper-path decode");
+        check(kernels::launchLookupCombine(d, m->weights.get(), m->pm.get(), m->pl.get(), m->vbh.get(), m->out.get(),
+                                           m->stream),
+              "paper-path combine");
         return;
     }
     m->acc.ensure(bh * d.splits * d.headDim, "split partials", m->device);

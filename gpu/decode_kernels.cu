@@ -267,6 +267,167 @@ __global__ void __launch_bounds__(kThreads)
     finishSplit<G>(st, d, part, b, g, split, warp * perWarp + sub, j0, smem);
 }
 
+// Rescale collected weights only when a new maximum passes the reference by this much (base 2):
+// exp2 of scores stays ≤ 2^8 in between, and the result is exact either way.
+constexpr float kRescaleMargin = 8.f;
+
+// The paper path with values through per-codeword weights. Keys as paperDecodeKernel decodes them
+// (codewords summed, RoPE at the token's position); each token's softmax weight then goes into its
+// value codes' bins, W[h][s][r][code] += p (shared memory, group × S·R·K floats), so values cost
+// the bytes of their codes, not of their codewords: Σₜ pₜ vₜ = Σ_{s,r,k} W[s][r][k] C_v[s][r][k].
+// The block moves through the split in tiles; the bins share one reference maximum per head, raised
+// (and the bins rescaled) only when a tile's maximum passes it by kRescaleMargin. Writes the split's
+// bins and (m, l) in the lookup path's layout: launchLookupCombine merges splits and multiplies the
+// bins by the value codebooks once per query.
+template <int G, int U>
+__global__ void __launch_bounds__(kThreads)
+    paperBinsKernel(DecodeDims d, const float* q, const std::uint8_t* kc, const __half* kb, const std::uint8_t* vc,
+                    const float2* turnsIn, float* weights, float* mOut, float* lOut)
+{
+    float* W = dynamicShared<float>();
+    __shared__ float2 turns[128]; // headDim/2 ≤ 128
+    __shared__ float red[kWarps][G];
+    __shared__ float sums[kWarps];
+    const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+    const int width = d.headDim / kEpl, perWarp = 32 / width, half = d.headDim / 2;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = lane / width, li = lane % width, j0 = li * kEpl, group = d.group();
+    const int S = d.subspacesPerHead(), R = d.stages, K = d.k, per = S * R * K;
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        turns[i] = turnsIn[i];
+    for (int i = threadIdx.x; i < group * per; i += blockDim.x)
+        W[i] = 0;
+    __syncthreads();
+
+    // The lane's subspace; its lanes share the subspace's stages for the value bins.
+    const int s = j0 / d.dim, m = g * S + s, M = d.subspaces();
+    const int lanesPerSub = d.dim / kEpl, r0 = (j0 % d.dim) / kEpl;
+    const std::uint8_t* kCodes = kc + (std::int64_t(b) * M + m) * d.capacity * d.bytesPerToken;
+    const std::uint8_t* vCodes = vc + (std::int64_t(b) * M + m) * d.capacity * d.bytesPerToken;
+    const __half* kBook = kb + std::int64_t(m) * d.stages * d.k * d.dim + (j0 % d.dim);
+    const float scale = kLog2e / sqrtf(float(d.headDim));
+
+    float qr[G][kEpl];
+    const float qPos = float(d.positionOffset + d.tokens);
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            qr[h][e] = h < group ? q[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + j0 + e] : 0.f;
+        rope8(qr[h], qPos, j0, width, half, turns);
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            qr[h][e] *= scale;
+    }
+    float mRef[G], lSum[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        mRef[h] = -INFINITY;
+        lSum[h] = 0;
+    }
+
+    const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
+    const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
+    const int stride = kWarps * perWarp;
+    for (std::int64_t tb = t0; tb < t1; tb += std::int64_t(U) * stride) { // the same trip count in every thread
+        float sc[G][U];
+        bool ok[U];
+        std::int64_t tc[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const std::int64_t t = tb + warp * perWarp + sub + std::int64_t(u) * stride;
+            ok[u] = t < t1;
+            tc[u] = ok[u] ? t : t1 - 1;
+            float kx[kEpl];
+            decode8(kx, reinterpret_cast<const std::uint32_t*>(kCodes + tc[u] * d.bytesPerToken), kBook, d);
+            rope8(kx, float(d.positionOffset + tc[u]), j0, width, half, turns);
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                float p = 0;
+#pragma unroll
+                for (int e = 0; e < kEpl; ++e)
+                    p += qr[h][e] * kx[e];
+                sc[h][u] = groupSum(p, width);
+            }
+        }
+        // The tile's maximum per head, over the block.
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (ok[u])
+                    mx = fmaxf(mx, sc[h][u]);
+            for (int o = 16; o > 0; o /= 2)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            if (lane == 0)
+                red[warp][h] = mx;
+        }
+        __syncthreads();
+        bool rescaled = false; // the same decisions in every thread
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            if (h >= group)
+                break;
+            float tileMax = red[0][h];
+            for (int w = 1; w < kWarps; ++w)
+                tileMax = fmaxf(tileMax, red[w][h]);
+            if (tileMax > mRef[h] + kRescaleMargin) {
+                if (mRef[h] != -INFINITY) {
+                    const float c = exp2f(mRef[h] - tileMax);
+                    for (int i = threadIdx.x; i < per; i += blockDim.x)
+                        W[h * per + i] *= c;
+                    lSum[h] *= c;
+                    rescaled = true;
+                }
+                mRef[h] = tileMax;
+            }
+        }
+        if (rescaled)
+            __syncthreads();
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (!ok[u])
+                continue;
+            float p[G];
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                p[h] = h < group ? exp2f(sc[h][u] - mRef[h]) : 0.f;
+                if (li == 0)
+                    lSum[h] += p[h];
+            }
+            const auto* w = reinterpret_cast<const std::uint32_t*>(vCodes + tc[u] * d.bytesPerToken);
+            for (int r = r0; r < R; r += lanesPerSub) {
+                const int o = (s * R + r) * K + int(codeAt(w, r, d.bits));
+#pragma unroll
+                for (int h = 0; h < G; ++h)
+                    if (h < group)
+                        atomicAdd(&W[h * per + o], p[h]);
+            }
+        }
+        __syncthreads();
+    }
+    for (int h = 0; h < group; ++h) {
+        float l = lSum[h];
+        for (int o = 16; o > 0; o /= 2)
+            l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0)
+            sums[warp] = l;
+        __syncthreads();
+        l = 0;
+        for (int w = 0; w < kWarps; ++w)
+            l += sums[w];
+        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits + split;
+        for (int i = threadIdx.x; i < per; i += blockDim.x)
+            weights[o * per + i] = W[h * per + i];
+        if (threadIdx.x == 0) {
+            mOut[o] = mRef[h];
+            lOut[o] = l;
+        }
+        __syncthreads(); // sums is reused by the next head
+    }
+}
+
 // grid B·H, threads ≥ headDim (one per feature)
 __global__ void combineKernel(DecodeDims d, SplitPartials part, float* out)
 {
@@ -321,9 +482,6 @@ __global__ void lookupTablesKernel(DecodeDims d, const float* q, const __half* k
 }
 
 constexpr int kLookupThreads = 256;
-// Rescale the collected weights only when a new maximum passes the reference by this much (base 2):
-// exp2 of scores stays ≤ 2^8 in between, and the result is exact either way.
-constexpr float kRescaleMargin = 8.f;
 
 __device__ __forceinline__ float blockMax(float v, float* red)
 {
@@ -550,6 +708,27 @@ cudaError_t launchPaperDecode(const DecodeDims& d, const float* q, const std::ui
             return e;
         launch(kernel, grid, kThreads, shm, stream, d, q, kc, reinterpret_cast<const __half*>(kb), vc,
                reinterpret_cast<const __half*>(vb), reinterpret_cast<const float2*>(ropeTurns), part);
+        return cudaGetLastError();
+    });
+}
+
+std::size_t paperBinsSharedBytes(const DecodeDims& d)
+{
+    return std::size_t(d.group()) * d.subspacesPerHead() * d.stages * d.k * sizeof(float);
+}
+
+cudaError_t launchPaperBins(const DecodeDims& d, const float* q, const std::uint8_t* kc, const std::uint16_t* kb,
+                            const std::uint8_t* vc, const float* ropeTurns, float* weights, float* m, float* l,
+                            cudaStream_t stream)
+{
+    const dim3 grid(unsigned(d.splits), unsigned(d.kvHeads), unsigned(d.batch));
+    const std::size_t shm = paperBinsSharedBytes(d);
+    return withGroup(d.group(), [&]<int G>() {
+        auto* kernel = paperBinsKernel<G, (G >= 8 ? 1 : 2)>;
+        if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
+            return e;
+        launch(kernel, grid, kThreads, shm, stream, d, q, kc, reinterpret_cast<const __half*>(kb), vc,
+               reinterpret_cast<const float2*>(ropeTurns), weights, m, l);
         return cudaGetLastError();
     });
 }

@@ -69,6 +69,15 @@ cudaError_t launchPaperDecode(const DecodeDims& d, const float* q, const std::ui
                               const std::uint16_t* valueBooks16, const float* ropeTurns, const SplitPartials& part,
                               cudaStream_t stream);
 
+// Paper path with values through per-codeword weights: keys as launchPaperDecode decodes them; each
+// token's softmax weight is added to the bins of its value codes (group × S·R·K floats of shared
+// memory per block, paperBinsSharedBytes), written per split as the lookup path's weights, m and l;
+// launchLookupCombine then gives the outputs. Values cost their codes' bytes, not their codewords'.
+std::size_t paperBinsSharedBytes(const DecodeDims& d);
+cudaError_t launchPaperBins(const DecodeDims& d, const float* q, const std::uint8_t* keyCodes,
+                            const std::uint16_t* keyBooks16, const std::uint8_t* valueCodes, const float* ropeTurns,
+                            float* weights, float* m, float* l, cudaStream_t stream);
+
 // Combines split partials into outputs [B][H][headDim].
 cudaError_t launchCombine(const DecodeDims& d, const SplitPartials& part, float* out, cudaStream_t stream);
 

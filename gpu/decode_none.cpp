@@ -79,6 +79,10 @@ std::string DeviceDecodeCache::pathProblem(DecodePath) const
 {
     noCuda();
 }
+bool DeviceDecodeCache::paperUsesBins() const
+{
+    noCuda();
+}
 double DeviceDecodeCache::timeAppend(int)
 {
     noCuda();

@@ -7,9 +7,9 @@
 #include "device.h"
 #include "error.h"
 #include "gpu_check.h"
+#include "npy.h"
 #include "quantizer.h"
 #include "synth.h"
-#include "npy.h"
 #include "version.h"
 #include "weights.h"
 
