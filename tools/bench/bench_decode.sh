@@ -23,7 +23,8 @@ s = g["summary"]
 print(f"device {s['device']}: copy {s['copy_bytes_per_second']/1e9:.0f} GB/s measured; "
       f"settings {g['settings']['dim']}/{g['settings']['stages']}/{g['settings']['k']} (D/R/K), "
       f"{g['settings']['bpa']:.3g} bits per activation, {g['settings']['codebooks']} codebooks")
-print(f"{'ctx':>7} {'batch':>5} {'path':<7} {'µs/layer':>10} {'GB/s':>7} {'of copy':>7} {'vs fp16':>8} {'vs torch':>8} {'err':>8}")
+print(f"{'ctx':>7} {'batch':>5} {'path':<7} {'µs/layer':>10} {'GB/s':>7} {'of copy':>7} {'vs fp16':>8} {'vs torch':>8} "
+      f"{'err':>8} {'roofline':>9}")
 for p in g["points"]:
     if "skipped" in p:
         print(f"{p['context']:>7} {p['batch']:>5} {p['path']:<7} skipped: {p['skipped']}")
@@ -31,5 +32,6 @@ for p in g["points"]:
     print(f"{p['context']:>7} {p['batch']:>5} {p['path']:<7} {p['seconds_per_layer']*1e6:>10.2f} "
           f"{p['bytes_per_second']/1e9:>7.0f} {100*p['fraction_of_copy_bandwidth']:>6.0f}% "
           f"{p.get('speedup_vs_fp16', 1.0):>7.2f}x {p.get('speedup_vs_torch', float('nan')):>7.2f}x "
-          f"{p.get('rel_error', float('nan')):>8.1e}")
+          f"{p.get('rel_error', float('nan')):>8.1e} "
+          f"{100*p.get('fraction_of_roofline', float('nan')):>4.0f}% {p.get('roofline_bound', ''):<6}")
 PY
