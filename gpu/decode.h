@@ -102,6 +102,41 @@ private:
     std::unique_ptr<Impl> m;
 };
 
+// ---- rooflines ----
+
+// What one decode step of a path moves and computes, for the whole batch and every KV head: bytes
+// from HBM (the cache, codebooks once, queries and outputs, split partials), bytes gathered from the
+// L2 (codewords), bytes through shared memory (tables and bins, read and written) and FLOPs.
+struct DecodeCosts {
+    double hbmBytes = 0, l2Bytes = 0, sharedBytes = 0, flops = 0;
+};
+struct DecodeCostCase {
+    DecodeShape shape;
+    int dim = 0, stages = 0, k = 0;
+    std::int64_t context = 0;
+    int batch = 1;
+    int splits = 1;        // as planned for the path
+    bool paperBins = true; // paper path: values through per-codeword weights (else codewords summed)
+};
+DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c);
+
+// The rates a roofline divides by (per second).
+struct DecodeRates {
+    double hbm = 0, l2 = 0, shared = 0, flops = 0;
+    std::string l2Source; // where the L2 rate comes from
+};
+// HBM: the measured device-to-device copy (bytes read + written per second); shared memory: 128
+// bytes per clock per SM (32 banks of 4 bytes, the CUDA programming guide) at the peak clock; FP32:
+// the device's peak; L2: `l2Rate` when given (bytes/s, measured), else an estimate of 2.5 × the
+// HBM rate, which l2Source says.
+DecodeRates decodeRates(const DeviceInfo& device, double copyBytesPerSecond, double l2Rate = 0);
+
+struct Roofline {
+    double seconds = 0;
+    std::string bound; // "hbm", "l2", "shared" or "flops": the term that sets the time
+};
+Roofline roofline(const DecodeCosts& costs, const DecodeRates& rates);
+
 // ---- the decode-latency benchmark ----
 
 struct DecodeBenchOptions {
@@ -114,6 +149,7 @@ struct DecodeBenchOptions {
     int reps = 25, warmup = 5; // timed runs (median) and untimed ones first
     std::uint64_t seed = 1;
     bool verify = true;
+    double l2BytesPerSecond = 0; // the L2's rate for the rooflines, when measured (else estimated)
     std::vector<DecodePath> paths{DecodePath::Fp16, DecodePath::Paper, DecodePath::Lookup};
 };
 
@@ -130,12 +166,17 @@ struct DecodeBenchPoint {
     bool verified = false;
     double speedupVsFp16 = 0; // our FP16 kernel's time over this path's (0 when not timed)
     int splits = 0;
+    DecodeCosts costs;           // the path's model (see decodeCosts)
+    Roofline roofline;           // its time at the device's rates
+    double rooflineFraction = 0; // roofline time over the measured time (1: at the roofline)
+    bool paperBins = false;      // paper path: values through per-codeword weights
 };
 
 struct DecodeBenchReport {
     DeviceInfo device;
     double copyBytesPerSecond = 0; // measured device-to-device copy (bytes read + written per second)
     double appendSeconds = 0;      // quantize-and-pack of one token per sequence (batch of the first point)
+    DecodeRates rates;             // the rooflines' rates
     int dim = 0, stages = 0, k = 0;
     std::string codebookSource; // the file, or "synthetic"
     std::vector<DecodeBenchPoint> points;

@@ -73,6 +73,85 @@ int decodeStagesForBpa(double bpa, int dim)
     return R;
 }
 
+DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c)
+{
+    const double d = c.shape.headDim, G = double(c.shape.heads) / c.shape.kvHeads, D = c.dim, R = c.stages, K = c.k;
+    const double S = d / D;                                                        // subspaces per KV head
+    const double bpt = PackedCodes::bytesFor(c.stages, PackedCodes::bitsFor(c.k)); // per token and subspace
+    const double tokens = double(c.batch) * c.shape.kvHeads * double(c.context);   // (sequence, KV head, token)
+    const double heads = double(c.batch) * c.shape.heads;
+    const double io = heads * d * 4.0 * 2.0; // FP32 queries in, outputs out
+    DecodeCosts k;
+    if (path == DecodePath::Fp16) {
+        k.hbmBytes = tokens * 4.0 * d + io; // FP16 key and value
+        k.flops = tokens * G * 4.0 * d;     // q·k and p·v per query head
+        if (c.splits > 1)
+            k.hbmBytes += heads * c.splits * (d + 2.0) * 4.0 * 2.0; // partials written, read back
+        return k;
+    }
+    const double books = double(c.shape.kvHeads) * S * R * K * D * 2.0; // FP16 codewords of one of keys, values
+    const double perHeadBins = S * R * K;                               // bins (or table entries) per query head
+    k.hbmBytes = tokens * 2.0 * S * bpt + 2.0 * books + io;
+    if (path == DecodePath::Lookup) {
+        // Tables (q·codeword per head), then per token R lookups and R bin updates per subspace and head.
+        k.l2Bytes = double(c.batch) * 2.0 * books;      // key books for the tables, value books at the end
+        k.sharedBytes = tokens * S * R * G * 4.0 * 3.0; // table read; bin read and write
+        k.flops = heads * perHeadBins * D * 2.0 * 2.0 + tokens * S * R * G * 2.0;
+        k.hbmBytes += heads * c.splits * perHeadBins * 4.0 * 2.0 + heads * perHeadBins * 4.0; // weights, tables
+        return k;
+    }
+    // Paper path: the key's R codewords gathered per token (from the L2), RoPE, the score per head.
+    k.l2Bytes = tokens * S * R * D * 2.0;
+    k.flops = tokens * (S * R * D + 6.0 * d + G * 2.0 * d);
+    if (c.paperBins) {
+        k.l2Bytes += double(c.batch) * books; // value books, once per query at the end
+        k.sharedBytes = tokens * S * R * G * 4.0 * 2.0;
+        k.flops += tokens * S * R * G + heads * perHeadBins * D * 2.0;
+        k.hbmBytes += heads * c.splits * perHeadBins * 4.0 * 2.0;
+    } else {
+        k.l2Bytes *= 2.0; // values' codewords too
+        k.flops += tokens * (S * R * D + G * 2.0 * d);
+        if (c.splits > 1)
+            k.hbmBytes += heads * c.splits * (d + 2.0) * 4.0 * 2.0;
+    }
+    return k;
+}
+
+DecodeRates decodeRates(const DeviceInfo& device, double copyBytesPerSecond, double l2Rate)
+{
+    DecodeRates r;
+    r.hbm = copyBytesPerSecond > 0 ? copyBytesPerSecond : device.memoryBandwidth;
+    r.shared = double(device.multiprocessors) * 128.0 * device.clockHz;
+    r.flops = device.peakFp32Flops;
+    if (l2Rate > 0) {
+        r.l2 = l2Rate;
+        r.l2Source = "given";
+    } else {
+        r.l2 = 2.5 * r.hbm;
+        r.l2Source = "estimate: 2.5 x the HBM rate";
+    }
+    return r;
+}
+
+Roofline roofline(const DecodeCosts& c, const DecodeRates& r)
+{
+    Roofline out;
+    auto term = [&](double amount, double rate, const char* name) {
+        if (amount <= 0 || rate <= 0)
+            return;
+        const double t = amount / rate;
+        if (t > out.seconds) {
+            out.seconds = t;
+            out.bound = name;
+        }
+    };
+    term(c.hbmBytes, r.hbm, "hbm");
+    term(c.l2Bytes, r.l2, "l2");
+    term(c.sharedBytes, r.shared, "shared");
+    term(c.flops, r.flops, "flops");
+    return out;
+}
+
 bool DecodeBenchReport::allVerified() const
 {
     for (const auto& p : points)
@@ -85,7 +164,11 @@ std::vector<SeriesPoint> decodeSeries(const DecodeBenchPoint& p)
 {
     if (!p.skipped.empty() || p.seconds <= 0)
         return {};
-    return {{cat(decodePathName(p.path), " b=", p.batch), double(p.context), p.seconds * 1e6}};
+    std::vector<SeriesPoint> out = {{cat(decodePathName(p.path), " b=", p.batch), double(p.context), p.seconds * 1e6}};
+    if (p.roofline.seconds > 0)
+        out.push_back(
+            {cat("roofline ", decodePathName(p.path), " b=", p.batch), double(p.context), p.roofline.seconds * 1e6});
+    return out;
 }
 
 std::vector<MetricRow> decodeMetrics(const DecodeBenchPoint& p)
@@ -105,6 +188,10 @@ std::vector<MetricRow> decodeMetrics(const DecodeBenchPoint& p)
     if (p.speedupVsFp16 > 0)
         add("speedup_vs_fp16", p.speedupVsFp16);
     add("splits", p.splits);
+    if (p.roofline.seconds > 0) {
+        add("roofline_seconds", p.roofline.seconds);
+        add("fraction_of_roofline", p.rooflineFraction);
+    }
     return rows;
 }
 

@@ -620,6 +620,7 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
     } benchStream;
     cudaStream_t stream = benchStream.s;
     rep.copyBytesPerSecond = measureCopyBandwidth(stream);
+    rep.rates = decodeRates(rep.device, rep.copyBytesPerSecond, o.l2BytesPerSecond);
 
     const auto& s = o.shape;
     const int M = int(std::int64_t(s.kvHeads) * s.headDim / keyBooks.dim);
@@ -732,6 +733,11 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
                     fp16Seconds = p.seconds;
                 if (fp16Seconds > 0)
                     p.speedupVsFp16 = fp16Seconds / p.seconds;
+                p.paperBins = path == DecodePath::Paper && c0.paperUsesBins();
+                p.costs = decodeCosts(path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits,
+                                             c0.paperUsesBins()});
+                p.roofline = roofline(p.costs, rep.rates);
+                p.rooflineFraction = p.roofline.seconds / p.seconds;
                 rep.points.push_back(p);
                 if (onPoint)
                     onPoint(p);

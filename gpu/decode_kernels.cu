@@ -267,6 +267,70 @@ __global__ void __launch_bounds__(kThreads)
     finishSplit<G>(st, d, part, b, g, split, warp * perWarp + sub, j0, smem);
 }
 
+__device__ __forceinline__ float blockMax(float v, float* red)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int w = 1; w < int(blockDim.x / 32); ++w)
+        r = fmaxf(r, red[w]);
+    return r;
+}
+
+__device__ __forceinline__ float blockSum(float v, float* red)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float r = 0;
+    for (int w = 0; w < int(blockDim.x / 32); ++w)
+        r += red[w];
+    return r;
+}
+
+// Adds each head's softmax weight p[h] to the bins of a token's value codes `w` in subspace s, for
+// stages r0, r0 + step, ... (bins: group × S·R·K floats, head-major).
+template <int G>
+__device__ __forceinline__ void addToBins(float* W, int per, int group, int s, int R, int K, const std::uint32_t* w,
+                                          int bits, int r0, int step, const float (&p)[G])
+{
+    for (int r = r0; r < R; r += step) {
+        const int o = (s * R + r) * K + int(codeAt(w, r, bits));
+#pragma unroll
+        for (int h = 0; h < G; ++h)
+            if (h < group)
+                atomicAdd(&W[h * per + o], p[h]);
+    }
+}
+
+// A split's bins, reference maximum and softmax sum per head, in the layout launchLookupCombine reads.
+template <int G>
+__device__ void writeSplitBins(const DecodeDims& d, const float* W, int per, int b, int g, int split,
+                               const float (&mRef)[G], const float (&lSum)[G], float* weights, float* mOut, float* lOut,
+                               float* red)
+{
+    const int group = d.group();
+    for (int h = 0; h < group; ++h) {
+        const float l = blockSum(lSum[h], red);
+        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits + split;
+        for (int i = threadIdx.x; i < per; i += blockDim.x)
+            weights[o * per + i] = W[h * per + i];
+        if (threadIdx.x == 0) {
+            mOut[o] = mRef[h];
+            lOut[o] = l;
+        }
+    }
+}
+
 // Rescale collected weights only when a new maximum passes the reference by this much (base 2):
 // exp2 of scores stays ≤ 2^8 in between, and the result is exact either way.
 constexpr float kRescaleMargin = 8.f;
@@ -396,36 +460,13 @@ __global__ void __launch_bounds__(kThreads)
                 if (li == 0)
                     lSum[h] += p[h];
             }
-            const auto* w = reinterpret_cast<const std::uint32_t*>(vCodes + tc[u] * d.bytesPerToken);
-            for (int r = r0; r < R; r += lanesPerSub) {
-                const int o = (s * R + r) * K + int(codeAt(w, r, d.bits));
-#pragma unroll
-                for (int h = 0; h < G; ++h)
-                    if (h < group)
-                        atomicAdd(&W[h * per + o], p[h]);
-            }
+            addToBins<G>(W, per, group, s, R, K,
+                         reinterpret_cast<const std::uint32_t*>(vCodes + tc[u] * d.bytesPerToken), d.bits, r0,
+                         lanesPerSub, p);
         }
         __syncthreads();
     }
-    for (int h = 0; h < group; ++h) {
-        float l = lSum[h];
-        for (int o = 16; o > 0; o /= 2)
-            l += __shfl_xor_sync(0xffffffffu, l, o);
-        if (lane == 0)
-            sums[warp] = l;
-        __syncthreads();
-        l = 0;
-        for (int w = 0; w < kWarps; ++w)
-            l += sums[w];
-        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits + split;
-        for (int i = threadIdx.x; i < per; i += blockDim.x)
-            weights[o * per + i] = W[h * per + i];
-        if (threadIdx.x == 0) {
-            mOut[o] = mRef[h];
-            lOut[o] = l;
-        }
-        __syncthreads(); // sums is reused by the next head
-    }
+    writeSplitBins<G>(d, W, per, b, g, split, mRef, lSum, weights, mOut, lOut, sums);
 }
 
 // grid B·H, threads ≥ headDim (one per feature)
@@ -482,36 +523,6 @@ __global__ void lookupTablesKernel(DecodeDims d, const float* q, const __half* k
 }
 
 constexpr int kLookupThreads = 256;
-
-__device__ __forceinline__ float blockMax(float v, float* red)
-{
-    for (int o = 16; o > 0; o /= 2)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __syncthreads();
-    if (lane == 0)
-        red[warp] = v;
-    __syncthreads();
-    float r = red[0];
-    for (int w = 1; w < int(blockDim.x / 32); ++w)
-        r = fmaxf(r, red[w]);
-    return r;
-}
-
-__device__ __forceinline__ float blockSum(float v, float* red)
-{
-    for (int o = 16; o > 0; o /= 2)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __syncthreads();
-    if (lane == 0)
-        red[warp] = v;
-    __syncthreads();
-    float r = 0;
-    for (int w = 0; w < int(blockDim.x / 32); ++w)
-        r += red[w];
-    return r;
-}
 
 // grid (splits, G, B); shared: tables and weights, group × S·R·K floats each.
 template <int G>
@@ -581,29 +592,14 @@ __global__ void __launch_bounds__(kLookupThreads)
         }
         __syncthreads();
         if (ok)
-            for (int s = 0; s < S; ++s) {
-                const auto* w = reinterpret_cast<const std::uint32_t*>(
-                    vc + ((std::int64_t(b) * M + g * S + s) * d.capacity + t) * d.bytesPerToken);
-                for (int r = 0; r < R; ++r) {
-                    const int o = (s * R + r) * K + int(codeAt(w, r, d.bits));
-#pragma unroll
-                    for (int h = 0; h < G; ++h)
-                        if (h < group)
-                            atomicAdd(&W[h * per + o], p[h]);
-                }
-            }
+            for (int s = 0; s < S; ++s)
+                addToBins<G>(W, per, group, s, R, K,
+                             reinterpret_cast<const std::uint32_t*>(
+                                 vc + ((std::int64_t(b) * M + g * S + s) * d.capacity + t) * d.bytesPerToken),
+                             d.bits, 0, 1, p);
         __syncthreads();
     }
-    for (int h = 0; h < group; ++h) {
-        const float l = blockSum(lSum[h], red);
-        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits + split;
-        for (int i = threadIdx.x; i < per; i += blockDim.x)
-            weights[o * per + i] = W[h * per + i];
-        if (threadIdx.x == 0) {
-            mOut[o] = mRef[h];
-            lOut[o] = l;
-        }
-    }
+    writeSplitBins<G>(d, W, per, b, g, split, mRef, lSum, weights, mOut, lOut, red);
 }
 
 // grid B·G; shared: group × S·R·K merged weights, plus per-head scale factors.

@@ -120,6 +120,45 @@ private slots:
         QCOMPARE(p.splits * 8 >= 256, true);
     }
 
+    // The rooflines' model, by hand for Llama-style 32/8 heads of 128 at 32K context, batch 1, 0.75
+    // bits per activation (D = 128, R = 12, K = 256): 262,144 (KV head, token) pairs.
+    void rooflinesCountWhatEachPathMoves()
+    {
+        const gpu::DecodeCostCase c{{32, 8, 128}, 128, 12, 256, 32768, 1, 1, true};
+        const double pairs = 8.0 * 32768, io = 32 * 128 * 4.0 * 2;
+        const auto fp16 = gpu::decodeCosts(gpu::DecodePath::Fp16, c);
+        QCOMPARE(fp16.hbmBytes, pairs * 512 + io); // 256 B of key and 256 B of value per pair
+        QCOMPARE(fp16.flops, pairs * 4 * 4 * 128); // 4 query heads: q·k and p·v, 2 FLOPs per feature each
+        QCOMPARE(fp16.l2Bytes, 0.0);
+        const double books = 8.0 * 12 * 256 * 128 * 2; // one of keys' and values' FP16 codebooks
+        const auto paper = gpu::decodeCosts(gpu::DecodePath::Paper, c);
+        QCOMPARE(paper.l2Bytes, pairs * 12 * 128 * 2 + books); // the key's 12 codewords, the value books once
+        QCOMPARE(paper.hbmBytes, pairs * 24 + 2 * books + io + 32 * 12 * 256 * 4.0 * 2);
+        gpu::DecodeCostCase gathered = c;
+        gathered.paperBins = false; // values by codeword sums: twice the codewords, no bins
+        QCOMPARE(gpu::decodeCosts(gpu::DecodePath::Paper, gathered).l2Bytes, 2 * pairs * 12 * 128 * 2);
+        const auto lookup = gpu::decodeCosts(gpu::DecodePath::Lookup, c);
+        QCOMPARE(lookup.sharedBytes, pairs * 12 * 4 * 4.0 * 3); // per stage and head: table read, bin read + write
+
+        gpu::DeviceInfo h100;
+        h100.multiprocessors = 132;
+        h100.clockHz = 1.98e9;
+        h100.peakFp32Flops = 66.9e12;
+        const auto rates = gpu::decodeRates(h100, 3.0e12);
+        QCOMPARE(rates.l2, 7.5e12); // no measured L2 rate: the estimate, and it says so
+        QVERIFY(QString::fromStdString(rates.l2Source).startsWith("estimate"));
+        const auto r16 = gpu::roofline(fp16, rates), rp = gpu::roofline(paper, rates),
+                   rl = gpu::roofline(lookup, rates);
+        QCOMPARE(r16.bound, std::string("hbm"));
+        QVERIFY(std::abs(r16.seconds - fp16.hbmBytes / 3.0e12) < 1e-12);
+        // Gathering 3 KiB of codewords per pair from the L2 puts the paper path behind FP16's 512 B
+        // from HBM; the lookup path reads 24 B of codes and stays in shared memory.
+        QCOMPARE(rp.bound, std::string("l2"));
+        QVERIFY(rp.seconds > r16.seconds);
+        QVERIFY(rl.seconds < r16.seconds / 4);
+        QCOMPARE(gpu::decodeRates(h100, 3.0e12, 5e12).l2, 5e12);
+    }
+
     void shapesTheKernelsRefuseAreNamed()
     {
         QVERIFY(gpu::decodeShapeProblem({32, 8, 128}, 128, 12, 256).empty());

@@ -74,7 +74,7 @@ Command registerBenchDecode(CLI::App& root)
         int heads = 32, kvHeads = 8, headDim = 128, layers = 1, layer = 0, device = 0, reps = 25, warmup = 5;
         std::string ctx = "1024,8192,32768,65536,131072", batch = "1,8,16,32", codebooks, anchor,
                     paths = "fp16,paper,lookup";
-        double bpa = 0.75, theta = 10000;
+        double bpa = 0.75, theta = 10000, l2Rate = 0;
         int dim = 0, stages = 0, k = 0;
         std::uint64_t seed = 1;
         bool json = false, noVerify = false;
@@ -101,187 +101,210 @@ Command registerBenchDecode(CLI::App& root)
     cmd->add_option("--seed", o->seed, "Seed of the synthetic cache and queries")->capture_default_str();
     cmd->add_option("--device", o->device, "CUDA device index")->capture_default_str();
     cmd->add_option("--anchor", o->anchor, "PyTorch SDPA timings (tools/bench/torch_decode.py --json) to compare with");
+    cmd->add_option("--l2-rate", o->l2Rate,
+                    "The L2's read rate in GB/s for the rooflines, if measured (default: an estimate, 2.5 x the "
+                    "measured HBM copy rate)");
     cmd->add_flag("--no-verify", o->noVerify, "Skip the check against the CPU reference (figures are then unverified)");
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
-    return {cmd, [o] {
-                gpu::DecodeBenchOptions b;
-                b.shape = {o->heads, o->kvHeads, o->headDim};
-                b.layers = o->layers;
-                b.contexts = parseContexts(o->ctx);
-                b.batches = parseIntList("--batch", o->batch);
-                for (int v : b.batches)
-                    if (v < 1)
-                        throwInvalid("--batch ", v, ": batch sizes must be ≥ 1");
-                b.device = o->device;
-                b.reps = o->reps;
-                b.warmup = o->warmup;
-                b.seed = o->seed;
-                b.verify = !o->noVerify;
-                b.ropeTheta = o->theta;
-                b.paths.clear();
-                {
-                    std::stringstream ss(o->paths);
-                    for (std::string item; std::getline(ss, item, ',');) {
-                        if (item == "fp16")
-                            b.paths.push_back(gpu::DecodePath::Fp16);
-                        else if (item == "paper")
-                            b.paths.push_back(gpu::DecodePath::Paper);
-                        else if (item == "lookup")
-                            b.paths.push_back(gpu::DecodePath::Lookup);
-                        else
-                            throwInvalid("--paths: '", item, "' is not fp16, paper or lookup");
-                    }
+    return {
+        cmd, [o] {
+            gpu::DecodeBenchOptions b;
+            b.shape = {o->heads, o->kvHeads, o->headDim};
+            b.layers = o->layers;
+            b.contexts = parseContexts(o->ctx);
+            b.batches = parseIntList("--batch", o->batch);
+            for (int v : b.batches)
+                if (v < 1)
+                    throwInvalid("--batch ", v, ": batch sizes must be ≥ 1");
+            b.device = o->device;
+            b.reps = o->reps;
+            b.warmup = o->warmup;
+            b.seed = o->seed;
+            b.verify = !o->noVerify;
+            if (o->l2Rate < 0)
+                throwInvalid("--l2-rate ", o->l2Rate, ": a rate in GB/s, > 0");
+            b.l2BytesPerSecond = o->l2Rate * 1e9;
+            b.ropeTheta = o->theta;
+            b.paths.clear();
+            {
+                std::stringstream ss(o->paths);
+                for (std::string item; std::getline(ss, item, ',');) {
+                    if (item == "fp16")
+                        b.paths.push_back(gpu::DecodePath::Fp16);
+                    else if (item == "paper")
+                        b.paths.push_back(gpu::DecodePath::Paper);
+                    else if (item == "lookup")
+                        b.paths.push_back(gpu::DecodePath::Lookup);
+                    else
+                        throwInvalid("--paths: '", item, "' is not fp16, paper or lookup");
                 }
-                if (o->reps < 20)
-                    throwInvalid("--reps ", o->reps, ": the median needs at least 20 runs");
-                if (o->layers < 1 || o->warmup < 1)
-                    throwInvalid("--layers and --warmup must be ≥ 1");
+            }
+            if (o->reps < 20)
+                throwInvalid("--reps ", o->reps, ": the median needs at least 20 runs");
+            if (o->layers < 1 || o->warmup < 1)
+                throwInvalid("--layers and --warmup must be ≥ 1");
 
-                Codebooks kb, vb;
-                std::string source;
-                if (!o->codebooks.empty()) {
-                    std::tie(kb, vb) = booksFromFile(o->codebooks, o->layer);
-                    source = o->codebooks;
-                    if (const auto why = gpu::decodeShapeProblem(b.shape, kb.dim, kb.stages, kb.k); !why.empty())
-                        throwInvalid(o->codebooks, ": ", why);
-                } else {
-                    int D = o->dim, R = o->stages, K = o->k;
-                    if (D == 0 && R == 0 && K == 0) {
-                        // K = 256 (one byte per code), D = head_dim: R = bpa · D / 8.
-                        D = o->headDim;
-                        K = 256;
-                        R = gpu::decodeStagesForBpa(o->bpa, D);
-                    } else if (D == 0 || R == 0 || K == 0) {
-                        throwInvalid("--dim, --stages and --k go together (or use --bpa)");
-                    }
-                    if (const auto why = gpu::decodeShapeProblem(b.shape, D, R, K); !why.empty())
-                        throwInvalid(why);
-                    kb = gpu::syntheticDecodeBooks(b.shape, D, R, K, o->seed);
-                    vb = gpu::syntheticDecodeBooks(b.shape, D, R, K, o->seed + 1);
-                    source = "synthetic";
+            Codebooks kb, vb;
+            std::string source;
+            if (!o->codebooks.empty()) {
+                std::tie(kb, vb) = booksFromFile(o->codebooks, o->layer);
+                source = o->codebooks;
+                if (const auto why = gpu::decodeShapeProblem(b.shape, kb.dim, kb.stages, kb.k); !why.empty())
+                    throwInvalid(o->codebooks, ": ", why);
+            } else {
+                int D = o->dim, R = o->stages, K = o->k;
+                if (D == 0 && R == 0 && K == 0) {
+                    // K = 256 (one byte per code), D = head_dim: R = bpa · D / 8.
+                    D = o->headDim;
+                    K = 256;
+                    R = gpu::decodeStagesForBpa(o->bpa, D);
+                } else if (D == 0 || R == 0 || K == 0) {
+                    throwInvalid("--dim, --stages and --k go together (or use --bpa)");
                 }
-                if (kb.features() != std::int64_t(o->kvHeads) * o->headDim)
-                    throwInvalid("--codebooks ", o->codebooks, ": ", kb.features(),
-                                 " features; --kv-heads × --head-dim = ", std::int64_t(o->kvHeads) * o->headDim);
-                const auto anchor = o->anchor.empty() ? decltype(readAnchor("")){} : readAnchor(o->anchor);
-                // Without a device this is an input error before anything is recorded.
-                const auto devices = gpu::queryDevices();
-                if (devices.devices.empty())
-                    throwInvalid("bench-decode needs a CUDA device: ", devices.message);
+                if (const auto why = gpu::decodeShapeProblem(b.shape, D, R, K); !why.empty())
+                    throwInvalid(why);
+                kb = gpu::syntheticDecodeBooks(b.shape, D, R, K, o->seed);
+                vb = gpu::syntheticDecodeBooks(b.shape, D, R, K, o->seed + 1);
+                source = "synthetic";
+            }
+            if (kb.features() != std::int64_t(o->kvHeads) * o->headDim)
+                throwInvalid("--codebooks ", o->codebooks, ": ", kb.features(),
+                             " features; --kv-heads × --head-dim = ", std::int64_t(o->kvHeads) * o->headDim);
+            const auto anchor = o->anchor.empty() ? decltype(readAnchor("")){} : readAnchor(o->anchor);
+            // Without a device this is an input error before anything is recorded.
+            const auto devices = gpu::queryDevices();
+            if (devices.devices.empty())
+                throwInvalid("bench-decode needs a CUDA device: ", devices.message);
 
-                const double bpa = bitsPerActivation(kb.dim, kb.stages, kb.k);
-                nlohmann::ordered_json settings = {{"heads", o->heads},
-                                                   {"kv_heads", o->kvHeads},
-                                                   {"head_dim", o->headDim},
-                                                   {"layers", o->layers},
-                                                   {"dim", kb.dim},
-                                                   {"stages", kb.stages},
-                                                   {"k", kb.k},
-                                                   {"bpa", bpa},
-                                                   {"codebooks", source},
-                                                   {"reps", o->reps},
-                                                   {"warmup", o->warmup},
-                                                   {"seed", o->seed},
-                                                   {"verify", !o->noVerify},
-                                                   {"ctx", o->ctx},
-                                                   {"batch", o->batch}};
-                CliRun run("bench-decode", settings.dump(), {}, {}, "cuda",
-                           cat(devices.devices.front().name, " (device ", o->device, ")"));
-                if (!o->json)
-                    std::printf("bench-decode: %d heads / %d KV heads × %d, D=%d R=%d K=%d (%.3g bits per activation, "
-                                "%s codebooks), %d layer(s), median of %d\n",
-                                o->heads, o->kvHeads, o->headDim, kb.dim, kb.stages, kb.k, bpa, source.c_str(),
-                                o->layers, o->reps);
-                std::map<std::pair<std::int64_t, int>, double> fp16;
-                gpu::DecodeBenchReport rep;
-                run.guard([&] {
-                    rep = gpu::runDecodeBench(
-                        b, kb, vb, source,
-                        [&](const gpu::DecodeBenchPoint& p) {
-                            if (run) { // as each point lands, so the app's Latency page can follow
-                                run->recordMetrics(gpu::decodeMetrics(p));
-                                run->recordSeries(gpu::decodeSeries(p));
-                            }
-                            if (o->json)
-                                return;
-                            if (!p.skipped.empty()) {
-                                std::printf("  ctx %7lld  batch %2d  %-6s  skipped: %s\n", (long long)p.context,
-                                            p.batch, gpu::decodePathName(p.path), p.skipped.c_str());
-                            } else {
-                                std::printf("  ctx %7lld  batch %2d  %-6s  %9.2f µs  %7.1f GB/s  %s",
-                                            (long long)p.context, p.batch, gpu::decodePathName(p.path), p.seconds * 1e6,
-                                            p.bytesPerSecond / 1e9,
-                                            p.verified ? cat("err ", p.relError).c_str() : "unverified");
-                                if (p.path != gpu::DecodePath::Fp16 && p.speedupVsFp16 > 0)
-                                    std::printf("  %.2f× vs fp16", p.speedupVsFp16);
-                                std::printf("\n");
-                            }
-                            std::fflush(stdout);
-                        },
-                        [] { return stopRequested(); });
-                });
-                nlohmann::ordered_json points = nlohmann::ordered_json::array();
-                for (const auto& p : rep.points) {
-                    nlohmann::ordered_json j = {
-                        {"context", p.context}, {"batch", p.batch}, {"path", gpu::decodePathName(p.path)}};
-                    if (!p.skipped.empty()) {
-                        j["skipped"] = p.skipped;
-                    } else {
-                        j["seconds_per_layer"] = p.seconds;
-                        j["min_seconds"] = p.minSeconds;
-                        j["max_seconds"] = p.maxSeconds;
-                        j["bytes_read"] = p.bytes;
-                        j["bytes_per_second"] = p.bytesPerSecond;
-                        j["fraction_of_copy_bandwidth"] =
-                            rep.copyBytesPerSecond > 0
-                                ? nlohmann::ordered_json(p.bytesPerSecond / rep.copyBytesPerSecond)
-                                : nlohmann::ordered_json(nullptr);
-                        j["splits"] = p.splits;
-                        j["verified"] = p.verified;
-                        if (p.relError >= 0)
-                            j["rel_error"] = p.relError;
-                        if (p.speedupVsFp16 > 0)
-                            j["speedup_vs_fp16"] = p.speedupVsFp16;
-                        if (auto it = anchor.find({p.context, p.batch}); it != anchor.end() && p.seconds > 0) {
-                            j["torch_sdpa_seconds"] = it->second;
-                            j["speedup_vs_torch"] = it->second / p.seconds;
+            const double bpa = bitsPerActivation(kb.dim, kb.stages, kb.k);
+            nlohmann::ordered_json settings = {{"heads", o->heads},
+                                               {"kv_heads", o->kvHeads},
+                                               {"head_dim", o->headDim},
+                                               {"layers", o->layers},
+                                               {"dim", kb.dim},
+                                               {"stages", kb.stages},
+                                               {"k", kb.k},
+                                               {"bpa", bpa},
+                                               {"codebooks", source},
+                                               {"reps", o->reps},
+                                               {"warmup", o->warmup},
+                                               {"seed", o->seed},
+                                               {"verify", !o->noVerify},
+                                               {"ctx", o->ctx},
+                                               {"batch", o->batch}};
+            CliRun run("bench-decode", settings.dump(), {}, {}, "cuda",
+                       cat(devices.devices.front().name, " (device ", o->device, ")"));
+            if (!o->json)
+                std::printf("bench-decode: %d heads / %d KV heads × %d, D=%d R=%d K=%d (%.3g bits per activation, "
+                            "%s codebooks), %d layer(s), median of %d\n",
+                            o->heads, o->kvHeads, o->headDim, kb.dim, kb.stages, kb.k, bpa, source.c_str(), o->layers,
+                            o->reps);
+            std::map<std::pair<std::int64_t, int>, double> fp16;
+            gpu::DecodeBenchReport rep;
+            run.guard([&] {
+                rep = gpu::runDecodeBench(
+                    b, kb, vb, source,
+                    [&](const gpu::DecodeBenchPoint& p) {
+                        if (run) { // as each point lands, so the app's Latency page can follow
+                            run->recordMetrics(gpu::decodeMetrics(p));
+                            run->recordSeries(gpu::decodeSeries(p));
                         }
-                    }
-                    const CacheBytes cb = cacheBytes(p.context, b.shape, kb.dim, kb.stages, kb.k);
-                    j["cache_bytes"] = {{"fp16", cb.fp16}, {"codes", cb.codes}, {"codebooks", cb.codebooks}};
-                    points.push_back(j);
-                }
-                nlohmann::ordered_json summary = {{"device", rep.device.name},
-                                                  {"copy_bytes_per_second", rep.copyBytesPerSecond},
-                                                  {"memory_bandwidth_bytes_per_s", rep.device.memoryBandwidth},
-                                                  {"append_seconds", rep.appendSeconds},
-                                                  {"all_verified", rep.allVerified()}};
-                if (stopRequested()) {
-                    if (run)
-                        run.cancelled(summary.dump());
-                    throw Cancelled{"bench-decode stopped; the points measured so far are recorded"};
-                }
-                if (run)
-                    run.done(summary.dump());
-                if (o->json) {
-                    printJson({{"tool", "gsrq"},
-                               {"version", kVersion},
-                               {"command", "bench-decode"},
-                               {"settings", settings},
-                               {"summary", summary},
-                               {"points", points}});
+                        if (o->json)
+                            return;
+                        if (!p.skipped.empty()) {
+                            std::printf("  ctx %7lld  batch %2d  %-6s  skipped: %s\n", (long long)p.context, p.batch,
+                                        gpu::decodePathName(p.path), p.skipped.c_str());
+                        } else {
+                            std::printf("  ctx %7lld  batch %2d  %-6s  %9.2f µs  %7.1f GB/s  %s", (long long)p.context,
+                                        p.batch, gpu::decodePathName(p.path), p.seconds * 1e6, p.bytesPerSecond / 1e9,
+                                        p.verified ? cat("err ", p.relError).c_str() : "unverified");
+                            if (p.path != gpu::DecodePath::Fp16 && p.speedupVsFp16 > 0)
+                                std::printf("  %.2f× vs fp16", p.speedupVsFp16);
+                            if (p.roofline.seconds > 0)
+                                std::printf("  %.0f%% of its roofline (%.2f µs, %s-bound)", 100 * p.rooflineFraction,
+                                            p.roofline.seconds * 1e6, p.roofline.bound.c_str());
+                            std::printf("\n");
+                        }
+                        std::fflush(stdout);
+                    },
+                    [] { return stopRequested(); });
+            });
+            nlohmann::ordered_json points = nlohmann::ordered_json::array();
+            for (const auto& p : rep.points) {
+                nlohmann::ordered_json j = {
+                    {"context", p.context}, {"batch", p.batch}, {"path", gpu::decodePathName(p.path)}};
+                if (!p.skipped.empty()) {
+                    j["skipped"] = p.skipped;
                 } else {
-                    const std::string nominal = rep.device.memoryBandwidth > 0
-                                                    ? cat(int(rep.device.memoryBandwidth / 1e9 + 0.5), " GB/s nominal")
-                                                    : std::string("nominal unknown");
-                    std::printf("device %s: copy %.0f GB/s measured (%s); quantize-and-pack of one token per sequence "
-                                "%.1f µs\n",
-                                rep.device.name.c_str(), rep.copyBytesPerSecond / 1e9, nominal.c_str(),
-                                rep.appendSeconds * 1e6);
+                    j["seconds_per_layer"] = p.seconds;
+                    j["min_seconds"] = p.minSeconds;
+                    j["max_seconds"] = p.maxSeconds;
+                    j["bytes_read"] = p.bytes;
+                    j["bytes_per_second"] = p.bytesPerSecond;
+                    j["fraction_of_copy_bandwidth"] =
+                        rep.copyBytesPerSecond > 0 ? nlohmann::ordered_json(p.bytesPerSecond / rep.copyBytesPerSecond)
+                                                   : nlohmann::ordered_json(nullptr);
+                    j["splits"] = p.splits;
+                    if (p.path == gpu::DecodePath::Paper)
+                        j["paper_values"] = p.paperBins ? "per-codeword weights" : "codeword sums";
+                    j["model"] = {{"hbm_bytes", p.costs.hbmBytes},
+                                  {"l2_bytes", p.costs.l2Bytes},
+                                  {"shared_bytes", p.costs.sharedBytes},
+                                  {"flops", p.costs.flops}};
+                    j["roofline_seconds"] = p.roofline.seconds;
+                    j["roofline_bound"] = p.roofline.bound;
+                    j["fraction_of_roofline"] = p.rooflineFraction;
+                    j["verified"] = p.verified;
+                    if (p.relError >= 0)
+                        j["rel_error"] = p.relError;
+                    if (p.speedupVsFp16 > 0)
+                        j["speedup_vs_fp16"] = p.speedupVsFp16;
+                    if (auto it = anchor.find({p.context, p.batch}); it != anchor.end() && p.seconds > 0) {
+                        j["torch_sdpa_seconds"] = it->second;
+                        j["speedup_vs_torch"] = it->second / p.seconds;
+                    }
                 }
-                if (!rep.allVerified())
-                    throwRuntime("bench-decode: a path did not match the CPU reference (see the points above)");
-            }};
+                const CacheBytes cb = cacheBytes(p.context, b.shape, kb.dim, kb.stages, kb.k);
+                j["cache_bytes"] = {{"fp16", cb.fp16}, {"codes", cb.codes}, {"codebooks", cb.codebooks}};
+                points.push_back(j);
+            }
+            nlohmann::ordered_json summary = {{"device", rep.device.name},
+                                              {"copy_bytes_per_second", rep.copyBytesPerSecond},
+                                              {"memory_bandwidth_bytes_per_s", rep.device.memoryBandwidth},
+                                              {"append_seconds", rep.appendSeconds},
+                                              {"rates",
+                                               {{"hbm_bytes_per_second", rep.rates.hbm},
+                                                {"l2_bytes_per_second", rep.rates.l2},
+                                                {"l2_source", rep.rates.l2Source},
+                                                {"shared_bytes_per_second", rep.rates.shared},
+                                                {"fp32_flops", rep.rates.flops}}},
+                                              {"all_verified", rep.allVerified()}};
+            if (stopRequested()) {
+                if (run)
+                    run.cancelled(summary.dump());
+                throw Cancelled{"bench-decode stopped; the points measured so far are recorded"};
+            }
+            if (run)
+                run.done(summary.dump());
+            if (o->json) {
+                printJson({{"tool", "gsrq"},
+                           {"version", kVersion},
+                           {"command", "bench-decode"},
+                           {"settings", settings},
+                           {"summary", summary},
+                           {"points", points}});
+            } else {
+                const std::string nominal = rep.device.memoryBandwidth > 0
+                                                ? cat(int(rep.device.memoryBandwidth / 1e9 + 0.5), " GB/s nominal")
+                                                : std::string("nominal unknown");
+                std::printf("device %s: copy %.0f GB/s measured (%s); quantize-and-pack of one token per sequence "
+                            "%.1f µs\n",
+                            rep.device.name.c_str(), rep.copyBytesPerSecond / 1e9, nominal.c_str(),
+                            rep.appendSeconds * 1e6);
+            }
+            if (!rep.allVerified())
+                throwRuntime("bench-decode: a path did not match the CPU reference (see the points above)");
+        }};
 }
 
 } // namespace gsrq::cli
