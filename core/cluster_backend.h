@@ -34,6 +34,19 @@ struct AssignStats {
     double weightedSquaredNorm = 0;                       // Σ w·‖x‖²
     double totalWeight = 0;                               // Σ w
     std::int64_t changed = 0;                             // rows whose label differs from the previous pass
+
+    // Unweighted row sums behind metrics.h's cosine, gain error and shrinkage for this pass's
+    // centroids (zero unless the pass was asked for them).
+    double gainErrorSum = 0;     // Σ |‖x‖ − ‖c_label‖|
+    double cosineSum = 0;        // Σ cos(x, c_label) over rows with ‖x‖ > 0 (0 where c_label = 0)
+    std::int64_t cosineRows = 0; // rows with ‖x‖ > 0
+    double squaredNormSum = 0;   // Σ ‖x‖²
+};
+
+// What one assignment pass accumulates besides labels, W_k, counts, Sx_k and the totals.
+struct AssignRequest {
+    bool shapeSums = false;  // Sy_k (GSKM needs it, KM does not)
+    bool rowMetrics = false; // the unweighted row sums above
 };
 
 class ClusterBackend {
@@ -56,8 +69,12 @@ public:
     virtual MatrixRF gatherRows(std::span<const std::int64_t> rows) = 0;
 
     // One assignment pass with centroids K × dim; the labels stay in the backend (see readLabels).
-    // withShapeSums: also accumulate sumY (GSKM needs it, KM does not).
-    virtual void assign(const MatrixRF& centroids, bool withShapeSums, AssignStats& out) = 0;
+    virtual void assignPass(const MatrixRF& centroids, const AssignRequest& what, AssignStats& out) = 0;
+    // The same without the row metrics; withShapeSums: also accumulate sumY.
+    void assign(const MatrixRF& centroids, bool withShapeSums, AssignStats& out)
+    {
+        assignPass(centroids, AssignRequest{withShapeSums, false}, out);
+    }
 
     virtual void readLabels(std::span<std::int32_t> out) = 0;
     virtual void writeLabels(std::span<const std::int32_t> in) = 0;

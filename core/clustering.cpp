@@ -113,6 +113,17 @@ void initGainShape(ClusterBackend& backend, MatrixRF& c, GainShapeState& gs, Ass
     backend.writeLabels(std::vector<std::int32_t>(static_cast<std::size_t>(backend.rows()), -1));
 }
 
+// metrics.h's definitions from the pass's row sums; Σ‖x̂‖² = Σ_k count_k·‖c_k‖².
+void setPassMetrics(const AssignStats& st, const MatrixRF& centroids, std::int64_t n, IterationStats& it)
+{
+    double reconSq = 0;
+    for (Eigen::Index k = 0; k < centroids.rows(); ++k)
+        reconSq += double(st.count[k]) * centroids.row(k).cast<double>().squaredNorm();
+    it.gainError = n > 0 ? st.gainErrorSum / double(n) : 0.0;
+    it.cosine = st.cosineRows > 0 ? st.cosineSum / double(st.cosineRows) : 0.0;
+    it.shrinkage = st.squaredNormSum > 0 ? reconSq / st.squaredNormSum : 0.0;
+}
+
 } // namespace
 
 void updateCentroids(Method method, const AssignStats& st, double shapeEpsilon, MatrixRF& c, GainShapeState& gs)
@@ -179,11 +190,13 @@ ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const C
 
     auto passStart = Clock::now();
     for (;;) {
-        backend.assign(r.centroids, method == Method::GainShape, st);
+        backend.assignPass(r.centroids, AssignRequest{method == Method::GainShape, p.passMetrics}, st);
         IterationStats it;
         it.iteration = r.iterations;
         it.objective = st.weightedError / st.totalWeight;
         it.nmse = st.weightedSquaredNorm > 0 ? st.weightedError / st.weightedSquaredNorm : 0.0;
+        if (p.passMetrics)
+            setPassMetrics(st, r.centroids, n, it);
         it.changed = st.changed;
         it.emptyClusters = static_cast<int>((st.count.array() == 0).count());
 

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -31,13 +32,19 @@ struct ClusteringParams {
     float epsilon = 1e-8f;      // ε in y = x/(‖x‖+ε)
     double shapeEpsilon = 1e-6; // GSKM: a mean direction shorter than this keeps the old shape
     bool reseedEmpty = false;   // split the heaviest cluster into an empty one
+    bool passMetrics = true;    // cosine, gain error and shrinkage of every pass (a few flops a row)
 };
 
 // One assignment pass. iteration = updates done before it (0: the initial centroids).
 struct IterationStats {
     int iteration = 0;
-    double objective = 0;     // Σw‖x − c‖² / Σw for the centroids of this pass
-    double nmse = 0;          // Σw‖x − c‖² / Σw‖x‖²
+    double objective = 0; // Σw‖x − c‖² / Σw for the centroids of this pass
+    double nmse = 0;      // Σw‖x − c‖² / Σw‖x‖²
+    // metrics.h's unweighted cosine, gain error and shrinkage of the rows against their centroids
+    // in this pass (the last pass's equal the block's final metrics); NaN without passMetrics.
+    double cosine = std::numeric_limits<double>::quiet_NaN();
+    double gainError = std::numeric_limits<double>::quiet_NaN();
+    double shrinkage = std::numeric_limits<double>::quiet_NaN();
     std::int64_t changed = 0; // labels that changed (all rows at iteration 0)
     int emptyClusters = 0;
     int reseeded = 0;   // empty clusters re-seeded by the update that follows

@@ -3,6 +3,7 @@
 #include "error.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -104,8 +105,9 @@ public:
         return computeMetrics(X, m_rec);
     }
 
-    void assign(const MatrixRF& C, bool withShapeSums, AssignStats& out) override
+    void assignPass(const MatrixRF& C, const AssignRequest& what, AssignStats& out) override
     {
+        const bool withShapeSums = what.shapeSums;
         checkCentroids(C);
         const int K = static_cast<int>(C.rows());
         const int D = m_d;
@@ -151,6 +153,18 @@ public:
                     acc.weightedError += w * std::max(0.0, static_cast<double>(m_sqNorm[row]) - best);
                     acc.weightedSquaredNorm += w * static_cast<double>(m_sqNorm[row]);
                     acc.totalWeight += w;
+                    if (what.rowMetrics) {
+                        // x·c from the score: 2x·c − ‖c‖² = best.
+                        const double nx2 = m_sqNorm[row], nc2 = cNorm[label];
+                        const double nx = std::sqrt(nx2), nc = std::sqrt(nc2);
+                        acc.gainErrorSum += std::abs(nx - nc);
+                        acc.squaredNormSum += nx2;
+                        if (nx > 0) {
+                            ++acc.cosineRows;
+                            if (nc > 0)
+                                acc.cosineSum += std::clamp(0.5 * (double(best) + nc2) / (nx * nc), -1.0, 1.0);
+                        }
+                    }
                     auto& l = m_labels[static_cast<std::size_t>(row)];
                     if (l != label)
                         ++acc.changed;
@@ -174,6 +188,10 @@ public:
             out.weightedSquaredNorm += acc.weightedSquaredNorm;
             out.totalWeight += acc.totalWeight;
             out.changed += acc.changed;
+            out.gainErrorSum += acc.gainErrorSum;
+            out.cosineSum += acc.cosineSum;
+            out.cosineRows += acc.cosineRows;
+            out.squaredNormSum += acc.squaredNormSum;
         }
     }
 
@@ -212,6 +230,8 @@ private:
         s.weightedSquaredNorm = 0;
         s.totalWeight = 0;
         s.changed = 0;
+        s.gainErrorSum = s.cosineSum = s.squaredNormSum = 0;
+        s.cosineRows = 0;
     }
 
     int m_threads;

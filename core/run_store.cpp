@@ -103,6 +103,13 @@ CREATE TABLE dump_hashes (
     R"sql(
 ALTER TABLE iterations ADD COLUMN nmse REAL;
 )sql",
+    // 3: every pass's cosine, gain error and shrinkage, so any metric's convergence can be drawn;
+    // passes recorded before it read as NULL.
+    R"sql(
+ALTER TABLE iterations ADD COLUMN cosine REAL;
+ALTER TABLE iterations ADD COLUMN gain_error REAL;
+ALTER TABLE iterations ADD COLUMN shrinkage REAL;
+)sql",
 };
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
 static_assert(kMigrationCount == kRunStoreSchemaVersion);
@@ -111,6 +118,12 @@ static_assert(kMigrationCount == kRunStoreSchemaVersion);
 std::optional<std::int64_t> optIndex(int v)
 {
     return v < 0 ? std::nullopt : std::optional<std::int64_t>(v);
+}
+
+// SQLite's NULL for a metric that was not computed (NaN).
+std::optional<double> optReal(double v)
+{
+    return std::isnan(v) ? std::nullopt : std::optional<double>(v);
 }
 
 RunInfo readRun(const sql::Stmt& s)
@@ -291,11 +304,13 @@ void RunStore::addIterations(std::int64_t run, const std::vector<IterationRow>& 
         return;
     sql::Transaction tx(m_db);
     sql::Stmt s(m_db, "INSERT INTO iterations (run_id, method, tensor, subspace, stage, iteration, objective, nmse, "
-                      "changed, empty_clusters, seconds) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+                      "changed, empty_clusters, seconds, cosine, gain_error, shrinkage) "
+                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     for (const auto& r : rows) {
         s.bind(1, run).bind(2, r.method).bind(3, r.tensor).bind(4, optIndex(r.subspace)).bind(5, optIndex(r.stage));
-        s.bind(6, r.iteration).bind(7, r.objective).bind(8, r.nmse).bind(9, r.changed).bind(10, r.emptyClusters);
-        s.bind(11, r.seconds);
+        s.bind(6, r.iteration).bind(7, r.objective).bind(8, optReal(r.nmse)).bind(9, r.changed);
+        s.bind(10, r.emptyClusters).bind(11, r.seconds).bind(12, optReal(r.cosine)).bind(13, optReal(r.gainError));
+        s.bind(14, optReal(r.shrinkage));
         s.run();
     }
     tx.commit();
@@ -401,12 +416,15 @@ RunInfo RunStore::requireRun(std::int64_t id)
 std::vector<IterationRow> RunStore::iterations(std::int64_t run)
 {
     sql::Stmt s(m_db, "SELECT method, tensor, COALESCE(subspace, -1), COALESCE(stage, -1), iteration, objective, "
-                      "nmse, changed, empty_clusters, seconds FROM iterations WHERE run_id=? ORDER BY rowid");
+                      "nmse, changed, empty_clusters, seconds, cosine, gain_error, shrinkage FROM iterations "
+                      "WHERE run_id=? ORDER BY rowid");
     s.bind(1, run);
+    const auto realOrNan = [&](int col) { return s.isNull(col) ? std::nan("") : s.real(col); };
     std::vector<IterationRow> out;
-    while (s.step())
-        out.push_back({s.text(0), s.text(1), int(s.int64(2)), int(s.int64(3)), int(s.int64(4)), s.real(5),
-                       s.isNull(6) ? std::nan("") : s.real(6), s.int64(7), int(s.int64(8)), s.real(9)});
+    while (s.step()) {
+        out.push_back({s.text(0), s.text(1), int(s.int64(2)), int(s.int64(3)), int(s.int64(4)), s.real(5), realOrNan(6),
+                       s.int64(7), int(s.int64(8)), s.real(9), realOrNan(10), realOrNan(11), realOrNan(12)});
+    }
     return out;
 }
 

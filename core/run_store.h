@@ -9,6 +9,7 @@
 
 #include "sqlite_db.h"
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -17,7 +18,7 @@
 
 namespace gsrq {
 
-inline constexpr int kRunStoreSchemaVersion = 2;
+inline constexpr int kRunStoreSchemaVersion = 3;
 
 struct RunInfo {
     std::int64_t id = 0;
@@ -43,6 +44,9 @@ struct IterationRow {
     std::int64_t changed = 0;
     int emptyClusters = 0;
     double seconds = 0;
+    // Unweighted metrics of the pass (clustering.h); NaN where not computed or recorded before
+    // schema version 3.
+    double cosine = std::nan(""), gainError = std::nan(""), shrinkage = std::nan("");
 };
 
 // scope: final, heldout, block, stage, attention, ... ; -1 where not applicable.

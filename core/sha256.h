@@ -1,10 +1,10 @@
 #pragma once
-// SHA-256 (FIPS 180-4) of bytes and of files, for the source-dump hash in codebook files and the
-// hashes of exported artifacts. Streaming; thread-compatible (one object per thread).
+// SHA-256 of bytes and of files, for the source-dump hash in codebook files and the hashes of
+// exported artifacts, through OpenSSL's EVP interface (its SHA-NI and AVX2 code hashes a large dump
+// several times faster than a portable loop). Streaming; thread-compatible (one object per thread).
 
-#include <array>
 #include <cstddef>
-#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,16 +12,16 @@ namespace gsrq {
 
 class Sha256 {
 public:
-    Sha256();
+    Sha256(); // throws Error(Runtime) if OpenSSL cannot start a SHA-256 context
+    ~Sha256();
+    Sha256(Sha256&&) noexcept;
+    Sha256& operator=(Sha256&&) noexcept;
     void update(const void* data, std::size_t n);
     std::string hexDigest(); // finishes the hash; call once
 
 private:
-    void block(const std::uint8_t* p);
-    std::array<std::uint32_t, 8> m_h;
-    std::array<std::uint8_t, 64> m_buf{};
-    std::size_t m_used = 0;
-    std::uint64_t m_bytes = 0;
+    struct Ctx;
+    std::unique_ptr<Ctx> m_ctx;
 };
 
 // Hex SHA-256 of the files' contents, in the order given (a dump of several shards hashes them all).

@@ -53,7 +53,7 @@ static __global__ void argmaxRowsKernel(const float* __restrict__ S, int K, cons
                                         std::int64_t r0, std::int64_t m, const float* __restrict__ sq,
                                         const float* __restrict__ w, std::int32_t* __restrict__ labels,
                                         double* __restrict__ err, double* __restrict__ sqw, double* __restrict__ wt,
-                                        double* __restrict__ changed)
+                                        double* __restrict__ changed, RowMetricTerms metrics)
 {
     const std::int64_t i = std::int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
     if (i >= m)
@@ -89,6 +89,15 @@ static __global__ void argmaxRowsKernel(const float* __restrict__ S, int K, cons
     wt[g] = wi;
     changed[g] = labels[g] != label ? 1.0 : 0.0;
     labels[g] = label;
+    if (metrics.gain) {
+        // x·c from the score: 2x·c − ‖c‖² = best.
+        const double nc2 = double(cNorm[label]);
+        const double nx = sqrt(n2), nc = sqrt(nc2);
+        metrics.gain[g] = fabs(nx - nc);
+        metrics.cosine[g] = nx > 0 && nc > 0 ? fmin(1.0, fmax(-1.0, 0.5 * (double(best) + nc2) / (nx * nc))) : 0.0;
+        metrics.cosineRow[g] = nx > 0 ? 1.0 : 0.0;
+        metrics.squaredNorm[g] = n2;
+    }
 }
 
 static __global__ void countKernel(const std::int32_t* __restrict__ labels, std::int64_t m,
@@ -267,12 +276,12 @@ cudaError_t launchRowNorms(const float* x, std::int64_t ld, std::int64_t n, int 
 
 cudaError_t launchArgmaxRows(const float* S, int K, const float* cNorm, std::int64_t r0, std::int64_t m,
                              const float* sq, const float* w, std::int32_t* labels, double* err, double* sqw,
-                             double* wt, double* changed, cudaStream_t stream)
+                             double* wt, double* changed, RowMetricTerms metrics, cudaStream_t stream)
 {
     if (m == 0)
         return cudaSuccess;
     launch(argmaxRowsKernel, rowBlocks(m), dim3(kWarp, kRowsPerBlock), 0, stream, S, K, cNorm, r0, m, sq, w, labels,
-           err, sqw, wt, changed);
+           err, sqw, wt, changed, metrics);
     return cudaGetLastError();
 }
 

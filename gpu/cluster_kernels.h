@@ -20,9 +20,18 @@ cudaError_t launchRowNorms(const float* x, std::int64_t ld, std::int64_t n, int 
 // lowest k among equal scores, as on the CPU). For global row g = r0 + i it writes labels[g],
 // and the row's terms: err[g] = w·max(0, sq − best), sqw[g] = w·sq, wt[g] = w, changed[g] = 0/1
 // against the label that was there. w: weights (global rows) or null for ones.
+// Per-row terms of the unweighted metrics (metrics.h) for the chosen centroid, indexed like the
+// others: |‖x‖ − ‖c‖|, cos(x, c) (0 where x or c is 0), 1 where ‖x‖ > 0, ‖x‖². gain null: none.
+struct RowMetricTerms {
+    double* gain = nullptr;
+    double* cosine = nullptr;
+    double* cosineRow = nullptr;
+    double* squaredNorm = nullptr;
+};
+
 cudaError_t launchArgmaxRows(const float* S, int K, const float* cNorm, std::int64_t r0, std::int64_t m,
                              const float* sq, const float* w, std::int32_t* labels, double* err, double* sqw,
-                             double* wt, double* changed, cudaStream_t stream);
+                             double* wt, double* changed, RowMetricTerms metrics, cudaStream_t stream);
 
 // Temporary storage the per-chunk sort and scan need for up to `m` rows and K clusters.
 std::size_t segmentTempBytes(std::int64_t m, int K);

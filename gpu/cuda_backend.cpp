@@ -31,8 +31,8 @@ using detail::PinnedArray;
 constexpr std::size_t kScoreBytes = std::size_t(32) << 20;
 // Set aside for chunk buffers, sums and cuBLAS when deciding whether the rows fit resident.
 constexpr std::size_t kWorkReserve = std::size_t(512) << 20;
-// Per-row device arrays: norms (2 floats), label, and six doubles of per-row terms.
-constexpr std::size_t kPerRowBytes = 2 * sizeof(float) + sizeof(std::int32_t) + 6 * sizeof(double);
+// Per-row device arrays: norms (2 floats), label, and eight doubles of per-row terms.
+constexpr std::size_t kPerRowBytes = 2 * sizeof(float) + sizeof(std::int32_t) + 8 * sizeof(double);
 
 class CudaBackend final : public ClusterBackend {
 public:
@@ -168,8 +168,9 @@ public:
         return out;
     }
 
-    void assign(const MatrixRF& C, bool withShapeSums, AssignStats& out) override
+    void assignPass(const MatrixRF& C, const AssignRequest& what, AssignStats& out) override
     {
+        const bool withShapeSums = what.shapeSums;
         use();
         const int K = int(C.rows()), D = m_d;
         if (C.cols() != D || K < 1)
@@ -183,6 +184,9 @@ public:
         check(cudaMemsetAsync(m_wsum.get(), 0, std::size_t(K) * sizeof(double), m_stream), "clearing sums");
         check(cudaMemsetAsync(m_count.get(), 0, std::size_t(K) * sizeof(long long), m_stream), "clearing sums");
 
+        kernels::RowMetricTerms metricTerms;
+        if (what.rowMetrics)
+            metricTerms = {m_rowTerms[4].get(), m_rowTerms[5].get(), m_rowTerms[6].get(), m_rowTerms[7].get()};
         const float one = 1.0f, zero = 0.0f;
         for (std::int64_t r0 = 0; r0 < m_n; r0 += m_chunk) {
             const std::int64_t m = std::min(m_chunk, m_n - r0);
@@ -202,14 +206,14 @@ public:
                   "SGEMM of rows and centroids");
             check(kernels::launchArgmaxRows(m_S.get(), K, m_cNorm.get(), r0, m, m_sq.get(), wPtr(), m_labels.get(),
                                             m_rowTerms[0].get(), m_rowTerms[1].get(), m_rowTerms[2].get(),
-                                            m_rowTerms[3].get(), m_stream),
+                                            m_rowTerms[3].get(), metricTerms, m_stream),
                   "argmax");
             check(kernels::launchAccumulateChunk(xb, ld, r0, m, D, K, m_labels.get(), wPtr(), m_inv.get(), m_sumX.get(),
                                                  withShapeSums ? m_sumY.get() : nullptr, m_wsum.get(), m_count.get(),
                                                  m_scratch.get(), m_temp.get(), m_tempBytes, m_stream),
                   "accumulating sums");
         }
-        sumRowTerms(4);
+        sumRowTerms(what.rowMetrics ? 8 : 4);
 
         // One transfer of the K × D sums and the scalars per pass.
         double* h = m_hostSums.get();
@@ -224,7 +228,7 @@ public:
                               m_stream),
               "copying counts");
         check(
-            cudaMemcpyAsync(h + 2 * kd + 2 * K, m_scalars.get(), 6 * sizeof(double), cudaMemcpyDeviceToHost, m_stream),
+            cudaMemcpyAsync(h + 2 * kd + 2 * K, m_scalars.get(), 8 * sizeof(double), cudaMemcpyDeviceToHost, m_stream),
             "copying totals");
         check(cudaStreamSynchronize(m_stream), "an assignment pass");
         ++m_stats.devicePasses;
@@ -244,6 +248,10 @@ public:
         out.weightedSquaredNorm = s[1];
         out.totalWeight = s[2];
         out.changed = std::int64_t(s[3]);
+        out.gainErrorSum = what.rowMetrics ? s[4] : 0.0;
+        out.cosineSum = what.rowMetrics ? s[5] : 0.0;
+        out.cosineRows = what.rowMetrics ? std::int64_t(s[6]) : 0;
+        out.squaredNormSum = what.rowMetrics ? s[7] : 0.0;
     }
 
     void readLabels(std::span<std::int32_t> out) override
@@ -404,8 +412,8 @@ private:
     // m_scalars[a] = Σ rows of m_rowTerms[a], a < count.
     void sumRowTerms(int count)
     {
-        const double* ptrs[6];
-        for (int a = 0; a < 6; ++a)
+        const double* ptrs[kRowTerms];
+        for (int a = 0; a < kRowTerms; ++a)
             ptrs[a] = m_rowTerms[std::size_t(a)].get();
         m_ptrs.ensure(8, "pointers", m_device);
         m_scalars.ensure(8, "totals", m_device);
@@ -434,7 +442,8 @@ private:
     DeviceArray<long long> m_count;
     DeviceArray<const double*> m_ptrs;
     DeviceArray<unsigned char> m_temp;
-    DeviceArray<double> m_rowTerms[6];
+    static constexpr int kRowTerms = 8;
+    DeviceArray<double> m_rowTerms[kRowTerms];
     PinnedArray<float> m_hostRes;
     PinnedArray<double> m_hostSums;
     std::vector<float> m_hostRec;

@@ -4,6 +4,7 @@
 #include "clustering.h"
 #include "error.h"
 #include "metrics.h"
+#include "pass_curves.h"
 #include "stats.h"
 #include "synth.h"
 #include "test_util.h"
@@ -77,6 +78,8 @@ private slots:
     void metricsByHand();
     void gradientWeightsByHand();
     void statsByHand();
+    void passMetricsEqualTheFinalMetrics();
+    void passCurvesAverageBlocksPassByPass();
 };
 
 void TestClustering::handCaseKm()
@@ -613,6 +616,73 @@ void TestClustering::statsByHand()
     QCOMPARE(h.counts, (std::vector<std::int64_t>{1, 2}));
     QVERIFY(histogram({}, 5).counts.empty());
     QCOMPARE(histogram({3, 3, 3}, 4).counts[0], std::int64_t(3)); // one value: all in the first bin
+}
+
+// Every pass reports metrics.h's cosine, gain error and shrinkage of the rows against that pass's
+// centroids, from the assignment's own scores; the last pass's centroids are the ones returned, so
+// its figures equal computeMetrics on the result. Tolerance: the pass recovers x·c from the float
+// score 2x·c − ‖c‖², off by about 2^-24·(‖x‖² + ‖c‖²) — a cosine error near 1e-7 for these rows of
+// similar norms; 1e-5 leaves room. Weights must not enter them: the metrics are unweighted.
+void TestClustering::passMetricsEqualTheFinalMetrics()
+{
+    const MatrixRF X = synthesize(SynthKind::Gaussian, 3000, 16, 4);
+    Eigen::VectorXf w = Eigen::VectorXf::LinSpaced(3000, 0.1f, 3.0f);
+    ClusteringParams p;
+    p.k = 32;
+    p.maxIterations = 15;
+    auto be = makeCpuBackend(2);
+    for (auto method : {Method::KMeans, Method::GainShape}) {
+        const auto r = cluster(X, w.data(), method, p, *be);
+        const auto m = computeMetrics(X, r.centroids, r.labels);
+        const auto& last = r.history.back();
+        QVERIFY(last.last);
+        QVERIFY2(std::abs(last.cosine - m.cosine) < 1e-5,
+                 qPrintable(QString("%1 vs %2").arg(last.cosine).arg(m.cosine)));
+        QVERIFY(std::abs(last.gainError - m.gainError) < 1e-5 * (1 + m.gainError));
+        QVERIFY(std::abs(last.shrinkage - m.shrinkage) < 1e-9); // count·‖c‖² sums: double throughout
+        // The first pass (the initial centroids) is a different, worse point of the same curve.
+        QVERIFY(r.history.front().cosine < last.cosine);
+    }
+    p.passMetrics = false;
+    const auto off = cluster(X, nullptr, Method::KMeans, p, *be);
+    QVERIFY(std::isnan(off.history.back().cosine) && std::isnan(off.history.back().shrinkage));
+    QVERIFY(off.history.back().nmse > 0); // the objective's figures stay
+}
+
+// A block that stopped early keeps its last value, so each point averages every block; stored passes
+// group by method, tensor and stage and average over subspaces.
+void TestClustering::passCurvesAverageBlocksPassByPass()
+{
+    const auto mean = meanOverBlocks({{4, 2, 1}, {6, 3}, {}});
+    QCOMPARE(mean.size(), size_t(3));
+    QCOMPARE(mean[0], 5.0);
+    QCOMPARE(mean[1], 2.5);
+    QCOMPARE(mean[2], 2.0); // the second block's 3 carried
+    const auto withNan = meanOverBlocks({{std::nan(""), 1}, {3, 3}});
+    QCOMPARE(withNan[0], 3.0); // a NaN is left out, not averaged as zero
+    QCOMPARE(withNan[1], 2.0);
+
+    std::vector<IterationRow> rows;
+    const auto row = [](const char* method, int sub, int stage, int it, double cosine) {
+        IterationRow r{method, "t", sub, stage, it, 1.0, 0.5};
+        r.cosine = cosine;
+        return r;
+    };
+    rows = {row("km", 0, -1, 0, 0.5), row("km", 0, -1, 1, 0.7), row("gskm", 0, -1, 0, 0.6),
+            row("km", 1, -1, 0, 0.3), row("km", 1, -1, 1, 0.5), row("km", 1, -1, 2, 0.6)};
+    const auto curves = meanPassCurves(rows, "cosine");
+    QCOMPARE(curves.size(), size_t(2));
+    QCOMPARE(curves[0].method, std::string("km"));
+    QCOMPARE(curves[0].blocks, 2);
+    QCOMPARE(curves[0].values.size(), size_t(3));
+    QCOMPARE(curves[0].values[0], 0.4); // QCOMPARE of doubles: equal to about 12 digits
+    QCOMPARE(curves[0].values[1], 0.6);
+    QCOMPARE(curves[0].values[2], 0.65);
+    QCOMPARE(curves[0].label(), std::string("km t (mean of 2 blocks)"));
+    QCOMPARE(curves[1].values.size(), size_t(1));
+    QCOMPARE(curves[1].values[0], 0.6);
+    QVERIFY(std::isnan(passMetric(rows[0], "no_such_metric")));
+    QCOMPARE(passMetric(rows[0], "nmse"), 0.5);
 }
 
 QTEST_APPLESS_MAIN(TestClustering)

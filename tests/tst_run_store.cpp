@@ -230,8 +230,8 @@ void TestRunStore::newerSchemaRefusedUntouched()
     QVERIFY(!std::filesystem::exists(path + "-wal")); // not even switched to WAL
 }
 
-// A store written by schema version 1 (no per-pass nmse) is migrated in place: its rows stay and
-// read with NaN for the new column; new rows carry it.
+// A store written by schema version 1 (no per-pass nmse, cosine, gain error or shrinkage) is
+// migrated in place: its rows stay and read with NaN for the new columns; new rows carry them.
 void TestRunStore::olderSchemaMigratedKeepingRows()
 {
     const auto path = test::pathIn(m_dir, "v1.db");
@@ -246,7 +246,9 @@ void TestRunStore::olderSchemaMigratedKeepingRows()
     {
         // Take it back to version 1 as that version wrote it.
         sql::Db d(path, SQLITE_OPEN_READWRITE);
-        d.exec("ALTER TABLE iterations DROP COLUMN nmse; PRAGMA user_version=1");
+        d.exec("ALTER TABLE iterations DROP COLUMN nmse; ALTER TABLE iterations DROP COLUMN cosine; "
+               "ALTER TABLE iterations DROP COLUMN gain_error; ALTER TABLE iterations DROP COLUMN shrinkage; "
+               "PRAGMA user_version=1");
     }
     RunStore store(path);
     QCOMPARE(store.schemaVersion(), kRunStoreSchemaVersion);
@@ -254,8 +256,13 @@ void TestRunStore::olderSchemaMigratedKeepingRows()
     QCOMPARE(old.size(), size_t(1));
     QCOMPARE(old[0].objective, 2.0);
     QVERIFY(std::isnan(old[0].nmse));
-    store.addIterations(1, {IterationRow{"km", "t", 0, -1, 1, 1.0, 0.25, 0, 0, 0.1}});
-    QCOMPARE(store.iterations(1)[1].nmse, 0.25);
+    QVERIFY(std::isnan(old[0].cosine) && std::isnan(old[0].gainError) && std::isnan(old[0].shrinkage));
+    store.addIterations(1, {IterationRow{"km", "t", 0, -1, 1, 1.0, 0.25, 0, 0, 0.1, 0.9, 0.2, 0.8}});
+    const auto now = store.iterations(1)[1];
+    QCOMPARE(now.nmse, 0.25);
+    QCOMPARE(now.cosine, 0.9);
+    QCOMPARE(now.gainError, 0.2);
+    QCOMPARE(now.shrinkage, 0.8);
     QVERIFY(store.integrityOk());
 }
 

@@ -155,19 +155,31 @@ void TestStudio::compareDrawsBothMethods()
     QVERIFY(done.first().first().toBool());
     auto* chart = page->convergenceChart();
     chart->flush();
-    QCOMPARE(chart->seriesNames().size(), 2);
-    for (const QString name : {"km", "gskm"}) {
-        const auto pts = chart->points(name);
-        QVERIFY(pts.size() >= 4); // 2 blocks, at least two passes each
-        for (const auto& p : pts)
-            QVERIFY(p.y() > 0);
-    }
+    QVERIFY(!chart->emptyTextShown());
+    // One curve per method, the mean of the 2 blocks pass by pass (not the blocks end to end).
+    QCOMPARE(chart->seriesNames(), QStringList({"km", "gskm"}));
     auto* model = page->resultsModel();
     QAbstractItemModelTester tester(model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     QCOMPARE(model->rowCount(), 2);
     QCOMPARE(model->headerData(1, Qt::Horizontal).toString(), QString("nmse"));
-    for (int r = 0; r < 2; ++r)
+    QCOMPARE(model->headerData(3, Qt::Horizontal).toString(), QString("cosine"));
+    for (int r = 0; r < 2; ++r) {
         QVERIFY(model->value(r, 1) > 0 && model->value(r, 1) < 1);
+        const auto pts = chart->points(r == 0 ? "km" : "gskm");
+        QVERIFY(pts.size() >= 2);
+        QCOMPARE(pts.front().x(), 0.0);
+        // The last pass's centroids are the final ones: the curve ends at the table's mean over
+        // blocks (unweighted here; 1e-4 covers the float score the pass derives its error from).
+        QVERIFY(std::abs(pts.back().y() - model->value(r, 1)) <= 1e-4 * model->value(r, 1));
+    }
+    page->convergenceMetricBox()->setCurrentText("cosine");
+    chart->flush();
+    for (int r = 0; r < 2; ++r) {
+        const auto pts = chart->points(r == 0 ? "km" : "gskm");
+        QVERIFY(pts.back().y() > 0 && pts.back().y() <= 1);
+        QVERIFY(std::abs(pts.back().y() - model->value(r, 3)) <= 1e-5);
+    }
+    page->convergenceMetricBox()->setCurrentText("nmse");
 }
 
 void TestStudio::trainFillsTableAndExports()
@@ -343,10 +355,25 @@ void TestStudio::runsPageListsAndOverlays()
         if (model->data(model->index(r, views::RunsTableModel::Kind)).toString() == "compare")
             ids << model->data(model->index(r, 0), Qt::UserRole).toLongLong();
     QVERIFY(ids.size() >= 2);
+    QVERIFY(page->overlayChart()->emptyTextShown()); // nothing selected: the chart says what to do
     page->selectRuns(ids.mid(0, 2));
     page->overlayChart()->flush();
-    QCOMPARE(page->overlayChart()->seriesNames().size(), 2);
+    QVERIFY(!page->overlayChart()->emptyTextShown());
+    // Per run, each method's passes averaged over its blocks: 2 runs × {km, gskm}.
+    const auto names = page->overlayChart()->seriesNames();
+    QCOMPARE(names.size(), 4);
+    for (const auto& name : names)
+        QVERIFY2(name.startsWith("run ") && (name.contains(" km ") || name.contains(" gskm ")), qPrintable(name));
+    // The CLI's run clustered all features as one block; the window's run two blocks of 16.
+    QCOMPARE(names.filter("(mean of 2 blocks)").size(), 2);
     QVERIFY(page->detailsText().contains("differ"));
+    page->overlayMetric()->setCurrentText("cosine");
+    page->overlayChart()->flush();
+    QCOMPARE(page->overlayChart()->seriesNames().size(), 4);
+    for (const auto& name : page->overlayChart()->seriesNames())
+        for (const auto& p : page->overlayChart()->points(name))
+            QVERIFY(p.y() > 0 && p.y() <= 1);
+    page->overlayMetric()->setCurrentText("nmse");
 }
 
 void TestStudio::sweepOverDimWithResidual()

@@ -25,6 +25,7 @@ ChartPanel::ChartPanel(const QString& title, const QString& xTitle, const QStrin
     auto* chart = new QChart();
     chart->setTitle(title);
     chart->legend()->setAlignment(Qt::AlignBottom);
+    chart->legend()->setShowToolTips(true); // a name cut short by the legend's width shows in full on hover
     chart->setAnimationOptions(QChart::NoAnimation);
     m_view = new QChartView(chart, this);
     m_view->setRenderHint(QPainter::Antialiasing);
@@ -42,6 +43,14 @@ ChartPanel::ChartPanel(const QString& title, const QString& xTitle, const QStrin
     exportButton->setText(tr("Export…"));
     connect(exportButton, &QToolButton::clicked, this, &ChartPanel::onExport);
     m_hover = new QLabel(this);
+    m_empty = new QLabel(m_view->viewport());
+    m_empty->setAlignment(Qt::AlignCenter);
+    m_empty->setWordWrap(true);
+    m_empty->setAttribute(Qt::WA_TransparentForMouseEvents);
+    m_empty->setStyleSheet(QStringLiteral("color: gray;"));
+    auto* emptyLayout = new QVBoxLayout(m_view->viewport());
+    emptyLayout->addWidget(m_empty, 0, Qt::AlignCenter);
+    m_empty->hide();
 
     auto* bar = new QHBoxLayout();
     bar->addWidget(reset);
@@ -70,8 +79,9 @@ QLineSeries* ChartPanel::seriesFor(const QString& name)
     m_view->chart()->addSeries(s);
     m_series.insert(name, s);
     connect(s, &QLineSeries::hovered, this, [this, name](const QPointF& p, bool state) {
-        m_hover->setText(state ? QStringLiteral("%1: x = %2, y = %3").arg(name).arg(p.x()).arg(p.y(), 0, 'g', 6)
-                               : QString());
+        m_hover->setText(
+            state ? QStringLiteral("%1: x = %2, y = %3").arg(name).arg(p.x(), 0, 'g', 6).arg(p.y(), 0, 'g', 4)
+                  : QString());
     });
     // Clicking a legend marker hides or shows its series.
     for (auto* marker : m_view->chart()->legend()->markers(s))
@@ -104,6 +114,18 @@ void ChartPanel::appendPoint(const QString& name, QPointF p)
         m_timer.start();
 }
 
+void ChartPanel::removeSeries(const QString& name)
+{
+    if (auto* s = m_series.take(name)) {
+        m_view->chart()->removeSeries(s);
+        delete s;
+    }
+    m_data.remove(name);
+    m_dirty.remove(name);
+    m_order.removeAll(name);
+    updateEmptyHint();
+}
+
 void ChartPanel::clear()
 {
     m_timer.stop();
@@ -113,6 +135,7 @@ void ChartPanel::clear()
     m_order.clear();
     m_dirty.clear();
     rebuildAxes();
+    updateEmptyHint();
 }
 
 void ChartPanel::flush()
@@ -135,6 +158,7 @@ void ChartPanel::onTick()
     }
     if (!any)
         return;
+    updateEmptyHint();
     // Fit the axes to the data.
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     for (auto* s : m_series)
@@ -148,7 +172,9 @@ void ChartPanel::onTick()
         const auto axesX = m_view->chart()->axes(Qt::Horizontal);
         const auto axesY = m_view->chart()->axes(Qt::Vertical);
         const double padY = (y1 - y0) * 0.05 + (y1 == y0 ? std::abs(y0) * 0.05 + 1e-12 : 0);
-        if (!axesX.isEmpty())
+        if (m_integerX && !m_logX)
+            fitIntegerTicks(x0, x1);
+        else if (!axesX.isEmpty())
             axesX.first()->setRange(x0, x1 > x0 ? x1 : x0 + 1);
         // Counts and other non-negative data keep their axis at zero.
         const double lowY = m_logY ? y0 / 1.2 : (y0 >= 0 && y0 - padY < 0 ? 0.0 : y0 - padY);
@@ -173,7 +199,9 @@ void ChartPanel::rebuildAxes()
         l->setLabelFormat("%g");
         ax = l;
     } else {
-        ax = new QValueAxis();
+        auto* v = new QValueAxis();
+        v->setLabelFormat(m_integerX ? "%.0f" : "%.4g");
+        ax = v;
     }
     if (m_logY) {
         auto* l = new QLogValueAxis();
@@ -181,7 +209,9 @@ void ChartPanel::rebuildAxes()
         l->setMinorTickCount(8);
         ay = l;
     } else {
-        ay = new QValueAxis();
+        auto* v = new QValueAxis();
+        v->setLabelFormat("%.4g"); // 0.000507 rather than 0.000507339
+        ay = v;
     }
     ax->setTitleText(m_xTitle);
     ay->setTitleText(m_yTitle);
@@ -211,6 +241,60 @@ void ChartPanel::setAxisTitles(const QString& xTitle, const QString& yTitle)
         a->setTitleText(xTitle);
     for (auto* a : m_view->chart()->axes(Qt::Vertical))
         a->setTitleText(yTitle);
+}
+
+void ChartPanel::setTitle(const QString& title)
+{
+    m_view->chart()->setTitle(title);
+}
+
+void ChartPanel::setIntegerX(bool on)
+{
+    if (m_integerX == on)
+        return;
+    m_integerX = on;
+    rebuildAxes();
+}
+
+// Ticks at whole numbers, every 1, 2, 5, 10, 20, ... so that at most about ten are drawn.
+void ChartPanel::fitIntegerTicks(double x0, double x1)
+{
+    auto* axis = qobject_cast<QValueAxis*>(m_view->chart()->axes(Qt::Horizontal).value(0));
+    if (!axis)
+        return;
+    const double lo = std::floor(x0), hi = std::max(std::ceil(x1), lo + 1);
+    double step = 1;
+    for (int i = 0; (hi - lo) / step > 10; ++i)
+        step *= (i % 3 == 1) ? 2.5 : 2; // 1, 2, 5, 10, 20, 50, ...
+    axis->setRange(lo, hi);
+    axis->setTickType(QValueAxis::TicksDynamic);
+    axis->setTickAnchor(0);
+    axis->setTickInterval(step);
+    axis->setMinorTickCount(0);
+}
+
+void ChartPanel::setEmptyText(const QString& text)
+{
+    m_empty->setText(text);
+    updateEmptyHint();
+}
+
+QString ChartPanel::emptyText() const
+{
+    return m_empty->text();
+}
+
+bool ChartPanel::emptyTextShown() const
+{
+    return !m_empty->isHidden();
+}
+
+void ChartPanel::updateEmptyHint()
+{
+    bool empty = true;
+    for (const auto& pts : m_data)
+        empty = empty && pts.isEmpty();
+    m_empty->setVisible(empty && !m_empty->text().isEmpty());
 }
 
 void ChartPanel::setLogX(bool on)

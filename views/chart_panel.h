@@ -1,8 +1,9 @@
 #pragma once
 // A chart with the behaviour every chart of the app shares: named line series updated through a
 // coalescing timer (setSeries marks them dirty; a 40 ms timer applies QXYSeries::replace), hover
-// values, rubber-band zoom and reset, log axes, legend markers that toggle series, and export to
-// PNG, SVG and CSV. GUI thread only.
+// values, rubber-band zoom and reset, log axes, integer ticks for counts, labels with four
+// significant digits, a hint while empty, legend markers that toggle series (full names in their
+// tooltips), and export to PNG, SVG and CSV. GUI thread only.
 
 #include <QChartView>
 #include <QHash>
@@ -28,10 +29,18 @@ public:
     // Replaces a series' points (creating it on first use); drawn on the next timer tick.
     void setSeries(const QString& name, const QList<QPointF>& points);
     void appendPoint(const QString& name, QPointF p);
+    void removeSeries(const QString& name);
     void clear();
     void setLogY(bool on);
     void setLogX(bool on);
     void setAxisTitles(const QString& xTitle, const QString& yTitle);
+    void setTitle(const QString& title);
+    // x counts something (iterations, stages, layers): ticks at whole numbers, labelled without decimals.
+    void setIntegerX(bool on);
+    // What the chart says while it has no points: how to fill it ("Run a comparison to see…").
+    void setEmptyText(const QString& text);
+    QString emptyText() const;
+    bool emptyTextShown() const; // the hint is up (no series has a point)
 
     // What the chart shows once pending updates are applied (tests and CSV export read this).
     QStringList seriesNames() const;
@@ -61,8 +70,12 @@ private:
     QList<QString> m_order;
     QHash<QString, bool> m_dirty;
     QHash<QString, QLineSeries*> m_series;
+    void updateEmptyHint();
+    void fitIntegerTicks(double x0, double x1);
+
+    QLabel* m_empty = nullptr;
     QString m_xTitle, m_yTitle;
-    bool m_logX = false, m_logY = false;
+    bool m_logX = false, m_logY = false, m_integerX = false;
 };
 
 } // namespace gsrq::views

@@ -7,6 +7,7 @@
 #include "result_json.h"
 #include "safetensors.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -60,8 +61,11 @@ void flatten(const nlohmann::ordered_json& j, const std::string& prefix, std::ma
 }
 
 // Numbers in CSV keep 12 significant digits (the default stream precision keeps 6).
+// An empty field for a value not computed (NaN).
 std::string num(double v)
 {
+    if (std::isnan(v))
+        return {};
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.12g", v);
     return buf;
@@ -185,6 +189,9 @@ Command registerRuns(CLI::App& root)
                                       {"iteration", it.iteration},
                                       {"objective", it.objective},
                                       {"nmse", it.nmse},
+                                      {"cosine", it.cosine},
+                                      {"gain_error", it.gainError},
+                                      {"shrinkage", it.shrinkage},
                                       {"changed", it.changed},
                                       {"empty_clusters", it.emptyClusters},
                                       {"seconds", it.seconds}});
@@ -233,11 +240,13 @@ Command registerRuns(CLI::App& root)
                     throwInvalid("--csv ", o->csvDir, ": cannot create the directory");
                 writeText(dir / "settings.json", runJson(r).dump(2) + "\n");
                 std::string it =
-                    "method,tensor,subspace,stage,iteration,objective,nmse,changed,empty_clusters,seconds\n";
+                    "method,tensor,subspace,stage,iteration,objective,nmse,cosine,gain_error,shrinkage,changed,"
+                    "empty_clusters,seconds\n";
                 for (const auto& x : store->iterations(o->id))
                     it += cat(csvField(x.method), ",", csvField(x.tensor), ",", x.subspace, ",", x.stage, ",",
-                              x.iteration, ",", num(x.objective), ",", num(x.nmse), ",", x.changed, ",",
-                              x.emptyClusters, ",", num(x.seconds), "\n");
+                              x.iteration, ",", num(x.objective), ",", num(x.nmse), ",", num(x.cosine), ",",
+                              num(x.gainError), ",", num(x.shrinkage), ",", x.changed, ",", x.emptyClusters, ",",
+                              num(x.seconds), "\n");
                 writeText(dir / "iterations.csv", it);
                 std::string ms = "scope,method,tensor,stage,subspace,name,value\n";
                 for (const auto& m : store->metrics(o->id))

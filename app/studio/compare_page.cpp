@@ -2,6 +2,7 @@
 
 #include "chart_panel.h"
 #include "metrics_table_model.h"
+#include "pass_curves.h"
 #include "result_json.h"
 #include "weights.h"
 
@@ -64,8 +65,14 @@ ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     form->addRow(m_progress);
     form->addRow(m_status);
 
-    m_chart = new views::ChartPanel(tr("Convergence: nmse of each assignment pass"), tr("pass (blocks in order)"),
-                                    tr("nmse"), this);
+    m_chart = new views::ChartPanel(tr("Convergence"), tr("assignment pass"), tr("nmse"), this);
+    m_chart->setIntegerX(true);
+    m_chart->setEmptyText(tr("Pick a tensor and press Run: each method's passes are drawn here as they happen."));
+    m_curveMetric = new QComboBox(this);
+    for (const auto& name : passMetricNames())
+        if (name != "objective") // nmse is the objective over Σw‖x‖²: the same curve, comparable across tensors
+            m_curveMetric->addItem(QString::fromStdString(name));
+    m_curveMetric->setToolTip(tr("The metric of every assignment pass the chart shows"));
     m_model = new views::MetricsTableModel(this);
     m_table = new QTableView(this);
     m_table->setModel(m_model);
@@ -73,6 +80,11 @@ ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_table->setMaximumHeight(110);
 
     auto* right = new QVBoxLayout();
+    auto* metricBar = new QHBoxLayout();
+    metricBar->addWidget(new QLabel(tr("Convergence of"), this));
+    metricBar->addWidget(m_curveMetric);
+    metricBar->addStretch();
+    right->addLayout(metricBar);
     right->addWidget(m_chart, 1);
     right->addWidget(m_table);
     auto* layout = new QHBoxLayout(this);
@@ -85,6 +97,7 @@ ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     connect(&m_ctx, &StudioContext::dumpChanged, this, &ComparePage::onDumpChanged);
     connect(m_tensor, &QComboBox::currentIndexChanged, this, &ComparePage::onTensorChanged);
     connect(m_run, &QPushButton::clicked, this, &ComparePage::start);
+    connect(m_curveMetric, &QComboBox::currentIndexChanged, this, &ComparePage::drawConvergence);
     connectJobControls(m_ctx, this, &m_job, m_cancel, [this](const QString& text) {
         m_status->setText(text);
         m_run->setEnabled(true);
@@ -138,13 +151,18 @@ void ComparePage::start()
     const QString storePath = m_ctx.storePath();
     const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
 
+    m_last.reset();
     m_chart->clear();
+    const std::string metric = m_curveMetric->currentText().toStdString();
+    m_chart->setTitle(tr("Convergence: %1 of each pass, the block in progress").arg(m_curveMetric->currentText()));
+    m_chart->setAxisTitles(tr("assignment pass"), m_curveMetric->currentText());
     m_model->setTable({}, {}, {});
     m_progress->setValue(0);
     m_status->setText(tr("Running…"));
     m_run->setEnabled(false);
     m_cancel->setEnabled(true);
-    auto passes = std::make_shared<std::map<std::string, int>>(); // x position per method, on the GUI thread
+    // Per method, the block in progress and its passes so far (GUI thread only).
+    auto live = std::make_shared<std::map<std::string, std::pair<int, QList<QPointF>>>>();
 
     m_job = 0; // the runner cancels whatever runs; that notice is not about this run
     m_job =
@@ -169,11 +187,20 @@ void ComparePage::start()
             settingsJson["weights"] = weightModeName(mode);
             info.settingsJson = settingsJson.dump();
             WorkerRecording rec(storePath, info, tensor, job, &m_ctx, dump->files());
-            ProgressBatcher batch(job, [this, passes](const std::vector<ProgressEvent>& events) {
+            ProgressBatcher batch(job, [this, live, metric](const std::vector<ProgressEvent>& events) {
                 for (const auto& e : events) {
-                    const std::string name = methodName(e.method);
-                    const int x = (*passes)[name]++;
-                    m_chart->appendPoint(QString::fromStdString(name), QPointF(x, e.iteration.nmse));
+                    auto& [block, pts] = (*live)[methodName(e.method)];
+                    if (block != e.subspace || e.iteration.iteration == 0)
+                        pts.clear();
+                    block = e.subspace;
+                    pts << QPointF(e.iteration.iteration, passMetric(e.iteration, metric));
+                    const QString prefix = QString::fromUtf8(methodName(e.method)) + tr(", block ");
+                    const QString name = prefix + QString::number(e.subspace + 1);
+                    // One live series per method: the block before this one leaves the chart.
+                    for (const auto& other : m_chart->seriesNames())
+                        if (other.startsWith(prefix) && other != name)
+                            m_chart->removeSeries(other);
+                    m_chart->setSeries(name, pts);
                     m_progress->setValue(int(e.fraction * 1000));
                     m_status->setText(QString::fromStdString(e.what));
                 }
@@ -204,17 +231,39 @@ void ComparePage::start()
                                             .arg(r.blocks)
                                             .arg(s.k)
                                             .arg(rec ? QString::number(rec->id()) : tr("— (not recorded)"));
-            job.post([this, rows, values, summaryText] {
+            auto result = std::make_shared<const CompareResult>(r);
+            job.post([this, rows, values, summaryText, result] {
                 m_model->setTable(rows, {"mse", "nmse", "gain_error", "cosine", "shrinkage", "iterations", "seconds"},
                                   values);
+                m_last = result;
+                drawConvergence();
                 m_progress->setValue(1000);
                 m_status->setText(summaryText);
                 m_run->setEnabled(true);
                 m_cancel->setEnabled(false);
-                m_chart->flush();
                 emit runFinished(true);
             });
         });
+}
+
+void ComparePage::drawConvergence()
+{
+    if (!m_last)
+        return;
+    const std::string metric = m_curveMetric->currentText().toStdString();
+    m_chart->clear();
+    m_chart->setTitle(tr("Convergence: %1 of each pass, mean of %2 blocks (a block that stopped keeps its last value)")
+                          .arg(m_curveMetric->currentText())
+                          .arg(m_last->blocks));
+    m_chart->setAxisTitles(tr("assignment pass"), m_curveMetric->currentText());
+    for (const auto& m : m_last->methods) {
+        const auto curve = meanPassCurve(m, metric);
+        QList<QPointF> pts;
+        for (std::size_t i = 0; i < curve.size(); ++i)
+            pts << QPointF(double(i), curve[i]);
+        m_chart->setSeries(QString::fromUtf8(methodName(m.method)), pts);
+    }
+    m_chart->flush();
 }
 
 } // namespace gsrq::studio

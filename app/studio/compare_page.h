@@ -1,10 +1,14 @@
 #pragma once
 // KM vs GSKM: pick a tensor, D, K, iterations, seed and weights; run; both methods' convergence
-// drawn live (nmse of every assignment pass) and their metrics side by side.
+// drawn live (the chosen metric of every assignment pass of the block in progress), then as the mean
+// over blocks pass by pass, and their metrics side by side.
 
+#include "compare_job.h"
 #include "studio_context.h"
 
 #include <QWidget>
+
+#include <memory>
 
 class QComboBox;
 class QCheckBox;
@@ -35,6 +39,7 @@ public:
     QPushButton* runButton() const { return m_run; }
     QPushButton* cancelButton() const { return m_cancel; }
     views::ChartPanel* convergenceChart() const { return m_chart; }
+    QComboBox* convergenceMetricBox() const { return m_curveMetric; }
     views::MetricsTableModel* resultsModel() const { return m_model; }
 
 signals:
@@ -44,11 +49,13 @@ private:
     void onDumpChanged();
     void onTensorChanged();
     void start();
+    void drawConvergence(); // the mean curves of the last result for the chosen metric
 
     StudioContext& m_ctx;
     QComboBox* m_tensor;
     QSpinBox *m_dim, *m_k, *m_iters, *m_seed;
-    QComboBox* m_weights;
+    QComboBox *m_weights, *m_curveMetric;
+    std::shared_ptr<const CompareResult> m_last;
     QCheckBox* m_residual;
     QPushButton *m_run, *m_cancel;
     QProgressBar* m_progress;

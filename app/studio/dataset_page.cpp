@@ -39,6 +39,9 @@ DatasetPage::DatasetPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_stats->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_norms = new views::ChartPanel(tr("Row norms"), tr("‖x‖"), tr("rows"), this);
     m_channels = new views::ChartPanel(tr("Per-channel RMS"), tr("channel"), tr("RMS"), this);
+    m_channels->setIntegerX(true);
+    m_norms->setEmptyText(tr("Open a dump (File ▸ Open) and pick a tensor to see its row norms."));
+    m_channels->setEmptyText(tr("Open a dump (File ▸ Open) and pick a tensor to see its channels."));
 
     auto* left = new QWidget(this);
     auto* l = new QVBoxLayout(left);

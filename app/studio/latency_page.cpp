@@ -90,6 +90,7 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_chart = new views::ChartPanel(tr("Decode latency per step and layer"), tr("context length"), tr("µs"), this);
     m_chart->setLogX(true);
     m_chart->setLogY(true);
+    m_chart->setEmptyText(tr("Press Run to time each decode path at the context lengths above."));
 
     auto* form = new QFormLayout;
     form->addRow(tr("Context lengths"), m_contexts);

@@ -3,12 +3,15 @@
 #include "chart_panel.h"
 #include "runs_table_model.h"
 
+#include "pass_curves.h"
+
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QItemSelectionModel>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
@@ -17,6 +20,7 @@
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -68,9 +72,23 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     auto* noteButton = new QPushButton(tr("Add note"), this);
     m_details = new QPlainTextEdit(this);
     m_details->setReadOnly(true);
-    m_overlay = new views::ChartPanel(tr("Selected runs: nmse curves (per stage, per D or K, or per pass)"), tr("x"),
-                                      tr("nmse"), this);
+    m_overlay = new views::ChartPanel(tr("Selected runs: nmse"), tr("x"), tr("nmse"), this);
     m_overlay->setLogY(true);
+    m_overlay->setEmptyText(tr("Select runs in the table to draw their curves here."));
+    m_overlayMetric = new QComboBox(this);
+    for (const auto& name : passMetricNames())
+        m_overlayMetric->addItem(QString::fromStdString(name));
+    m_overlayMetric->setCurrentText(QStringLiteral("nmse"));
+    m_overlayMetric->setToolTip(tr("The metric the selected runs' curves show"));
+    auto* overlayPane = new QWidget(this);
+    auto* overlayLayout = new QVBoxLayout(overlayPane);
+    overlayLayout->setContentsMargins(0, 0, 0, 0);
+    auto* metricBar = new QHBoxLayout();
+    metricBar->addWidget(new QLabel(tr("Curves of"), this));
+    metricBar->addWidget(m_overlayMetric);
+    metricBar->addStretch();
+    overlayLayout->addLayout(metricBar);
+    overlayLayout->addWidget(m_overlay, 1);
 
     auto* bar = new QHBoxLayout();
     bar->addWidget(m_kind);
@@ -88,7 +106,7 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     l->addLayout(noteBar);
     auto* right = new QSplitter(Qt::Vertical, this);
     right->addWidget(m_details);
-    right->addWidget(m_overlay);
+    right->addWidget(overlayPane);
     auto* split = new QSplitter(this);
     split->addWidget(left);
     split->addWidget(right);
@@ -102,6 +120,7 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     connect(noteButton, &QPushButton::clicked, this, &RunsPage::addNote);
     connect(m_kind, &QComboBox::currentIndexChanged, this, &RunsPage::refresh);
     connect(m_status, &QComboBox::currentIndexChanged, this, &RunsPage::refresh);
+    connect(m_overlayMetric, &QComboBox::currentIndexChanged, this, &RunsPage::onSelectionChanged);
     connect(m_filter, &QLineEdit::textChanged, m_proxy, &QSortFilterProxyModel::setFilterFixedString);
     connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunsPage::onSelectionChanged);
     // A job that ends in the window shows up at once; CLI runs on Refresh.
@@ -150,7 +169,11 @@ QString RunsPage::detailsText() const
 void RunsPage::onSelectionChanged()
 {
     const auto ids = selectedIds();
+    const std::string metric = m_overlayMetric->currentText().toStdString();
     m_overlay->clear();
+    // Errors span decades; cosine and shrinkage sit near 1.
+    m_overlay->setLogY(metric == "nmse" || metric == "objective");
+    m_overlay->setTitle(tr("Selected runs: %1").arg(QString::fromStdString(metric)));
     if (ids.empty()) {
         m_details->setPlainText(tr("Select a run for its details; select two or more to compare them."));
         return;
@@ -159,18 +182,28 @@ void RunsPage::onSelectionChanged()
         RunStore store(m_ctx.storePath().toStdString());
         QString text;
         std::vector<std::map<QString, QString>> settings;
+        bool passCurves = false, ownCurves = false;
         for (auto id : ids) {
             const auto r = store.requireRun(id);
             // Runs with curves of their own (sweeps: metric vs D or K; trainings: metric vs stage)
-            // show their nmse curves; the others every assignment pass's nmse.
+            // show those; the others their assignment passes, averaged over blocks pass by pass.
             std::map<std::string, QList<QPointF>> curves;
+            const std::string tag = metric + "_vs_";
             for (const auto& p : store.series(id))
-                if (p.name.find("nmse") != std::string::npos)
+                if (p.name.find(tag) != std::string::npos)
                     curves[p.name] << QPointF(p.x, p.y);
             if (curves.empty()) {
-                int x = 0;
-                for (const auto& it : store.iterations(id))
-                    curves["nmse per pass"] << QPointF(x++, it.nmse);
+                passCurves = true;
+                for (const auto& c : meanPassCurves(store.iterations(id), metric)) {
+                    QList<QPointF> pts;
+                    for (std::size_t i = 0; i < c.values.size(); ++i)
+                        if (!std::isnan(c.values[i]))
+                            pts << QPointF(double(i), c.values[i]);
+                    if (!pts.isEmpty())
+                        curves[c.label()] = pts;
+                }
+            } else {
+                ownCurves = true;
             }
             for (const auto& [name, pts] : curves)
                 m_overlay->setSeries(tr("run %1: %2").arg(id).arg(QString::fromStdString(name)), pts);
@@ -220,6 +253,11 @@ void RunsPage::onSelectionChanged()
             }
         }
         m_details->setPlainText(text);
+        m_overlay->setIntegerX(passCurves && !ownCurves);
+        m_overlay->setAxisTitles(passCurves && !ownCurves ? tr("assignment pass")
+                                 : passCurves             ? tr("pass, stage, D or K")
+                                                          : tr("stage, D or K"),
+                                 QString::fromStdString(metric));
         m_overlay->flush();
     } catch (const std::exception& e) {
         m_ctx.showMessage(QString::fromUtf8(e.what()));

@@ -29,6 +29,7 @@ public:
     views::RunsTableModel* model() const { return m_model; }
     QTableView* table() const { return m_table; }
     views::ChartPanel* overlayChart() const { return m_overlay; }
+    QComboBox* overlayMetric() const { return m_overlayMetric; }
     QString detailsText() const;
     void selectRuns(const QList<qint64>& ids);
 
@@ -42,7 +43,7 @@ private:
     views::RunsTableModel* m_model;
     QSortFilterProxyModel* m_proxy;
     QTableView* m_table;
-    QComboBox *m_kind, *m_status;
+    QComboBox *m_kind, *m_status, *m_overlayMetric;
     QLineEdit *m_filter, *m_note;
     QPlainTextEdit* m_details;
     views::ChartPanel* m_overlay;

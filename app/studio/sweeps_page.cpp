@@ -111,6 +111,8 @@ SweepsPage::SweepsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m
     m_chart->setLogX(true);
     m_shrinkChart = new views::ChartPanel(tr("Shrinkage E‖μ‖²/E‖x‖² (KM)"), tr("D"), tr("shrinkage"), this);
     m_shrinkChart->setLogX(true);
+    m_chart->setEmptyText(tr("Choose the values of D or K and press Run: one point per value and method."));
+    m_shrinkChart->setEmptyText(tr("Run a sweep over D to see how K-means shrinks as D grows."));
     auto* charts = new QVBoxLayout();
     charts->addWidget(m_chart, 1);
     charts->addWidget(m_shrinkChart, 1);

@@ -87,6 +87,10 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     m_live = new views::ChartPanel(tr("Clustering in progress"), tr("iteration"), tr("nmse"), this);
     m_stageChart = new views::ChartPanel(tr("After each stage"), tr("stage"), tr("nmse"), this);
     m_stageChart->setLogY(true);
+    m_live->setIntegerX(true);
+    m_stageChart->setIntegerX(true);
+    m_live->setEmptyText(tr("Press Train: each clustering's passes are drawn here as they happen."));
+    m_stageChart->setEmptyText(tr("Each stage's metric appears here once the stage is trained."));
     m_model = new views::MetricsTableModel(this);
     auto* table = new QTableView(this);
     table->setModel(m_model);

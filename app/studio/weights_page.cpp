@@ -46,6 +46,8 @@ WeightsPage::WeightsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_raw = new views::ChartPanel(tr("Raw ‖∂L/∂x‖"), tr("‖g‖"), tr("rows"), this);
     m_log = new views::ChartPanel(tr("Weights log(1 + λ‖g‖)"), tr("w"), tr("rows"), this);
     m_raw->setLogY(true);
+    m_raw->setEmptyText(tr("Open a dump whose tensors have gradients (*.k_grad, *.v_grad) to see their norms."));
+    m_log->setEmptyText(tr("Open a dump whose tensors have gradients to see the weights they give."));
     auto* charts = new QVBoxLayout();
     charts->addWidget(m_raw, 1);
     charts->addWidget(m_log, 1);
