@@ -57,6 +57,7 @@ private slots:
     void openSampleShowsTensorsAndStats();
     void malformedFileLeavesWindowUsable();
     void compareDrawsBothMethods();
+    void metricNumbersReadable();
     void trainFillsTableAndExports();
     void cancelMidTraining();
     void runsPageListsAndOverlays();
@@ -180,6 +181,21 @@ void TestStudio::compareDrawsBothMethods()
         QVERIFY(std::abs(pts.back().y() - model->value(r, 3)) <= 1e-5);
     }
     page->convergenceMetricBox()->setCurrentText("nmse");
+}
+
+void TestStudio::metricNumbersReadable()
+{
+    QCOMPARE(views::formatMetric(0.000507339), QString("0.0005073"));
+    QCOMPARE(views::formatMetric(0.214814), QString("0.2148"));
+    QCOMPARE(views::formatMetric(26), QString("26"));
+    QCOMPARE(views::formatMetric(32768), QString("32768"));
+    QCOMPARE(views::formatMetric(0.999923), QString("0.9999230")); // 1 − v = 7.70e-5: three digits
+    QCOMPARE(views::formatMetric(0.93), QString("0.9300"));
+    QCOMPARE(views::formatMetric(std::nan("")), QString("—"));
+    views::MetricsTableModel model;
+    model.setTable({"km"}, {"nmse"}, {{0.000507339}});
+    QCOMPARE(model.data(model.index(0, 0)).toString(), QString("0.0005073"));
+    QCOMPARE(model.data(model.index(0, 0), Qt::UserRole).toDouble(), 0.000507339); // full precision kept
 }
 
 void TestStudio::trainFillsTableAndExports()

@@ -78,6 +78,8 @@ QLineSeries* ChartPanel::seriesFor(const QString& name)
     s->setName(name);
     m_view->chart()->addSeries(s);
     m_series.insert(name, s);
+    // A row of many names under the chart cuts each to a few letters; a column beside it does not.
+    m_view->chart()->legend()->setAlignment(m_series.size() > 4 ? Qt::AlignRight : Qt::AlignBottom);
     connect(s, &QLineSeries::hovered, this, [this, name](const QPointF& p, bool state) {
         m_hover->setText(
             state ? QStringLiteral("%1: x = %2, y = %3").arg(name).arg(p.x(), 0, 'g', 6).arg(p.y(), 0, 'g', 4)
@@ -176,10 +178,15 @@ void ChartPanel::onTick()
             fitIntegerTicks(x0, x1);
         else if (!axesX.isEmpty())
             axesX.first()->setRange(x0, x1 > x0 ? x1 : x0 + 1);
+        // Linear axes end on round numbers with ticks at round steps (0.2, 0.25), not at fifths of the data's span.
+        if (auto* vx = qobject_cast<QValueAxis*>(axesX.value(0)); vx && !m_integerX)
+            vx->applyNiceNumbers();
         // Counts and other non-negative data keep their axis at zero.
         const double lowY = m_logY ? y0 / 1.2 : (y0 >= 0 && y0 - padY < 0 ? 0.0 : y0 - padY);
         if (!axesY.isEmpty())
             axesY.first()->setRange(lowY, m_logY ? y1 * 1.2 : y1 + padY);
+        if (auto* vy = qobject_cast<QValueAxis*>(axesY.value(0)))
+            vy->applyNiceNumbers();
     }
     emit redrawn();
 }

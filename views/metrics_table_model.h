@@ -8,6 +8,11 @@
 
 namespace gsrq::views {
 
+// A metric as the tables show it: four significant digits (0.0005073, not 0.000507339); whole
+// numbers (iterations, bytes) without decimals; values just under 1 (cosine, shrinkage) with three
+// digits of their distance from 1 (0.9999230); "—" for NaN or infinity.
+QString formatMetric(double v);
+
 class MetricsTableModel : public QAbstractTableModel {
     Q_OBJECT
 

@@ -41,7 +41,8 @@ ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_seed = spin(0, 1 << 30, 0, this);
     m_weights = new QComboBox(this);
     m_weights->addItems({"none", "grad-raw", "grad-log"});
-    m_residual = new QCheckBox(tr("on the 1st residual (after a KM pass)"), this);
+    m_residual = new QCheckBox(tr("on the 1st residual"), this);
+    m_residual->setToolTip(tr("Cluster what a KM pass on each block leaves (the paper's 1st-residual experiment)"));
     m_run = new QPushButton(tr("Run"), this);
     m_cancel = new QPushButton(tr("Cancel"), this);
     m_cancel->setEnabled(false);

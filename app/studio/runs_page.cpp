@@ -110,8 +110,8 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     auto* split = new QSplitter(this);
     split->addWidget(left);
     split->addWidget(right);
-    split->setStretchFactor(0, 3);
-    split->setStretchFactor(1, 2);
+    split->setStretchFactor(0, 1);
+    split->setStretchFactor(1, 1);
     auto* layout = new QHBoxLayout(this);
     layout->addWidget(split);
 
@@ -190,8 +190,14 @@ void RunsPage::onSelectionChanged()
             std::map<std::string, QList<QPointF>> curves;
             const std::string tag = metric + "_vs_";
             for (const auto& p : store.series(id))
-                if (p.name.find(tag) != std::string::npos)
-                    curves[p.name] << QPointF(p.x, p.y);
+                if (const auto at = p.name.find(tag); at != std::string::npos) {
+                    // "layers.0.key.nmse_vs_stage" → "layers.0.key vs stage": the metric is the chart's.
+                    std::string name = p.name.substr(0, at);
+                    while (!name.empty() && (name.back() == '.' || name.back() == '_'))
+                        name.pop_back();
+                    name += (name.empty() ? "vs " : " vs ") + p.name.substr(at + tag.size());
+                    curves[name] << QPointF(p.x, p.y);
+                }
             if (curves.empty()) {
                 passCurves = true;
                 for (const auto& c : meanPassCurves(store.iterations(id), metric)) {

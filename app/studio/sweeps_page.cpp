@@ -97,11 +97,15 @@ SweepsPage::SweepsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m
     buttons->addWidget(m_run);
     buttons->addWidget(m_cancel);
     form->addRow(buttons);
-    form->addRow(new QLabel(tr("<b>Shrinkage E‖μ‖²/E‖x‖² vs D</b> (KM, keys and values; D from Values)"), this));
+    auto* shrinkTitle = new QLabel(tr("<b>Shrinkage E‖μ‖²/E‖x‖² vs D</b> (KM, keys and values; D from Values)"), this);
+    shrinkTitle->setWordWrap(true);
+    form->addRow(shrinkTitle);
     form->addRow(tr("Layer"), m_layer);
     form->addRow(tr("K values"), m_shrinkKs);
     form->addRow(m_shrinkRun);
-    form->addRow(new QLabel(tr("<b>Paper check</b> (synthetic Gaussian; no dump needed)"), this));
+    auto* paperTitle = new QLabel(tr("<b>Paper check</b> (synthetic Gaussian; no dump needed)"), this);
+    paperTitle->setWordWrap(true);
+    form->addRow(paperTitle);
     form->addRow(m_paperRun);
     form->addRow(m_progress);
     form->addRow(m_status);
