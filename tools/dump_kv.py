@@ -5,15 +5,20 @@
         --samples 128 --seq-len 2048 --out llama3-8b-kv/ [--layers 0-31] [--dtype bf16] [--no-grad]
     gsrq info llama3-8b-kv/
 
-Supported: Llama-family attention with q_proj / k_proj / v_proj (Llama 2/3, Mistral, Qwen2, Qwen3).
+Supported: decoder-only attention with q_proj / k_proj / v_proj or a fused qkv_proj: Llama 2/3,
+Mistral, Mixtral, Qwen2/3 (and their MoE), Gemma 1/2/3 and Phi-3.
 Per layer L it records, for every token of `--samples` sequences of `--seq-len` tokens:
   layers.L.key, layers.L.value   [tokens, kv_heads, head_dim]   keys before RoPE, values
   layers.L.query                 [tokens, heads, head_dim]      queries before RoPE
   layers.L.key_grad, value_grad  [tokens, kv_heads, head_dim]   d(summed next-token loss)/d(key, value)
   layers.L.key_post, query_post  (with --post-rope)             the same after RoPE
-and once: positions, sequence_ids [tokens] and rope.inv_freq [head_dim/2]. "Before RoPE" is the
-projection output, or for models that normalise q and k per head (Qwen3) the normalised output
-that RoPE rotates. Output: a directory of safetensors shards (common.safetensors, then one
+and once: positions, sequence_ids [tokens] and rope.inv_freq [rotary_dim/2]. "Before RoPE" is the
+projection output (the q, k or v slice of a fused projection), or for models that normalise q and k
+per head (Qwen3, Gemma 3) the normalised output that RoPE rotates. "After RoPE" is what the model's
+attention received, captured from its attention function where transformers lets one be registered
+(so per-layer frequencies, as Gemma 3's local and global layers have, are the model's own), else
+recomputed from inv_freq. The metadata records what attention needs beyond q, k and v: sliding
+windows, per-layer attention types, logit soft-capping and the query scale. Output: a directory of safetensors shards (common.safetensors, then one
 layer_LLL.safetensors per layer) that `gsrq` opens as one dump. Activations go to disk sequence by
 sequence and each shard is streamed from there, so memory stays at one sequence's activations.
 
@@ -31,8 +36,10 @@ import sys
 import tempfile
 import time
 
-TOOL_VERSION = "1.0"
-SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
+TOOL_VERSION = "1.1"
+SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gemma", "gemma2",
+             "gemma3_text", "phi3")
+CAPTURE = "gsrq_capture"  # the attention function registered to see the model's post-RoPE q and k
 DTYPES = {"f32": ("F32", 4), "f16": ("F16", 2), "bf16": ("BF16", 2)}
 
 
@@ -137,12 +144,14 @@ def torch_dtype(torch, tag):
 
 class Recorder:
     """Forward hooks on each recorded layer's query/key/value producers, keeping their outputs
-    (with retain_grad when gradients are wanted) for one forward/backward pass."""
+    (with retain_grad when gradients are wanted) for one forward/backward pass. A fused projection
+    (Phi-3's qkv_proj) is recorded whole and cut into q, k and v by `tensors`, its gradient too."""
 
-    def __init__(self, layers_modules, layer_ids, want_grad):
+    def __init__(self, layers_modules, layer_ids, want_grad, heads, kv_heads, head_dim):
         self.want_grad = want_grad
         self.outputs = {}
         self.handles = []
+        self.split = (heads * head_dim, kv_heads * head_dim)
         for lid in layer_ids:
             attn = layers_modules[lid].self_attn
             for kind, module in producers(attn).items():
@@ -150,10 +159,23 @@ class Recorder:
 
     def _hook(self, lid, kind):
         def hook(module, inputs, output):
-            if self.want_grad and kind in ("key", "value") and output.requires_grad:
+            if self.want_grad and kind in ("key", "value", "qkv") and output.requires_grad:
                 output.retain_grad()
             self.outputs[(lid, kind)] = output
         return hook
+
+    def tensors(self, lid):
+        """(q, k, v, k_grad, v_grad) of layer lid; the gradients are None without --grad."""
+        fused = self.outputs.get((lid, "qkv"))
+        if fused is None:
+            q, k, v = (self.outputs[(lid, kind)] for kind in ("query", "key", "value"))
+            return q, k, v, k.grad, v.grad
+        nq, nk = self.split
+        q, k, v = fused[..., :nq], fused[..., nq:nq + nk], fused[..., nq + nk:nq + 2 * nk]
+        g = fused.grad
+        kg = g[..., nq:nq + nk] if g is not None else None
+        vg = g[..., nq + nk:nq + 2 * nk] if g is not None else None
+        return q, k, v, kg, vg
 
     def remove(self):
         for h in self.handles:
@@ -161,11 +183,14 @@ class Recorder:
 
 
 def producers(attn):
-    """The modules whose outputs are q, k (before RoPE) and v. Qwen3-style attention normalises q and
-    k per head after the projection (q_norm / k_norm) and rotates the normalised vectors."""
+    """The modules whose outputs are q, k (before RoPE) and v. Qwen3- and Gemma 3-style attention
+    normalises q and k per head after the projection (q_norm / k_norm) and rotates the normalised
+    vectors; Phi-3 computes q, k and v in one projection (qkv_proj)."""
+    if hasattr(attn, "qkv_proj") and not hasattr(attn, "k_proj"):
+        return {"qkv": attn.qkv_proj}
     for name in ("q_proj", "k_proj", "v_proj"):
         if not hasattr(attn, name):
-            raise InputError(f"attention module {type(attn).__name__} has no {name}: not a Llama-family model")
+            raise InputError(f"attention module {type(attn).__name__} has no {name}: not a supported family")
     q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
     return {
         "query": q_norm if q_norm is not None else attn.q_proj,
@@ -174,20 +199,86 @@ def producers(attn):
     }
 
 
+class AttentionCapture:
+    """The model's own post-RoPE q and k, from an attention function registered with transformers
+    (AttentionInterface, transformers ≥ 4.48) that records its inputs and calls the implementation
+    the model had. Unavailable (older transformers, or a model that is not a transformers model):
+    `active` is False and the exporter recomputes RoPE from inv_freq."""
+
+    def __init__(self, model, layer_ids):
+        self.seen = {}
+        self.active = False
+        self.model = model
+        self.layer_ids = set(layer_ids)
+        try:
+            from transformers import AttentionInterface
+            from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+        except ImportError:
+            return
+        cfg = getattr(model, "config", None)
+        impl = getattr(cfg, "_attn_implementation", None)
+        if cfg is None or impl is None:
+            return
+        if impl == "eager":
+            base = None  # each model's eager_attention_forward; found on the module's own file below
+        else:
+            base = ALL_ATTENTION_FUNCTIONS.get(impl)
+            if base is None:
+                return
+        capture = self
+
+        def attend(module, query, key, value, attention_mask, **kwargs):
+            lid = getattr(module, "layer_idx", None)
+            if lid in capture.layer_ids:
+                # [B, heads, T, hd] -> [T, heads, hd] of the first (only) sequence
+                capture.seen[(lid, "query")] = query.detach()[0].transpose(0, 1)
+                capture.seen[(lid, "key")] = key.detach()[0].transpose(0, 1)
+            fn = base
+            if fn is None:
+                import sys as _sys
+                fn = getattr(_sys.modules[type(module).__module__], "eager_attention_forward")
+            return fn(module, query, key, value, attention_mask, **kwargs)
+
+        try:
+            AttentionInterface.register(CAPTURE, attend)
+        except Exception:  # noqa: BLE001 - any failure leaves the recomputation in place
+            return
+        self.previous = impl
+        self._set(CAPTURE)
+        self.active = True
+
+    def _set(self, impl):
+        for m in self.model.modules():
+            c = getattr(m, "config", None)
+            if c is not None and hasattr(c, "_attn_implementation"):
+                c._attn_implementation = impl
+
+    def take(self, lid, kind):
+        return self.seen.pop((lid, kind), None)
+
+    def remove(self):
+        if self.active:
+            self._set(self.previous)
+            self.active = False
+
+
 def rotate_half(x):
     h = x.shape[-1] // 2
     return __import__("torch").cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
 def rope_post(x, positions, inv_freq, scaling=1.0):
-    """x: [T, heads, head_dim] before RoPE -> after, with Hugging Face's rotate-half pairing."""
+    """x: [T, heads, head_dim] before RoPE -> after, with Hugging Face's rotate-half pairing over the
+    first 2·len(inv_freq) features (all of them unless the model rotates part of each head)."""
     import torch
-    ang = positions[:, None].to(torch.float32) * inv_freq[None, :].to(torch.float32)  # [T, hd/2]
+    ang = positions[:, None].to(torch.float32) * inv_freq[None, :].to(torch.float32)  # [T, rot/2]
     emb = torch.cat((ang, ang), dim=-1)
     cos = (emb.cos() * scaling)[:, None, :]
     sin = (emb.sin() * scaling)[:, None, :]
     xf = x.to(torch.float32)
-    return xf * cos + rotate_half(xf) * sin
+    rot = emb.shape[-1]
+    out = xf[..., :rot] * cos + rotate_half(xf[..., :rot]) * sin
+    return out if rot == xf.shape[-1] else torch.cat((out, xf[..., rot:]), dim=-1)
 
 
 def describe(model):
@@ -216,10 +307,26 @@ def describe(model):
         import torch
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
     scaling = float(getattr(rotary, "attention_scaling", 1.0) or 1.0)
+    rotary_dim = int(head_dim * float(getattr(cfg, "partial_rotary_factor", 1.0) or 1.0))
+    if inv_freq.numel() * 2 != rotary_dim:
+        import torch
+        inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
+    # What attention needs besides q, k and v, as the config states it (absent: not used).
+    extra = {}
+    for key in ("sliding_window", "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar",
+                "rope_local_base_freq", "num_local_experts", "num_experts", "num_experts_per_tok"):
+        v = getattr(cfg, key, None)
+        if v is not None and not isinstance(v, bool):
+            extra[key] = v
+    layer_types = getattr(cfg, "layer_types", None)
+    if layer_types:
+        extra["layer_types"] = ",".join(str(t) for t in layer_types)
+    scalar = getattr(cfg, "query_pre_attn_scalar", None)
+    extra["attention_scale"] = (float(scalar) ** -0.5) if scalar else head_dim ** -0.5
     return {
         "model_type": mtype, "layers": layers, "num_layers": len(layers), "heads": heads,
         "kv_heads": kv_heads, "head_dim": head_dim, "inv_freq": inv_freq.detach().float().cpu(),
-        "rope_theta": theta, "rope_scaling": scaling,
+        "rope_theta": theta, "rope_scaling": scaling, "rotary_dim": rotary_dim, "extra": extra,
     }
 
 
@@ -295,7 +402,7 @@ def plan(info, layer_ids, a, tokens):
     """(shard file, [(tensor name, shape)]) for every shard, in writing order."""
     kvh, h, hd = info["kv_heads"], info["heads"], info["head_dim"]
     shards = [("common.safetensors", [("positions", (tokens,)), ("sequence_ids", (tokens,)),
-                                      ("rope.inv_freq", (hd // 2,))])]
+                                      ("rope.inv_freq", (info["rotary_dim"] // 2,))])]
     for lid in layer_ids:
         t = [(f"layers.{lid}.key", (tokens, kvh, hd)), (f"layers.{lid}.value", (tokens, kvh, hd)),
              (f"layers.{lid}.query", (tokens, h, hd))]
@@ -345,7 +452,8 @@ def run(a, loaded=None):
         os.mkdir(spool)
         store_dtype = torch_dtype(torch, a.dtype)
         want_grad = not a.no_grad
-        rec = Recorder(info["layers"], layer_ids, want_grad)
+        rec = Recorder(info["layers"], layer_ids, want_grad, info["heads"], info["kv_heads"], info["head_dim"])
+        capture = AttentionCapture(model, layer_ids) if a.post_rope else None
         files = {}
 
         def spool_file(name):
@@ -375,25 +483,31 @@ def run(a, loaded=None):
                     loss.backward()
             loss_sum += float(loss.detach())
             for lid in layer_ids:
-                q, k, v = (rec.outputs[(lid, kind)] for kind in ("query", "key", "value"))
+                q, k, v, kg, vg = rec.tensors(lid)
                 put(f"layers.{lid}.key", k)
                 put(f"layers.{lid}.value", v)
                 put(f"layers.{lid}.query", q)
                 if want_grad:
-                    for kind, t in (("key", k), ("value", v)):
-                        g = t.grad if t.grad is not None else torch.zeros_like(t)
-                        put(f"layers.{lid}.{kind}_grad", g)
+                    for kind, t, g in (("key", k, kg), ("value", v, vg)):
+                        put(f"layers.{lid}.{kind}_grad", g if g is not None else torch.zeros_like(t))
                 if a.post_rope:
                     hd = info["head_dim"]
-                    kp = rope_post(k.detach().reshape(a.seq_len, -1, hd).cpu(), positions, info["inv_freq"],
-                                   info["rope_scaling"])
-                    qp = rope_post(q.detach().reshape(a.seq_len, -1, hd).cpu(), positions, info["inv_freq"],
-                                   info["rope_scaling"])
+                    qp = capture.take(lid, "query") if capture.active else None
+                    kp = capture.take(lid, "key") if capture.active else None
+                    if kp is None or qp is None:
+                        kp = rope_post(k.detach().reshape(a.seq_len, -1, hd).cpu(), positions, info["inv_freq"],
+                                       info["rope_scaling"])
+                        qp = rope_post(q.detach().reshape(a.seq_len, -1, hd).cpu(), positions, info["inv_freq"],
+                                       info["rope_scaling"])
                     put(f"layers.{lid}.key_post", kp[None])
                     put(f"layers.{lid}.query_post", qp[None])
             rec.outputs.clear()
             progress.step(f"sequence {si + 1}")
         rec.remove()
+        post_source = "none"
+        if capture is not None:
+            post_source = "attention inputs" if capture.active else "recomputed from rope.inv_freq"
+            capture.remove()
         for f in files.values():
             f.close()
 
@@ -406,7 +520,8 @@ def run(a, loaded=None):
             "text": os.path.basename(a.text), "text_tokens": text_tokens, "tokens": tokens,
             "samples": a.samples, "seq_len": a.seq_len, "gradients": "none" if a.no_grad else
             "d(summed next-token cross-entropy)/d(projection output)", "mean_loss": loss_sum / (a.samples * (a.seq_len - 1)),
-            "tool": "dump_kv.py", "tool_version": TOOL_VERSION,
+            "tool": "dump_kv.py", "tool_version": TOOL_VERSION, "rotary_dim": info["rotary_dim"],
+            "post_rope_source": post_source, **info["extra"],
         }
         pos = torch.arange(a.seq_len, dtype=torch.int64).repeat(a.samples).numpy().tobytes()
         sid = torch.arange(a.samples, dtype=torch.int64).repeat_interleave(a.seq_len).numpy().tobytes()

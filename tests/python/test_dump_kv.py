@@ -52,22 +52,30 @@ def read_dump(d):
 
 
 def rope_numpy(x, positions, inv_freq):
-    """Rotate-half RoPE in float64, written independently of the exporter."""
+    """Rotate-half RoPE in float64 over the first 2·len(inv_freq) features (the rest pass through),
+    written independently of the exporter."""
     ang = positions[:, None].astype(np.float64) * inv_freq[None, :].astype(np.float64)
     cos = np.cos(np.concatenate([ang, ang], -1))[:, None, :]
     sin = np.sin(np.concatenate([ang, ang], -1))[:, None, :]
-    h = x.shape[-1] // 2
-    rot = np.concatenate([-x[..., h:], x[..., :h]], -1)
-    return x * cos + rot * sin
+    r = 2 * len(inv_freq)
+    xr = x[..., :r]
+    h = r // 2
+    rot = np.concatenate([-xr[..., h:], xr[..., :h]], -1)
+    return np.concatenate([xr * cos + rot * sin, x[..., r:]], -1)
 
 
 def summed_loss(model, ids, layer, seq_index, token, feature, delta):
-    """The summed next-token loss with key[token, feature] of `layer` moved by delta."""
+    """The summed next-token loss with key[token, feature] of `layer` moved by delta (in a fused
+    projection, the key slice starts after the query's heads·head_dim outputs)."""
+    attn = model.model.layers[layer].self_attn
+    fused = hasattr(attn, "qkv_proj")
+    offset = attn.heads * attn.hd if fused else 0
+
     def hook(module, inputs, output):
         out = output.clone()
-        out[0, token, feature] += delta
+        out[0, token, offset + feature] += delta
         return out
-    h = model.model.layers[layer].self_attn.k_proj.register_forward_hook(hook)
+    h = (attn.qkv_proj if fused else attn.k_proj).register_forward_hook(hook)
     try:
         with torch.no_grad():
             x = torch.tensor([ids])
@@ -125,6 +133,17 @@ def check_dump(out, model, seqs, heads, kv_heads, head_dim, layers, seq_len):
 # A small Llama-style model in plain torch, with the module names the exporter hooks.
 
 
+def rope_torch(x, positions, inv_freq):
+    """The stand-ins' RoPE, in x's own dtype: the float64 copy used for finite differences must not
+    round through float32 (its noise, ~1e-8 of the loss over a step of 1e-4, would swamp the check)."""
+    ang = positions[:, None].to(x.dtype) * inv_freq[None, :].to(x.dtype)
+    emb = torch.cat((ang, ang), dim=-1)
+    r = emb.shape[-1]
+    xr = x[..., :r]
+    out = xr * emb.cos()[:, None, :] + dump_kv.rotate_half(xr) * emb.sin()[:, None, :]
+    return torch.cat((out, x[..., r:]), dim=-1)
+
+
 class MiniAttention(torch.nn.Module):
     def __init__(self, d, heads, kv_heads, hd, inv_freq):
         super().__init__()
@@ -141,7 +160,31 @@ class MiniAttention(torch.nn.Module):
         k = self.k_proj(x).view(B, T, self.kv_heads, self.hd)
         v = self.v_proj(x).view(B, T, self.kv_heads, self.hd)
         pos = torch.arange(T)
-        q, k = (dump_kv.rope_post(t[0], pos, self.inv_freq).to(x.dtype)[None] for t in (q, k))
+        q, k = (rope_torch(t[0], pos, self.inv_freq)[None] for t in (q, k))
+        rep = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(rep, 2), v.repeat_interleave(rep, 2)
+        s = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.hd ** 0.5
+        s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        return self.o_proj(torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), v).reshape(B, T, -1))
+
+
+class MiniFusedAttention(MiniAttention):
+    """Phi-3's layout: one qkv_proj whose outputs are q, then k, then v."""
+
+    def __init__(self, d, heads, kv_heads, hd, inv_freq):
+        super().__init__(d, heads, kv_heads, hd, inv_freq)
+        del self.q_proj, self.k_proj, self.v_proj
+        self.qkv_proj = torch.nn.Linear(d, (heads + 2 * kv_heads) * hd, bias=False)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        qkv = self.qkv_proj(x)
+        nq, nk = self.heads * self.hd, self.kv_heads * self.hd
+        q = qkv[..., :nq].reshape(B, T, self.heads, self.hd)
+        k = qkv[..., nq:nq + nk].reshape(B, T, self.kv_heads, self.hd)
+        v = qkv[..., nq + nk:].reshape(B, T, self.kv_heads, self.hd)
+        pos = torch.arange(T)
+        q, k = (rope_torch(t[0], pos, self.inv_freq)[None] for t in (q, k))
         rep = self.heads // self.kv_heads
         k, v = k.repeat_interleave(rep, 2), v.repeat_interleave(rep, 2)
         s = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.hd ** 0.5
@@ -150,18 +193,19 @@ class MiniAttention(torch.nn.Module):
 
 
 class MiniLlama(torch.nn.Module):
-    def __init__(self, vocab=128, d=32, heads=4, kv_heads=2, hd=8, layers=2):
+    def __init__(self, vocab=128, d=32, heads=4, kv_heads=2, hd=8, layers=2, fused=False, rotary=1.0):
         super().__init__()
-        self.config = types.SimpleNamespace(model_type="llama", num_attention_heads=heads,
+        self.config = types.SimpleNamespace(model_type="phi3" if fused else "llama", num_attention_heads=heads,
                                             num_key_value_heads=kv_heads, hidden_size=d, head_dim=hd,
-                                            rope_theta=10000.0)
-        inv = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+                                            rope_theta=10000.0, partial_rotary_factor=rotary)
+        rot = int(hd * rotary)
+        inv = 1.0 / (10000.0 ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
         self.model = torch.nn.Module()
         self.model.embed = torch.nn.Embedding(vocab, d)
         self.model.layers = torch.nn.ModuleList()
         for _ in range(layers):
             blk = torch.nn.Module()
-            blk.self_attn = MiniAttention(d, heads, kv_heads, hd, inv)
+            blk.self_attn = (MiniFusedAttention if fused else MiniAttention)(d, heads, kv_heads, hd, inv)
             blk.mlp = torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.SiLU(), torch.nn.Linear(2 * d, d))
             self.model.layers.append(blk)
         self.model.rotary_emb = types.SimpleNamespace(inv_freq=inv, attention_scaling=1.0)
@@ -200,6 +244,27 @@ def test_standin_model_dump(tmp_path):
     assert rc == 0
     assert sorted(os.listdir(out)) == ["common.safetensors", "layer_000.safetensors", "layer_001.safetensors"]
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".dump_kv-")], "staging directory left behind"
+    seqs, _ = dump_kv.tokenize(CharTokenizer(), str(text), 2, 24)
+    check_dump(out, model, seqs, 4, 2, 8, 2, 24)
+
+
+def test_standin_fused_qkv_partial_rotary(tmp_path):
+    """Phi-3's fused qkv_proj cut into q, k and v (and its gradient likewise), with RoPE over half of
+    each head: the same checks as the separate projections pass."""
+    torch.manual_seed(1)
+    model = MiniLlama(fused=True, rotary=0.5).eval()
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    out = str(tmp_path / "dump")
+    rc = run_tool(["--model", "mini-phi", "--text", str(text), "--samples", "2", "--seq-len", "24", "--out", out,
+                   "--dtype", "f32", "--post-rope", "--quiet"], (model, CharTokenizer(), "cpu", "f32"))
+    assert rc == 0
+    tensors, meta = read_dump(out)
+    assert meta["model_type"] == "phi3" and int(meta["rotary_dim"]) == 4
+    assert meta["post_rope_source"] == "recomputed from rope.inv_freq"  # not a transformers model
+    assert tensors["rope.inv_freq"].shape == (2,)
+    # The unrotated half of each head is the same before and after RoPE.
+    assert np.array_equal(tensors["layers.0.key"][..., 4:], tensors["layers.0.key_post"][..., 4:])
     seqs, _ = dump_kv.tokenize(CharTokenizer(), str(text), 2, 24)
     check_dump(out, model, seqs, 4, 2, 8, 2, 24)
 

@@ -50,3 +50,10 @@ mv gpu-bundle/gsrq-gpu.tar.xz.tmp gpu-bundle/gsrq-gpu.tar.xz
 size=$(stat -c %s gpu-bundle/gsrq-gpu.tar.xz)
 echo "gpu-bundle/gsrq-gpu.tar.xz: $((size >> 20)) MiB packed, $(du -sm "$root" | cut -f1) MiB unpacked ($(cat "$root/COMMIT" | head -1))"
 [ "$size" -lt $((64 << 20)) ] || { echo "bundle.sh: over 64 MiB" >&2; exit 1; }
+
+# The corpus of the realistic sample (tools/gpu/train-sample.sh): Debian's python3.11-doc sources.
+if [ -d /usr/share/doc/python3.11/html/_sources ]; then
+  python3 tools/sample_corpus.py --out gpu-bundle/corpus
+else
+  echo "bundle.sh: no corpus for train-sample.sh (apt-get install python3.11-doc, then run this again)" >&2
+fi

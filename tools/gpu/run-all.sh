@@ -20,18 +20,10 @@ for a in "$@"; do
 done
 python=${PYTHON:-python3}
 
-# The bundle: an unpacked folder ($GSRQ_BUNDLE) or gpu-bundle/gsrq-gpu.tar.xz unpacked to a temp dir.
-if [ -n "${GSRQ_BUNDLE:-}" ]; then
-  root=$GSRQ_BUNDLE
-else
-  [ -f gpu-bundle/gsrq-gpu.tar.xz ] || { echo "run-all.sh: no gpu-bundle/gsrq-gpu.tar.xz; run tools/gpu/bundle.sh first" >&2; exit 2; }
-  tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
-  tar -C "$tmp" -xJf gpu-bundle/gsrq-gpu.tar.xz
-  root=$tmp/gsrq-gpu
-fi
-gsrq=$root/bin/gsrq
+# shellcheck source=unpack.sh
+. tools/gpu/unpack.sh
 work=$(mktemp -d -p "${TMPDIR:-/tmp}" gsrq-run.XXXXXX)
-trap 'rm -rf "${tmp:-}" "$work"' EXIT
+trap 'rm -rf "${bundle_tmp:-}" "$work"' EXIT
 export GSRQ_TEST_SOURCE_DIR=$root GSRQ_TEST_CLI=$gsrq
 printf 'step\texit\tseconds\n' >"$out/steps.tsv"
 cp "$root/COMMIT" "$out/commit.txt"
