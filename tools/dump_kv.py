@@ -241,6 +241,15 @@ class AttentionCapture:
 
         try:
             AttentionInterface.register(CAPTURE, attend)
+            # transformers ≥ 4.53 builds masks per implementation name: the capture takes the mask
+            # of the implementation it wraps.
+            try:
+                from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+                mask = ALL_MASK_ATTENTION_FUNCTIONS.get(impl)
+                if mask is not None:
+                    AttentionMaskInterface.register(CAPTURE, mask)
+            except ImportError:
+                pass
         except Exception:  # noqa: BLE001 - any failure leaves the recomputation in place
             return
         self.previous = impl
