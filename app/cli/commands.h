@@ -27,5 +27,6 @@ Command registerRuns(CLI::App& root);
 Command registerCheckGpu(CLI::App& root);
 Command registerBenchTrain(CLI::App& root);
 Command registerBenchDecode(CLI::App& root);
+Command registerPerplexity(CLI::App& root);
 
 } // namespace gsrq::cli
