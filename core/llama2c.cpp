@@ -282,6 +282,8 @@ std::vector<std::int32_t> Llama2cTokenizer::encode(const std::string& text) cons
         if (a < 0 || b < 0)
             return;
         const auto idA = ids[std::size_t(a)], idB = ids[std::size_t(b)];
+        if (idA >= size() || idB >= size()) // a byte token a small vocabulary lacks: never merged
+            return;
         if (const auto id = lookup(m_pieces[std::size_t(idA)] + m_pieces[std::size_t(idB)]); id >= 0)
             heap.push({m_scores[std::size_t(id)], a, b, idA, idB, id});
     };

@@ -1,0 +1,304 @@
+// The llama2.c forward pass, tokenizer and re-flow, perplexity with codebooks, and `gsrq ppl` on the
+// bundled model. The forward pass itself is checked against an independent float64 NumPy
+// implementation in tests/python/test_llama2c_reference.py.
+
+#include "codebook_file.h"
+#include "cluster_backend.h"
+#include "error.h"
+#include "llama2c.h"
+#include "perplexity.h"
+#include "test_util.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+using namespace gsrq;
+
+namespace {
+
+std::string modelPath()
+{
+    return test::sourcePath("resources/models/stories260K/stories260K.bin").toStdString();
+}
+
+std::string tokenizerPath()
+{
+    return test::sourcePath("resources/models/stories260K/tok512.bin").toStdString();
+}
+
+void writeBytes(const std::string& path, const std::vector<char>& bytes)
+{
+    std::ofstream f(path, std::ios::binary);
+    f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+template <class T> void put(std::vector<char>& out, T v)
+{
+    const auto* p = reinterpret_cast<const char*>(&v);
+    out.insert(out.end(), p, p + sizeof v);
+}
+
+} // namespace
+
+class TestModel : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase() { QVERIFY(m_dir.isValid()); }
+    void loadsTheBundledModel();
+    void incrementalEqualsWholeSequence();
+    void badCheckpointsAreRefused();
+    void reflowJoinsParagraphs();
+    void tokenizerMergesByScore();
+    void exactCodebooksLeavePerplexityUnchanged();
+    void postRopeCodebooksRoundTrip();
+    void cliReportsAndRefuses();
+
+private:
+    QTemporaryDir m_dir;
+};
+
+void TestModel::loadsTheBundledModel()
+{
+    const auto m = Llama2cModel::load(modelPath());
+    const auto& c = m.config();
+    QCOMPARE(c.dim, 64);
+    QCOMPARE(c.hidden, 172);
+    QCOMPARE(c.layers, 5);
+    QCOMPARE(c.heads, 8);
+    QCOMPARE(c.kvHeads, 4);
+    QCOMPARE(c.vocab, 512);
+    QCOMPARE(c.kvDim(), 32);
+    QVERIFY(c.sharedClassifier);
+    const auto tok = Llama2cTokenizer::load(tokenizerPath(), c.vocab);
+    QCOMPARE(tok.size(), 512);
+    QCOMPARE(tok.piece(Llama2cTokenizer::kBos), std::string("\n<s>\n"));
+}
+
+// The cache appends each layer's keys and values: one token at a time gives the logits of the
+// whole sequence at once (float rounding of different GEMM shapes: 1e-4 of the logits' scale).
+void TestModel::incrementalEqualsWholeSequence()
+{
+    const auto m = Llama2cModel::load(modelPath());
+    const auto tok = Llama2cTokenizer::load(tokenizerPath(), 512);
+    auto ids = tok.encode("Once upon a time, there was a little girl named Lily.");
+    ids.insert(ids.begin(), Llama2cTokenizer::kBos);
+    Llama2cModel::Cache whole, step;
+    const MatrixRF all = m.forward(ids, whole);
+    QCOMPARE(whole.length, int(ids.size()));
+    for (std::size_t t = 0; t < ids.size(); ++t) {
+        const MatrixRF one = m.forward(std::span<const std::int32_t>(&ids[t], 1), step);
+        const double scale = all.row(Eigen::Index(t)).cwiseAbs().maxCoeff();
+        QVERIFY((one.row(0) - all.row(Eigen::Index(t))).cwiseAbs().maxCoeff() <= 1e-4 * scale);
+    }
+    // The model knows its stories: "Lily" after "named" is likely (rank among the top 5).
+    const auto named = std::find(ids.begin(), ids.end(), tok.encode("named").back()) - ids.begin();
+    const Eigen::RowVectorXf next = all.row(Eigen::Index(named));
+    const float lily = next[ids[std::size_t(named) + 1]];
+    QVERIFY((next.array() > lily).count() < 5);
+}
+
+void TestModel::badCheckpointsAreRefused()
+{
+    const auto expectInvalid = [&](const std::vector<char>& bytes, const char* needle) {
+        const auto path = test::pathIn(m_dir, "bad.bin");
+        writeBytes(path, bytes);
+        try {
+            Llama2cModel::load(path);
+            QFAIL("a bad checkpoint must be refused");
+        } catch (const Error& e) {
+            QCOMPARE(e.kind(), ErrorKind::InvalidInput);
+            QVERIFY2(std::string(e.what()).find(path) != std::string::npos, e.what());
+            QVERIFY2(std::string(e.what()).find(needle) != std::string::npos, e.what());
+        }
+    };
+    std::vector<char> header;
+    for (int v : {64, 172, 5, 8, 4, 512, 512})
+        put(header, std::int32_t(v));
+    expectInvalid(header, "needs at least"); // a header and no weights
+    std::vector<char> odd;
+    for (int v : {64, 172, 5, 7, 4, 512, 512})
+        put(odd, std::int32_t(v));
+    expectInvalid(odd, "heads must divide");
+    std::vector<char> huge;
+    for (int v : {1 << 30, 172, 5, 8, 4, 512, 512})
+        put(huge, std::int32_t(v));
+    expectInvalid(huge, "implausibly large"); // refused before anything is allocated
+    // The real file cut short.
+    std::ifstream f(modelPath(), std::ios::binary);
+    std::vector<char> real((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    real.resize(real.size() / 2);
+    expectInvalid(real, "needs at least");
+}
+
+void TestModel::reflowJoinsParagraphs()
+{
+    QCOMPARE(reflowText("  The quick\nbrown   fox.\n\n\nJumps\tover\n  the dog.  \n"),
+             std::string("The quick brown fox.\nJumps over the dog."));
+    QCOMPARE(reflowText("\n \n"), std::string());
+    QCOMPARE(reflowText("one line"), std::string("one line"));
+}
+
+// A hand-made vocabulary: the highest-scoring pair merges first, the leftmost among equals, and a
+// byte outside the vocabulary falls back to token 3 + byte.
+void TestModel::tokenizerMergesByScore()
+{
+    const std::vector<std::pair<std::string, float>> vocab = {
+        {"<unk>", 0}, {"<s>", 0}, {"</s>", 0}, {" ", 0}, {"a", 0}, {"b", 0}, {"ab", 2}, {"ba", 3}, {" a", 1}, {"aba", 5}};
+    std::vector<char> bytes;
+    put(bytes, std::int32_t(8));
+    for (const auto& [s, score] : vocab) {
+        put(bytes, score);
+        put(bytes, std::int32_t(s.size()));
+        bytes.insert(bytes.end(), s.begin(), s.end());
+    }
+    const auto path = test::pathIn(m_dir, "tok.bin");
+    writeBytes(path, bytes);
+    const auto tok = Llama2cTokenizer::load(path, int(vocab.size()));
+    // " ab": [" ", "a", "b"] → " a" (1) vs "ab" (2): "ab" first → [" ", "ab"]; " ab" is not a token.
+    QCOMPARE(tok.encode("ab"), (std::vector<std::int32_t>{3, 6}));
+    // " aba": "ba" (3) beats "ab" (2) → [" ", "a", "ba"]; then "aba" (5) → [" ", "aba"].
+    QCOMPARE(tok.encode("aba"), (std::vector<std::int32_t>{3, 9}));
+    // "c" is not in the vocabulary: byte 0x63 → 3 + 99.
+    QCOMPARE(tok.encode("c"), (std::vector<std::int32_t>{3, 3 + 99}));
+    QCOMPARE(tok.encode(""), std::vector<std::int32_t>());
+    // A vocabulary the file does not hold is refused, naming the file.
+    try {
+        Llama2cTokenizer::load(path, 100);
+        QFAIL("a short tokenizer file must be refused");
+    } catch (const Error& e) {
+        QVERIFY(std::string(e.what()).find(path) != std::string::npos);
+    }
+}
+
+// Codebooks whose codewords include every row exactly (K = the rows, one stage) reconstruct the
+// cache without loss: the perplexity is the FP32 one (to 1e-9: the same floats in the same order).
+void TestModel::exactCodebooksLeavePerplexityUnchanged()
+{
+    const auto m = Llama2cModel::load(modelPath());
+    const auto seqs = generateSequences(m, 24, 2, 7);
+    QCOMPARE(seqs.size(), size_t(2));
+    QCOMPARE(seqs[0].front(), Llama2cTokenizer::kBos);
+    QCOMPARE(generateSequences(m, 24, 2, 7), seqs); // seeded
+    QVERIFY(generateSequences(m, 24, 2, 8) != seqs);
+    const double fp32 = perplexity(m, seqs).perplexity();
+    QVERIFY(fp32 > 1 && fp32 < 50);
+
+    // Record every layer's keys and values of the two sequences, then make them the codebooks.
+    std::vector<MatrixRF> keys(5), values(5);
+    for (const auto& s : seqs) {
+        Llama2cModel::Cache c;
+        m.forward(s, c, [&](int l, MatrixRF& k, MatrixRF& v, const std::vector<std::int64_t>&) {
+            auto& K = keys[std::size_t(l)];
+            auto& V = values[std::size_t(l)];
+            K.conservativeResize(K.rows() + k.rows(), 32);
+            V.conservativeResize(V.rows() + v.rows(), 32);
+            K.bottomRows(k.rows()) = k;
+            V.bottomRows(v.rows()) = v;
+        });
+    }
+    CodebookFile file;
+    file.metadata = {{"format", kCodebookFormat}, {"format_version", "1"}, {"bpa", "32"}, {"method", "exact"},
+                     {"key_rope", "pre"}, {"beam", "1"}};
+    for (int l = 0; l < 5; ++l)
+        for (const auto& [kind, x] : {std::pair{"key", &keys[std::size_t(l)]}, {"value", &values[std::size_t(l)]}}) {
+            CodebookEntry e;
+            e.tensor = "layers." + std::to_string(l) + "." + kind;
+            e.codebooks.allocate(32, 1, int(x->rows()), 1);
+            e.codebooks.book(0, 0) = *x;
+            file.entries.push_back(std::move(e));
+        }
+    auto backend = makeCpuBackend(1);
+    const auto hook = codebookHook(file, "exact.safetensors", m.config(), {}, *backend);
+    QVERIFY(std::abs(perplexity(m, seqs, hook).perplexity() - fp32) <= 1e-9 * fp32);
+    QCOMPARE(quantizedLayers(file, {1, 3}), (std::vector<int>{1, 3}));
+
+    // Coarse codebooks (one codeword: the mean) move it, and only on the layers asked for.
+    CodebookFile coarse = file;
+    for (auto& e : coarse.entries) {
+        const Eigen::RowVectorXf mean = e.codebooks.book(0, 0).colwise().mean();
+        e.codebooks.allocate(32, 1, 1, 1);
+        e.codebooks.book(0, 0) = mean;
+    }
+    const double all = perplexity(m, seqs, codebookHook(coarse, "coarse", m.config(), {}, *backend)).perplexity();
+    const double one = perplexity(m, seqs, codebookHook(coarse, "coarse", m.config(), {4}, *backend)).perplexity();
+    QVERIFY2(all > one && one > fp32, qPrintable(QString("fp32 %1, layer 4 %2, all %3").arg(fp32).arg(one).arg(all)));
+
+    // Codebooks of another width are refused, naming the file and the tensor.
+    CodebookFile wide = file;
+    wide.entries[0].codebooks.allocate(16, 1, 1, 1);
+    try {
+        codebookHook(wide, "wide.safetensors", m.config(), {}, *backend);
+        QFAIL("codebooks of another width must be refused");
+    } catch (const Error& e) {
+        QVERIFY(std::string(e.what()).find("wide.safetensors: layers.0.key") != std::string::npos);
+    }
+}
+
+// Codebooks trained on keys after RoPE: the hook rotates, reconstructs and rotates back. Exact
+// post-RoPE codebooks (the rotated keys themselves) give the FP32 perplexity up to the float
+// rounding of rotating there and back (1e-5 relative).
+void TestModel::postRopeCodebooksRoundTrip()
+{
+    const auto m = Llama2cModel::load(modelPath());
+    const auto seqs = generateSequences(m, 16, 1, 3);
+    const double fp32 = perplexity(m, seqs).perplexity();
+    std::vector<MatrixRF> keys(5);
+    Llama2cModel::Cache c;
+    m.forward(seqs[0], c);
+    CodebookFile file;
+    file.metadata = {{"key_rope", "post"}, {"beam", "1"}};
+    for (int l = 0; l < 5; ++l) {
+        CodebookEntry e;
+        e.tensor = "layers." + std::to_string(l) + ".key";
+        e.codebooks.allocate(32, 1, int(c.keys[std::size_t(l)].rows()), 1);
+        e.codebooks.book(0, 0) = c.keys[std::size_t(l)]; // the cache holds keys after RoPE
+        file.entries.push_back(std::move(e));
+    }
+    auto backend = makeCpuBackend(1);
+    const double post = perplexity(m, seqs, codebookHook(file, "post", m.config(), {}, *backend)).perplexity();
+    QVERIFY2(std::abs(post - fp32) <= 1e-5 * fp32, qPrintable(QString("%1 vs %2").arg(post).arg(fp32)));
+}
+
+void TestModel::cliReportsAndRefuses()
+{
+    const QString model = QString::fromStdString(modelPath()), tok = QString::fromStdString(tokenizerPath());
+    const QString text = test::sourcePath("README.md");
+    auto r = test::gsrqRun({"--no-db", "ppl", model, "--tokenizer", tok, "--generate", "--seq-len", "32",
+                            "--sequences", "2", "--json"});
+    QCOMPARE(r.code, 0);
+    const auto j = QJsonDocument::fromJson(r.out).object();
+    const auto rows = j["results"].toArray();
+    QCOMPARE(rows.size(), 1);
+    QCOMPARE(rows[0].toObject()["codebooks"].toString(), QString("FP32"));
+    QVERIFY(rows[0].toObject()["perplexity"].toDouble() > 1);
+    QCOMPARE(j["predicted_tokens"].toInt(), 2 * 31);
+    // Bad input: exit 2 with the flag or file named.
+    r = test::gsrqRun({"--no-db", "ppl", model, "--tokenizer", tok});
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("--text FILE or --generate"));
+    r = test::gsrqRun({"--no-db", "ppl", model, "--tokenizer", tok, "--generate", "--seq-len", "9999"});
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("--seq-len"));
+    r = test::gsrqRun({"--no-db", "ppl", tok, "--tokenizer", tok, "--generate"});
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("tok512.bin"));
+    r = test::gsrqRun({"--no-db", "ppl", model, "--tokenizer", tok, "--generate", "--layers", "7"});
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("--layers"));
+    if (QFile::exists(text)) {
+        r = test::gsrqRun({"--no-db", "ppl", model, "--tokenizer", tok, "--text", text, "--sequences", "100000"});
+        QCOMPARE(r.code, 2);
+        QVERIFY(r.err.contains("--text"));
+    }
+}
+
+QTEST_APPLESS_MAIN(TestModel)
+#include "tst_model.moc"
