@@ -83,25 +83,25 @@ Llama2cModel Llama2cModel::load(const std::string& path)
     c.vocab = std::abs(vocab);
     const auto bad = [&](const char* what) {
         throwInvalid(path, ": not a llama2.c checkpoint (header dim ", c.dim, ", hidden ", c.hidden, ", layers ",
-                     c.layers, ", heads ", c.heads, ", kv_heads ", c.kvHeads, ", vocab ", vocab, ", max_seq ",
-                     c.maxSeq, ": ", what, ")");
+                     c.layers, ", heads ", c.heads, ", kv_heads ", c.kvHeads, ", vocab ", vocab, ", max_seq ", c.maxSeq,
+                     ": ", what, ")");
     };
-    if (c.dim <= 0 || c.hidden <= 0 || c.layers <= 0 || c.heads <= 0 || c.kvHeads <= 0 || c.vocab <= 0 ||
-        c.maxSeq <= 0)
+    if (c.dim <= 0 || c.hidden <= 0 || c.layers <= 0 || c.heads <= 0 || c.kvHeads <= 0 || c.vocab <= 0 || c.maxSeq <= 0)
         bad("every size must be positive");
     if (c.dim > 65536 || c.hidden > 262144 || c.layers > 1024 || c.vocab > 1 << 22 || c.maxSeq > 1 << 22)
         bad("a size is implausibly large");
     if (c.dim % c.heads != 0 || c.heads % c.kvHeads != 0 || c.headDim() % 2 != 0)
         bad("heads must divide dim, kv_heads divide heads, and head_dim be even");
     // The sizes the header promises, checked before anything is allocated.
-    const double need = 4.0 * (double(c.vocab) * c.dim +
-                               double(c.layers) * (2.0 * c.dim + 2.0 * c.dim * c.dim + 2.0 * c.kvDim() * c.dim +
-                                                   3.0 * c.hidden * c.dim) +
-                               c.dim) +
-                        28;
+    const double need =
+        4.0 *
+            (double(c.vocab) * c.dim +
+             double(c.layers) * (2.0 * c.dim + 2.0 * c.dim * c.dim + 2.0 * c.kvDim() * c.dim + 3.0 * c.hidden * c.dim) +
+             c.dim) +
+        28;
     if (need > double(file->size()))
-        throwInvalid(path, ": ", file->size(), " bytes, but its header (dim ", c.dim, ", layers ", c.layers,
-                     ", vocab ", c.vocab, ") needs at least ", std::int64_t(need));
+        throwInvalid(path, ": ", file->size(), " bytes, but its header (dim ", c.dim, ", layers ", c.layers, ", vocab ",
+                     c.vocab, ") needs at least ", std::int64_t(need));
 
     const int L = c.layers;
     m.m_embed = r.matrix(c.vocab, c.dim, "the token embedding");
@@ -206,8 +206,8 @@ Llama2cTokenizer Llama2cTokenizer::load(const std::string& path, int vocab)
     std::size_t at = 0;
     const auto read = [&](void* out, std::size_t bytes, std::int32_t id) {
         if (bytes > n - at)
-            throwInvalid(path, ": ends inside token ", id, " (", n, " bytes); not a llama2.c tokenizer for a ",
-                         vocab, "-token model");
+            throwInvalid(path, ": ends inside token ", id, " (", n, " bytes); not a llama2.c tokenizer for a ", vocab,
+                         "-token model");
         std::memcpy(out, p + at, bytes);
         at += bytes;
     };

@@ -24,7 +24,8 @@ struct Llama2cConfig {
 
 // Called per layer with that layer's keys (before RoPE) and values of the tokens being processed
 // (rows = tokens, kv_dim features, heads side by side) and their positions; may replace them in place.
-using KvHook = std::function<void(int layer, MatrixRF& keys, MatrixRF& values, const std::vector<std::int64_t>& positions)>;
+using KvHook =
+    std::function<void(int layer, MatrixRF& keys, MatrixRF& values, const std::vector<std::int64_t>& positions)>;
 
 class Llama2cModel {
 public:
@@ -46,9 +47,9 @@ public:
 
 private:
     Llama2cConfig m_cfg;
-    MatrixRF m_embed;                                  // vocab × dim
+    MatrixRF m_embed;                                   // vocab × dim
     std::vector<Eigen::VectorXf> m_attnNorm, m_ffnNorm; // per layer, dim
-    std::vector<MatrixRF> m_wq, m_wk, m_wv, m_wo;      // [out, in]
+    std::vector<MatrixRF> m_wq, m_wk, m_wv, m_wo;       // [out, in]
     std::vector<MatrixRF> m_w1, m_w2, m_w3;
     Eigen::VectorXf m_finalNorm;
     MatrixRF m_classifier; // empty when shared with the embedding

@@ -23,7 +23,7 @@ std::vector<std::vector<std::int32_t>> generateSequences(const Llama2cModel& mod
                                                          std::uint64_t seed);
 
 struct PerplexityResult {
-    double nll = 0;         // Σ −log p(next token), natural log
+    double nll = 0;          // Σ −log p(next token), natural log
     std::int64_t tokens = 0; // predictions: S·(T − 1)
     double perplexity() const;
 };

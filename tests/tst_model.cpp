@@ -2,8 +2,8 @@
 // bundled model. The forward pass itself is checked against an independent float64 NumPy
 // implementation in tests/python/test_llama2c_reference.py.
 
-#include "codebook_file.h"
 #include "cluster_backend.h"
+#include "codebook_file.h"
 #include "error.h"
 #include "llama2c.h"
 #include "perplexity.h"
@@ -150,8 +150,9 @@ void TestModel::reflowJoinsParagraphs()
 // byte outside the vocabulary falls back to token 3 + byte.
 void TestModel::tokenizerMergesByScore()
 {
-    const std::vector<std::pair<std::string, float>> vocab = {
-        {"<unk>", 0}, {"<s>", 0}, {"</s>", 0}, {" ", 0}, {"a", 0}, {"b", 0}, {"ab", 2}, {"ba", 3}, {" a", 1}, {"aba", 5}};
+    const std::vector<std::pair<std::string, float>> vocab = {{"<unk>", 0}, {"<s>", 0}, {"</s>", 0}, {" ", 0},
+                                                              {"a", 0},     {"b", 0},   {"ab", 2},   {"ba", 3},
+                                                              {" a", 1},    {"aba", 5}};
     std::vector<char> bytes;
     put(bytes, std::int32_t(8));
     for (const auto& [s, score] : vocab) {
@@ -205,8 +206,8 @@ void TestModel::exactCodebooksLeavePerplexityUnchanged()
         });
     }
     CodebookFile file;
-    file.metadata = {{"format", kCodebookFormat}, {"format_version", "1"}, {"bpa", "32"}, {"method", "exact"},
-                     {"key_rope", "pre"}, {"beam", "1"}};
+    file.metadata = {{"format", kCodebookFormat}, {"format_version", "1"}, {"bpa", "32"},
+                     {"method", "exact"},         {"key_rope", "pre"},     {"beam", "1"}};
     for (int l = 0; l < 5; ++l)
         for (const auto& [kind, x] : {std::pair{"key", &keys[std::size_t(l)]}, {"value", &values[std::size_t(l)]}}) {
             CodebookEntry e;
@@ -271,8 +272,8 @@ void TestModel::cliReportsAndRefuses()
 {
     const QString model = QString::fromStdString(modelPath()), tok = QString::fromStdString(tokenizerPath());
     const QString text = test::sourcePath("README.md");
-    auto r = test::gsrqRun({"--no-db", "ppl", model, "--tokenizer", tok, "--generate", "--seq-len", "32",
-                            "--sequences", "2", "--json"});
+    auto r = test::gsrqRun(
+        {"--no-db", "ppl", model, "--tokenizer", tok, "--generate", "--seq-len", "32", "--sequences", "2", "--json"});
     QCOMPARE(r.code, 0);
     const auto j = QJsonDocument::fromJson(r.out).object();
     const auto rows = j["results"].toArray();

@@ -73,143 +73,138 @@ Command registerPerplexity(CLI::App& root)
     cmd->add_flag("--per-layer", o->perLayer, "Also quantize one layer at a time: which layers are sensitive");
     addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
-    return {cmd, [o] {
-                if (o->text.empty() && !o->generate)
-                    throwInvalid("ppl: give --text FILE or --generate");
-                const auto model = Llama2cModel::load(o->model);
-                const auto& cfg = model.config();
-                const auto tok = Llama2cTokenizer::load(o->tokenizer, cfg.vocab);
-                const auto layers = parseLayers(o->layers, cfg.layers);
-                std::vector<CodebookFile> files;
-                for (const auto& p : o->codebooks)
-                    files.push_back(readCodebookFile(p));
-                auto backend = openBackend(o->backend, true);
+    return {
+        cmd, [o] {
+            if (o->text.empty() && !o->generate)
+                throwInvalid("ppl: give --text FILE or --generate");
+            const auto model = Llama2cModel::load(o->model);
+            const auto& cfg = model.config();
+            const auto tok = Llama2cTokenizer::load(o->tokenizer, cfg.vocab);
+            const auto layers = parseLayers(o->layers, cfg.layers);
+            std::vector<CodebookFile> files;
+            for (const auto& p : o->codebooks)
+                files.push_back(readCodebookFile(p));
+            auto backend = openBackend(o->backend, true);
 
-                std::vector<std::vector<std::int32_t>> seqs;
-                std::int64_t textTokens = 0;
-                if (o->generate) {
-                    seqs = generateSequences(model, o->seqLen, o->sequences, o->seed);
-                } else {
-                    if (o->seqLen > cfg.maxSeq)
-                        throwInvalid("--seq-len ", o->seqLen, ": the model takes at most ", cfg.maxSeq);
-                    const auto ids = tok.encode(reflowText(readText(o->text)));
-                    textTokens = std::int64_t(ids.size());
-                    seqs = textSequences(ids, o->seqLen, o->sequences);
-                }
+            std::vector<std::vector<std::int32_t>> seqs;
+            std::int64_t textTokens = 0;
+            if (o->generate) {
+                seqs = generateSequences(model, o->seqLen, o->sequences, o->seed);
+            } else {
+                if (o->seqLen > cfg.maxSeq)
+                    throwInvalid("--seq-len ", o->seqLen, ": the model takes at most ", cfg.maxSeq);
+                const auto ids = tok.encode(reflowText(readText(o->text)));
+                textTokens = std::int64_t(ids.size());
+                seqs = textSequences(ids, o->seqLen, o->sequences);
+            }
 
-                nlohmann::ordered_json settings = {{"model", o->model},
-                                                   {"tokenizer", o->tokenizer},
-                                                   {"source", o->generate ? "generate" : "text"},
-                                                   {"text", o->text},
-                                                   {"seed", o->seed},
-                                                   {"seq_len", o->seqLen},
-                                                   {"sequences", o->sequences},
-                                                   {"codebooks", o->codebooks},
-                                                   {"layers", o->layers}};
-                CliRun run("ppl", settings.dump(), o->model, {o->model}, backend->name(), backend->device());
-                run.guard([&] {
-                    struct Row {
-                        std::string codebooks, method, layers;
-                        double bpa = std::nan(""), effective = std::nan(""), ppl = 0;
+            nlohmann::ordered_json settings = {
+                {"model", o->model},         {"tokenizer", o->tokenizer}, {"source", o->generate ? "generate" : "text"},
+                {"text", o->text},           {"seed", o->seed},           {"seq_len", o->seqLen},
+                {"sequences", o->sequences}, {"codebooks", o->codebooks}, {"layers", o->layers}};
+            CliRun run("ppl", settings.dump(), o->model, {o->model}, backend->name(), backend->device());
+            run.guard([&] {
+                struct Row {
+                    std::string codebooks, method, layers;
+                    double bpa = std::nan(""), effective = std::nan(""), ppl = 0;
+                };
+                std::vector<Row> rows;
+                const double fp32 = perplexity(model, seqs).perplexity();
+                rows.push_back({"FP32", "-", "-", 32, 32, fp32});
+                const std::int64_t kvValues = std::int64_t(seqs.size()) * o->seqLen * cfg.kvDim();
+                for (std::size_t i = 0; i < files.size(); ++i) {
+                    const auto& f = files[i];
+                    const auto meta = [&](const char* k) {
+                        const auto it = f.metadata.find(k);
+                        return it == f.metadata.end() ? std::string("-") : it->second;
                     };
-                    std::vector<Row> rows;
-                    const double fp32 = perplexity(model, seqs).perplexity();
-                    rows.push_back({"FP32", "-", "-", 32, 32, fp32});
-                    const std::int64_t kvValues = std::int64_t(seqs.size()) * o->seqLen * cfg.kvDim();
-                    for (std::size_t i = 0; i < files.size(); ++i) {
-                        const auto& f = files[i];
-                        const auto meta = [&](const char* k) {
-                            const auto it = f.metadata.find(k);
-                            return it == f.metadata.end() ? std::string("-") : it->second;
-                        };
-                        const auto quantized = quantizedLayers(f, layers);
-                        if (quantized.empty())
-                            throwInvalid(o->codebooks[i], ": has no codebooks for layers.L.key or layers.L.value",
-                                         layers.empty() ? std::string() : " of --layers " + o->layers);
-                        double bpa = std::nan("");
-                        try {
-                            bpa = std::stod(meta("bpa"));
-                        } catch (const std::exception&) {
+                    const auto quantized = quantizedLayers(f, layers);
+                    if (quantized.empty())
+                        throwInvalid(o->codebooks[i], ": has no codebooks for layers.L.key or layers.L.value",
+                                     layers.empty() ? std::string() : " of --layers " + o->layers);
+                    double bpa = std::nan("");
+                    try {
+                        bpa = std::stod(meta("bpa"));
+                    } catch (const std::exception&) {
+                    }
+                    // Codewords stored once (F16), spread over the cache they serve: this run's tokens.
+                    double codebookBits = 0;
+                    int tensors = 0;
+                    for (const auto& e : f.entries)
+                        if (std::find(quantized.begin(), quantized.end(),
+                                      std::atoi(e.tensor.c_str() + std::string("layers.").size())) != quantized.end() &&
+                            e.tensor.rfind("layers.", 0) == 0) {
+                            codebookBits += 16.0 * double(e.codebooks.data.size());
+                            ++tensors;
                         }
-                        // Codewords stored once (F16), spread over the cache they serve: this run's tokens.
-                        double codebookBits = 0;
-                        int tensors = 0;
-                        for (const auto& e : f.entries)
-                            if (std::find(quantized.begin(), quantized.end(),
-                                          std::atoi(e.tensor.c_str() + std::string("layers.").size())) !=
-                                    quantized.end() &&
-                                e.tensor.rfind("layers.", 0) == 0) {
-                                codebookBits += 16.0 * double(e.codebooks.data.size());
-                                ++tensors;
-                            }
-                        const double effective = bpa + codebookBits / (double(kvValues) * std::max(1, tensors));
-                        const auto layerList = [&](const std::vector<int>& ls) {
-                            std::string s;
-                            for (auto l : ls)
-                                s += (s.empty() ? "" : ",") + std::to_string(l);
-                            return s;
-                        };
-                        const auto hook = codebookHook(f, o->codebooks[i], cfg, layers, *backend);
-                        rows.push_back({o->codebooks[i], meta("method"), layerList(quantized), bpa, effective,
-                                        perplexity(model, seqs, hook).perplexity()});
-                        if (o->perLayer && quantized.size() > 1)
-                            for (int l : quantized) {
-                                const auto one = codebookHook(f, o->codebooks[i], cfg, {l}, *backend);
-                                rows.push_back({o->codebooks[i], meta("method"), std::to_string(l), bpa, effective,
-                                                perplexity(model, seqs, one).perplexity()});
-                            }
-                    }
-                    if (run) {
-                        std::vector<MetricRow> ms;
-                        std::vector<SeriesPoint> series;
-                        for (const auto& r : rows) {
-                            ms.push_back({"perplexity", r.method, r.codebooks + " layers " + r.layers, -1, -1,
-                                          "perplexity", r.ppl});
-                            if (r.codebooks != "FP32" && r.layers.find(',') != std::string::npos)
-                                series.push_back({r.method + ".perplexity_vs_bpa", r.bpa, r.ppl});
+                    const double effective = bpa + codebookBits / (double(kvValues) * std::max(1, tensors));
+                    const auto layerList = [&](const std::vector<int>& ls) {
+                        std::string s;
+                        for (auto l : ls)
+                            s += (s.empty() ? "" : ",") + std::to_string(l);
+                        return s;
+                    };
+                    const auto hook = codebookHook(f, o->codebooks[i], cfg, layers, *backend);
+                    rows.push_back({o->codebooks[i], meta("method"), layerList(quantized), bpa, effective,
+                                    perplexity(model, seqs, hook).perplexity()});
+                    if (o->perLayer && quantized.size() > 1)
+                        for (int l : quantized) {
+                            const auto one = codebookHook(f, o->codebooks[i], cfg, {l}, *backend);
+                            rows.push_back({o->codebooks[i], meta("method"), std::to_string(l), bpa, effective,
+                                            perplexity(model, seqs, one).perplexity()});
                         }
-                        run->recordMetrics(ms);
-                        run->recordSeries(series);
+                }
+                if (run) {
+                    std::vector<MetricRow> ms;
+                    std::vector<SeriesPoint> series;
+                    for (const auto& r : rows) {
+                        ms.push_back(
+                            {"perplexity", r.method, r.codebooks + " layers " + r.layers, -1, -1, "perplexity", r.ppl});
+                        if (r.codebooks != "FP32" && r.layers.find(',') != std::string::npos)
+                            series.push_back({r.method + ".perplexity_vs_bpa", r.bpa, r.ppl});
                     }
-                    run.done(nlohmann::ordered_json{{"fp32_perplexity", fp32}}.dump());
-                    const std::int64_t predicted = std::int64_t(seqs.size()) * (o->seqLen - 1);
-                    if (o->json) {
-                        nlohmann::ordered_json rs = nlohmann::ordered_json::array();
-                        for (const auto& r : rows)
-                            rs.push_back({{"codebooks", r.codebooks},
-                                          {"method", r.method},
-                                          {"layers", r.layers},
-                                          {"bpa", r.bpa},
-                                          {"effective_bpa", r.effective},
-                                          {"perplexity", r.ppl},
-                                          {"delta", r.ppl - fp32},
-                                          {"delta_percent", 100 * (r.ppl - fp32) / fp32}});
-                        nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "ppl"}};
-                        if (run)
-                            j["run_id"] = run->id();
-                        j["settings"] = settings;
-                        j["text_tokens"] = textTokens;
-                        j["predicted_tokens"] = predicted;
-                        j["results"] = rs;
-                        printJson(j);
-                        return;
-                    }
-                    std::printf("%s: dim %d, %d layers, %d heads, %d KV heads; %zu sequences × %d tokens (%s), "
-                                "%lld predictions\n\n",
-                                o->model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, seqs.size(), o->seqLen,
-                                o->generate ? cat("sampled from the model, seed ", o->seed).c_str()
-                                            : cat(o->text, ", ", textTokens, " tokens").c_str(),
-                                static_cast<long long>(predicted));
-                    std::printf("  %-32s %-6s %-10s %6s %9s %11s %9s %8s\n", "codebooks", "method", "layers", "bits",
-                                "eff. bits", "perplexity", "Δ", "Δ%");
+                    run->recordMetrics(ms);
+                    run->recordSeries(series);
+                }
+                run.done(nlohmann::ordered_json{{"fp32_perplexity", fp32}}.dump());
+                const std::int64_t predicted = std::int64_t(seqs.size()) * (o->seqLen - 1);
+                if (o->json) {
+                    nlohmann::ordered_json rs = nlohmann::ordered_json::array();
                     for (const auto& r : rows)
-                        std::printf("  %-32s %-6s %-10s %6.3g %9.4g %11.4f %+9.4f %+7.2f%%\n", r.codebooks.c_str(),
-                                    r.method.c_str(), r.layers.c_str(), r.bpa, r.effective, r.ppl, r.ppl - fp32,
-                                    100 * (r.ppl - fp32) / fp32);
+                        rs.push_back({{"codebooks", r.codebooks},
+                                      {"method", r.method},
+                                      {"layers", r.layers},
+                                      {"bpa", r.bpa},
+                                      {"effective_bpa", r.effective},
+                                      {"perplexity", r.ppl},
+                                      {"delta", r.ppl - fp32},
+                                      {"delta_percent", 100 * (r.ppl - fp32) / fp32}});
+                    nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "ppl"}};
                     if (run)
-                        std::printf("\nrecorded as run %lld\n", static_cast<long long>(run->id()));
-                });
-            }};
+                        j["run_id"] = run->id();
+                    j["settings"] = settings;
+                    j["text_tokens"] = textTokens;
+                    j["predicted_tokens"] = predicted;
+                    j["results"] = rs;
+                    printJson(j);
+                    return;
+                }
+                std::printf("%s: dim %d, %d layers, %d heads, %d KV heads; %zu sequences × %d tokens (%s), "
+                            "%lld predictions\n\n",
+                            o->model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, seqs.size(), o->seqLen,
+                            o->generate ? cat("sampled from the model, seed ", o->seed).c_str()
+                                        : cat(o->text, ", ", textTokens, " tokens").c_str(),
+                            static_cast<long long>(predicted));
+                std::printf("  %-32s %-6s %-10s %6s %9s %11s %9s %8s\n", "codebooks", "method", "layers", "bits",
+                            "eff. bits", "perplexity", "Δ", "Δ%");
+                for (const auto& r : rows)
+                    std::printf("  %-32s %-6s %-10s %6.3g %9.4g %11.4f %+9.4f %+7.2f%%\n", r.codebooks.c_str(),
+                                r.method.c_str(), r.layers.c_str(), r.bpa, r.effective, r.ppl, r.ppl - fp32,
+                                100 * (r.ppl - fp32) / fp32);
+                if (run)
+                    std::printf("\nrecorded as run %lld\n", static_cast<long long>(run->id()));
+            });
+        }};
 }
 
 } // namespace gsrq::cli

@@ -24,7 +24,7 @@ int main(int argc, char** argv)
                                   registerSynth(root),       registerBenchCluster(root), registerDevices(root),
                                   registerTrain(root),       registerEval(root),         registerCodebooks(root),
                                   registerRuns(root),        registerCheckGpu(root),     registerBenchTrain(root),
-                                  registerBenchDecode(root), registerPaperCheck(root),  registerPerplexity(root)};
+                                  registerBenchDecode(root), registerPaperCheck(root),   registerPerplexity(root)};
     // The first word that is not a global option names the command.
     int first = 1;
     while (first < argc && (std::string(argv[first]) == "--no-db" || std::string(argv[first]) == "--db"))

@@ -14,6 +14,7 @@
 #include <QTreeWidget>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -99,6 +100,14 @@ void DatasetPage::rebuild()
     }
     if (other)
         other->setExpanded(true);
+    // Wide enough for every column's longest entry (names and shapes are never cut short), up to
+    // half of a 1440-pixel window; beyond that the tree scrolls.
+    int width = 2 * m_tree->frameWidth() + m_tree->indentation() + 24;
+    for (int c = 0; c < m_tree->columnCount(); ++c) {
+        m_tree->resizeColumnToContents(c);
+        width += m_tree->columnWidth(c);
+    }
+    m_tree->setMinimumWidth(std::min(width, 720));
 }
 
 void DatasetPage::selectTensor(const QString& name)

@@ -21,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the exporter cannot run")
 import dump_kv  # noqa: E402
+import hf_check  # noqa: E402
 
 GSRQ = os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq"))
 TEXT = ("Once upon a time there was a little cache that wanted to be small. " * 40).strip()
@@ -64,24 +65,11 @@ def rope_numpy(x, positions, inv_freq):
     return np.concatenate([xr * cos + rot * sin, x[..., r:]], -1)
 
 
-def summed_loss(model, ids, layer, seq_index, token, feature, delta):
-    """The summed next-token loss with key[token, feature] of `layer` moved by delta (in a fused
-    projection, the key slice starts after the query's heads·head_dim outputs)."""
+def summed_loss(model, ids, layer, token, feature, delta):
+    """The summed next-token loss with key[token, feature] of `layer` moved by delta (the same
+    perturbation tools/hf_check.py applies to transformers models)."""
     attn = model.model.layers[layer].self_attn
-    fused = hasattr(attn, "qkv_proj")
-    offset = attn.heads * attn.hd if fused else 0
-
-    def hook(module, inputs, output):
-        out = output.clone()
-        out[0, token, offset + feature] += delta
-        return out
-    h = (attn.qkv_proj if fused else attn.k_proj).register_forward_hook(hook)
-    try:
-        with torch.no_grad():
-            x = torch.tensor([ids])
-            return float(model(input_ids=x, labels=x).loss) * (len(ids) - 1)
-    finally:
-        h.remove()
+    return hf_check.summed_loss(model, ids, layer, token, feature, delta, attn.heads, attn.hd, torch)
 
 
 def check_dump(out, model, seqs, heads, kv_heads, head_dim, layers, seq_len):
@@ -112,7 +100,7 @@ def check_dump(out, model, seqs, heads, kv_heads, head_dim, layers, seq_len):
         t = seq_len // 2
         j = int(np.argmax(np.abs(g[t])))  # the largest entry of that row: far from zero
         eps = 1e-4
-        fd = (summed_loss(m64, seqs[0], l, 0, t, j, eps) - summed_loss(m64, seqs[0], l, 0, t, j, -eps)) / (2 * eps)
+        fd = (summed_loss(m64, seqs[0], l, t, j, eps) - summed_loss(m64, seqs[0], l, t, j, -eps)) / (2 * eps)
         assert abs(fd - g[t, j]) <= 1e-3 * abs(fd) + 1e-7, (l, fd, g[t, j])
     # Causality: the last token's key and value affect no prediction, so their gradients are zero.
     assert np.all(tensors["layers.0.key_grad"][seq_len - 1] == 0)
@@ -154,11 +142,14 @@ class MiniAttention(torch.nn.Module):
         self.o_proj = torch.nn.Linear(heads * hd, d, bias=False)
         self.inv_freq = inv_freq
 
+    def project(self, x):
+        B, T, _ = x.shape
+        return (self.q_proj(x).view(B, T, self.heads, self.hd), self.k_proj(x).view(B, T, self.kv_heads, self.hd),
+                self.v_proj(x).view(B, T, self.kv_heads, self.hd))
+
     def forward(self, x):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.heads, self.hd)
-        k = self.k_proj(x).view(B, T, self.kv_heads, self.hd)
-        v = self.v_proj(x).view(B, T, self.kv_heads, self.hd)
+        q, k, v = self.project(x)
         pos = torch.arange(T)
         q, k = (rope_torch(t[0], pos, self.inv_freq)[None] for t in (q, k))
         rep = self.heads // self.kv_heads
@@ -176,20 +167,13 @@ class MiniFusedAttention(MiniAttention):
         del self.q_proj, self.k_proj, self.v_proj
         self.qkv_proj = torch.nn.Linear(d, (heads + 2 * kv_heads) * hd, bias=False)
 
-    def forward(self, x):
+    def project(self, x):
         B, T, _ = x.shape
         qkv = self.qkv_proj(x)
         nq, nk = self.heads * self.hd, self.kv_heads * self.hd
-        q = qkv[..., :nq].reshape(B, T, self.heads, self.hd)
-        k = qkv[..., nq:nq + nk].reshape(B, T, self.kv_heads, self.hd)
-        v = qkv[..., nq + nk:].reshape(B, T, self.kv_heads, self.hd)
-        pos = torch.arange(T)
-        q, k = (rope_torch(t[0], pos, self.inv_freq)[None] for t in (q, k))
-        rep = self.heads // self.kv_heads
-        k, v = k.repeat_interleave(rep, 2), v.repeat_interleave(rep, 2)
-        s = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.hd ** 0.5
-        s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
-        return self.o_proj(torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), v).reshape(B, T, -1))
+        return (qkv[..., :nq].reshape(B, T, self.heads, self.hd),
+                qkv[..., nq:nq + nk].reshape(B, T, self.kv_heads, self.hd),
+                qkv[..., nq + nk:].reshape(B, T, self.kv_heads, self.hd))
 
 
 class MiniLlama(torch.nn.Module):
