@@ -228,6 +228,9 @@ Llama2cTokenizer Llama2cTokenizer::load(const std::string& path, int vocab)
         tok.m_pieces.push_back(std::move(s));
         tok.m_scores.push_back(score);
     }
+    if (at != n)
+        throwInvalid(path, ": ", n - at, " bytes left after ", vocab,
+                     " tokens: a tokenizer of a larger vocabulary than the model's (", vocab, ")");
     // A piece that appears twice maps to its first id, as a sorted-vocabulary search finds it.
     for (std::int32_t id = 0; id < vocab; ++id)
         tok.m_index.emplace(tok.m_pieces[std::size_t(id)], id);

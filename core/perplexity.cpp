@@ -171,4 +171,11 @@ KvHook codebookHook(const CodebookFile& file, const std::string& path, const Lla
     };
 }
 
+std::vector<SeriesPoint> perplexitySeries(const std::string& method, double bpa, double ppl, double fp32)
+{
+    if (!std::isfinite(bpa))
+        return {};
+    return {{method + ".perplexity_vs_bpa", bpa, ppl}, {"fp32.perplexity_vs_bpa", bpa, fp32}};
+}
+
 } // namespace gsrq

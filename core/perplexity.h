@@ -4,6 +4,7 @@
 
 #include "codebook_file.h"
 #include "llama2c.h"
+#include "run_store.h"
 
 #include <cstdint>
 #include <string>
@@ -39,6 +40,10 @@ PerplexityResult perplexity(const Llama2cModel& model, const std::vector<std::ve
 // codebook's width is not the model's kv_dim, naming the file and tensor.
 KvHook codebookHook(const CodebookFile& file, const std::string& path, const Llama2cConfig& cfg,
                     const std::vector<int>& layers, ClusterBackend& backend);
+
+// The run store's series of one evaluation, for the perplexity-against-bits chart:
+// <method>.perplexity_vs_bpa at (bpa, ppl) and fp32.perplexity_vs_bpa at (bpa, fp32).
+std::vector<SeriesPoint> perplexitySeries(const std::string& method, double bpa, double ppl, double fp32);
 
 // The codebooks file's layers that the hook would quantize (sorted).
 std::vector<int> quantizedLayers(const CodebookFile& file, const std::vector<int>& layers);

@@ -27,6 +27,7 @@
 #include <QElapsedTimer>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSlider>
@@ -59,6 +60,7 @@ private slots:
     void compareDrawsBothMethods();
     void metricNumbersReadable();
     void trainFillsTableAndExports();
+    void perplexityOfTrainedCodebooks();
     void cancelMidTraining();
     void runsPageListsAndOverlays();
     void chartsExportPngSvgCsv();
@@ -228,6 +230,39 @@ void TestStudio::trainFillsTableAndExports()
     const auto cosines = page->stageChart()->points("layers.1.value");
     QCOMPARE(cosines.size(), 2);
     QVERIFY(cosines[1].y() > cosines[0].y() && cosines[1].y() <= 1); // stages add detail
+}
+
+// The training's codebooks (layers.1.value, 1 bit per activation) on the bundled model: the perplexity of its own
+// samples rises over FP32 (it can only lose with one layer's values coarsened), the evaluation is
+// recorded, and the Runs page draws every evaluation against its bits beside FP32.
+void TestStudio::perplexityOfTrainedCodebooks()
+{
+    auto* page = m_window->trainPage();
+    QVERIFY(page->pplButton()->isEnabled());
+    QSignalSpy done(page, &TrainPage::pplFinished);
+    QTest::mouseClick(page->pplButton(), Qt::LeftButton);
+    QVERIFY(done.wait(60000));
+    QVERIFY2(done.first().first().toBool(), qPrintable(page->pplResultText()));
+    const QString text = page->pplResultText();
+    const QRegularExpression re(R"(FP32 ([0-9.]+); with these gskm codebooks at 1 BPA ([0-9.]+))");
+    const auto m = re.match(text);
+    QVERIFY2(m.hasMatch(), qPrintable(text));
+    QVERIFY2(m.captured(2).toDouble() > m.captured(1).toDouble(), qPrintable(text));
+    QVERIFY(text.contains("recorded as run"));
+
+    auto* runs = m_window->runsPage();
+    runs->refresh();
+    runs->showAllPerplexity();
+    runs->overlayChart()->flush();
+    QCOMPARE(runs->overlayMetric()->currentText(), QString("perplexity"));
+    const auto names = runs->overlayChart()->seriesNames();
+    QVERIFY2(names.filter("fp32 vs bpa").size() == 1 && names.filter("gskm vs bpa").size() == 1,
+             qPrintable(names.join(" | ")));
+    const auto fp32 = runs->overlayChart()->points(names.filter("fp32 vs bpa").first());
+    QCOMPARE(fp32.size(), 1);
+    QCOMPARE(fp32[0].x(), 1.0);                                                      // R·log2(K)/D = 2·4/8
+    QVERIFY(std::abs(fp32[0].y() - m.captured(1).toDouble()) <= 1e-3 * fp32[0].y()); // printed to 3 decimals
+    runs->overlayMetric()->setCurrentText("nmse");
 }
 
 // Every chart exports what it shows: a PNG of its size, an SVG drawing, and CSV rows per point.

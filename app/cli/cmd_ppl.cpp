@@ -107,6 +107,7 @@ Command registerPerplexity(CLI::App& root)
                 struct Row {
                     std::string codebooks, method, layers;
                     double bpa = std::nan(""), effective = std::nan(""), ppl = 0;
+                    bool perLayer = false; // a --per-layer row
                 };
                 std::vector<Row> rows;
                 const double fp32 = perplexity(model, seqs).perplexity();
@@ -151,7 +152,7 @@ Command registerPerplexity(CLI::App& root)
                         for (int l : quantized) {
                             const auto one = codebookHook(f, o->codebooks[i], cfg, {l}, *backend);
                             rows.push_back({o->codebooks[i], meta("method"), std::to_string(l), bpa, effective,
-                                            perplexity(model, seqs, one).perplexity()});
+                                            perplexity(model, seqs, one).perplexity(), true});
                         }
                 }
                 if (run) {
@@ -160,8 +161,9 @@ Command registerPerplexity(CLI::App& root)
                     for (const auto& r : rows) {
                         ms.push_back(
                             {"perplexity", r.method, r.codebooks + " layers " + r.layers, -1, -1, "perplexity", r.ppl});
-                        if (r.codebooks != "FP32" && r.layers.find(',') != std::string::npos)
-                            series.push_back({r.method + ".perplexity_vs_bpa", r.bpa, r.ppl});
+                        if (r.codebooks != "FP32" && !r.perLayer) // one point per file: all its layers
+                            for (auto& p : perplexitySeries(r.method, r.bpa, r.ppl, fp32))
+                                series.push_back(std::move(p));
                     }
                     run->recordMetrics(ms);
                     run->recordSeries(series);

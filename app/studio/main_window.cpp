@@ -204,6 +204,9 @@ void MainWindow::showPreferences()
     auto* devices = new QLabel(
         found.isEmpty() ? tr("No CUDA device: %1").arg(QString::fromStdString(q.message)) : found.join("\n"), &dialog);
     devices->setWordWrap(true);
+    auto* pplModel = new QLineEdit(m_ctx->pplModelPath(), &dialog);
+    pplModel->setToolTip(tr("A llama2.c checkpoint: the GSRQ page measures its perplexity with the codebooks"));
+    auto* pplTokenizer = new QLineEdit(m_ctx->pplTokenizerPath(), &dialog);
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
     connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
     connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
@@ -214,6 +217,8 @@ void MainWindow::showPreferences()
     form->addRow(QString(), tf32);
     form->addRow(tr("CPU threads"), threads);
     form->addRow(tr("Run store"), store);
+    form->addRow(tr("Perplexity model"), pplModel);
+    form->addRow(tr("Its tokenizer"), pplTokenizer);
     form->addRow(buttons);
     if (dialog.exec() != QDialog::Accepted)
         return;
@@ -224,6 +229,8 @@ void MainWindow::showPreferences()
     r.threads = threads->value();
     m_ctx->setBackendRequest(r);
     m_ctx->setStorePath(store->text());
+    if (pplModel->text() != m_ctx->pplModelPath() || pplTokenizer->text() != m_ctx->pplTokenizerPath())
+        m_ctx->setPplModel(pplModel->text(), pplTokenizer->text());
     QSettings s;
     s.setValue("backend/kind", backend->currentData().toString());
     s.setValue("backend/device", r.device);

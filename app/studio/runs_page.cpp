@@ -15,6 +15,7 @@
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QSignalBlocker>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
 #include <QTableView>
@@ -60,7 +61,7 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     m_table->verticalHeader()->hide();
 
     m_kind = new QComboBox(this);
-    m_kind->addItems({tr("all kinds"), "compare", "sweep", "train", "eval", "bench-cluster"});
+    m_kind->addItems({tr("all kinds"), "compare", "sweep", "train", "eval", "ppl", "bench-cluster"});
     m_status = new QComboBox(this);
     m_status->addItems({tr("any status"), "running", "done", "failed", "cancelled", "interrupted"});
     m_filter = new QLineEdit(this);
@@ -78,6 +79,7 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     m_overlayMetric = new QComboBox(this);
     for (const auto& name : passMetricNames())
         m_overlayMetric->addItem(QString::fromStdString(name));
+    m_overlayMetric->addItem(QStringLiteral("perplexity")); // of `ppl` runs, against bits per activation
     m_overlayMetric->setCurrentText(QStringLiteral("nmse"));
     m_overlayMetric->setToolTip(tr("The metric the selected runs' curves show"));
     auto* overlayPane = new QWidget(this);
@@ -86,7 +88,11 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     auto* metricBar = new QHBoxLayout();
     metricBar->addWidget(new QLabel(tr("Curves of"), this));
     metricBar->addWidget(m_overlayMetric);
+    auto* allPpl = new QPushButton(tr("Perplexity of every evaluation"), this);
+    allPpl->setToolTip(tr("Every recorded perplexity run against its bits per activation, beside FP32"));
+    metricBar->addWidget(allPpl);
     metricBar->addStretch();
+    connect(allPpl, &QPushButton::clicked, this, &RunsPage::showAllPerplexity);
     overlayLayout->addLayout(metricBar);
     overlayLayout->addWidget(m_overlay, 1);
 
@@ -198,7 +204,7 @@ void RunsPage::onSelectionChanged()
                     name += (name.empty() ? "vs " : " vs ") + p.name.substr(at + tag.size());
                     curves[name] << QPointF(p.x, p.y);
                 }
-            if (curves.empty()) {
+            if (curves.empty() && metric != "perplexity") {
                 passCurves = true;
                 for (const auto& c : meanPassCurves(store.iterations(id), metric)) {
                     QList<QPointF> pts;
@@ -260,14 +266,31 @@ void RunsPage::onSelectionChanged()
         }
         m_details->setPlainText(text);
         m_overlay->setIntegerX(passCurves && !ownCurves);
-        m_overlay->setAxisTitles(passCurves && !ownCurves ? tr("assignment pass")
-                                 : passCurves             ? tr("pass, stage, D or K")
-                                                          : tr("stage, D or K"),
+        m_overlay->setAxisTitles(metric == "perplexity"     ? tr("bits per activation")
+                                 : passCurves && !ownCurves ? tr("assignment pass")
+                                 : passCurves               ? tr("pass, stage, D or K")
+                                                            : tr("stage, D or K"),
                                  QString::fromStdString(metric));
         m_overlay->flush();
     } catch (const std::exception& e) {
         m_ctx.showMessage(QString::fromUtf8(e.what()));
     }
+}
+
+void RunsPage::showAllPerplexity()
+{
+    QList<qint64> ids;
+    for (int row = 0; row < m_proxy->rowCount(); ++row)
+        if (m_proxy->index(row, views::RunsTableModel::Kind).data().toString() == "ppl")
+            ids << m_proxy->index(row, 0).data(Qt::UserRole).toLongLong();
+    if (ids.isEmpty()) {
+        m_ctx.showMessage(tr("No perplexity runs yet: measure one on the GSRQ training page or with gsrq ppl."), false);
+        return;
+    }
+    const QSignalBlocker block(m_overlayMetric); // one redraw, after the selection
+    m_overlayMetric->setCurrentText(QStringLiteral("perplexity"));
+    selectRuns(ids);
+    onSelectionChanged();
 }
 
 void RunsPage::addNote()

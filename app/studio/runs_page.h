@@ -32,6 +32,8 @@ public:
     QComboBox* overlayMetric() const { return m_overlayMetric; }
     QString detailsText() const;
     void selectRuns(const QList<qint64>& ids);
+    // Selects every ppl run and draws perplexity against bits per activation.
+    void showAllPerplexity();
 
 private:
     void onSelectionChanged();

@@ -7,11 +7,42 @@
 
 #include <QAbstractButton>
 #include <QComboBox>
+#include <QCoreApplication>
+#include <QDir>
+#include <QFileInfo>
 #include <QPointer>
+#include <QSettings>
 
 namespace gsrq::studio {
 
-StudioContext::StudioContext(QString storePath, QObject* parent) : QObject(parent), m_storePath(std::move(storePath)) {}
+StudioContext::StudioContext(QString storePath, QObject* parent) : QObject(parent), m_storePath(std::move(storePath))
+{
+    QSettings settings;
+    m_pplModel = settings.value("ppl/model").toString();
+    m_pplTokenizer = settings.value("ppl/tokenizer").toString();
+    if (!m_pplModel.isEmpty())
+        return;
+    // The bundled model: installed beside the app, or in the source tree of a build (app or tests).
+    const QDir exe(QCoreApplication::applicationDirPath());
+    for (const char* rel : {"../share/gsrq-studio/models/stories260K", "../../../resources/models/stories260K",
+                            "../../resources/models/stories260K"}) {
+        const QString dir = exe.absoluteFilePath(QString::fromLatin1(rel));
+        if (QFileInfo::exists(dir + "/stories260K.bin") && QFileInfo::exists(dir + "/tok512.bin")) {
+            m_pplModel = QDir::cleanPath(dir + "/stories260K.bin");
+            m_pplTokenizer = QDir::cleanPath(dir + "/tok512.bin");
+            return;
+        }
+    }
+}
+
+void StudioContext::setPplModel(const QString& model, const QString& tokenizer)
+{
+    m_pplModel = model;
+    m_pplTokenizer = tokenizer;
+    QSettings settings;
+    settings.setValue("ppl/model", model);
+    settings.setValue("ppl/tokenizer", tokenizer);
+}
 
 bool StudioContext::openDump(const QString& path)
 {

@@ -38,6 +38,12 @@ public:
     void setBackendRequest(const gpu::BackendRequest& r) { m_backend = r; }
     QString backendDescription() const;
 
+    // The llama2.c model and tokenizer the GSRQ page measures perplexity with: the Preferences'
+    // choice, else the bundled stories260K (installed, or in the source tree), else empty.
+    QString pplModelPath() const { return m_pplModel; }
+    QString pplTokenizerPath() const { return m_pplTokenizer; }
+    void setPplModel(const QString& model, const QString& tokenizer);
+
     JobRunner& runner() { return m_runner; }
     void showMessage(const QString& text, bool error = true) { emit message(text, error); }
 
@@ -49,6 +55,7 @@ private:
     std::shared_ptr<const KvDump> m_dump;
     QString m_storePath;
     gpu::BackendRequest m_backend;
+    QString m_pplModel, m_pplTokenizer;
     JobRunner m_runner;
 };
 

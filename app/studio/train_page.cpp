@@ -4,10 +4,12 @@
 #include "codebook_file.h"
 #include "error.h"
 #include "metrics_table_model.h"
+#include "perplexity.h"
 #include "result_json.h"
 
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QFile>
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QHBoxLayout>
@@ -19,6 +21,8 @@
 #include <QSpinBox>
 #include <QTableView>
 #include <QVBoxLayout>
+
+#include <cmath>
 
 namespace gsrq::studio {
 
@@ -83,6 +87,21 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     form->addRow(tr("After each stage, show"), m_stageMetric);
     form->addRow(m_progress);
     form->addRow(m_status);
+    m_ppl = new QPushButton(tr("Perplexity with these codebooks"), this);
+    m_ppl->setEnabled(false);
+    m_ppl->setToolTip(tr("The model of Settings ▸ Preferences, in FP32 and with its keys and values replaced by "
+                         "these codebooks' reconstructions"));
+    m_pplText = new QLineEdit(this);
+    m_pplText->setPlaceholderText(tr("text file (empty: the model's own samples)"));
+    m_pplResult = new QLabel(this);
+    m_pplResult->setWordWrap(true);
+    m_pplResult->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* pplTitle = new QLabel(tr("<b>Perplexity</b> (what the codebooks cost the model's predictions)"), this);
+    pplTitle->setWordWrap(true);
+    form->addRow(pplTitle);
+    form->addRow(tr("On"), m_pplText);
+    form->addRow(m_ppl);
+    form->addRow(m_pplResult);
 
     m_live = new views::ChartPanel(tr("Clustering in progress"), tr("iteration"), tr("nmse"), this);
     m_stageChart = new views::ChartPanel(tr("After each stage"), tr("stage"), tr("nmse"), this);
@@ -113,6 +132,7 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     connect(m_preset, &QComboBox::currentIndexChanged, this, &TrainPage::applyPreset);
     connect(m_stageMetric, &QComboBox::currentIndexChanged, this, &TrainPage::drawStages);
     connect(m_run, &QPushButton::clicked, this, &TrainPage::start);
+    connect(m_ppl, &QPushButton::clicked, this, &TrainPage::evaluatePerplexity);
     connect(m_export, &QPushButton::clicked, this, [this] {
         const QString path = QFileDialog::getSaveFileName(this, tr("Export codebooks"), "codebooks.safetensors",
                                                           tr("Codebooks (*.safetensors)"));
@@ -235,6 +255,8 @@ void TrainPage::start()
             m_run->setEnabled(true);
             m_cancel->setEnabled(false);
             m_export->setEnabled(true);
+            m_ppl->setEnabled(true);
+            m_pplResult->clear();
             m_progress->setValue(1000);
             emit runFinished(true);
         });
@@ -292,6 +314,104 @@ bool TrainPage::exportCodebooks(const QString& path)
     }
     m_ctx.showMessage(tr("Wrote %1").arg(path), false);
     return true;
+}
+
+QString TrainPage::pplResultText() const
+{
+    return m_pplResult->text();
+}
+
+void TrainPage::evaluatePerplexity()
+{
+    if (!m_last) {
+        m_ctx.showMessage(tr("Train first: perplexity is measured with the codebooks of a training."));
+        return;
+    }
+    const QString modelPath = m_ctx.pplModelPath(), tokPath = m_ctx.pplTokenizerPath();
+    if (modelPath.isEmpty() || tokPath.isEmpty()) {
+        m_ctx.showMessage(
+            tr("Set a llama2.c model and its tokenizer in Settings ▸ Preferences to measure perplexity."));
+        return;
+    }
+    const auto last = m_last;
+    const QString textPath = m_pplText->text().trimmed();
+    const QString storePath = m_ctx.storePath();
+    const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
+    m_ppl->setEnabled(false);
+    m_pplResult->setText(tr("Measuring…"));
+    m_pplJob = 0;
+    m_pplJob = m_ctx.runner().start(tr("perplexity"), [=, this](const JobRunner::Context& job) {
+        try {
+            constexpr int kSeqLen = 256, kSequences = 16;
+            const auto model = Llama2cModel::load(modelPath.toStdString());
+            const auto tok = Llama2cTokenizer::load(tokPath.toStdString(), model.config().vocab);
+            std::vector<std::vector<std::int32_t>> seqs;
+            if (textPath.isEmpty()) {
+                seqs = generateSequences(model, kSeqLen, kSequences, 0);
+            } else {
+                QFile f(textPath);
+                if (!f.open(QIODevice::ReadOnly))
+                    throwInvalid("perplexity text ", textPath.toStdString(), ": cannot be read");
+                seqs = textSequences(tok.encode(reflowText(f.readAll().toStdString())), kSeqLen, kSequences);
+            }
+            auto backend = gpu::makeBackend(backendRequest).backend;
+            const auto& meta = last->file.metadata;
+            const std::string method = meta.count("method") ? meta.at("method") : "codebooks";
+            double bpa = std::nan("");
+            if (meta.count("bpa"))
+                bpa = std::atof(meta.at("bpa").c_str());
+            const double fp32 = perplexity(model, seqs).perplexity();
+            const auto hook = codebookHook(last->file, "the trained codebooks", model.config(), {}, *backend);
+            const double ppl = perplexity(model, seqs, hook).perplexity();
+
+            RunInfo info;
+            info.kind = "ppl";
+            info.backend = backend->name();
+            info.device = backend->device();
+            info.dumpPath = modelPath.toStdString();
+            const nlohmann::ordered_json settings = {{"model", modelPath.toStdString()},
+                                                     {"tokenizer", tokPath.toStdString()},
+                                                     {"source", textPath.isEmpty() ? "generate" : "text"},
+                                                     {"text", textPath.toStdString()},
+                                                     {"seed", 0},
+                                                     {"seq_len", kSeqLen},
+                                                     {"sequences", kSequences},
+                                                     {"codebook_settings", meta}};
+            info.settingsJson = settings.dump();
+            WorkerRecording rec(storePath, info, "", job, &m_ctx, {modelPath.toStdString()});
+            if (rec) {
+                rec->recordMetrics({{"perplexity", "-", "FP32", -1, -1, "perplexity", fp32},
+                                    {"perplexity", method, "trained codebooks", -1, -1, "perplexity", ppl}});
+                rec->recordSeries(perplexitySeries(method, bpa, ppl, fp32));
+            }
+            rec.finish("done", nlohmann::ordered_json{{"fp32_perplexity", fp32}, {"perplexity", ppl}}.dump());
+            const QString text =
+                tr("FP32 %1; with these %2 codebooks at %3 BPA %4 (%5%6%); %7 sequences × %8 tokens of %9%10")
+                    .arg(fp32, 0, 'f', 3)
+                    .arg(QString::fromStdString(method))
+                    .arg(bpa, 0, 'g', 3)
+                    .arg(ppl, 0, 'f', 3)
+                    .arg(ppl >= fp32 ? "+" : "")
+                    .arg(100 * (ppl - fp32) / fp32, 0, 'f', 1)
+                    .arg(kSequences)
+                    .arg(kSeqLen)
+                    .arg(textPath.isEmpty() ? tr("the model's own samples") : textPath)
+                    .arg(rec ? tr("; recorded as run %1").arg(rec->id()) : QString());
+            job.post([this, text] {
+                m_pplResult->setText(text);
+                m_ppl->setEnabled(true);
+                emit pplFinished(true);
+            });
+        } catch (const std::exception& e) {
+            const QString why = QString::fromUtf8(e.what());
+            job.post([this, why] {
+                m_pplResult->setText(why);
+                m_ppl->setEnabled(true);
+                m_ctx.showMessage(why);
+                emit pplFinished(false);
+            });
+        }
+    });
 }
 
 } // namespace gsrq::studio

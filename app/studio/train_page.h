@@ -46,9 +46,16 @@ public:
     views::MetricsTableModel* resultsModel() const { return m_model; }
     // Writes the last result's codebooks; false (with a message) when there is none or it fails.
     bool exportCodebooks(const QString& path);
+    // Perplexity of the Preferences' llama2.c model with the last result's codebooks on its keys
+    // and values, against FP32: on the model's own samples (seed 0), or on pplTextEdit()'s file.
+    void evaluatePerplexity();
+    QPushButton* pplButton() const { return m_ppl; }
+    QLineEdit* pplTextEdit() const { return m_pplText; }
+    QString pplResultText() const;
 
 signals:
     void runFinished(bool ok);
+    void pplFinished(bool ok);
 
 private:
     void start();
@@ -62,7 +69,10 @@ private:
     QComboBox *m_method, *m_weights, *m_stageMetric;
     QDoubleSpinBox *m_tau, *m_holdout;
     QLineEdit* m_tensors;
-    QPushButton *m_run, *m_cancel, *m_export;
+    QPushButton *m_run, *m_cancel, *m_export, *m_ppl;
+    QLineEdit* m_pplText;
+    QLabel* m_pplResult;
+    int m_pplJob = 0;
     QProgressBar* m_progress;
     QLabel* m_status;
     views::ChartPanel *m_live, *m_stageChart;

@@ -5,7 +5,8 @@ after RoPE, the gradients against a finite difference, and that `gsrq info` open
 Two models: a Hugging Face LlamaForCausalLM from a LlamaConfig (GQA, 2 layers; needs transformers),
 and a small Llama-style torch module with the same module names (needs torch only), so that the
 exporter's hooks, gradients and shard writing are checked where transformers is not installed.
-Each is skipped, with its reason, where what it needs is missing.
+Each is skipped, with its reason, where what it needs is missing. tools/hf_ppl.py runs on the
+stand-in with codebooks `gsrq train` made from the stand-in's own dump.
 """
 import json
 import os
@@ -330,3 +331,42 @@ def test_hf_other_family_refused(tmp_path):
                         str(text), "--samples", "1", "--seq-len", "8", "--out", str(tmp_path / "o")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "not a supported family" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# tools/hf_ppl.py on the stand-in: codebooks trained by gsrq on the stand-in's own dump.
+
+
+def test_hf_ppl_with_codebooks_of_the_dump(tmp_path, capsys):
+    if not os.path.exists(GSRQ):
+        pytest.skip(f"gsrq not built at {GSRQ}: no codebooks to evaluate")
+    import hf_ppl
+    torch.manual_seed(2)
+    model = MiniLlama().eval()
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    out = str(tmp_path / "dump")
+    loaded = (model, CharTokenizer(), "cpu", "f32")
+    args = ["--model", "mini", "--text", str(text), "--samples", "2", "--seq-len", "32", "--out", out, "--dtype", "f32",
+            "--quiet", "--no-grad"]
+    assert run_tool(args, loaded) == 0
+    books = {}
+    # K = 64 = every row of the dump (2 × 32 tokens): each row is its own codeword, so the
+    # reconstruction of the same sequences is exact (F32 codewords). K = 2: coarse.
+    for name, k in (("exact", "64"), ("coarse", "2")):
+        books[name] = str(tmp_path / f"{name}.safetensors")
+        r = subprocess.run([GSRQ, "--no-db", "train", out, "--dim", "8", "--stages", "1", "--k", k, "--out",
+                            books[name], "-q"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    rc = hf_ppl.main(["--model", "mini", "--text", str(text), "--sequences", "2", "--seq-len", "32", "-c", books["exact"],
+                      "-c", books["coarse"], "--json"], loaded=loaded)
+    assert rc == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    fp32, exact, coarse = (r["perplexity"] for r in rows)
+    assert abs(exact - fp32) <= 1e-5 * fp32, (exact, fp32)  # the same floats: rounding of the hooks' copies only
+    assert abs(coarse - fp32) > 1e-3 * fp32, (coarse, fp32)  # two codewords per subspace change the predictions
+    # Codebooks of another width are refused, naming the reason; exit code 2.
+    wide = MiniLlama(kv_heads=4).eval()
+    rc = hf_ppl.main(["--model", "mini", "--text", str(text), "--sequences", "1", "--seq-len", "8", "-c",
+                      books["exact"]], loaded=(wide, CharTokenizer(), "cpu", "f32"))
+    assert rc == 2 and "kv_heads × head_dim" in capsys.readouterr().err
