@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <regex>
+#include <sstream>
 
 namespace fs = std::filesystem;
 
@@ -42,22 +43,59 @@ std::string lowerExt(const fs::path& p)
 
 } // namespace
 
+KvName parseKvName(const std::string& name)
+{
+    static const std::regex kName(R"(layers\.(\d+)\.(key|value|query|key_grad|value_grad))");
+    std::smatch m;
+    KvName n;
+    if (!std::regex_match(name, m, kName))
+        return n;
+    n.layer = std::stoi(m[1].str());
+    const std::string k = m[2].str();
+    n.kind = k == "key"        ? KvKind::Key
+             : k == "value"    ? KvKind::Value
+             : k == "query"    ? KvKind::Query
+             : k == "key_grad" ? KvKind::KeyGrad
+                               : KvKind::ValueGrad;
+    return n;
+}
+
+std::set<int> parseLayerList(const std::string& text)
+{
+    std::set<int> out;
+    std::size_t pos = 0;
+    while (pos <= text.size()) {
+        const auto comma = text.find(',', pos);
+        const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        int a = 0, b = 0;
+        char dash = 0;
+        std::istringstream in(item);
+        if (!(in >> a) || a < 0)
+            throwInvalid("--layers: '", item, "' is not a layer or range like 0-3");
+        b = a;
+        if (in >> dash) {
+            if (dash != '-' || !(in >> b) || b < a)
+                throwInvalid("--layers: '", item, "' is not a layer or range like 0-3");
+        }
+        for (int l = a; l <= b; ++l)
+            out.insert(l);
+        if (comma == std::string::npos)
+            break;
+        pos = comma + 1;
+    }
+    return out;
+}
+
 void KvDump::add(TensorView v)
 {
     if (find(v.name))
         throwInvalid(m_path, ": tensor '", v.name, "' appears twice (", find(v.name)->view.file->path(), " and ",
                      v.file->path(), ")");
     KvTensor t;
-    static const std::regex kName(R"(layers\.(\d+)\.(key|value|query|key_grad|value_grad))");
-    std::smatch m;
-    if (std::regex_match(v.name, m, kName)) {
-        t.layer = std::stoi(m[1].str());
-        const std::string k = m[2].str();
-        t.kind = k == "key"        ? KvKind::Key
-                 : k == "value"    ? KvKind::Value
-                 : k == "query"    ? KvKind::Query
-                 : k == "key_grad" ? KvKind::KeyGrad
-                                   : KvKind::ValueGrad;
+    const KvName n = parseKvName(v.name);
+    t.layer = n.layer;
+    t.kind = n.kind;
+    if (n.layer >= 0) {
         if (v.shape.size() != 2 && v.shape.size() != 3)
             throwInvalid(v.where(), ": shape ", v.shapeString(),
                          " is neither [tokens, features] nor [tokens, heads, head_dim]");

@@ -11,6 +11,7 @@
 #include "weights.h"
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,17 @@ namespace gsrq {
 
 enum class KvKind { Key, Value, Query, KeyGrad, ValueGrad, Other };
 const char* kvKindName(KvKind k); // "key", "value", ..., "other"
+
+// The layer and kind a tensor name stands for: layers.{L}.{key|value|query|key_grad|value_grad};
+// layer −1 and Other for any other name.
+struct KvName {
+    int layer = -1;
+    KvKind kind = KvKind::Other;
+};
+KvName parseKvName(const std::string& name);
+
+// A --layers list such as "0-3,7". Throws Error(InvalidInput) naming --layers for anything else.
+std::set<int> parseLayerList(const std::string& text);
 
 struct KvTensor {
     TensorView view;

@@ -2,6 +2,7 @@
 
 #include "cluster_backend.h"
 #include "error.h"
+#include "kv_dump.h"
 #include "quantizer.h"
 #include "rope.h"
 
@@ -123,14 +124,10 @@ std::vector<int> quantizedLayers(const CodebookFile& file, const std::vector<int
 {
     std::set<int> out;
     for (const auto& e : file.entries) {
-        int l = -1;
-        char kind[16] = {};
-        if (std::sscanf(e.tensor.c_str(), "layers.%d.%15s", &l, kind) != 2)
-            continue;
-        const std::string k = kind;
-        if ((k == "key" || k == "value") &&
-            (layers.empty() || std::find(layers.begin(), layers.end(), l) != layers.end()))
-            out.insert(l);
+        const KvName n = parseKvName(e.tensor);
+        if ((n.kind == KvKind::Key || n.kind == KvKind::Value) &&
+            (layers.empty() || std::find(layers.begin(), layers.end(), n.layer) != layers.end()))
+            out.insert(n.layer);
     }
     return {out.begin(), out.end()};
 }

@@ -17,32 +17,6 @@ namespace gsrq {
 
 namespace {
 
-std::set<int> parseLayers(const std::string& text)
-{
-    std::set<int> out;
-    std::size_t pos = 0;
-    while (pos <= text.size()) {
-        const auto comma = text.find(',', pos);
-        const std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-        int a = 0, b = 0;
-        char dash = 0;
-        std::istringstream in(item);
-        if (!(in >> a) || a < 0)
-            throwInvalid("--layers: '", item, "' is not a layer or range like 0-3");
-        b = a;
-        if (in >> dash) {
-            if (dash != '-' || !(in >> b) || b < a)
-                throwInvalid("--layers: '", item, "' is not a layer or range like 0-3");
-        }
-        for (int l = a; l <= b; ++l)
-            out.insert(l);
-        if (comma == std::string::npos)
-            break;
-        pos = comma + 1;
-    }
-    return out;
-}
-
 double elapsed(std::chrono::steady_clock::time_point t0)
 {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -121,7 +95,7 @@ QuantMetrics metricsOf(const MatrixRF& x, const Codebooks& cb, int beam, Cluster
 std::vector<const KvTensor*> selectTensors(const KvDump& dump, const std::vector<std::string>& patterns,
                                            const std::string& layers)
 {
-    const std::set<int> wanted = layers.empty() ? std::set<int>{} : parseLayers(layers);
+    const std::set<int> wanted = layers.empty() ? std::set<int>{} : parseLayerList(layers);
     std::vector<const KvTensor*> out;
     for (const auto& t : dump.tensors()) {
         bool match = false;

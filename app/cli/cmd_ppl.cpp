@@ -2,6 +2,7 @@
 #include "cluster_backend.h"
 #include "commands.h"
 #include "error.h"
+#include "kv_dump.h"
 #include "perplexity.h"
 #include "recording.h"
 #include "version.h"
@@ -16,23 +17,15 @@ namespace gsrq::cli {
 
 namespace {
 
-// "0-4", "1,3", "0-1,4": layer indices.
+// --layers as a list, each a layer of the model.
 std::vector<int> parseLayers(const std::string& text, int layers)
 {
-    std::vector<int> out;
     if (text.empty())
-        return out;
-    std::stringstream ss(text);
-    for (std::string part; std::getline(ss, part, ',');) {
-        const auto dash = part.find('-');
-        const auto lo = parseIntList("--layers", part.substr(0, dash)).front();
-        const auto hi = dash == std::string::npos ? lo : parseIntList("--layers", part.substr(dash + 1)).front();
-        if (lo < 0 || hi >= layers || lo > hi)
-            throwInvalid("--layers ", text, ": the model has layers 0-", layers - 1);
-        for (int l = lo; l <= hi; ++l)
-            out.push_back(l);
-    }
-    return out;
+        return {};
+    const auto set = parseLayerList(text);
+    if (*set.rbegin() >= layers)
+        throwInvalid("--layers ", text, ": the model has layers 0-", layers - 1);
+    return {set.begin(), set.end()};
 }
 
 std::string readText(const std::string& path)
@@ -132,9 +125,9 @@ Command registerPerplexity(CLI::App& root)
                     double codebookBits = 0;
                     int tensors = 0;
                     for (const auto& e : f.entries)
-                        if (std::find(quantized.begin(), quantized.end(),
-                                      std::atoi(e.tensor.c_str() + std::string("layers.").size())) != quantized.end() &&
-                            e.tensor.rfind("layers.", 0) == 0) {
+                        if (const KvName n = parseKvName(e.tensor);
+                            (n.kind == KvKind::Key || n.kind == KvKind::Value) &&
+                            std::find(quantized.begin(), quantized.end(), n.layer) != quantized.end()) {
                             codebookBits += 16.0 * double(e.codebooks.data.size());
                             ++tensors;
                         }
