@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 namespace gsrq {
 
@@ -99,6 +101,53 @@ std::vector<std::vector<std::int32_t>> generateSequences(const Llama2cModel& mod
         out.push_back(std::move(seq));
     }
     return out;
+}
+
+std::vector<std::vector<std::int32_t>> perplexitySequences(const Llama2cModel& model, const Llama2cTokenizer& tok,
+                                                           const std::string& textPath, int seqLen, int sequences,
+                                                           std::uint64_t seed, std::int64_t* textTokens)
+{
+    if (textTokens)
+        *textTokens = 0;
+    if (textPath.empty())
+        return generateSequences(model, seqLen, sequences, seed);
+    if (seqLen > model.config().maxSeq)
+        throwInvalid("--seq-len ", seqLen, ": the model takes at most ", model.config().maxSeq);
+    std::ifstream f(textPath, std::ios::binary);
+    if (!f)
+        throwInvalid("--text ", textPath, ": cannot be read");
+    std::stringstream text;
+    text << f.rdbuf();
+    const auto ids = tok.encode(reflowText(text.str()));
+    if (textTokens)
+        *textTokens = std::int64_t(ids.size());
+    return textSequences(ids, seqLen, sequences);
+}
+
+CodebookCost codebookCost(const CodebookFile& file, const std::vector<int>& quantizedLayers, std::int64_t tokens,
+                          int kvDim)
+{
+    CodebookCost c;
+    if (const auto it = file.metadata.find("method"); it != file.metadata.end())
+        c.method = it->second;
+    c.bpa = std::nan("");
+    if (const auto it = file.metadata.find("bpa"); it != file.metadata.end()) {
+        try {
+            c.bpa = std::stod(it->second);
+        } catch (const std::exception&) {
+        }
+    }
+    double codebookBits = 0;
+    int tensors = 0;
+    for (const auto& e : file.entries)
+        if (const KvName n = parseKvName(e.tensor);
+            (n.kind == KvKind::Key || n.kind == KvKind::Value) &&
+            std::binary_search(quantizedLayers.begin(), quantizedLayers.end(), n.layer)) {
+            codebookBits += 16.0 * double(e.codebooks.data.size());
+            ++tensors;
+        }
+    c.effectiveBpa = c.bpa + codebookBits / (double(tokens) * kvDim * std::max(1, tensors));
+    return c;
 }
 
 double PerplexityResult::perplexity() const

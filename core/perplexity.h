@@ -23,6 +23,25 @@ std::vector<std::vector<std::int32_t>> textSequences(const std::vector<std::int3
 std::vector<std::vector<std::int32_t>> generateSequences(const Llama2cModel& model, int seqLen, int sequences,
                                                          std::uint64_t seed);
 
+// The sequences `gsrq ppl` and the app measure: the file's text re-flowed, tokenized and cut as
+// textSequences does, or, with an empty path, the model's own samples from `seed`. Checks seqLen
+// against the model. textTokens (when not null) gets the text's token count (0 for samples).
+// Throws Error(InvalidInput) naming --text or --seq-len.
+std::vector<std::vector<std::int32_t>> perplexitySequences(const Llama2cModel& model, const Llama2cTokenizer& tok,
+                                                           const std::string& textPath, int seqLen, int sequences,
+                                                           std::uint64_t seed, std::int64_t* textTokens = nullptr);
+
+// What a codebooks file's keys and values cost per cached value: its method and nominal bits per
+// activation (from the metadata; "-" and NaN where absent), and the effective bits: nominal plus
+// the codewords (stored as F16) of the quantized layers' keys and values spread over `tokens`
+// cached tokens of kvDim values each.
+struct CodebookCost {
+    std::string method = "-";
+    double bpa = 0, effectiveBpa = 0;
+};
+CodebookCost codebookCost(const CodebookFile& file, const std::vector<int>& quantizedLayers, std::int64_t tokens,
+                          int kvDim);
+
 struct PerplexityResult {
     double nll = 0;          // Σ −log p(next token), natural log
     std::int64_t tokens = 0; // predictions: S·(T − 1)

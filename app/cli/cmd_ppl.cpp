@@ -9,9 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 namespace gsrq::cli {
 
@@ -26,16 +24,6 @@ std::vector<int> parseLayers(const std::string& text, int layers)
     if (*set.rbegin() >= layers)
         throwInvalid("--layers ", text, ": the model has layers 0-", layers - 1);
     return {set.begin(), set.end()};
-}
-
-std::string readText(const std::string& path)
-{
-    std::ifstream f(path, std::ios::binary);
-    if (!f)
-        throwInvalid("--text ", path, ": cannot be read");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
 }
 
 } // namespace
@@ -79,17 +67,9 @@ Command registerPerplexity(CLI::App& root)
                 files.push_back(readCodebookFile(p));
             auto backend = openBackend(o->backend, true);
 
-            std::vector<std::vector<std::int32_t>> seqs;
             std::int64_t textTokens = 0;
-            if (o->generate) {
-                seqs = generateSequences(model, o->seqLen, o->sequences, o->seed);
-            } else {
-                if (o->seqLen > cfg.maxSeq)
-                    throwInvalid("--seq-len ", o->seqLen, ": the model takes at most ", cfg.maxSeq);
-                const auto ids = tok.encode(reflowText(readText(o->text)));
-                textTokens = std::int64_t(ids.size());
-                seqs = textSequences(ids, o->seqLen, o->sequences);
-            }
+            const auto seqs = perplexitySequences(model, tok, o->generate ? std::string() : o->text, o->seqLen,
+                                                  o->sequences, o->seed, &textTokens);
 
             nlohmann::ordered_json settings = {
                 {"model", o->model},         {"tokenizer", o->tokenizer}, {"source", o->generate ? "generate" : "text"},
@@ -105,33 +85,14 @@ Command registerPerplexity(CLI::App& root)
                 std::vector<Row> rows;
                 const double fp32 = perplexity(model, seqs).perplexity();
                 rows.push_back({"FP32", "-", "-", 32, 32, fp32});
-                const std::int64_t kvValues = std::int64_t(seqs.size()) * o->seqLen * cfg.kvDim();
                 for (std::size_t i = 0; i < files.size(); ++i) {
                     const auto& f = files[i];
-                    const auto meta = [&](const char* k) {
-                        const auto it = f.metadata.find(k);
-                        return it == f.metadata.end() ? std::string("-") : it->second;
-                    };
                     const auto quantized = quantizedLayers(f, layers);
                     if (quantized.empty())
                         throwInvalid(o->codebooks[i], ": has no codebooks for layers.L.key or layers.L.value",
                                      layers.empty() ? std::string() : " of --layers " + o->layers);
-                    double bpa = std::nan("");
-                    try {
-                        bpa = std::stod(meta("bpa"));
-                    } catch (const std::exception&) {
-                    }
-                    // Codewords stored once (F16), spread over the cache they serve: this run's tokens.
-                    double codebookBits = 0;
-                    int tensors = 0;
-                    for (const auto& e : f.entries)
-                        if (const KvName n = parseKvName(e.tensor);
-                            (n.kind == KvKind::Key || n.kind == KvKind::Value) &&
-                            std::find(quantized.begin(), quantized.end(), n.layer) != quantized.end()) {
-                            codebookBits += 16.0 * double(e.codebooks.data.size());
-                            ++tensors;
-                        }
-                    const double effective = bpa + codebookBits / (double(kvValues) * std::max(1, tensors));
+                    // Codewords stored once, spread over the cache they serve: this run's tokens.
+                    const auto cost = codebookCost(f, quantized, std::int64_t(seqs.size()) * o->seqLen, cfg.kvDim());
                     const auto layerList = [&](const std::vector<int>& ls) {
                         std::string s;
                         for (auto l : ls)
@@ -139,13 +100,13 @@ Command registerPerplexity(CLI::App& root)
                         return s;
                     };
                     const auto hook = codebookHook(f, o->codebooks[i], cfg, layers, *backend);
-                    rows.push_back({o->codebooks[i], meta("method"), layerList(quantized), bpa, effective,
+                    rows.push_back({o->codebooks[i], cost.method, layerList(quantized), cost.bpa, cost.effectiveBpa,
                                     perplexity(model, seqs, hook).perplexity()});
                     if (o->perLayer && quantized.size() > 1)
                         for (int l : quantized) {
                             const auto one = codebookHook(f, o->codebooks[i], cfg, {l}, *backend);
-                            rows.push_back({o->codebooks[i], meta("method"), std::to_string(l), bpa, effective,
-                                            perplexity(model, seqs, one).perplexity(), true});
+                            rows.push_back({o->codebooks[i], cost.method, std::to_string(l), cost.bpa,
+                                            cost.effectiveBpa, perplexity(model, seqs, one).perplexity(), true});
                         }
                 }
                 if (run) {

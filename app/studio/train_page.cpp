@@ -9,7 +9,6 @@
 
 #include <QComboBox>
 #include <QDoubleSpinBox>
-#include <QFile>
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QHBoxLayout>
@@ -339,27 +338,15 @@ void TrainPage::evaluatePerplexity()
     const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
     m_ppl->setEnabled(false);
     m_pplResult->setText(tr("Measuring…"));
-    m_pplJob = 0;
-    m_pplJob = m_ctx.runner().start(tr("perplexity"), [=, this](const JobRunner::Context& job) {
+    m_ctx.runner().start(tr("perplexity"), [=, this](const JobRunner::Context& job) {
         try {
             constexpr int kSeqLen = 256, kSequences = 16;
             const auto model = Llama2cModel::load(modelPath.toStdString());
             const auto tok = Llama2cTokenizer::load(tokPath.toStdString(), model.config().vocab);
-            std::vector<std::vector<std::int32_t>> seqs;
-            if (textPath.isEmpty()) {
-                seqs = generateSequences(model, kSeqLen, kSequences, 0);
-            } else {
-                QFile f(textPath);
-                if (!f.open(QIODevice::ReadOnly))
-                    throwInvalid("perplexity text ", textPath.toStdString(), ": cannot be read");
-                seqs = textSequences(tok.encode(reflowText(f.readAll().toStdString())), kSeqLen, kSequences);
-            }
+            const auto seqs = perplexitySequences(model, tok, textPath.toStdString(), kSeqLen, kSequences, /*seed=*/0);
             auto backend = gpu::makeBackend(backendRequest).backend;
-            const auto& meta = last->file.metadata;
-            const std::string method = meta.count("method") ? meta.at("method") : "codebooks";
-            double bpa = std::nan("");
-            if (meta.count("bpa"))
-                bpa = std::atof(meta.at("bpa").c_str());
+            const auto cost = codebookCost(last->file, quantizedLayers(last->file, {}),
+                                           std::int64_t(kSeqLen) * kSequences, model.config().kvDim());
             const double fp32 = perplexity(model, seqs).perplexity();
             const auto hook = codebookHook(last->file, "the trained codebooks", model.config(), {}, *backend);
             const double ppl = perplexity(model, seqs, hook).perplexity();
@@ -376,20 +363,20 @@ void TrainPage::evaluatePerplexity()
                                                      {"seed", 0},
                                                      {"seq_len", kSeqLen},
                                                      {"sequences", kSequences},
-                                                     {"codebook_settings", meta}};
+                                                     {"codebook_settings", last->file.metadata}};
             info.settingsJson = settings.dump();
             WorkerRecording rec(storePath, info, "", job, &m_ctx, {modelPath.toStdString()});
             if (rec) {
                 rec->recordMetrics({{"perplexity", "-", "FP32", -1, -1, "perplexity", fp32},
-                                    {"perplexity", method, "trained codebooks", -1, -1, "perplexity", ppl}});
-                rec->recordSeries(perplexitySeries(method, bpa, ppl, fp32));
+                                    {"perplexity", cost.method, "trained codebooks", -1, -1, "perplexity", ppl}});
+                rec->recordSeries(perplexitySeries(cost.method, cost.bpa, ppl, fp32));
             }
             rec.finish("done", nlohmann::ordered_json{{"fp32_perplexity", fp32}, {"perplexity", ppl}}.dump());
             const QString text =
                 tr("FP32 %1; with these %2 codebooks at %3 BPA %4 (%5%6%); %7 sequences × %8 tokens of %9%10")
                     .arg(fp32, 0, 'f', 3)
-                    .arg(QString::fromStdString(method))
-                    .arg(bpa, 0, 'g', 3)
+                    .arg(QString::fromStdString(cost.method))
+                    .arg(cost.bpa, 0, 'g', 3)
                     .arg(ppl, 0, 'f', 3)
                     .arg(ppl >= fp32 ? "+" : "")
                     .arg(100 * (ppl - fp32) / fp32, 0, 'f', 1)

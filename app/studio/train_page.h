@@ -72,7 +72,6 @@ private:
     QPushButton *m_run, *m_cancel, *m_export, *m_ppl;
     QLineEdit* m_pplText;
     QLabel* m_pplResult;
-    int m_pplJob = 0;
     QProgressBar* m_progress;
     QLabel* m_status;
     views::ChartPanel *m_live, *m_stageChart;
