@@ -41,7 +41,6 @@ public:
         std::memcpy(v.data(), take(std::size_t(n) * 4, what), std::size_t(n) * 4);
         return v;
     }
-    std::size_t left() const { return m_n - m_at; }
 
 private:
     const std::byte* take(std::size_t bytes, const char* what = "the header")
@@ -125,9 +124,8 @@ Llama2cModel Llama2cModel::load(const std::string& path)
     r.skip(std::size_t(c.maxSeq) * std::size_t(c.headDim()) * 4);
     if (!c.sharedClassifier)
         m.m_classifier = r.matrix(c.vocab, c.dim, "the classifier");
-    for (const auto& w : {&m.m_embed})
-        if (!w->allFinite())
-            throwInvalid(path, ": the token embedding holds NaN or Inf");
+    if (!m.m_embed.allFinite())
+        throwInvalid(path, ": the token embedding holds NaN or Inf");
     m.m_invFreq = ropeInvFreq(10000.0, c.headDim());
     return m;
 }

@@ -235,8 +235,7 @@ class AttentionCapture:
                 capture.seen[(lid, "key")] = key.detach()[0].transpose(0, 1)
             fn = base
             if fn is None:
-                import sys as _sys
-                fn = getattr(_sys.modules[type(module).__module__], "eager_attention_forward")
+                fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward")
             return fn(module, query, key, value, attention_mask, **kwargs)
 
         try:

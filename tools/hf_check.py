@@ -97,12 +97,15 @@ def read_dump(d):
     for f in sorted(os.listdir(d)):
         if f.endswith(".safetensors"):
             t, m = read_safetensors(os.path.join(d, f))
+            assert not set(t) & set(tensors), f"tensor in two shards: {set(t) & set(tensors)}"
             tensors.update(t)
             meta = meta or m
     return tensors, meta
 
 
 def rope_numpy(x, positions, inv_freq):
+    """Rotate-half RoPE in float64 over the first 2·len(inv_freq) features (the rest pass through),
+    written independently of the exporter."""
     ang = positions[:, None].astype(np.float64) * inv_freq[None, :].astype(np.float64)
     cos = np.cos(np.concatenate([ang, ang], -1))[:, None, :]
     sin = np.sin(np.concatenate([ang, ang], -1))[:, None, :]

@@ -88,7 +88,7 @@ class CodebookHooks:
                 back = dump_kv.rope_post(reconstruct(rot, kb, torch).reshape(T, kvh, hd).cpu(), -pos, inv)
                 return back.reshape(T, -1).to(k)
 
-            def replace(kind, book, fixer):
+            def replace(kind, fixer):
                 def hook(module, inputs, output):
                     flat = output.reshape(output.shape[0], output.shape[1], -1)
                     rows = flat[0].float()
@@ -104,13 +104,13 @@ class CodebookHooks:
                     return new.to(output.dtype).reshape(output.shape)
                 return hook
             if "qkv" in prods:
-                self.handles.append(prods["qkv"].register_forward_hook(replace("qkv", None, None)))
+                self.handles.append(prods["qkv"].register_forward_hook(replace("qkv", None)))
                 continue
             if kb is not None:
-                self.handles.append(prods["key"].register_forward_hook(replace("key", kb, fix_keys)))
+                self.handles.append(prods["key"].register_forward_hook(replace("key", fix_keys)))
             if vb is not None:
                 self.handles.append(prods["value"].register_forward_hook(
-                    replace("value", vb, lambda v, vb=vb: reconstruct(v, vb, torch))))
+                    replace("value", lambda v, vb=vb: reconstruct(v, vb, torch))))
 
     def remove(self):
         for h in self.handles:

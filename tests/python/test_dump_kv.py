@@ -10,7 +10,6 @@ stand-in with codebooks `gsrq train` made from the stand-in's own dump.
 """
 import json
 import os
-import struct
 import subprocess
 import sys
 import types
@@ -28,42 +27,9 @@ GSRQ = os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsr
 TEXT = ("Once upon a time there was a little cache that wanted to be small. " * 40).strip()
 
 
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        dt = {"F32": np.float32, "I64": np.int64, "F16": np.float16}[e["dtype"]]
-        out[name] = np.frombuffer(data[b:end], dtype=dt).reshape(e["shape"])
-    return out, header.get("__metadata__", {})
-
-
-def read_dump(d):
-    tensors, meta = {}, {}
-    for f in sorted(os.listdir(d)):
-        t, m = read_safetensors(os.path.join(d, f))
-        assert not set(t) & set(tensors), f"tensor in two shards: {set(t) & set(tensors)}"
-        tensors.update(t)
-        meta = meta or m
-    return tensors, meta
-
-
-def rope_numpy(x, positions, inv_freq):
-    """Rotate-half RoPE in float64 over the first 2·len(inv_freq) features (the rest pass through),
-    written independently of the exporter."""
-    ang = positions[:, None].astype(np.float64) * inv_freq[None, :].astype(np.float64)
-    cos = np.cos(np.concatenate([ang, ang], -1))[:, None, :]
-    sin = np.sin(np.concatenate([ang, ang], -1))[:, None, :]
-    r = 2 * len(inv_freq)
-    xr = x[..., :r]
-    h = r // 2
-    rot = np.concatenate([-xr[..., h:], xr[..., :h]], -1)
-    return np.concatenate([xr * cos + rot * sin, x[..., r:]], -1)
+# The dump reader and the float64 RoPE of tools/hf_check.py: both independent of the exporter.
+read_dump = hf_check.read_dump
+rope_numpy = hf_check.rope_numpy
 
 
 def summed_loss(model, ids, layer, token, feature, delta):
