@@ -19,6 +19,14 @@
 
 namespace gsrq::views {
 
+QList<QPointF> histogramPoints(const Histogram& h)
+{
+    QList<QPointF> out;
+    for (std::size_t b = 0; b < h.centres.size(); ++b)
+        out << QPointF(h.centres[b], double(h.counts[b]));
+    return out;
+}
+
 ChartPanel::ChartPanel(const QString& title, const QString& xTitle, const QString& yTitle, QWidget* parent)
     : QWidget(parent), m_xTitle(xTitle), m_yTitle(yTitle)
 {

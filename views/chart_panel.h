@@ -5,6 +5,8 @@
 // significant digits, a hint while empty, legend markers that toggle series (full names in their
 // tooltips), and export to PNG, SVG and CSV. GUI thread only.
 
+#include "stats.h"
+
 #include <QChartView>
 #include <QHash>
 #include <QList>
@@ -19,6 +21,9 @@ class QLogValueAxis;
 class QAbstractAxis;
 
 namespace gsrq::views {
+
+// A histogram's bins as points (bin centre, count), for a chart.
+QList<QPointF> histogramPoints(const Histogram& h);
 
 class ChartPanel : public QWidget {
     Q_OBJECT

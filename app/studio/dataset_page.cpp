@@ -136,9 +136,8 @@ void DatasetPage::computeStats(const QString& tensor)
         }
         const TensorStats st = tensorStats(toMatrix(t.view));
         const Histogram h = histogram(st.rowNorms, 60);
-        QList<QPointF> hist, rms;
-        for (std::size_t b = 0; b < h.centres.size(); ++b)
-            hist << QPointF(h.centres[b], double(h.counts[b]));
+        const QList<QPointF> hist = views::histogramPoints(h);
+        QList<QPointF> rms;
         for (std::size_t c = 0; c < st.channelRms.size(); ++c)
             rms << QPointF(double(c), st.channelRms[c]);
         const QString text = tr("%1: %2 rows × %3 features, %4 rows with NaN/Inf; ‖x‖ from %5 to %6, mean %7")

@@ -17,18 +17,6 @@
 
 namespace gsrq::studio {
 
-namespace {
-
-QList<QPointF> points(const Histogram& h)
-{
-    QList<QPointF> out;
-    for (std::size_t b = 0; b < h.centres.size(); ++b)
-        out << QPointF(h.centres[b], double(h.counts[b]));
-    return out;
-}
-
-} // namespace
-
 WeightsPage::WeightsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx)
 {
     m_layer = new QComboBox(this);
@@ -116,7 +104,7 @@ void WeightsPage::load()
             m_norms = norms;
             m_raw->clear();
             for (const auto& [label, n] : m_norms)
-                m_raw->setSeries(label, points(histogram(n, 50)));
+                m_raw->setSeries(label, views::histogramPoints(histogram(n, 50)));
             m_raw->flush();
             redrawTransformed();
             emit normsReady();
@@ -134,7 +122,8 @@ void WeightsPage::redrawTransformed()
         WeightSummary sum;
         const Eigen::VectorXd w = weightsFromNorms(Eigen::Map<const Eigen::VectorXd>(n.data(), Eigen::Index(n.size())),
                                                    WeightMode::GradLog, t, &sum);
-        m_log->setSeries(label, points(histogram(std::vector<double>(w.data(), w.data() + w.size()), 50)));
+        m_log->setSeries(label,
+                         views::histogramPoints(histogram(std::vector<double>(w.data(), w.data() + w.size()), 50)));
         lines << tr("%1: raw max/median %2, weights max/median %3")
                      .arg(label)
                      .arg(sum.rawMedian > 0 ? sum.rawMax / sum.rawMedian : 0.0, 0, 'f', 1)
