@@ -1,11 +1,14 @@
 #include "kv_dump.h"
 
 #include "error.h"
+#include "mapped_file.h"
 #include "npy.h"
 #include "safetensors.h"
 
 #include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -41,6 +44,66 @@ std::string lowerExt(const fs::path& p)
     return e;
 }
 
+// Hugging Face's index of a sharded checkpoint, model.safetensors.index.json:
+//   {"metadata": {...}, "weight_map": {"tensor name": "shard file name", ...}}
+struct ShardIndex {
+    std::map<std::string, std::string> weightMap;
+    std::set<std::string> shards;
+    std::map<std::string, std::string> metadata; // scalars only, as text
+};
+
+ShardIndex readShardIndex(const std::string& path)
+{
+    // Indexes of the largest models are a few MB; beyond this it is not an index.
+    constexpr std::size_t kMaxIndexBytes = 64u << 20;
+    const auto file = MappedFile::open(path);
+    if (file->size() > kMaxIndexBytes)
+        throwInvalid(path, ": shard index of ", file->size(), " bytes is implausible (limit ", kMaxIndexBytes, ")");
+    nlohmann::json j;
+    try {
+        const auto* begin = reinterpret_cast<const char*>(file->data());
+        j = nlohmann::json::parse(begin, begin + file->size());
+    } catch (const nlohmann::json::exception& e) {
+        throwInvalid(path, ": shard index is not valid JSON: ", e.what());
+    }
+    if (!j.is_object())
+        throwInvalid(path, ": shard index is not a JSON object");
+    const auto wm = j.find("weight_map");
+    if (wm == j.end() || !wm->is_object())
+        throwInvalid(path, ": shard index lacks the object 'weight_map'");
+    if (wm->empty())
+        throwInvalid(path, ": shard index maps no tensors");
+    ShardIndex out;
+    for (auto it = wm->begin(); it != wm->end(); ++it) {
+        if (!it.value().is_string())
+            throwInvalid(path, ": weight_map['", it.key(), "'] is not a file name");
+        const auto shard = it.value().get<std::string>();
+        // A shard is a file beside the index: no directories, no way out of the dump.
+        if (shard.find('/') != std::string::npos || shard.find('\0') != std::string::npos ||
+            !shard.ends_with(".safetensors") || shard.size() == std::string(".safetensors").size())
+            throwInvalid(path, ": weight_map['", it.key(), "'] = '", shard,
+                         "' is not a .safetensors file name in the index's directory");
+        out.weightMap[it.key()] = shard;
+        out.shards.insert(shard);
+    }
+    if (const auto md = j.find("metadata"); md != j.end()) {
+        if (!md->is_object())
+            throwInvalid(path, ": shard index 'metadata' is not a JSON object");
+        for (auto it = md->begin(); it != md->end(); ++it)
+            if (it.value().is_string())
+                out.metadata[it.key()] = it.value().get<std::string>();
+            else if (it.value().is_primitive())
+                out.metadata[it.key()] = it.value().dump();
+    }
+    for (const auto& s : out.shards) {
+        std::error_code ec;
+        const auto p = fs::path(path).parent_path() / s;
+        if (!fs::is_regular_file(p, ec))
+            throwInvalid(path, ": names the shard ", s, ", which is not in ", fs::path(path).parent_path().string());
+    }
+    return out;
+}
+
 } // namespace
 
 KvName parseKvName(const std::string& name)
@@ -50,7 +113,11 @@ KvName parseKvName(const std::string& name)
     KvName n;
     if (!std::regex_match(name, m, kName))
         return n;
-    n.layer = std::stoi(m[1].str());
+    // A layer number past int's range is no layer: the name is some other tensor's.
+    const auto digits = m[1].str();
+    if (digits.size() > 9)
+        return n;
+    n.layer = std::stoi(digits);
     const std::string k = m[2].str();
     n.kind = k == "key"        ? KvKind::Key
              : k == "value"    ? KvKind::Value
@@ -113,16 +180,34 @@ KvDump KvDump::open(const std::string& path)
         throwInvalid(path, ": no such file or directory");
 
     if (fs::is_directory(path, ec)) {
-        std::vector<fs::path> shards;
-        for (const auto& e : fs::directory_iterator(path, ec))
-            if (e.is_regular_file() && lowerExt(e.path()) == ".safetensors")
+        std::vector<fs::path> shards, indexes;
+        for (const auto& e : fs::directory_iterator(path, ec)) {
+            const std::string name = e.path().filename().string();
+            if (!e.is_regular_file())
+                continue;
+            if (name.ends_with(".safetensors.index.json"))
+                indexes.push_back(e.path());
+            else if (lowerExt(e.path()) == ".safetensors")
                 shards.push_back(e.path());
+        }
         if (ec)
             throwInvalid(path, ": cannot list directory: ", ec.message());
+        if (indexes.size() > 1)
+            throwInvalid(path, ": directory holds more than one shard index (", indexes[0].filename().string(), ", ",
+                         indexes[1].filename().string(), ")");
+        std::optional<ShardIndex> index;
+        if (!indexes.empty()) {
+            index = readShardIndex(indexes[0].string());
+            shards.clear();
+            for (const auto& s : index->shards)
+                shards.push_back(fs::path(path) / s);
+        }
         if (shards.empty())
             throwInvalid(path, ": directory holds no .safetensors shards");
         std::sort(shards.begin(), shards.end());
         d.m_format = "safetensors-dir";
+        if (index)
+            d.m_metadata = index->metadata;
         for (const auto& s : shards) {
             auto f = readSafetensors(s.string());
             d.m_files.push_back(f.path);
@@ -131,9 +216,23 @@ KvDump KvDump::open(const std::string& path)
                 if (it == d.m_metadata.end())
                     d.m_metadata[k] = v;
             }
-            for (auto& t : f.tensors)
+            for (auto& t : f.tensors) {
+                if (index) {
+                    const auto it = index->weightMap.find(t.name);
+                    const std::string shard = s.filename().string();
+                    if (it == index->weightMap.end())
+                        throwInvalid(t.where(), ": not listed in the index ", indexes[0].string());
+                    if (it->second != shard)
+                        throwInvalid(t.where(), ": the index ", indexes[0].string(), " places it in ", it->second);
+                }
                 d.add(std::move(t));
+            }
         }
+        if (index)
+            for (const auto& [tensor, shard] : index->weightMap)
+                if (!d.find(tensor))
+                    throwInvalid(indexes[0].string(), ": maps tensor '", tensor, "' to ", shard,
+                                 ", which does not hold it");
     } else if (lowerExt(path) == ".npy") {
         d.m_format = "npy";
         d.m_files.push_back(path);

@@ -1,7 +1,9 @@
 #pragma once
 // A KV dump: the tensors of one model run, opened from
 //   - a safetensors file,
-//   - a directory of safetensors shards (names merged, duplicates refused), or
+//   - a directory of safetensors shards (names merged, duplicates refused); where it holds an index
+//     (*.safetensors.index.json, as Hugging Face shards checkpoints), the shards it names, each
+//     holding exactly the tensors its weight_map places there, or
 //   - a plain .npy array (one tensor, named after the file's stem).
 // Recognised names: layers.{L}.{key|value|query|key_grad|value_grad}, shape [tokens, heads, head_dim]
 // or [tokens, features]; optional positions, sequence_ids [tokens] and rope.inv_freq [head_dim/2].

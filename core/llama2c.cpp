@@ -198,6 +198,8 @@ MatrixRF Llama2cModel::forward(std::span<const std::int32_t> tokens, Cache& cach
 
 Llama2cTokenizer Llama2cTokenizer::load(const std::string& path, int vocab)
 {
+    if (vocab < 3)
+        throwInvalid(path, ": a vocabulary of ", vocab, " tokens has no room for <unk>, <s> and </s>");
     const auto file = MappedFile::open(path);
     const auto* p = reinterpret_cast<const unsigned char*>(file->data());
     const std::size_t n = file->size();
@@ -258,8 +260,9 @@ std::vector<std::int32_t> Llama2cTokenizer::encode(const std::string& text) cons
         if (const auto id = lookup(ch); id >= 0) {
             ids.push_back(id);
         } else {
+            // Byte fallback: <0x00>..<0xFF> are ids 3..258; a vocabulary without them gives <unk>.
             for (unsigned char b : ch)
-                ids.push_back(3 + std::int32_t(b));
+                ids.push_back(3 + int(b) < size() ? 3 + std::int32_t(b) : 0);
         }
         i += len;
     }

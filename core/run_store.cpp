@@ -224,6 +224,14 @@ RunStore::RunStore(const std::string& path) : m_db(path, openFlags(path))
     if (version > kRunStoreSchemaVersion)
         throwInvalid("run store ", path, ": schema version ", version, " is newer than this gsrq understands (",
                      kRunStoreSchemaVersion, "); it was left unchanged. Use a newer gsrq, or --db for another file");
+    // A store the OS lets us read but not write (permissions, a read-only mount) can be browsed as
+    // it is; recording into it fails with SQLite's "readonly" error, reported as bad input.
+    if (sqlite3_db_readonly(m_db.handle(), "main") == 1) {
+        if (version != kRunStoreSchemaVersion)
+            throwInvalid("run store ", path, ": is read-only and of schema version ", version, "; this gsrq needs ",
+                         kRunStoreSchemaVersion, " and would upgrade it, but may not write it");
+        return;
+    }
     // Switching to WAL takes an exclusive lock and SQLite does not wait for it through the busy
     // handler, so a second process opening a new store at the same moment retries here.
     for (int attempt = 0;; ++attempt) {
@@ -232,7 +240,9 @@ RunStore::RunStore(const std::string& path) : m_db(path, openFlags(path))
             wal.step();
             break;
         } catch (const Error&) {
-            if (attempt >= 500)
+            // Only a lock held elsewhere is worth waiting for; a damaged file stays damaged.
+            const int rc = sqlite3_errcode(m_db.handle()) & 0xff;
+            if (attempt >= 500 || (rc != SQLITE_BUSY && rc != SQLITE_LOCKED))
                 throw;
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }

@@ -25,11 +25,18 @@ Db::~Db()
 void Db::fail(int rc, std::string_view what) const
 {
     const int primary = rc & 0xff;
-    const std::string msg = cat("run store ", m_path, ": ", what, ": ", sqlite3_errmsg(m_db));
-    // A file that is not a database, or one we may not write, is bad input; the rest is a
-    // failure at run time (a full disk, an I/O error).
-    if (primary == SQLITE_NOTADB || primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY ||
-        primary == SQLITE_PERM || primary == SQLITE_AUTH)
+    std::string msg = cat("run store ", m_path, ": ", what, ": ", sqlite3_errmsg(m_db));
+    if (primary == SQLITE_READONLY)
+        msg += " (the file or its directory may not be written; --db picks another store, --no-db records nothing)";
+    else if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED)
+        msg += " (another process held the store's lock past the busy timeout; try again when it is done, or "
+               "--db picks another store)";
+    // A file that is not a database (or a damaged one), one we may not write, or one another process
+    // keeps locked is a problem of the store the user named (exit code 2); the rest is a failure at
+    // run time (a full disk, an I/O error).
+    if (primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT || primary == SQLITE_CANTOPEN ||
+        primary == SQLITE_READONLY || primary == SQLITE_PERM || primary == SQLITE_AUTH || primary == SQLITE_BUSY ||
+        primary == SQLITE_LOCKED)
         throw Error(ErrorKind::InvalidInput, msg);
     throw Error(ErrorKind::Runtime, msg);
 }

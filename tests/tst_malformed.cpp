@@ -10,6 +10,7 @@
 
 #include <QtTest>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -242,8 +243,15 @@ void TestMalformed::eachIsAClearError()
     const Case c = corpus()[std::size_t(index)];
     QTemporaryDir dir;
     const std::string path = test::pathIn(dir, *c.file ? c.file : "absent.safetensors");
-    if (*c.file)
+    if (*c.file) {
         std::ofstream(path, std::ios::binary) << c.bytes;
+        // fuzz/make_seeds.py collects the corpus as the fuzz targets' seeds.
+        if (const char* seeds = std::getenv("GSRQ_SEED_DIR"))
+            std::ofstream(std::filesystem::path(seeds) /
+                              (std::string("malformed-") + std::to_string(index) + "-" + c.file),
+                          std::ios::binary)
+                << c.bytes;
+    }
     try {
         (c.action ? c.action : openAndLoad)(path);
         QFAIL("no error raised");

@@ -28,6 +28,8 @@ private slots:
     void dataSectionIsAligned();
     void kvNamesRecognised();
     void shardDirectoryMerges();
+    void shardIndexNamesTheShards_data();
+    void shardIndexNamesTheShards();
     void integerTensors();
     void nonFiniteRowsCountedAndDropped();
     void bundledSampleMatchesRealData();
@@ -188,6 +190,60 @@ void TestReaders::shardDirectoryMerges()
         QFAIL("a tensor in two shards must be refused");
     } catch (const Error& e) {
         QVERIFY2(std::string(e.what()).find("appears twice") != std::string::npos, e.what());
+    }
+}
+
+void TestReaders::shardIndexNamesTheShards_data()
+{
+    QTest::addColumn<QString>("index");
+    QTest::addColumn<QString>("expect"); // empty: opens; else a phrase of the error
+    const QString map = R"("layers.0.key":"a.safetensors","layers.1.key":"b.safetensors")";
+    QTest::newRow("valid") << QString(R"({"metadata":{"total_size":128},"weight_map":{%1}})").arg(map) << "";
+    QTest::newRow("not JSON") << "{\"weight_map\":"
+                              << "not valid JSON";
+    QTest::newRow("no weight_map") << R"({"metadata":{}})"
+                                   << "weight_map";
+    QTest::newRow("shard missing")
+        << R"({"weight_map":{"layers.0.key":"a.safetensors","layers.1.key":"c.safetensors"}})"
+        << "c.safetensors";
+    QTest::newRow("shard outside the directory")
+        << R"({"weight_map":{"layers.0.key":"a.safetensors","layers.1.key":"../b.safetensors"}})"
+        << "not a .safetensors file name";
+    QTest::newRow("tensor in another shard")
+        << R"({"weight_map":{"layers.0.key":"b.safetensors","layers.1.key":"a.safetensors"}})"
+        << "places it in";
+    QTest::newRow("tensor not listed") << R"({"weight_map":{"layers.1.key":"old.safetensors"}})"
+                                       << "not listed in the index";
+    QTest::newRow("tensor listed, absent")
+        << QString(R"({"weight_map":{%1,"layers.2.key":"a.safetensors"}})").arg(map) << "does not hold it";
+}
+
+// A Hugging Face style index picks the shards and must agree with them; a stray shard beside it
+// (old.safetensors) is not read.
+void TestReaders::shardIndexNamesTheShards()
+{
+    QFETCH(QString, index);
+    QFETCH(QString, expect);
+    QTemporaryDir dir;
+    writeSafetensors(test::pathIn(dir, "a.safetensors"),
+                     {makeFloatBlob("layers.0.key", test::randomRows(4, 4, 1), DType::F32)});
+    writeSafetensors(test::pathIn(dir, "b.safetensors"),
+                     {makeFloatBlob("layers.1.key", test::randomRows(4, 4, 2), DType::F32)});
+    writeSafetensors(test::pathIn(dir, "old.safetensors"),
+                     {makeFloatBlob("layers.0.key", test::randomRows(4, 4, 3), DType::F32)});
+    std::ofstream(test::pathIn(dir, "model.safetensors.index.json")) << index.toStdString();
+    try {
+        const auto d = KvDump::open(dir.path().toStdString());
+        QVERIFY2(expect.isEmpty(), "an inconsistent index must be refused");
+        QCOMPARE(d.files().size(), size_t(2));
+        QCOMPARE(d.tensors().size(), size_t(2));
+        QCOMPARE(d.metadata().at("total_size"), std::string("128"));
+        // layers.0.key is a.safetensors' rows (seed 1), not the stray shard's (seed 3).
+        QCOMPARE(loadForClustering(*d.find("layers.0.key"), false).rows, test::randomRows(4, 4, 1));
+    } catch (const Error& e) {
+        QVERIFY2(!expect.isEmpty(), e.what());
+        QCOMPARE(e.kind(), ErrorKind::InvalidInput);
+        QVERIFY2(std::string(e.what()).find(expect.toStdString()) != std::string::npos, e.what());
     }
 }
 

@@ -8,6 +8,7 @@
 #include "sha256.h"
 #include "test_util.h"
 
+#include <QElapsedTimer>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -18,6 +19,7 @@
 #include <fstream>
 #include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
 using namespace gsrq;
 
@@ -63,6 +65,8 @@ private slots:
     void sigkillMidRunLeavesInterruptedAndIntact();
     void twoWritersLoseNothing();
     void fullDiskFailsCleanly();
+    void readOnlyStoreBrowsedNotWritten();
+    void lockedStoreRefusedAfterBusyTimeout();
     void cliBrowsesTheStore();
     void ctrlCRecordsCancelled();
 
@@ -351,6 +355,15 @@ void TestRunStore::fullDiskFailsCleanly()
     // The shell caps the size of any file gsrq writes (ulimit -f, in KiB) and ignores SIGXFSZ, so
     // writes past the cap fail as on a full disk.
     const auto db = QString::fromStdString(test::pathIn(m_dir, "full.db"));
+    {
+        // An earlier run, recorded before the disk fills: it must survive whole.
+        QProcess first;
+        first.start(QStringLiteral(GSRQ_CLI_PATH),
+                    {"--db", db, "compare", m_data, "--dim", "32", "--k", "8", "--iters", "3", "-q"});
+        QVERIFY(first.waitForFinished(120000) && first.exitCode() == 0);
+    }
+    const auto earlierIterations = count(db.toStdString(), "iterations", 1);
+    QVERIFY(earlierIterations > 0);
     QProcess p;
     p.start("sh", {"-c", QString("ulimit -f 160; trap '' XFSZ; exec '%1' --db '%2' train '%3' --dim 8 --stages 64 "
                                  "--k 64 --iters 100 -q --attention-queries 0")
@@ -361,9 +374,84 @@ void TestRunStore::fullDiskFailsCleanly()
     QVERIFY2(p.readAllStandardError().contains("run store"), "the message names the run store");
     RunStore store(db.toStdString()); // still readable and consistent
     QVERIFY(store.integrityOk());
-    const auto runs = store.listRuns();
-    QCOMPARE(runs.size(), size_t(1));
+    const auto runs = store.listRuns(); // newest first
+    QCOMPARE(runs.size(), size_t(2));
     QVERIFY(runs[0].status == "failed" || runs[0].status == "interrupted");
+    QCOMPARE(runs[1].status, std::string("done"));
+    QCOMPARE(count(db.toStdString(), "iterations", runs[1].id), earlierIterations);
+}
+
+namespace {
+
+// Runs gsrq as a user the permission bits bind. Root passes them (CAP_DAC_OVERRIDE), so as root
+// the child runs without that capability (setpriv, util-linux); nothing else changes.
+QStringList withoutRootOverride(const QStringList& args)
+{
+    if (geteuid() != 0)
+        return QStringList{QStringLiteral(GSRQ_CLI_PATH)} + args;
+    return QStringList{"setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search", "--",
+                       QStringLiteral(GSRQ_CLI_PATH)} +
+           args;
+}
+
+} // namespace
+
+void TestRunStore::readOnlyStoreBrowsedNotWritten()
+{
+    const auto db = test::pathIn(m_dir, "readonly/runs.db");
+    const auto qdb = QString::fromStdString(db);
+    QProcess first;
+    first.start(QStringLiteral(GSRQ_CLI_PATH),
+                {"--db", qdb, "compare", m_data, "--dim", "32", "--k", "8", "--iters", "2", "-q"});
+    QVERIFY(first.waitForFinished(120000) && first.exitCode() == 0);
+    // The store file read-only (its directory stays writable: SQLite keeps its shared-memory index
+    // of the write-ahead log beside it even to read).
+    QVERIFY(!std::filesystem::exists(db + "-wal")); // the last writer folded its log into the file
+    std::filesystem::permissions(db, std::filesystem::perms(0444));
+    const auto before = fileHash(db);
+    auto gsrq = [&](const QStringList& args) {
+        const auto cmd = withoutRootOverride(QStringList{"--db", qdb} + args);
+        QProcess p;
+        p.start(cmd.first(), cmd.mid(1));
+        p.waitForFinished(120000);
+        return std::make_tuple(p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()),
+                               QString::fromUtf8(p.readAllStandardError()));
+    };
+    const auto [listCode, listOut, listErr] = gsrq({"runs", "list"});
+    const auto [runCode, runOut, runErr] = gsrq({"compare", m_data, "--dim", "32", "--k", "8", "--iters", "2", "-q"});
+    std::filesystem::permissions(db, std::filesystem::perms(0644));
+    QVERIFY2(listCode == 0, qPrintable(listErr)); // browsing needs no write
+    QVERIFY2(listOut.contains("compare"), qPrintable(listOut));
+    QCOMPARE(runCode, 2); // the store the user named is unusable: bad input
+    QVERIFY2(runErr.contains(qdb) && runErr.contains("--no-db"), qPrintable(runErr));
+    QCOMPARE(fileHash(db), before); // untouched
+}
+
+void TestRunStore::lockedStoreRefusedAfterBusyTimeout()
+{
+    const auto db = test::pathIn(m_dir, "locked.db");
+    const auto qdb = QString::fromStdString(db);
+    RunStore store(db);
+    RunInfo info;
+    info.kind = "compare";
+    const auto earlier = store.beginRun(info);
+    store.finishRun(earlier, "done", "{}", "");
+    // Another process's writer holds the lock for longer than gsrq waits (its busy timeout, 10 s).
+    sql::Db holder(db, SQLITE_OPEN_READWRITE);
+    holder.exec("BEGIN IMMEDIATE");
+    QElapsedTimer t;
+    t.start();
+    QProcess p;
+    p.start(QStringLiteral(GSRQ_CLI_PATH),
+            {"--db", qdb, "compare", m_data, "--dim", "32", "--k", "8", "--iters", "2", "-q"});
+    QVERIFY(p.waitForFinished(120000));
+    const auto err = QString::fromUtf8(p.readAllStandardError());
+    QCOMPARE(p.exitCode(), 2);
+    QVERIFY2(err.contains(qdb) && err.contains("lock"), qPrintable(err));
+    QVERIFY2(t.elapsed() >= 9000, "gsrq waits out the busy timeout before giving up"); // 10 s, less scheduling slack
+    holder.exec("ROLLBACK");
+    QVERIFY(store.integrityOk());
+    QCOMPARE(store.listRuns().size(), size_t(1)); // nothing half-recorded, the earlier run kept
 }
 
 void TestRunStore::cliBrowsesTheStore()

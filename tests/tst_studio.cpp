@@ -26,6 +26,7 @@
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QLineEdit>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QSettings>
@@ -63,6 +64,7 @@ private slots:
     void perplexityOfTrainedCodebooks();
     void cancelMidTraining();
     void runsPageListsAndOverlays();
+    void unusableStoreIsADialog();
     void chartsExportPngSvgCsv();
     void badSettingIsAMessage();
     void screenshotModeRendersAPage();
@@ -381,6 +383,41 @@ void TestStudio::cancelMidTraining()
         }(),
         qPrintable(QString::fromStdString(seen) + " / last message: " + m_window->lastMessage()), 20000);
     QVERIFY(m_window->openDump(kSample));
+}
+
+// A store that is not SQLite: the Runs page says so in one dialog naming the file (however often it
+// is refreshed), the file is left as it was, and a good store afterwards lists runs again.
+void TestStudio::unusableStoreIsADialog()
+{
+    const QString bad = QDir(QStandardPaths::writableLocation(QStandardPaths::TempLocation))
+                            .filePath(QString("gsrq-not-a-store-%1.db").arg(QCoreApplication::applicationPid()));
+    {
+        QFile f(bad);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("these are notes, not a run store\n");
+    }
+    auto& ctx = m_window->context();
+    const QString good = ctx.storePath();
+    auto* page = m_window->runsPage();
+    page->refresh();
+    const int runs = page->model()->rowCount();
+    ctx.setStorePath(bad);
+    page->refresh();
+    page->refresh();
+    const auto dialogs = m_window->findChildren<QMessageBox*>("storeErrorDialog");
+    QCOMPARE(dialogs.size(), 1);
+    QVERIFY(dialogs[0]->isVisible());
+    QVERIFY2(dialogs[0]->informativeText().contains(bad), qPrintable(dialogs[0]->informativeText()));
+    QCOMPARE(page->model()->rowCount(), 0);
+    dialogs[0]->close();
+    QFile f(bad);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QCOMPARE(f.readAll(), QByteArray("these are notes, not a run store\n"));
+    f.remove();
+    ctx.setStorePath(good);
+    page->refresh();
+    QCOMPARE(page->model()->rowCount(), runs);
+    QTRY_COMPARE(m_window->findChildren<QMessageBox*>("storeErrorDialog").size(), 0); // closed, none new
 }
 
 void TestStudio::runsPageListsAndOverlays()

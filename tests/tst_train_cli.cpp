@@ -4,10 +4,13 @@
 #include "safetensors.h"
 #include "test_util.h"
 
+#include <QElapsedTimer>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QRandomGenerator>
+#include <QThread>
 #include <QtTest>
 
 #include <filesystem>
@@ -45,6 +48,7 @@ private slots:
     void badInputs_data();
     void badInputs();
     void existingOutputKept();
+    void killedTrainLeavesOldOrNewFile();
 
 private:
     QTemporaryDir m_dir;
@@ -215,6 +219,69 @@ void TestTrainCli::existingOutputKept()
     QCOMPARE(r.code, 2);
     QVERIFY(r.err.contains("--force"));
     QCOMPARE(std::filesystem::last_write_time(out.toStdString()), before);
+}
+
+// SIGKILL at random moments of `gsrq train --out --force` over an existing file: each time the file
+// is the old one or the new one, byte for byte, never a mix or a truncation (temporary + rename).
+void TestTrainCli::killedTrainLeavesOldOrNewFile()
+{
+    auto args = [&](const QString& out, int seed) {
+        return QStringList{"--no-db",
+                           "train",
+                           kSample,
+                           "--layers",
+                           "0",
+                           "--dim",
+                           "8",
+                           "--stages",
+                           "2",
+                           "--k",
+                           "16",
+                           "-q",
+                           "--with-codes",
+                           "--attention-queries",
+                           "0",
+                           "--seed",
+                           QString::number(seed),
+                           "--force",
+                           "--out",
+                           out};
+    };
+    auto bytes = [](const QString& path) {
+        QFile f(path);
+        return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+    };
+    const QString oldRef = m_dir.filePath("kill-old.safetensors"), newRef = m_dir.filePath("kill-new.safetensors");
+    QCOMPARE(gsrqRun(args(oldRef, 1)).code, 0);
+    QElapsedTimer clock;
+    clock.start();
+    QCOMPARE(gsrqRun(args(newRef, 2)).code, 0);
+    const qint64 fullRunMs = std::max<qint64>(clock.elapsed(), 50);
+    const QByteArray oldBytes = bytes(oldRef), newBytes = bytes(newRef);
+    QVERIFY(!oldBytes.isEmpty() && oldBytes != newBytes); // the seeds give different codebooks
+
+    const QString out = m_dir.filePath("kill.safetensors");
+    QRandomGenerator rng(20261123);
+    int sawNew = 0;
+    for (int i = 0; i < 20; ++i) {
+        QFile::remove(out);
+        QVERIFY(QFile::copy(oldRef, out));
+        QProcess p;
+        p.start(QStringLiteral(GSRQ_CLI_PATH), args(out, 2));
+        QVERIFY(p.waitForStarted());
+        // From the first tenth of a run to a little past its end: most kills land while training,
+        // the later ones around the write itself.
+        QThread::msleep(std::uint64_t(fullRunMs / 10 + rng.bounded(fullRunMs)));
+        p.kill();
+        p.waitForFinished(30000);
+        const QByteArray now = bytes(out);
+        QVERIFY2(now == oldBytes || now == newBytes,
+                 qPrintable(QString("kill %1 left a file of %2 bytes that is neither the old nor the new one")
+                                .arg(i)
+                                .arg(now.size())));
+        sawNew += now == newBytes;
+    }
+    qInfo("%d of 20 kills came after the new file was in place", sawNew);
 }
 
 QTEST_GUILESS_MAIN(TestTrainCli)

@@ -120,6 +120,19 @@ def write_safetensors(path, entries, metadata):
         sizes.append(n)
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)  # 8-byte aligned data section
+    # Written beside `path` and renamed into place: an interrupted export leaves no half file.
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        _write_safetensors_body(tmp, blob, entries, sizes)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return offset + 8 + len(blob)
+
+
+def _write_safetensors_body(path, blob, entries, sizes):
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(blob)))
         f.write(blob)
@@ -131,7 +144,6 @@ def write_safetensors(path, entries, metadata):
                 f.write(src)
         f.flush()
         os.fsync(f.fileno())
-    return offset + 8 + len(blob)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 #   tools/setup.sh --bench   also the benchmark-only ones (FAISS with OpenBLAS)
 #   tools/setup.sh --python  also Debian's PyTorch, so the KV dump exporter's tests run on a small
 #                            Llama-style model (transformers is not packaged in Debian 12)
+#   tools/setup.sh --fuzz    also clang with libFuzzer and its OpenMP runtime (tools/fuzz.sh)
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
@@ -13,7 +14,8 @@ for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-faiss libopenblas0-pthread) ;;
     --python) pkgs+=(python3-torch) ;;
-    *) echo "setup: unknown option $arg (--bench, --python)" >&2; exit 2 ;;
+    --fuzz) pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev) ;;
+    *) echo "setup: unknown option $arg (--bench, --python, --fuzz)" >&2; exit 2 ;;
   esac
 done
 

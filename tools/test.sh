@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole test suite.
+# Installs what is missing, builds, and runs the whole test suite; then the CPU suites again under
+# AddressSanitizer + UndefinedBehaviorSanitizer, and every reader fuzzed for 30 seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh --python  # PyTorch too: the KV dump exporter's tests run, not skip
+# PyTorch too: the KV dump exporter's tests run, not skip; clang for the fuzz targets.
+bash tools/setup.sh --python --fuzz
 bash tools/build.sh
 ctest --test-dir build --output-on-failure -j "${GSRQ_JOBS:-2}"
+bash tools/sanitize.sh asan
+bash tools/fuzz.sh "${GSRQ_FUZZ_SECONDS:-30}"

@@ -8,7 +8,9 @@
 #include <QLegendMarker>
 #include <QLineSeries>
 #include <QLogValueAxis>
+#include <QMessageBox>
 #include <QPainter>
+#include <QSaveFile>
 #include <QSvgGenerator>
 #include <QTextStream>
 #include <QToolButton>
@@ -329,17 +331,23 @@ QList<QPointF> ChartPanel::points(const QString& name) const
     return s ? s->points() : QList<QPointF>();
 }
 
+// Each export writes a temporary file beside `path` and renames it into place (QSaveFile): a
+// crash or a full disk leaves the previous file, never half of one.
 bool ChartPanel::exportPng(const QString& path)
 {
     flush();
-    return m_view->grab().save(path, "PNG");
+    QSaveFile f(path);
+    return f.open(QIODevice::WriteOnly) && m_view->grab().save(&f, "PNG") && f.commit();
 }
 
 bool ChartPanel::exportSvg(const QString& path)
 {
     flush();
+    QSaveFile f(path);
+    if (!f.open(QIODevice::WriteOnly))
+        return false;
     QSvgGenerator gen;
-    gen.setFileName(path);
+    gen.setOutputDevice(&f);
     gen.setSize(m_view->size());
     gen.setViewBox(QRect(QPoint(0, 0), m_view->size()));
     gen.setTitle(m_view->chart()->title());
@@ -347,13 +355,13 @@ bool ChartPanel::exportSvg(const QString& path)
     if (!painter.begin(&gen))
         return false;
     m_view->render(&painter);
-    return painter.end();
+    return painter.end() && f.commit();
 }
 
 bool ChartPanel::exportCsv(const QString& path)
 {
-    QFile f(path);
-    if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate | QIODevice::Text))
+    QSaveFile f(path);
+    if (!f.open(QIODevice::WriteOnly | QIODevice::Text))
         return false;
     QTextStream out(&f);
     out << "series,x,y\n";
@@ -361,7 +369,8 @@ bool ChartPanel::exportCsv(const QString& path)
         for (const auto& p : m_data.value(name))
             out << '"' << QString(name).replace('"', "\"\"") << "\"," << QString::number(p.x(), 'g', 12) << ','
                 << QString::number(p.y(), 'g', 12) << '\n';
-    return f.error() == QFile::NoError;
+    out.flush();
+    return out.status() == QTextStream::Ok && f.commit();
 }
 
 void ChartPanel::onExport()
@@ -370,12 +379,21 @@ void ChartPanel::onExport()
                                                       tr("PNG image (*.png);;SVG drawing (*.svg);;CSV data (*.csv)"));
     if (path.isEmpty())
         return;
-    if (path.endsWith(".svg", Qt::CaseInsensitive))
-        exportSvg(path);
-    else if (path.endsWith(".csv", Qt::CaseInsensitive))
-        exportCsv(path);
-    else
-        exportPng(path.endsWith(".png", Qt::CaseInsensitive) ? path : path + ".png");
+    bool ok = false;
+    QString written = path;
+    if (path.endsWith(".svg", Qt::CaseInsensitive)) {
+        ok = exportSvg(path);
+    } else if (path.endsWith(".csv", Qt::CaseInsensitive)) {
+        ok = exportCsv(path);
+    } else {
+        written = path.endsWith(".png", Qt::CaseInsensitive) ? path : path + ".png";
+        ok = exportPng(written);
+    }
+    if (!ok)
+        QMessageBox::warning(this, tr("Export chart"),
+                             tr("Could not write %1 (is the folder writable, the disk full?). "
+                                "Any earlier file of that name is unchanged.")
+                                 .arg(written));
 }
 
 } // namespace gsrq::views

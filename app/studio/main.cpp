@@ -18,6 +18,7 @@
 #include <QEventLoop>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QSaveFile>
 #include <QTimer>
 
 #include <cstdio>
@@ -141,7 +142,8 @@ int main(int argc, char** argv)
     QEventLoop settle;
     QTimer::singleShot(200, &settle, &QEventLoop::quit);
     settle.exec();
-    if (!w.grab().save(parser.value(screenshot), "PNG")) {
+    QSaveFile shot(parser.value(screenshot)); // the old screenshot stays until the new one is whole
+    if (!shot.open(QIODevice::WriteOnly) || !w.grab().save(&shot, "PNG") || !shot.commit()) {
         std::fprintf(stderr, "gsrq-studio: cannot write %s\n", qPrintable(parser.value(screenshot)));
         return 1;
     }

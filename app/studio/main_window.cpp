@@ -94,6 +94,20 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
     connect(&m_ctx->runner(), &JobRunner::cancelled, this, [this] { m_statusJob->setText(tr("Cancelled")); });
     connect(&m_ctx->runner(), &JobRunner::failed, this, [this] { m_statusJob->setText(tr("Failed")); });
     connect(m_ctx, &StudioContext::message, this, &MainWindow::onMessage);
+    connect(m_ctx, &StudioContext::storeError, this, [this](const QString& text) {
+        if (m_storeDialog) {
+            m_storeDialog->setInformativeText(text);
+            return;
+        }
+        m_storeDialog = new QMessageBox(QMessageBox::Warning, tr("Run store"),
+                                        tr("The run store cannot be used; runs are not recorded or listed until "
+                                           "this is fixed, or another store is chosen in Preferences."),
+                                        QMessageBox::Ok, this);
+        m_storeDialog->setObjectName("storeErrorDialog");
+        m_storeDialog->setInformativeText(text);
+        m_storeDialog->setAttribute(Qt::WA_DeleteOnClose);
+        m_storeDialog->open();
+    });
     connect(m_dataset, &DatasetPage::openRequested, this, [this] {
         const QString path = QFileDialog::getOpenFileName(this, tr("Open KV dump"), {},
                                                           tr("KV dumps (*.safetensors *.npy);;All files (*)"));

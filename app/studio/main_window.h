@@ -6,6 +6,8 @@
 #include "studio_context.h"
 
 #include <QMainWindow>
+#include <QMessageBox>
+#include <QPointer>
 
 class QLabel;
 class QMenu;
@@ -60,6 +62,7 @@ private:
     StudioContext* m_ctx;
     QTabWidget* m_tabs;
     QLabel* m_banner;
+    QPointer<QMessageBox> m_storeDialog; // one at a time, however many pages fail
     QLabel* m_statusBackend;
     QLabel* m_statusJob;
     QMenu* m_recent = nullptr;

@@ -144,7 +144,7 @@ void RunsPage::refresh()
         m_model->setRuns(store.listRuns(f));
     } catch (const std::exception& e) {
         m_model->setRuns({});
-        m_ctx.showMessage(QString::fromUtf8(e.what()));
+        m_ctx.showStoreError(QString::fromUtf8(e.what()));
     }
     onSelectionChanged();
 }
@@ -273,7 +273,7 @@ void RunsPage::onSelectionChanged()
                                  QString::fromStdString(metric));
         m_overlay->flush();
     } catch (const std::exception& e) {
-        m_ctx.showMessage(QString::fromUtf8(e.what()));
+        m_ctx.showStoreError(QString::fromUtf8(e.what()));
     }
 }
 
@@ -303,7 +303,7 @@ void RunsPage::addNote()
         store.addNote(ids.front(), m_note->text().trimmed().toStdString());
         m_note->clear();
     } catch (const std::exception& e) {
-        m_ctx.showMessage(QString::fromUtf8(e.what()));
+        m_ctx.showStoreError(QString::fromUtf8(e.what()));
     }
     onSelectionChanged();
 }
@@ -316,7 +316,7 @@ void RunsPage::deleteSelected()
         for (auto id : ids)
             store.deleteRun(id);
     } catch (const std::exception& e) {
-        m_ctx.showMessage(QString::fromUtf8(e.what()));
+        m_ctx.showStoreError(QString::fromUtf8(e.what()));
     }
     refresh();
 }

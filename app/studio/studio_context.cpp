@@ -124,7 +124,7 @@ WorkerRecording::WorkerRecording(const QString& storePath, const RunInfo& info, 
         QPointer<StudioContext> s(studio);
         ctx.post([s, text] {
             if (s)
-                s->showMessage(text);
+                s->showStoreError(text);
         });
     }
 }

@@ -46,10 +46,18 @@ public:
 
     JobRunner& runner() { return m_runner; }
     void showMessage(const QString& text, bool error = true) { emit message(text, error); }
+    // The run store cannot be used (not SQLite, read-only, locked, of a newer schema...): the
+    // window says so in a dialog, as well as in the banner.
+    void showStoreError(const QString& text)
+    {
+        emit message(text, true);
+        emit storeError(text);
+    }
 
 signals:
     void dumpChanged();
     void message(const QString& text, bool error);
+    void storeError(const QString& text);
 
 private:
     std::shared_ptr<const KvDump> m_dump;

@@ -1,0 +1,19 @@
+// A llama2.c checkpoint as `gsrq ppl` loads it, then one decoding step through it.
+#include "fuzz_input.h"
+
+#include "error.h"
+#include "llama2c.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
+{
+    using namespace gsrq::fuzz;
+    const auto path = writeInput("model.bin", {reinterpret_cast<const char*>(data), size});
+    try {
+        const auto model = gsrq::Llama2cModel::load(path);
+        gsrq::Llama2cModel::Cache cache;
+        const std::int32_t token = 0;
+        (void)model.forward({&token, 1}, cache);
+    } catch (const gsrq::Error&) {
+    }
+    return 0;
+}

@@ -1,0 +1,29 @@
+// A run store file, as `gsrq runs list/show` and the app's Runs page open it: any bytes named as the
+// store; what opens is read run by run. SQLite checks its own format; this searches our schema
+// handling (versions, migrations, rows of the wrong type, missing tables).
+#include "fuzz_input.h"
+
+#include "error.h"
+#include "result_json.h"
+#include "run_store.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
+{
+    using namespace gsrq::fuzz;
+    clearScratch(); // no -wal or -shm of an earlier input
+    const auto path = writeInput("runs.db", {reinterpret_cast<const char*>(data), size});
+    try {
+        gsrq::RunStore store(path);
+        for (const auto& r : store.listRuns()) {
+            (void)gsrq::runHeadline(r.summaryJson);
+            (void)store.iterations(r.id);
+            (void)store.metrics(r.id);
+            (void)store.series(r.id);
+            (void)store.artifacts(r.id);
+            (void)store.notes(r.id);
+        }
+        (void)store.integrityOk();
+    } catch (const gsrq::Error&) {
+    }
+    return 0;
+}
