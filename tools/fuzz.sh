@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Fuzzes every reader: builds the libFuzzer targets of fuzz/ with clang (ASan + UBSan) into
-# build-fuzz/, then runs each for SECONDS (default 60), two at a time, from its seed corpus and
-# dictionary. Fails when any target finds anything: a crash, an escaped exception, undefined
-# behaviour, a leak, a hang (an input taking over 1 s) or an out-of-memory (RSS over 2 GB, or any
-# one allocation over 1 GB: a header claiming a huge tensor must be refused before allocating).
+# Fuzzes every reader: builds the libFuzzer targets of fuzz/ (the asan preset: clang, ASan + UBSan,
+# in build-asan/), then runs each for SECONDS (default 60), two at a time, from its seed corpus, its
+# regression inputs and its dictionary. Fails when any target finds anything: a crash, an escaped
+# exception, undefined behaviour, a leak, a hang (an input taking over 1 s) or an out-of-memory (RSS
+# over 2 GB, or any one allocation over 1 GB: a header claiming a huge tensor must be refused before
+# anything is allocated).
 #   tools/fuzz.sh [SECONDS] [TARGET...]
 #   GSRQ_FUZZ_RUNS=N   stop each target after N executions instead (SECONDS still caps the time)
-# Findings go to build-fuzz/findings/TARGET/, logs to build-fuzz/logs/; the corpus a run grows is
-# kept in build-fuzz/corpus/TARGET/ for the next one. Reproduce a finding with
-#   build-fuzz/fuzz/TARGET FILE       and keep it as a regression test in fuzz/regressions/TARGET/.
+# Findings go to build-asan/fuzz-runs/findings/TARGET/, logs to build-asan/fuzz-runs/logs/; the
+# corpus a run grows is kept in build-asan/fuzz-runs/corpus/TARGET/ for the next one. Reproduce a
+# finding with   build-asan/fuzz/TARGET FILE   and keep it in fuzz/regressions/TARGET/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -27,15 +28,16 @@ for t in "${targets[@]}"; do
   fi
 done
 
-cxx=$(command -v clang++-14 || command -v clang++ || true)
-if [[ -z $cxx ]]; then
-  echo "fuzz.sh: clang is missing; tools/setup.sh --fuzz installs it" >&2
+if ! command -v clang++-14 > /dev/null; then
+  echo "fuzz.sh: clang++-14 is missing; tools/setup.sh --fuzz installs it" >&2
   exit 2
 fi
-if [[ ! -f build-fuzz/CMakeCache.txt ]]; then
-  cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" -DGSRQ_FUZZ=ON
+build=${GSRQ_FUZZ_BUILD:-build-asan}
+if [[ $build == build-asan && ! -f build-asan/CMakeCache.txt ]]; then
+  cmake --preset asan
 fi
-cmake --build build-fuzz -j "${GSRQ_JOBS:-2}" --target "${targets[@]}"
+cmake --build "$build" -j "${GSRQ_JOBS:-2}" --target "${targets[@]}"
+work=$build/fuzz-runs
 
 declare -A dict=([fuzz_safetensors]=safetensors [fuzz_npy]=npy [fuzz_shard_index]=shard_index
                  [fuzz_codebooks]=codebooks [fuzz_shards_struct]=shard_index [fuzz_codebooks_struct]=codebooks)
@@ -43,8 +45,8 @@ declare -A maxlen=([fuzz_run_store]=131072 [fuzz_checkpoint]=65536 [fuzz_tokeniz
 
 run_one() {
   local t=$1
-  local corpus=build-fuzz/corpus/$t findings=build-fuzz/findings/$t
-  mkdir -p "$corpus" "$findings" build-fuzz/logs
+  local corpus=$work/corpus/$t findings=$work/findings/$t
+  mkdir -p "$corpus" "$findings" "$work/logs"
   local args=(-max_total_time="$seconds" -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb=1024
               -max_len="${maxlen[$t]:-8192}" -use_value_profile=1 -print_final_stats=1
               -artifact_prefix="$findings/")
@@ -52,17 +54,14 @@ run_one() {
   [[ -n ${dict[$t]:-} ]] && args+=(-dict="fuzz/dict/${dict[$t]}.dict")
   local inputs=("$corpus" fuzz/seeds/"$t")
   [[ -d fuzz/regressions/$t ]] && inputs+=(fuzz/regressions/"$t")
-  if UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 build-fuzz/fuzz/"$t" "${args[@]}" "${inputs[@]}" \
-       >"build-fuzz/logs/$t.log" 2>&1; then
-    echo "$t: $(grep -m1 -o 'number_of_executed_units: [0-9]*' "build-fuzz/logs/$t.log" | cut -d' ' -f2) executions, no finding"
+  if UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$build/fuzz/$t" "${args[@]}" "${inputs[@]}" \
+       >"$work/logs/$t.log" 2>&1; then
+    echo "$t: $(grep -m1 -o 'number_of_executed_units: [0-9]*' "$work/logs/$t.log" | cut -d' ' -f2) executions, no finding"
   else
-    echo "$t: FINDING, see build-fuzz/logs/$t.log and $findings/"
+    echo "$t: FINDING, see $work/logs/$t.log and $findings/"
     return 1
   fi
 }
-export -f run_one
-export seconds GSRQ_FUZZ_RUNS
-export -A dict maxlen 2>/dev/null || true
 
 status=0
 running=0

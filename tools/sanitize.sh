@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Runs the test suite under sanitizers, in a build of its own (CMakePresets.json):
-#   tools/sanitize.sh          AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/): every
-#                              CPU suite, the CLI runs the tests start included, and the fuzz
-#                              targets' replay of their seeds and regressions
+#   tools/sanitize.sh          AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/, clang):
+#                              the engine's and the CLI's suites, the gsrq processes they start
+#                              included, and the fuzz targets' replay of their seeds and regressions
+#                              (the desktop app's suite is left to tsan, and the statistical suites
+#                              tst_quantizer and tst_model, millions of float operations each, to
+#                              `tools/sanitize.sh asan-all`: together they would take the test
+#                              command past its time budget)
+#   tools/sanitize.sh asan-all  the same with tst_quantizer and tst_model
 #   tools/sanitize.sh tsan     ThreadSanitizer (build-tsan/): the job runner, the run store and the
 #                              GUI suites, where threads meet
 # Any report fails the run (halt_on_error). The GPU suites are left out: their CUDA emulator
@@ -10,26 +15,34 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-asan}
-export GSRQ_SOURCE_DIR=$PWD
+preset=$kind
 case "$kind" in
-  asan)
-    suites='tst_(readers|malformed|clustering|quantizer|compare|cli|train_cli|run_store|model|decode|studio)$|_replay$'
+  asan | asan-all)
+    preset=asan
+    suites='tst_(readers|malformed|clustering|compare|cli|train_cli|run_store|decode)$|_replay$'
     # Leaks are checked; those of the libraries Qt loads (fontconfig's caches) are theirs.
     export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1
     export LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+    if [[ $kind == asan-all ]]; then
+      suites="$suites|tst_(quantizer|model)\$"
+      export QTEST_FUNCTION_TIMEOUT=1800000 # a statistical test function runs minutes under ASan
+    fi
     ;;
   tsan)
     suites='tst_(run_store|studio)$'
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitizers/tsan.supp
     ;;
   *)
-    echo "sanitize.sh: unknown sanitizer '$kind' (asan, tsan)" >&2
+    echo "sanitize.sh: unknown sanitizer '$kind' (asan, asan-all, tsan)" >&2
     exit 2
     ;;
 esac
-if [[ ! -f build-$kind/CMakeCache.txt ]]; then
-  cmake --preset "$kind"
+if [[ ! -f build-$preset/CMakeCache.txt ]]; then
+  cmake --preset "$preset"
 fi
-cmake --build --preset "$kind"
-ctest --test-dir "build-$kind" --output-on-failure -j "${GSRQ_JOBS:-2}" -R "$suites" --timeout 900
+cmake --build --preset "$preset"
+if [[ $kind == asan-all ]]; then
+  cmake --build "build-$preset" -j "${GSRQ_JOBS:-2}" --target tst_quantizer tst_model
+fi
+ctest --test-dir "build-$preset" --output-on-failure -j "${GSRQ_JOBS:-2}" -R "$suites"
