@@ -115,7 +115,8 @@ CodebookFile readCodebookFile(const std::string& path)
                          "] as the metadata says");
         e.codebooks.allocate(D, R, K, int(t.shape[0]));
         const MatrixRF flat = toMatrix(t); // [M, R·K·D]
-        std::memcpy(e.codebooks.data.data(), flat.data(), e.codebooks.data.size() * sizeof(float));
+        if (!e.codebooks.data.empty())     // an empty vector's data() may be null, even for 0 bytes
+            std::memcpy(e.codebooks.data.data(), flat.data(), e.codebooks.data.size() * sizeof(float));
         if (auto it = codes.find(e.tensor); it != codes.end()) {
             const TensorView& c = *it->second;
             if (c.shape.size() != 3 || c.shape[1] != t.shape[0] || c.shape[2] != R ||

@@ -221,6 +221,9 @@ RunStore::RunStore(const std::string& path) : m_db(path, openFlags(path))
     sqlite3_busy_timeout(m_db.handle(), 10000);
     // Read the version before changing anything: a newer schema is refused untouched.
     const int version = schemaVersion();
+    if (version < 0)
+        throwInvalid("run store ", path, ": schema version ", version,
+                     " was never written by gsrq; not a run store? It was left unchanged");
     if (version > kRunStoreSchemaVersion)
         throwInvalid("run store ", path, ": schema version ", version, " is newer than this gsrq understands (",
                      kRunStoreSchemaVersion, "); it was left unchanged. Use a newer gsrq, or --db for another file");

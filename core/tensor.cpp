@@ -52,6 +52,8 @@ template <class T> T load(const std::byte* p)
 // Converts n elements of a float dtype starting at src into dst (float32).
 void convertFloats(const std::byte* src, std::size_t n, DType t, float* dst)
 {
+    if (n == 0)
+        return; // an empty tensor: dst may be null, which memcpy must not see even for 0 bytes
     switch (t) {
     case DType::F32:
         std::memcpy(dst, src, n * sizeof(float));

@@ -117,7 +117,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             end = begin + bytes;
             break;
         case 1:
-            end = begin + bytes + in.pick(kHostileSizes); // past the end
+            // past the end (wrapping on purpose: offsets near 2^64 are hostile too)
+            end = std::int64_t(std::uint64_t(begin + bytes) + std::uint64_t(in.pick(kHostileSizes)));
             break;
         case 2:
             begin = in.pick(kHostileSizes);

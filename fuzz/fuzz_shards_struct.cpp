@@ -98,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             end = begin + bytes;
             break;
         case 1:
-            end += in.pick(kHostileSizes);
+            end = std::int64_t(std::uint64_t(end) + std::uint64_t(in.pick(kHostileSizes))); // wraps on purpose
             break;
         case 2:
             begin = in.pick(kHostileSizes);

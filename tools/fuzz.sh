@@ -7,6 +7,9 @@
 # anything is allocated).
 #   tools/fuzz.sh [SECONDS] [TARGET...]
 #   GSRQ_FUZZ_RUNS=N   stop each target after N executions instead (SECONDS still caps the time)
+#   GSRQ_FUZZ_MAX_LEN=BYTES   inputs up to BYTES long from the start (e.g. 1048576: a hang on a
+#                      1 MB input is a finding too); by default up to 8 KB (tokenizers 16 KB,
+#                      checkpoints 64 KB, run stores 128 KB), short inputs first
 # Findings go to build-asan/fuzz-runs/findings/TARGET/, logs to build-asan/fuzz-runs/logs/; the
 # corpus a run grows is kept in build-asan/fuzz-runs/corpus/TARGET/ for the next one. Reproduce a
 # finding with   build-asan/fuzz/TARGET FILE   and keep it in fuzz/regressions/TARGET/.
@@ -51,6 +54,7 @@ run_one() {
               -max_len="${maxlen[$t]:-8192}" -use_value_profile=1 -print_final_stats=1
               -artifact_prefix="$findings/")
   [[ -n ${GSRQ_FUZZ_RUNS:-} ]] && args+=(-runs="$GSRQ_FUZZ_RUNS")
+  [[ -n ${GSRQ_FUZZ_MAX_LEN:-} ]] && args+=(-max_len="$GSRQ_FUZZ_MAX_LEN" -len_control=0)
   [[ -n ${dict[$t]:-} ]] && args+=(-dict="fuzz/dict/${dict[$t]}.dict")
   local inputs=("$corpus" fuzz/seeds/"$t")
   [[ -d fuzz/regressions/$t ]] && inputs+=(fuzz/regressions/"$t")
