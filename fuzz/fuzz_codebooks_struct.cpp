@@ -4,10 +4,6 @@
 // and past K.
 #include "fuzz_input.h"
 
-#include "codebook_file.h"
-#include "error.h"
-#include "quantizer.h"
-
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -16,6 +12,8 @@
 namespace {
 
 using gsrq::fuzz::ByteSource;
+using gsrq::fuzz::dtypeBytes;
+using gsrq::fuzz::kHostileFloats;
 using gsrq::fuzz::kHostileSizes;
 
 const char* const kDtypes[] = {"F16", "F32", "F64", "BF16", "U8", "U16", "I32", "I64", "BOOL", "F8_E4M3", "X"};
@@ -29,27 +27,6 @@ const char* const kNames[] = {"layers.0.key.codebooks",
                               "codes",
                               "layers.0.key"};
 const char* const kBadInts[] = {"-1", "0", "2147483648", "99999999999999999999", "1e3", "nan", "", " 4", "4x"};
-const float kFloats[] = {0.0f,
-                         1.0f,
-                         -1.0f,
-                         0.5f,
-                         std::numeric_limits<float>::quiet_NaN(),
-                         std::numeric_limits<float>::infinity(),
-                         -std::numeric_limits<float>::infinity(),
-                         std::numeric_limits<float>::max(),
-                         std::numeric_limits<float>::denorm_min()};
-
-std::int64_t dtypeSize(const std::string& d)
-{
-    if (d == "F64" || d == "I64")
-        return 8;
-    if (d == "F32" || d == "I32")
-        return 4;
-    if (d == "F16" || d == "BF16" || d == "U16")
-        return 2;
-    return 1;
-}
-
 // A dimension: usually the one the metadata implies, sometimes a hostile size.
 std::int64_t dimension(ByteSource& in, std::int64_t right)
 {
@@ -88,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (in.range(0, 9) == 0)
             shape.pop_back();
         // The bytes the shape needs, when that is a sane number; otherwise a few.
-        std::int64_t bytes = dtypeSize(dtype);
+        std::int64_t bytes = dtypeBytes(dtype);
         for (auto s : shape)
             if (s < 0 || __builtin_mul_overflow(bytes, s, &bytes) || bytes > 65536) {
                 bytes = 16;
@@ -104,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 chunk.append(reinterpret_cast<const char*>(&c), 2);
                 b += 2;
             } else {
-                const float f = in.pick(kFloats);
+                const float f = in.pick(kHostileFloats);
                 chunk.append(reinterpret_cast<const char*>(&f), 4);
                 b += 4;
             }
@@ -133,12 +110,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         header[name] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {begin, end}}};
     }
     const auto path = writeInput("codebooks.safetensors", safetensorsBytes(header.dump(), blob));
-    try {
-        const auto file = gsrq::readCodebookFile(path);
-        for (const auto& e : file.entries)
-            if (e.codes)
-                (void)gsrq::decode(*e.codes, e.codebooks);
-    } catch (const gsrq::Error&) {
-    }
+    exerciseCodebooks(path);
     return 0;
 }

@@ -45,6 +45,17 @@ void clearScratch()
         fs::remove_all(e.path());
 }
 
+std::int64_t dtypeBytes(const std::string& d)
+{
+    if (d == "F64" || d == "I64" || d == "U64")
+        return 8;
+    if (d == "F32" || d == "I32" || d == "U32")
+        return 4;
+    if (d == "F16" || d == "BF16" || d == "I16" || d == "U16")
+        return 2;
+    return 1;
+}
+
 std::string safetensorsBytes(const std::string& headerJson, std::string_view data)
 {
     const std::uint64_t n = headerJson.size();
@@ -56,8 +67,10 @@ std::string safetensorsBytes(const std::string& headerJson, std::string_view dat
 
 } // namespace gsrq::fuzz
 
+#include "codebook_file.h"
 #include "error.h"
 #include "kv_dump.h"
+#include "quantizer.h"
 
 namespace gsrq::fuzz {
 
@@ -74,6 +87,21 @@ void exerciseDump(const std::string& path)
             } catch (const gsrq::Error&) {
             }
         }
+    } catch (const gsrq::Error&) {
+    }
+}
+
+} // namespace gsrq::fuzz
+
+namespace gsrq::fuzz {
+
+void exerciseCodebooks(const std::string& path)
+{
+    try {
+        const auto file = readCodebookFile(path);
+        for (const auto& e : file.entries)
+            if (e.codes)
+                (void)decode(*e.codes, e.codebooks);
     } catch (const gsrq::Error&) {
     }
 }

@@ -87,6 +87,13 @@ inline constexpr std::int64_t kHostileSizes[] = {0,
                                                  INT64_MAX,
                                                  -1};
 
+// Floats that break arithmetic: zeros, NaN, both infinities, the largest, the smallest subnormal.
+inline const float kHostileFloats[] = {
+    0.0f, 1.0f, -2.5f, __builtin_nanf(""), __builtin_inff(), -__builtin_inff(), 3.40282347e38f, 1.40129846e-45f};
+
+// Bytes per element of a safetensors dtype name (1 for names that are not dtypes).
+std::int64_t dtypeBytes(const std::string& dtype);
+
 // A safetensors file: u64 header length, header JSON text, data.
 std::string safetensorsBytes(const std::string& headerJson, std::string_view data);
 
@@ -96,4 +103,6 @@ namespace gsrq::fuzz {
 // What the CLI does with a dump it opens: every tensor converted for clustering (rows with NaN or
 // Inf dropped), and the gradient weights of keys and values where gradients are present.
 void exerciseDump(const std::string& path);
+// What `gsrq eval` does with a codebooks file: read and validated, every entry's codes decoded.
+void exerciseCodebooks(const std::string& path);
 } // namespace gsrq::fuzz

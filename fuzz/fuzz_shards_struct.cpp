@@ -13,6 +13,8 @@
 namespace {
 
 using gsrq::fuzz::ByteSource;
+using gsrq::fuzz::dtypeBytes;
+using gsrq::fuzz::kHostileFloats;
 using gsrq::fuzz::kHostileSizes;
 
 const char* const kShards[] = {"a.safetensors",     "b.safetensors", "c.safetensors", "../a.safetensors",
@@ -21,26 +23,6 @@ const char* const kTensors[] = {
     "layers.0.key", "layers.0.value", "layers.0.key_grad", "layers.0.value_grad", "layers.0.query",
     "layers.1.key", "positions",      "sequence_ids",      "rope.inv_freq",       "layers.99999999999999999999.key"};
 const char* const kDtypes[] = {"F16", "F32", "F64", "BF16", "U8", "I32", "I64", "BOOL", "X"};
-const float kFloats[] = {0.0f,
-                         1.0f,
-                         -2.5f,
-                         std::numeric_limits<float>::quiet_NaN(),
-                         std::numeric_limits<float>::infinity(),
-                         -std::numeric_limits<float>::infinity(),
-                         std::numeric_limits<float>::max(),
-                         std::numeric_limits<float>::denorm_min()};
-
-std::int64_t dtypeSize(const std::string& d)
-{
-    if (d == "F64" || d == "I64")
-        return 8;
-    if (d == "F32" || d == "I32")
-        return 4;
-    if (d == "F16" || d == "BF16")
-        return 2;
-    return 1;
-}
-
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
@@ -69,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (auto& s : shape)
             if (in.range(0, 9) == 0)
                 s = in.pick(kHostileSizes);
-        std::int64_t bytes = dtypeSize(dtype);
+        std::int64_t bytes = dtypeBytes(dtype);
         for (auto s : shape)
             if (s < 0 || __builtin_mul_overflow(bytes, s, &bytes) || bytes > 65536) {
                 bytes = 16;
@@ -86,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 const std::int64_t v = in.range(0, 3) ? std::int64_t(chunk.size() / 8) : in.pick(kHostileSizes);
                 chunk.append(reinterpret_cast<const char*>(&v), 8);
             } else {
-                const float f = in.range(0, 3) ? float(in.range(-8, 8)) : in.pick(kFloats);
+                const float f = in.range(0, 3) ? float(in.range(-8, 8)) : in.pick(kHostileFloats);
                 chunk.append(reinterpret_cast<const char*>(&f), 4);
             }
         }
