@@ -12,7 +12,7 @@
 namespace {
 
 using gsrq::fuzz::ByteSource;
-using gsrq::fuzz::dtypeBytes;
+using gsrq::fuzz::dataBytes;
 using gsrq::fuzz::kHostileFloats;
 using gsrq::fuzz::kHostileSizes;
 
@@ -64,13 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             shape = {dimension(in, M), dimension(in, R), dimension(in, K), dimension(in, D)};
         if (in.range(0, 9) == 0)
             shape.pop_back();
-        // The bytes the shape needs, when that is a sane number; otherwise a few.
-        std::int64_t bytes = dtypeBytes(dtype);
-        for (auto s : shape)
-            if (s < 0 || __builtin_mul_overflow(bytes, s, &bytes) || bytes > 65536) {
-                bytes = 16;
-                break;
-            }
+        std::int64_t bytes = dataBytes(dtype, shape);
         if (in.range(0, 7) == 0)
             bytes += in.range(-4, 4); // a byte count that does not match the dtype
         bytes = std::max<std::int64_t>(bytes, 0);

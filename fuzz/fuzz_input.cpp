@@ -56,6 +56,15 @@ std::int64_t dtypeBytes(const std::string& d)
     return 1;
 }
 
+std::int64_t dataBytes(const std::string& dtype, const std::vector<std::int64_t>& shape)
+{
+    std::int64_t bytes = dtypeBytes(dtype);
+    for (auto s : shape)
+        if (s < 0 || __builtin_mul_overflow(bytes, s, &bytes) || bytes > 65536)
+            return 16;
+    return bytes;
+}
+
 std::string safetensorsBytes(const std::string& headerJson, std::string_view data)
 {
     const std::uint64_t n = headerJson.size();

@@ -94,6 +94,10 @@ inline const float kHostileFloats[] = {
 // Bytes per element of a safetensors dtype name (1 for names that are not dtypes).
 std::int64_t dtypeBytes(const std::string& dtype);
 
+// The bytes a tensor of this dtype and shape needs, where that is a sane number (≤ 64 KB); 16 for
+// hostile shapes (negative, overflowing, huge), so that the data section stays small.
+std::int64_t dataBytes(const std::string& dtype, const std::vector<std::int64_t>& shape);
+
 // A safetensors file: u64 header length, header JSON text, data.
 std::string safetensorsBytes(const std::string& headerJson, std::string_view data);
 

@@ -13,7 +13,7 @@
 namespace {
 
 using gsrq::fuzz::ByteSource;
-using gsrq::fuzz::dtypeBytes;
+using gsrq::fuzz::dataBytes;
 using gsrq::fuzz::kHostileFloats;
 using gsrq::fuzz::kHostileSizes;
 
@@ -51,12 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (auto& s : shape)
             if (in.range(0, 9) == 0)
                 s = in.pick(kHostileSizes);
-        std::int64_t bytes = dtypeBytes(dtype);
-        for (auto s : shape)
-            if (s < 0 || __builtin_mul_overflow(bytes, s, &bytes) || bytes > 65536) {
-                bytes = 16;
-                break;
-            }
+        std::int64_t bytes = dataBytes(dtype, shape);
         if (in.range(0, 7) == 0)
             bytes = std::max<std::int64_t>(0, bytes + in.range(-4, 4));
         auto& [header, blob] = shards[stored];
