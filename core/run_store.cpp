@@ -6,10 +6,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <set>
 #include <signal.h>
 #include <sstream>
 #include <thread>
@@ -110,6 +113,17 @@ ALTER TABLE iterations ADD COLUMN cosine REAL;
 ALTER TABLE iterations ADD COLUMN gain_error REAL;
 ALTER TABLE iterations ADD COLUMN shrinkage REAL;
 )sql",
+    // 4: runs get an identity that survives copying between stores (uid; runs recorded before
+    // it get one derived from what identified them already), the store they were imported from,
+    // and a group (the plan of a scale-out job).
+    R"sql(
+ALTER TABLE runs ADD COLUMN uid TEXT;
+ALTER TABLE runs ADD COLUMN run_group TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+UPDATE runs SET uid = host || ':' || pid || ':' || pid_start || ':' || started_at || ':' || id;
+CREATE UNIQUE INDEX runs_uid ON runs (uid);
+CREATE INDEX runs_group ON runs (run_group);
+)sql",
 };
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
 static_assert(kMigrationCount == kRunStoreSchemaVersion);
@@ -145,11 +159,30 @@ RunInfo readRun(const sql::Stmt& s)
     r.settingsJson = s.text(13);
     r.summaryJson = s.text(14);
     r.error = s.text(15);
+    r.uid = s.text(16);
+    r.group = s.text(17);
+    r.origin = s.text(18);
     return r;
 }
 
 const char* kRunColumns = "id, kind, status, started_at, finished_at, tool_version, host, pid, backend, device, "
-                          "dump_path, dump_sha256, command, settings_json, summary_json, error";
+                          "dump_path, dump_sha256, command, settings_json, summary_json, error, uid, run_group, "
+                          "origin";
+
+// The uid of a run recorded before schema version 4 (the same expression as that migration's).
+const char* kDerivedUid = "host || ':' || pid || ':' || pid_start || ':' || started_at || ':' || id";
+
+std::string randomUid()
+{
+    std::random_device rd;
+    std::string out;
+    char buf[9];
+    for (int i = 0; i < 4; ++i) {
+        std::snprintf(buf, sizeof buf, "%08x", unsigned(rd()));
+        out += buf;
+    }
+    return out;
+}
 
 int openFlags(const std::string& path)
 {
@@ -300,11 +333,12 @@ std::int64_t RunStore::beginRun(RunInfo r)
     sql::Transaction tx(m_db);
     sql::Stmt s(m_db,
                 "INSERT INTO runs (kind, status, started_at, tool_version, host, pid, pid_start, backend, device, "
-                "dump_path, dump_sha256, command, settings_json) VALUES (?,'running',?,?,?,?,?,?,?,?,?,?,?)");
+                "dump_path, dump_sha256, command, settings_json, uid, run_group) "
+                "VALUES (?,'running',?,?,?,?,?,?,?,?,?,?,?,?,?)");
     const std::int64_t pid = ::getpid();
     s.bind(1, r.kind).bind(2, isoNowUtc()).bind(3, r.toolVersion).bind(4, hostName()).bind(5, pid);
     s.bind(6, processStartTicks(pid)).bind(7, r.backend).bind(8, r.device).bind(9, r.dumpPath).bind(10, r.dumpSha256);
-    s.bind(11, r.command).bind(12, r.settingsJson);
+    s.bind(11, r.command).bind(12, r.settingsJson).bind(13, r.uid.empty() ? randomUid() : r.uid).bind(14, r.group);
     s.run();
     const auto id = m_db.lastInsertId();
     tx.commit();
@@ -398,11 +432,11 @@ std::vector<RunInfo> RunStore::listRuns(const RunFilter& f)
 {
     std::string q = cat("SELECT ", kRunColumns,
                         " FROM runs WHERE (?1 = '' OR kind = ?1) AND (?2 = '' OR status = ?2) "
-                        "ORDER BY id DESC");
+                        "AND (?3 = '' OR run_group = ?3) ORDER BY id DESC");
     if (f.limit > 0)
         q += cat(" LIMIT ", f.limit);
     sql::Stmt s(m_db, q);
-    s.bind(1, f.kind).bind(2, f.status);
+    s.bind(1, f.kind).bind(2, f.status).bind(3, f.group);
     std::vector<RunInfo> out;
     while (s.step())
         out.push_back(readRun(s));
@@ -504,6 +538,134 @@ std::string RunStore::dumpHash(const std::vector<std::string>& files)
     sql::Stmt s(m_db, "INSERT OR REPLACE INTO dump_hashes (path, bytes, mtime, sha256) VALUES (?,?,?,?)");
     s.bind(1, key).bind(2, bytes).bind(3, mtime).bind(4, h).run();
     return h;
+}
+
+ImportReport RunStore::importRuns(const std::string& sourcePath)
+{
+    ImportReport rep;
+    rep.source = sourcePath;
+    std::error_code ec;
+    if (!fs::is_regular_file(sourcePath, ec))
+        throwInvalid("runs import: ", sourcePath, ": no such run store");
+    if (fs::equivalent(sourcePath, path(), ec))
+        throwInvalid("runs import: ", sourcePath, " is the store being imported into");
+    sql::Db src(sourcePath, SQLITE_OPEN_READONLY);
+    sqlite3_busy_timeout(src.handle(), 10000);
+    {
+        sql::Stmt v(src, "PRAGMA user_version");
+        rep.sourceSchema = v.step() ? int(v.int64(0)) : 0;
+    }
+    if (rep.sourceSchema > kRunStoreSchemaVersion)
+        throwInvalid("runs import: ", sourcePath, ": schema version ", rep.sourceSchema,
+                     " is newer than this gsrq understands (", kRunStoreSchemaVersion,
+                     "); nothing was imported. Use a newer gsrq");
+    bool hasRuns = false;
+    {
+        sql::Stmt t(src, "SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'");
+        hasRuns = t.step();
+    }
+    if (rep.sourceSchema < 1 || !hasRuns)
+        throwInvalid("runs import: ", sourcePath, ": not a gsrq run store (schema version ", rep.sourceSchema,
+                     ", no runs table)");
+    const bool v4 = rep.sourceSchema >= 4;
+    const std::string origin = fs::absolute(sourcePath, ec).lexically_normal().string();
+
+    struct SourceRun {
+        std::int64_t id;
+        RunInfo info;
+        std::int64_t pidStart;
+    };
+    std::vector<SourceRun> runs;
+    {
+        sql::Stmt s(src, cat("SELECT id, kind, status, started_at, COALESCE(finished_at, ''), tool_version, host, pid, "
+                             "backend, device, dump_path, dump_sha256, command, settings_json, summary_json, error, ",
+                             v4 ? "COALESCE(uid, " + std::string(kDerivedUid) + "), run_group, origin"
+                                : std::string(kDerivedUid) + ", '', ''",
+                             ", pid_start FROM runs ORDER BY id"));
+        while (s.step())
+            runs.push_back({s.int64(0), readRun(s), s.int64(19)});
+    }
+    std::set<std::string> present;
+    {
+        sql::Stmt s(m_db, "SELECT uid FROM runs");
+        while (s.step())
+            present.insert(s.text(0));
+    }
+
+    const std::string iterCols = cat("method, tensor, subspace, stage, iteration, objective, changed, empty_clusters, "
+                                     "seconds, ",
+                                     rep.sourceSchema >= 2 ? "nmse" : "NULL", ", ",
+                                     rep.sourceSchema >= 3 ? "cosine, gain_error, shrinkage" : "NULL, NULL, NULL");
+    sql::Transaction tx(m_db);
+    sql::Stmt insRun(m_db,
+                     "INSERT INTO runs (kind, status, started_at, finished_at, tool_version, host, pid, pid_start, "
+                     "backend, device, dump_path, dump_sha256, command, settings_json, summary_json, error, uid, "
+                     "run_group, origin) VALUES (?,?,?,NULLIF(?, ''),?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    sql::Stmt readIter(src, cat("SELECT ", iterCols, " FROM iterations WHERE run_id=? ORDER BY rowid"));
+    sql::Stmt insIter(m_db, "INSERT INTO iterations (run_id, method, tensor, subspace, stage, iteration, objective, "
+                            "changed, empty_clusters, seconds, nmse, cosine, gain_error, shrinkage) "
+                            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    sql::Stmt readMetric(src, "SELECT scope, method, tensor, stage, subspace, name, value FROM metrics "
+                              "WHERE run_id=? ORDER BY rowid");
+    sql::Stmt insMetric(m_db, "INSERT INTO metrics (run_id, scope, method, tensor, stage, subspace, name, value) "
+                              "VALUES (?,?,?,?,?,?,?,?)");
+    sql::Stmt readSeries(src, "SELECT name, idx, x, y FROM series WHERE run_id=? ORDER BY rowid");
+    sql::Stmt insSeries(m_db, "INSERT INTO series (run_id, name, idx, x, y) VALUES (?,?,?,?,?)");
+    sql::Stmt readArtifact(src, "SELECT path, kind, sha256, bytes, created_at FROM artifacts WHERE run_id=? "
+                                "ORDER BY rowid");
+    sql::Stmt insArtifact(m_db, "INSERT INTO artifacts (run_id, path, kind, sha256, bytes, created_at) "
+                                "VALUES (?,?,?,?,?,?)");
+    sql::Stmt readNote(src, "SELECT created_at, text FROM notes WHERE run_id=? ORDER BY id");
+    sql::Stmt insNote(m_db, "INSERT INTO notes (run_id, created_at, text) VALUES (?,?,?)");
+
+    // Copies column i of a source row as it is (integer, real, text or NULL).
+    const auto copyValue = [](const sql::Stmt& from, int col, sql::Stmt& to, int at) {
+        if (from.isNull(col))
+            to.bindNull(at);
+        else if (sqlite3_column_type(from.raw(), col) == SQLITE_INTEGER)
+            to.bind(at, from.int64(col));
+        else if (sqlite3_column_type(from.raw(), col) == SQLITE_FLOAT)
+            to.bind(at, from.real(col));
+        else
+            to.bind(at, from.text(col));
+    };
+    const auto copyRows = [&](sql::Stmt& read, sql::Stmt& ins, std::int64_t from, std::int64_t to, int columns) {
+        read.bind(1, from);
+        while (read.step()) {
+            ins.bind(1, to);
+            for (int c = 0; c < columns; ++c)
+                copyValue(read, c, ins, c + 2);
+            ins.run();
+        }
+        read.reset();
+    };
+
+    for (const auto& sr : runs) {
+        const RunInfo& r = sr.info;
+        if (r.status == "running") {
+            rep.stillRunning.push_back(sr.id);
+            continue;
+        }
+        if (!present.insert(r.uid).second) {
+            ++rep.alreadyPresent;
+            continue;
+        }
+        insRun.bind(1, r.kind).bind(2, r.status).bind(3, r.startedAt).bind(4, r.finishedAt).bind(5, r.toolVersion);
+        insRun.bind(6, r.host).bind(7, r.pid).bind(8, sr.pidStart).bind(9, r.backend).bind(10, r.device);
+        insRun.bind(11, r.dumpPath).bind(12, r.dumpSha256).bind(13, r.command).bind(14, r.settingsJson);
+        insRun.bind(15, r.summaryJson).bind(16, r.error).bind(17, r.uid).bind(18, r.group);
+        insRun.bind(19, r.origin.empty() ? origin : r.origin);
+        insRun.run();
+        const std::int64_t id = m_db.lastInsertId();
+        copyRows(readIter, insIter, sr.id, id, 13);
+        copyRows(readMetric, insMetric, sr.id, id, 7);
+        copyRows(readSeries, insSeries, sr.id, id, 4);
+        copyRows(readArtifact, insArtifact, sr.id, id, 5);
+        copyRows(readNote, insNote, sr.id, id, 2);
+        ++rep.added;
+    }
+    tx.commit();
+    return rep;
 }
 
 bool RunStore::integrityOk()

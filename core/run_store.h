@@ -18,7 +18,7 @@
 
 namespace gsrq {
 
-inline constexpr int kRunStoreSchemaVersion = 3;
+inline constexpr int kRunStoreSchemaVersion = 4;
 
 struct RunInfo {
     std::int64_t id = 0;
@@ -33,6 +33,11 @@ struct RunInfo {
     std::string summaryJson = "{}";
     std::string error;
     std::string command; // the command line
+    // Identity across stores: random for runs recorded since schema version 4, derived from the
+    // host, process and start time for older ones; importing keys on it.
+    std::string uid;
+    std::string group;  // e.g. the plan a run belongs to ("" for none)
+    std::string origin; // the store a run was imported from ("" when recorded here)
 };
 
 // One assignment pass of one clustering.
@@ -73,8 +78,16 @@ struct NoteRow {
 };
 
 struct RunFilter {
-    std::string kind, status;
+    std::string kind, status, group;
     int limit = 0; // 0: all
+};
+
+// What importing one store added.
+struct ImportReport {
+    std::string source;
+    int sourceSchema = 0;
+    int added = 0, alreadyPresent = 0;
+    std::vector<std::int64_t> stillRunning; // source ids not imported: their process may still record
 };
 
 class RunStore {
@@ -110,6 +123,13 @@ public:
 
     // SHA-256 of a dump's files, cached by path, size and modification time.
     std::string dumpHash(const std::vector<std::string>& files);
+
+    // Copies the runs of another store (with their iterations, metrics, series, artifacts and
+    // notes) into this one, keyed by run uid: a run already here is skipped, so importing twice adds
+    // nothing. The source is opened read-only and never altered; one of a newer schema, or that is
+    // not a run store, is refused. Runs still `running` in the source are left out and listed. All
+    // of one source's runs land in one transaction.
+    ImportReport importRuns(const std::string& sourcePath);
 
     bool integrityOk();
     int markInterrupted(); // returns how many runs it marked

@@ -55,6 +55,7 @@ public:
     double real(int col) const { return sqlite3_column_double(m_stmt, col); }
     std::string text(int col) const;
     bool isNull(int col) const { return sqlite3_column_type(m_stmt, col) == SQLITE_NULL; }
+    sqlite3_stmt* raw() const { return m_stmt; }
 
 private:
     Db& m_db;

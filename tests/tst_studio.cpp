@@ -377,7 +377,7 @@ void TestStudio::cancelMidTraining()
     QTRY_VERIFY2_WITH_TIMEOUT(
         [&] {
             RunStore store(m_store.toStdString());
-            const auto runs = store.listRuns({"train", "", 1});
+            const auto runs = store.listRuns({"train", "", "", 1});
             seen = runs.empty() ? "no train run" : cat("run ", runs.front().id, " ", runs.front().status);
             return !runs.empty() && runs.front().status == "cancelled";
         }(),
@@ -647,7 +647,7 @@ void TestStudio::latencyRunFillsTheChartOnAGpu()
         QCOMPARE(page->chart()->points(QString("%1 b=1").arg(path)).size(), 1);
     QVERIFY(page->chart()->points("fp16 b=8").isEmpty());
     RunStore store(m_store.toStdString());
-    const auto runs = store.listRuns({"bench-decode", "done", 1});
+    const auto runs = store.listRuns({"bench-decode", "done", "", 1});
     QCOMPARE(int(runs.size()), 1);
     QVERIFY(nlohmann::json::parse(runs[0].summaryJson)["all_verified"].get<bool>());
 }

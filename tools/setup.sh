@@ -5,6 +5,8 @@
 #   tools/setup.sh --python  also Debian's PyTorch, so the KV dump exporter's tests run on a small
 #                            Llama-style model (transformers is not packaged in Debian 12)
 #   tools/setup.sh --fuzz    also clang with libFuzzer and its OpenMP runtime (tools/fuzz.sh)
+#   tools/setup.sh --slurm   also Slurm and munge, for the single-node cluster of
+#                            tools/slurm/local-cluster.sh (their services are not enabled)
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
@@ -15,7 +17,8 @@ for arg in "$@"; do
     --bench) pkgs+=(python3-faiss libopenblas0-pthread) ;;
     --python) pkgs+=(python3-torch) ;;
     --fuzz) pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev) ;;
-    *) echo "setup: unknown option $arg (--bench, --python, --fuzz)" >&2; exit 2 ;;
+    --slurm) pkgs+=(slurm-wlm munge) ;;
+    *) echo "setup: unknown option $arg (--bench, --python, --fuzz, --slurm)" >&2; exit 2 ;;
   esac
 done
 

@@ -3,9 +3,10 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer, and every reader fuzzed for 30 seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# PyTorch too: the KV dump exporter's tests run, not skip; clang for the fuzz targets.
-bash tools/setup.sh --python --fuzz
+# PyTorch too: the KV dump exporter's tests run, not skip; clang for the fuzz targets; Slurm for
+# the scale-out test, which must run here, not skip (GSRQ_REQUIRE_SLURM).
+bash tools/setup.sh --python --fuzz --slurm
 bash tools/build.sh
-ctest --test-dir build --output-on-failure -j "${GSRQ_JOBS:-2}"
+GSRQ_REQUIRE_SLURM=1 ctest --test-dir build --output-on-failure -j "${GSRQ_JOBS:-2}"
 bash tools/sanitize.sh asan
 bash tools/fuzz.sh "${GSRQ_FUZZ_SECONDS:-30}"

@@ -46,7 +46,10 @@ nlohmann::ordered_json runJson(const RunInfo& r)
             {"command", r.command},
             {"settings", parse(r.settingsJson)},
             {"summary", parse(r.summaryJson)},
-            {"error", r.error}};
+            {"error", r.error},
+            {"uid", r.uid},
+            {"group", r.group},
+            {"origin", r.origin}};
 }
 
 // "a.b": value for every leaf of a JSON object, for settings diffs.
@@ -106,7 +109,8 @@ std::string metricKey(const MetricRow& m)
 Command registerRuns(CLI::App& root)
 {
     struct Opts {
-        std::string kind, status, csvDir, note;
+        std::string kind, status, group, csvDir, note;
+        std::vector<std::string> sources;
         std::int64_t id = 0, other = 0;
         int limit = 50;
         bool json = false, all = false;
@@ -118,6 +122,7 @@ Command registerRuns(CLI::App& root)
     list->add_option("--kind", o->kind, "Only runs of this kind (compare, sweep, train, eval)");
     list->add_option("--status", o->status,
                      "Only runs with this status (running, done, failed, cancelled, interrupted)");
+    list->add_option("--group", o->group, "Only runs of this group (a plan's id)");
     list->add_option("--limit", o->limit, "At most this many (0: all)")->capture_default_str();
     list->add_flag("--json", o->json, "Print JSON");
     auto* show = cmd->add_subcommand("show", "One run: settings, metrics, curves, artifacts, notes");
@@ -135,12 +140,51 @@ Command registerRuns(CLI::App& root)
     auto* note = cmd->add_subcommand("note", "Attach a note to a run");
     note->add_option("id", o->id, "Run id")->required();
     note->add_option("text", o->note, "The note")->required();
+    auto* imp =
+        cmd->add_subcommand("import", "Copy the runs of other stores into this one (importing twice adds nothing)");
+    imp->add_option("stores", o->sources, "Run store files, e.g. plan/stores/*.sqlite")->required();
+    imp->add_flag("--json", o->json, "Print JSON");
 
     return {
-        cmd, [o, list, show, exp, del, cmp, note] {
+        cmd, [o, list, show, exp, del, cmp, note, imp] {
             auto store = requireStore();
+            if (imp->parsed()) {
+                // Every source is checked before any is imported: a bad one leaves the store as it was.
+                for (const auto& src : o->sources)
+                    if (!std::filesystem::is_regular_file(src))
+                        throwInvalid("runs import: ", src, ": no such run store");
+                nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+                int added = 0, present = 0;
+                for (const auto& src : o->sources) {
+                    const auto rep = store->importRuns(src);
+                    added += rep.added;
+                    present += rep.alreadyPresent;
+                    arr.push_back({{"store", src},
+                                   {"schema", rep.sourceSchema},
+                                   {"added", rep.added},
+                                   {"already_present", rep.alreadyPresent},
+                                   {"still_running", rep.stillRunning}});
+                    if (!o->json) {
+                        std::printf("%s: %d runs added, %d already present", src.c_str(), rep.added,
+                                    rep.alreadyPresent);
+                        if (!rep.stillRunning.empty()) {
+                            std::printf(", %zu still running there and left out (ids", rep.stillRunning.size());
+                            for (auto id : rep.stillRunning)
+                                std::printf(" %lld", static_cast<long long>(id));
+                            std::printf(")");
+                        }
+                        std::printf("\n");
+                    }
+                }
+                if (o->json)
+                    printJson(
+                        {{"store", store->path()}, {"added", added}, {"already_present", present}, {"sources", arr}});
+                else
+                    std::printf("%s: %d runs added in all\n", store->path().c_str(), added);
+                return;
+            }
             if (list->parsed()) {
-                const auto runs = store->listRuns({o->kind, o->status, o->limit});
+                const auto runs = store->listRuns({o->kind, o->status, o->group, o->limit});
                 if (o->json) {
                     nlohmann::ordered_json arr = nlohmann::ordered_json::array();
                     for (const auto& r : runs)
@@ -207,6 +251,10 @@ Command registerRuns(CLI::App& root)
                             static_cast<long long>(r.id), r.kind.c_str(), r.status.c_str(), r.startedAt.c_str(),
                             r.finishedAt.empty() ? "-" : r.finishedAt.c_str(), r.host.c_str(),
                             static_cast<long long>(r.pid), r.toolVersion.c_str(), r.backend.c_str(), r.device.c_str());
+                if (!r.group.empty())
+                    std::printf("  group %s\n", r.group.c_str());
+                if (!r.origin.empty())
+                    std::printf("  imported from %s\n", r.origin.c_str());
                 std::printf("  dump %s\n  sha256 %s\n  command %s\n  settings %s\n", r.dumpPath.c_str(),
                             r.dumpSha256.c_str(), r.command.c_str(), r.settingsJson.c_str());
                 if (!r.error.empty())

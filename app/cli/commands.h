@@ -28,5 +28,6 @@ Command registerCheckGpu(CLI::App& root);
 Command registerBenchTrain(CLI::App& root);
 Command registerBenchDecode(CLI::App& root);
 Command registerPerplexity(CLI::App& root);
+Command registerPlan(CLI::App& root);
 
 } // namespace gsrq::cli

@@ -18,17 +18,19 @@ int main(int argc, char** argv)
     auto& global = gsrq::cli::globalOptions();
     root.add_option("--db", global.db, "Run store to record into (default: $XDG_DATA_HOME/gsrq/runs.db)");
     root.add_flag("--no-db", global.noDb, "Record nothing");
+    root.add_option("--group", global.group, "Group to record runs under (gsrq plan sets its plan's id)");
     for (int i = 0; i < argc; ++i)
         global.command += (i ? " " : "") + std::string(argv[i]);
-    std::vector<Command> commands{registerInfo(root),        registerCompare(root),      registerSweep(root),
-                                  registerSynth(root),       registerBenchCluster(root), registerDevices(root),
-                                  registerTrain(root),       registerEval(root),         registerCodebooks(root),
-                                  registerRuns(root),        registerCheckGpu(root),     registerBenchTrain(root),
-                                  registerBenchDecode(root), registerPaperCheck(root),   registerPerplexity(root)};
+    std::vector<Command> commands{
+        registerInfo(root),         registerCompare(root),    registerSweep(root),      registerSynth(root),
+        registerBenchCluster(root), registerDevices(root),    registerTrain(root),      registerEval(root),
+        registerCodebooks(root),    registerRuns(root),       registerCheckGpu(root),   registerBenchTrain(root),
+        registerBenchDecode(root),  registerPaperCheck(root), registerPerplexity(root), registerPlan(root)};
     // The first word that is not a global option names the command.
     int first = 1;
-    while (first < argc && (std::string(argv[first]) == "--no-db" || std::string(argv[first]) == "--db"))
-        first += std::string(argv[first]) == "--db" ? 2 : 1;
+    const auto takesValue = [](const std::string& a) { return a == "--db" || a == "--group"; };
+    while (first < argc && (std::string(argv[first]) == "--no-db" || takesValue(argv[first])))
+        first += takesValue(argv[first]) ? 2 : 1;
     if (first < argc && argv[first][0] != '-') {
         bool known = false;
         std::string names;

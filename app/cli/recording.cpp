@@ -65,6 +65,7 @@ CliRun::CliRun(const std::string& kind, const std::string& settingsJson, const s
     info.dumpSha256 = m_sha;
     info.settingsJson = settingsJson;
     info.command = globalOptions().command;
+    info.group = globalOptions().group;
     m_recorder.emplace(*m_store, info, tensor);
 }
 

@@ -13,6 +13,7 @@ namespace gsrq::cli {
 struct GlobalOptions {
     std::string db; // empty: RunStore::defaultPath()
     bool noDb = false;
+    std::string group;   // recorded with each run (a plan's id, say)
     std::string command; // the command line, recorded with each run
 };
 GlobalOptions& globalOptions();

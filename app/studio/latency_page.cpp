@@ -157,7 +157,7 @@ void LatencyPage::refresh()
     int shown = 0;
     try {
         RunStore store(m_ctx.storePath().toStdString());
-        for (const auto& run : store.listRuns({"bench-decode", "done", 5})) {
+        for (const auto& run : store.listRuns({"bench-decode", "done", "", 5})) {
             std::map<std::string, QList<QPointF>> curves;
             for (const auto& p : store.series(run.id))
                 curves[p.name] << QPointF(p.x, p.y);
