@@ -69,6 +69,9 @@ private slots:
     void lockedStoreRefusedAfterBusyTimeout();
     void cliBrowsesTheStore();
     void ctrlCRecordsCancelled();
+    void importCopiesEachRunOnce();
+    void importRefusesNewerOrForeignStores();
+    void importOfOlderStoreMatchesItsMigration();
 
 private:
     QTemporaryDir m_dir;
@@ -252,7 +255,8 @@ void TestRunStore::olderSchemaMigratedKeepingRows()
         sql::Db d(path, SQLITE_OPEN_READWRITE);
         d.exec("ALTER TABLE iterations DROP COLUMN nmse; ALTER TABLE iterations DROP COLUMN cosine; "
                "ALTER TABLE iterations DROP COLUMN gain_error; ALTER TABLE iterations DROP COLUMN shrinkage; "
-               "PRAGMA user_version=1");
+               "DROP INDEX runs_uid; DROP INDEX runs_group; ALTER TABLE runs DROP COLUMN uid; "
+               "ALTER TABLE runs DROP COLUMN run_group; ALTER TABLE runs DROP COLUMN origin; PRAGMA user_version=1");
     }
     RunStore store(path);
     QCOMPARE(store.schemaVersion(), kRunStoreSchemaVersion);
@@ -538,6 +542,160 @@ void TestRunStore::ctrlCRecordsCancelled()
     RunStore store(db);
     QCOMPARE(store.requireRun(1).status, std::string("cancelled"));
     QVERIFY(!QFile::exists(out));
+}
+
+namespace {
+
+// A finished run with a row in every child table, and a second one still running.
+std::int64_t recordFullRun(RunStore& store, const std::string& group)
+{
+    RunInfo info;
+    info.kind = "train";
+    info.settingsJson = R"({"k": 16})";
+    info.group = group;
+    const auto id = store.beginRun(info);
+    store.addIterations(id, {IterationRow{"gskm", "layers.0.key", 0, 1, 0, 2.0, 0.5, 10, 0, 0.1, 0.9, 0.2, 0.8},
+                             IterationRow{"gskm", "layers.0.key", 0, 1, 1, 1.5, 0.4, 3, 0, 0.1}});
+    store.addMetrics(id, {MetricRow{"final", "gskm", "layers.0.key", -1, -1, "nmse", 0.25}});
+    store.addSeries(id, {{"curve", 1, 2}, {"curve", 2, 3}});
+    store.addArtifact(id, {"/tmp/cb.safetensors", "codebooks", "abc", 42});
+    store.addNote(id, "first");
+    store.finishRun(id, "done", R"({"ok": true})");
+    RunInfo running;
+    running.kind = "train";
+    store.beginRun(running); // this process is alive: it stays `running`
+    return id;
+}
+
+} // namespace
+
+// Runs are copied whole, keyed by uid: importing twice, or the same run by two routes, adds it once;
+// a run still running in the source is left out and named.
+void TestRunStore::importCopiesEachRunOnce()
+{
+    const auto a = test::pathIn(m_dir, "import/a.db"), b = test::pathIn(m_dir, "import/b.db"),
+               c = test::pathIn(m_dir, "import/c.db");
+    std::int64_t srcId = 0;
+    {
+        RunStore src(a);
+        srcId = recordFullRun(src, "plan-x");
+    }
+    const auto sourceBefore = fileHash(a);
+    RunStore dst(b);
+    {
+        RunInfo own;
+        own.kind = "compare";
+        dst.finishRun(dst.beginRun(own), "done"); // ids in the two stores collide
+    }
+    auto rep = dst.importRuns(a);
+    QCOMPARE(rep.added, 1);
+    QCOMPARE(rep.alreadyPresent, 0);
+    QCOMPARE(rep.sourceSchema, kRunStoreSchemaVersion);
+    QCOMPARE(rep.stillRunning.size(), size_t(1));
+    QCOMPARE(fileHash(a), sourceBefore); // opened read-only, never altered
+
+    const auto imported = dst.listRuns({"train", "", "plan-x", 0});
+    QCOMPARE(imported.size(), size_t(1));
+    const auto& r = imported[0];
+    RunStore srcAgain(a);
+    const auto orig = srcAgain.requireRun(srcId);
+    QCOMPARE(r.uid, orig.uid);
+    QCOMPARE(r.uid.size(), size_t(32)); // 128 random bits in hex
+    QCOMPARE(r.status, std::string("done"));
+    QCOMPARE(r.startedAt, orig.startedAt);
+    QCOMPARE(r.summaryJson, orig.summaryJson);
+    QVERIFY2(r.origin.find("import/a.db") != std::string::npos, r.origin.c_str());
+    const auto its = dst.iterations(r.id);
+    QCOMPARE(its.size(), size_t(2));
+    QCOMPARE(its[0].cosine, 0.9);
+    QVERIFY(std::isnan(its[1].cosine)); // NULL stays NULL
+    QCOMPARE(its[1].objective, 1.5);
+    QCOMPARE(dst.metrics(r.id).size(), size_t(1));
+    QCOMPARE(dst.series(r.id).size(), size_t(2));
+    QCOMPARE(dst.artifacts(r.id).at(0).bytes, std::int64_t(42));
+    QCOMPARE(dst.notes(r.id).at(0).text, std::string("first"));
+
+    rep = dst.importRuns(a);
+    QCOMPARE(rep.added, 0);
+    QCOMPARE(rep.alreadyPresent, 1);
+    QCOMPARE(dst.listRuns().size(), size_t(2));
+
+    // a → b → c and a → c: the run arrives once, and keeps the store it first came from.
+    RunStore third(c);
+    QCOMPARE(third.importRuns(b).added, 2);
+    QCOMPARE(third.importRuns(a).added, 0);
+    QCOMPARE(third.listRuns({"train", "", "", 0}).at(0).origin, r.origin);
+    QVERIFY_THROWS_EXCEPTION(Error, dst.importRuns(b)); // itself
+    QVERIFY(dst.integrityOk() && third.integrityOk());
+}
+
+void TestRunStore::importRefusesNewerOrForeignStores()
+{
+    const auto dstPath = test::pathIn(m_dir, "import/refuse.db");
+    RunStore dst(dstPath);
+    const auto expectRefused = [&](const std::string& src, const char* says) {
+        const auto before = fileHash(src);
+        try {
+            dst.importRuns(src);
+            QFAIL(qPrintable(QString("importing %1 must be refused").arg(QString::fromStdString(src))));
+        } catch (const Error& e) {
+            QCOMPARE(e.kind(), ErrorKind::InvalidInput);
+            QVERIFY2(std::string(e.what()).find(says) != std::string::npos, e.what());
+            QVERIFY2(std::string(e.what()).find(src) != std::string::npos, e.what()); // names the file
+        }
+        QCOMPARE(fileHash(src), before);
+        QCOMPARE(dst.listRuns().size(), size_t(0));
+    };
+    const auto future = test::pathIn(m_dir, "import/future.db");
+    {
+        sql::Db d(future, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+        d.exec("CREATE TABLE runs (id INTEGER PRIMARY KEY, future TEXT); PRAGMA user_version=99");
+    }
+    expectRefused(future, "schema version 99 is newer");
+    const auto other = test::pathIn(m_dir, "import/other.db");
+    {
+        sql::Db d(other, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+        d.exec("CREATE TABLE photos (id INTEGER PRIMARY KEY)");
+    }
+    expectRefused(other, "not a gsrq run store");
+    const auto text = test::pathIn(m_dir, "import/notes.txt");
+    std::ofstream(text) << "not a database at all, but long enough to fill SQLite's 100-byte header......"
+                           "..........................................................................\n";
+    expectRefused(text, "notes.txt");
+    try {
+        dst.importRuns(test::pathIn(m_dir, "import/missing.db"));
+        QFAIL("a missing store must be refused");
+    } catch (const Error& e) {
+        QVERIFY2(std::string(e.what()).find("no such run store") != std::string::npos, e.what());
+    }
+}
+
+// A store of schema version 3 imported as it is gets the same uids it gets when it is later
+// migrated in place, so importing it again after the upgrade adds nothing.
+void TestRunStore::importOfOlderStoreMatchesItsMigration()
+{
+    const auto a = test::pathIn(m_dir, "import/v3.db"), b = test::pathIn(m_dir, "import/v3-into.db");
+    {
+        RunStore src(a);
+        RunInfo info;
+        info.kind = "compare";
+        for (int i = 0; i < 3; ++i)
+            src.finishRun(src.beginRun(info), "done");
+    }
+    {
+        sql::Db d(a, SQLITE_OPEN_READWRITE);
+        d.exec("DROP INDEX runs_uid; DROP INDEX runs_group; ALTER TABLE runs DROP COLUMN uid; "
+               "ALTER TABLE runs DROP COLUMN run_group; ALTER TABLE runs DROP COLUMN origin; PRAGMA user_version=3");
+    }
+    RunStore dst(b);
+    const auto rep = dst.importRuns(a);
+    QCOMPARE(rep.sourceSchema, 3);
+    QCOMPARE(rep.added, 3);
+    RunStore migrated(a); // now version 4, uids derived by the migration
+    QCOMPARE(migrated.schemaVersion(), kRunStoreSchemaVersion);
+    QCOMPARE(dst.importRuns(a).added, 0);
+    QCOMPARE(dst.listRuns().size(), size_t(3));
+    QCOMPARE(migrated.listRuns().at(0).uid, dst.listRuns().at(0).uid);
 }
 
 QTEST_GUILESS_MAIN(TestRunStore)

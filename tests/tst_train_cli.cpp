@@ -14,6 +14,7 @@
 #include <QtTest>
 
 #include <filesystem>
+#include <fstream>
 
 using namespace gsrq;
 
@@ -49,6 +50,8 @@ private slots:
     void badInputs();
     void existingOutputKept();
     void killedTrainLeavesOldOrNewFile();
+    void planSpreadsLayersAndRefusesBadOptions();
+    void planTasksThenMergeWithoutSlurm();
 
 private:
     QTemporaryDir m_dir;
@@ -282,6 +285,113 @@ void TestTrainCli::killedTrainLeavesOldOrNewFile()
         sawNew += now == newBytes;
     }
     qInfo("%d of 20 kills came after the new file was in place", sawNew);
+}
+
+// gsrq plan: layers spread over the tasks largest first, and everything a task would trip over on
+// the cluster refused here with exit code 2.
+void TestTrainCli::planSpreadsLayersAndRefusesBadOptions()
+{
+    const QString dir = m_dir.filePath("plan-spread");
+    const QStringList rate{"--", "--dim", "8", "--stages", "1", "--k", "16"};
+    auto r = gsrqRun(QStringList{"plan", kSample, "--jobs", "2", "--out", dir} + rate);
+    QVERIFY2(r.code == 0, r.err.constData());
+    QFile f(dir + "/plan.json");
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const auto plan = QJsonDocument::fromJson(f.readAll()).object();
+    const auto tasks = plan["tasks"].toArray();
+    // Five layers of 2,048 rows each: the least-loaded task takes the next layer, so 3 and 2.
+    QCOMPARE(tasks.size(), 2);
+    QCOMPARE(tasks[0].toObject()["layers"].toArray(), QJsonArray({0, 2, 4}));
+    QCOMPARE(tasks[1].toObject()["layers"].toArray(), QJsonArray({1, 3}));
+    QCOMPARE(tasks[0].toObject()["rows"].toInt(), 3 * 2 * 2048); // keys and values of 3 layers
+    QCOMPARE(plan["tensors_by_layer"].toObject()["3"].toArray(), QJsonArray({"layers.3.key", "layers.3.value"}));
+    QFile sb(dir + "/array.sbatch");
+    QVERIFY(sb.open(QIODevice::ReadOnly));
+    const auto script = sb.readAll();
+    QVERIFY(script.contains("#SBATCH --array=0-1\n"));
+    QVERIFY(script.contains("#SBATCH --gres=gpu:1\n"));
+    QVERIFY(script.contains("#SBATCH --requeue\n"));
+    QVERIFY(script.contains("--dependency=\"afterok:$SLURM_ARRAY_JOB_ID\""));
+
+    // More tasks than layers: one layer each.
+    r = gsrqRun(QStringList{"plan", kSample, "--jobs", "9", "--gpus-per-job", "0", "--out", dir + "-9"} + rate);
+    QVERIFY2(r.code == 0, r.err.constData());
+    QVERIFY(r.out.contains("5 tasks instead of 9"));
+
+    const auto refused = [&](const QStringList& args, const char* says) {
+        const auto rr = gsrqRun(args);
+        QVERIFY2(rr.code == 2, qPrintable(args.join(' ') + ": " + rr.err));
+        QVERIFY2(rr.err.contains(says), qPrintable(args.join(' ') + ": " + rr.err));
+    };
+    refused(QStringList{"plan", kSample, "--jobs", "2", "--out", dir} + rate, "exists"); // no --force
+    refused(QStringList{"plan", kSample, "--jobs", "0", "--out", dir + "-x"} + rate, "--jobs 0");
+    refused({"plan", kSample, "--jobs", "2", "--out", dir + "-x"}, "rate");
+    refused(QStringList{"plan", kSample, "--jobs", "2", "--out", dir + "-x"} + rate + QStringList{"--out", "x"},
+            "--out is set by the plan");
+    refused(QStringList{"plan", kSample, "--jobs", "2", "--out", dir + "-x"} + rate + QStringList{"--bogus"},
+            "do not parse");
+    refused(QStringList{"plan", kSample, "--jobs", "2", "--layers", "7", "--out", dir + "-x"} + rate, "--layers 7");
+    refused({"plan", "status", m_dir.filePath("nowhere")}, "no plan here");
+    QVERIFY(!QFile::exists(dir + "-x/plan.json"));
+}
+
+// The array's tasks run by hand (the script works without Slurm given SLURM_ARRAY_TASK_ID); the
+// merge names what is missing, refuses a layer trained with other settings, and joins the rest
+// into exactly what one gsrq train writes; its import of the tasks' runs is idempotent.
+void TestTrainCli::planTasksThenMergeWithoutSlurm()
+{
+    const QString dir = m_dir.filePath("plan-merge"), db = m_dir.filePath("plan-user.db");
+    const QStringList train{"--dim", "8", "--stages", "2", "--k", "16", "--seed", "5"};
+    auto r = gsrqRun(QStringList{"--db", db, "plan", kSample, "--jobs", "2", "--out", dir, "--"} + train);
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto runTask = [&](int task) {
+        QProcess p;
+        auto env = QProcessEnvironment::systemEnvironment();
+        env.insert("SLURM_ARRAY_TASK_ID", QString::number(task));
+        env.remove("SLURM_ARRAY_JOB_ID");
+        env.insert("GSRQ", test::cliPath());
+        p.setProcessEnvironment(env);
+        p.start("bash", {dir + "/array.sbatch"});
+        QVERIFY(p.waitForFinished(240000));
+        QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+    };
+    runTask(1);
+    r = gsrqRun({"--db", db, "plan", "merge", dir});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("no codebooks yet for layers 0,2,4 (tasks 0;"), r.err.constData());
+    r = gsrqRun({"plan", "status", dir, "--json"});
+    QCOMPARE(QJsonDocument::fromJson(r.out).object()["trained"].toInt(), 2);
+
+    runTask(0);
+    runTask(0); // run again (a requeue after it finished): every layer is skipped
+    r = gsrqRun({"--db", db, "plan", "merge", dir});
+    QVERIFY2(r.code == 0, r.err.constData());
+    QVERIFY(r.out.contains("5 layers, 10 tensors, same settings"));
+    QVERIFY2(r.out.contains("imported 5 runs"), r.out.constData()); // one per layer, none twice
+    r = gsrqRun({"--db", db, "plan", "merge", dir});
+    QVERIFY2(r.out.contains("imported 0 runs"), r.out.constData());
+
+    const QString single = m_dir.filePath("plan-single.safetensors");
+    r = gsrqRun(QStringList{"--no-db", "train", kSample, "--out", single, "-q"} + train);
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto a = readSafetensors(single.toStdString());
+    const auto b = readSafetensors((dir + "/codebooks.safetensors").toStdString());
+    QCOMPARE(a.tensors.size(), b.tensors.size());
+    for (const auto& t : a.tensors) {
+        const auto u = std::find_if(b.tensors.begin(), b.tensors.end(), [&](auto& x) { return x.name == t.name; });
+        QVERIFY2(u != b.tensors.end(), t.name.c_str());
+        QCOMPARE(u->shape, t.shape);
+        QCOMPARE(u->nbytes, t.nbytes);
+        QVERIFY2(std::memcmp(u->data, t.data, t.nbytes) == 0, t.name.c_str()); // bit for bit
+    }
+
+    // A layer retrained with another seed does not pass for the plan's.
+    r = gsrqRun({"--no-db", "train", kSample, "--layers", "3", "--dim", "8", "--stages", "2", "--k", "16", "--seed",
+                 "6", "--out", dir + "/codebooks/layer-3.safetensors", "--force", "-q"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    r = gsrqRun({"--db", db, "plan", "merge", dir});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("layer-3.safetensors was trained with seed = 6"), r.err.constData());
 }
 
 QTEST_GUILESS_MAIN(TestTrainCli)
