@@ -443,6 +443,15 @@ std::vector<RunInfo> RunStore::listRuns(const RunFilter& f)
     return out;
 }
 
+std::vector<std::string> RunStore::groups()
+{
+    sql::Stmt s(m_db, "SELECT DISTINCT run_group FROM runs WHERE run_group != '' ORDER BY run_group");
+    std::vector<std::string> out;
+    while (s.step())
+        out.push_back(s.text(0));
+    return out;
+}
+
 std::optional<RunInfo> RunStore::run(std::int64_t id)
 {
     sql::Stmt s(m_db, cat("SELECT ", kRunColumns, " FROM runs WHERE id=?"));

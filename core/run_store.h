@@ -113,6 +113,7 @@ public:
     void deleteRun(std::int64_t run); // with everything recorded for it
 
     std::vector<RunInfo> listRuns(const RunFilter& f = {});
+    std::vector<std::string> groups(); // every group a run is recorded under, sorted
     std::optional<RunInfo> run(std::int64_t id);
     RunInfo requireRun(std::int64_t id); // throws Error(InvalidInput) for an unknown id
     std::vector<IterationRow> iterations(std::int64_t run);

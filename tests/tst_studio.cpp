@@ -64,6 +64,7 @@ private slots:
     void perplexityOfTrainedCodebooks();
     void cancelMidTraining();
     void runsPageListsAndOverlays();
+    void runsPageImportsStoresAndGroupsThem();
     void unusableStoreIsADialog();
     void chartsExportPngSvgCsv();
     void badSettingIsAMessage();
@@ -418,6 +419,46 @@ void TestStudio::unusableStoreIsADialog()
     page->refresh();
     QCOMPARE(page->model()->rowCount(), runs);
     QTRY_COMPARE(m_window->findChildren<QMessageBox*>("storeErrorDialog").size(), 0); // closed, none new
+}
+
+// Stores recorded elsewhere (a plan's task stores) come in through the Runs page's import, once;
+// their group is offered as a filter and shown as a column.
+void TestStudio::runsPageImportsStoresAndGroupsThem()
+{
+    auto* page = m_window->runsPage();
+    m_window->showPage("runs");
+    QTemporaryDir dir;
+    const QString a = dir.filePath("task-0.sqlite"), b = dir.filePath("task-1.sqlite");
+    for (const auto& [store, layer] : {std::pair{a, "0"}, std::pair{b, "1"}}) {
+        const auto r = test::gsrqRun({"--db", store, "--group", "plan-gui", "train", kSample, "--layers", layer,
+                                      "--dim", "8", "--stages", "1", "--k", "8", "--iters", "3", "-q"});
+        QVERIFY2(r.code == 0, r.err.constData());
+    }
+    page->refresh();
+    auto* model = page->model();
+    const int before = model->rowCount();
+    QString summary = page->importStores({a, b});
+    QVERIFY2(summary.startsWith("Imported 2 run(s) from 2 store(s)"), qPrintable(summary));
+    QCOMPARE(model->rowCount(), before + 2);
+    summary = page->importStores({a, b});
+    QVERIFY2(summary.contains("Imported 0") && summary.contains("2 already here"), qPrintable(summary));
+    QCOMPARE(model->rowCount(), before + 2);
+    summary = page->importStores({dir.filePath("missing.sqlite")});
+    QVERIFY2(summary.contains("Not imported") && summary.contains("missing.sqlite"), qPrintable(summary));
+
+    auto* group = page->groupFilter();
+    const int at = group->findText("plan-gui");
+    QVERIFY(at > 0);
+    group->setCurrentIndex(at); // refreshes with the filter
+    QCOMPARE(model->rowCount(), 2);
+    for (int r = 0; r < 2; ++r) {
+        QCOMPARE(model->data(model->index(r, views::RunsTableModel::Group)).toString(), QString("plan-gui"));
+        QVERIFY(model->data(model->index(r, views::RunsTableModel::Kind), Qt::ToolTipRole)
+                    .toString()
+                    .startsWith("Imported from " + dir.path()));
+    }
+    group->setCurrentIndex(0);
+    QCOMPARE(model->rowCount(), before + 2);
 }
 
 void TestStudio::runsPageListsAndOverlays()

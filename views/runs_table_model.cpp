@@ -42,6 +42,8 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const
             return QString::fromStdString(r->kind);
         case Status:
             return QString::fromStdString(r->status);
+        case Group:
+            return QString::fromStdString(r->group);
         case Started:
             return QString::fromStdString(r->startedAt).replace('T', ' ').left(19);
         case Dump:
@@ -54,6 +56,8 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const
     }
     if (role == Qt::ToolTipRole && index.column() == Dump)
         return QString::fromStdString(r->dumpPath);
+    if (role == Qt::ToolTipRole && !r->origin.empty())
+        return tr("Imported from %1").arg(QString::fromStdString(r->origin));
     if (role == Qt::ForegroundRole && index.column() == Status) {
         if (r->status == "failed" || r->status == "interrupted")
             return QColor(Qt::darkRed);
@@ -76,6 +80,8 @@ QVariant RunsTableModel::headerData(int section, Qt::Orientation orientation, in
         return tr("Kind");
     case Status:
         return tr("Status");
+    case Group:
+        return tr("Group");
     case Started:
         return tr("Started (UTC)");
     case Dump:

@@ -1,5 +1,5 @@
 #pragma once
-// The run store's runs as a table: id, kind, status, started, dump, headline. GUI thread only;
+// The run store's runs as a table: id, kind, status, group (a plan's id), started, dump, headline. GUI thread only;
 // the rows are handed in (read through core's store API by the caller), never queried here.
 
 #include "run_store.h"
@@ -14,7 +14,7 @@ class RunsTableModel : public QAbstractTableModel {
     Q_OBJECT
 
 public:
-    enum Column { Id, Kind, Status, Started, Dump, Summary, ColumnCount };
+    enum Column { Id, Kind, Status, Group, Started, Dump, Summary, ColumnCount };
     using QAbstractTableModel::QAbstractTableModel;
 
     void setRuns(std::vector<RunInfo> runs);

@@ -3,9 +3,11 @@
 #include "chart_panel.h"
 #include "runs_table_model.h"
 
+#include "error.h"
 #include "pass_curves.h"
 
 #include <QComboBox>
+#include <QFileDialog>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QItemSelectionModel>
@@ -64,10 +66,15 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     m_kind->addItems({tr("all kinds"), "compare", "sweep", "train", "eval", "ppl", "bench-cluster"});
     m_status = new QComboBox(this);
     m_status->addItems({tr("any status"), "running", "done", "failed", "cancelled", "interrupted"});
+    m_group = new QComboBox(this);
+    m_group->addItem(tr("all groups"));
+    m_group->setToolTip(tr("Runs recorded under one group: a plan's tasks (gsrq plan), or gsrq --group NAME"));
     m_filter = new QLineEdit(this);
     m_filter->setPlaceholderText(tr("filter: tensor, dump, result…"));
     auto* refreshButton = new QPushButton(tr("Refresh"), this);
     auto* deleteButton = new QPushButton(tr("Delete"), this);
+    auto* importButton = new QPushButton(tr("Import…"), this);
+    importButton->setToolTip(tr("Copy the runs of other run stores into this one, e.g. a plan's stores/*.sqlite"));
     m_note = new QLineEdit(this);
     m_note->setPlaceholderText(tr("a note for the selected run"));
     auto* noteButton = new QPushButton(tr("Add note"), this);
@@ -99,9 +106,11 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     auto* bar = new QHBoxLayout();
     bar->addWidget(m_kind);
     bar->addWidget(m_status);
+    bar->addWidget(m_group);
     bar->addWidget(m_filter, 1);
     bar->addWidget(refreshButton);
     bar->addWidget(deleteButton);
+    bar->addWidget(importButton);
     auto* noteBar = new QHBoxLayout();
     noteBar->addWidget(m_note, 1);
     noteBar->addWidget(noteButton);
@@ -123,6 +132,8 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
 
     connect(refreshButton, &QPushButton::clicked, this, &RunsPage::refresh);
     connect(deleteButton, &QPushButton::clicked, this, &RunsPage::deleteSelected);
+    connect(importButton, &QPushButton::clicked, this, &RunsPage::chooseStoresToImport);
+    connect(m_group, &QComboBox::currentIndexChanged, this, &RunsPage::refresh);
     connect(noteButton, &QPushButton::clicked, this, &RunsPage::addNote);
     connect(m_kind, &QComboBox::currentIndexChanged, this, &RunsPage::refresh);
     connect(m_status, &QComboBox::currentIndexChanged, this, &RunsPage::refresh);
@@ -141,12 +152,59 @@ void RunsPage::refresh()
         RunFilter f;
         f.kind = m_kind->currentIndex() > 0 ? m_kind->currentText().toStdString() : std::string();
         f.status = m_status->currentIndex() > 0 ? m_status->currentText().toStdString() : std::string();
+        f.group = m_group->currentIndex() > 0 ? m_group->currentText().toStdString() : std::string();
         m_model->setRuns(store.listRuns(f));
+        // The groups on offer follow the store; the one chosen stays chosen.
+        const QString chosen = m_group->currentText();
+        const QSignalBlocker block(m_group);
+        while (m_group->count() > 1)
+            m_group->removeItem(1);
+        for (const auto& g : store.groups())
+            m_group->addItem(QString::fromStdString(g));
+        if (const int at = m_group->findText(chosen); at > 0)
+            m_group->setCurrentIndex(at);
     } catch (const std::exception& e) {
         m_model->setRuns({});
         m_ctx.showStoreError(QString::fromUtf8(e.what()));
     }
     onSelectionChanged();
+}
+
+QString RunsPage::importStores(const QStringList& paths)
+{
+    int added = 0, present = 0;
+    QStringList problems;
+    try {
+        RunStore store(m_ctx.storePath().toStdString());
+        for (const auto& p : paths) {
+            try {
+                const auto rep = store.importRuns(p.toStdString());
+                added += rep.added;
+                present += rep.alreadyPresent;
+            } catch (const Error& e) {
+                problems << QString::fromUtf8(e.what());
+            }
+        }
+    } catch (const std::exception& e) {
+        m_ctx.showStoreError(QString::fromUtf8(e.what()));
+        return {};
+    }
+    refresh();
+    QString summary = tr("Imported %n run(s) from %1 store(s)", nullptr, added).arg(paths.size());
+    if (present)
+        summary += tr("; %n already here", nullptr, present);
+    if (!problems.isEmpty())
+        summary += tr(". Not imported: %1").arg(problems.join(QStringLiteral("; ")));
+    m_details->setPlainText(summary);
+    return summary;
+}
+
+void RunsPage::chooseStoresToImport()
+{
+    const auto paths = QFileDialog::getOpenFileNames(this, tr("Import runs from stores"), QString(),
+                                                     tr("Run stores (*.sqlite *.db);;All files (*)"));
+    if (!paths.isEmpty())
+        importStores(paths);
 }
 
 std::vector<std::int64_t> RunsPage::selectedIds() const

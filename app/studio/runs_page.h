@@ -1,7 +1,8 @@
 #pragma once
-// The run store as a table (filter by kind, status and text; sort), the details of a run, notes,
-// deletion, and for two or more selected runs their convergence curves on one chart and the
-// settings that differ. Reads through core's store API on the GUI thread (its own connection).
+// The run store as a table (filter by kind, status, group and text; sort), the details of a run,
+// notes, deletion, importing other stores (a plan's task stores, a colleague's), and for two or
+// more selected runs their convergence curves on one chart and the settings that differ. Reads through core's store API
+// on the GUI thread (its own connection).
 
 #include "studio_context.h"
 
@@ -34,18 +35,23 @@ public:
     void selectRuns(const QList<qint64>& ids);
     // Selects every ppl run and draws perplexity against bits per activation.
     void showAllPerplexity();
+    // Copies the runs of other stores into this one (importing twice adds nothing) and shows them;
+    // returns the summary line it shows. Errors name the store and import nothing from it.
+    QString importStores(const QStringList& paths);
+    QComboBox* groupFilter() const { return m_group; }
 
 private:
     void onSelectionChanged();
     std::vector<std::int64_t> selectedIds() const;
     void addNote();
     void deleteSelected();
+    void chooseStoresToImport();
 
     StudioContext& m_ctx;
     views::RunsTableModel* m_model;
     QSortFilterProxyModel* m_proxy;
     QTableView* m_table;
-    QComboBox *m_kind, *m_status, *m_overlayMetric;
+    QComboBox *m_kind, *m_status, *m_group, *m_overlayMetric;
     QLineEdit *m_filter, *m_note;
     QPlainTextEdit* m_details;
     views::ChartPanel* m_overlay;
