@@ -59,7 +59,7 @@ export PATH=$PATH:/usr/sbin
 stop
 mkdir -p "$dir"/{state,spool,logs}
 chmod 755 "$dir"
-host=$(hostname -s)
+host=$(uname -n | cut -d. -f1)
 cpus=$(nproc)
 ((cpus < 4)) && cpus=4 # four array tasks at once even on two cores: the work is small
 port=${GSRQ_SLURM_PORT:-16817}
@@ -75,7 +75,7 @@ munged --force --key-file="$dir/munge.key" --socket="$dir/munge.socket" --pid-fi
 cat > "$dir/slurm.conf" <<CONF
 # Single-node Slurm written by tools/slurm/local-cluster.sh.
 ClusterName=gsrqlocal
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))
 SlurmUser=root
@@ -113,8 +113,14 @@ touch "$dir"/gpu{0,1,2,3}
 cat > "$dir/gres.conf" <<CONF
 NodeName=$host Name=gpu File=$dir/gpu[0-3]
 CONF
+# Jobs are tracked through /proc (proctrack/linuxproc), not cgroups, but slurmd initialises its
+# cgroup plugin all the same and wants a hierarchy it can stat: an empty one of our own, so that
+# it starts in containers and chroots whose /sys/fs/cgroup is empty or read-only.
+mkdir -p "$dir/cgroup/systemd"
 cat > "$dir/cgroup.conf" <<CONF
-CgroupPlugin=autodetect
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=$dir/cgroup
+CgroupAutomount=no
 CONF
 
 export SLURM_CONF=$dir/slurm.conf
