@@ -332,6 +332,8 @@ void TestTrainCli::planSpreadsLayersAndRefusesBadOptions()
             "do not parse");
     refused(QStringList{"plan", kSample, "--jobs", "2", "--layers", "7", "--out", dir + "-x"} + rate, "--layers 7");
     refused({"plan", "status", m_dir.filePath("nowhere")}, "no plan here");
+    refused(QStringList{"plan", kSample, "--jobs", "2", "--partition", "gpu\n#SBATCH --x", "--out", dir + "-x"} + rate,
+            "--partition");
     QVERIFY(!QFile::exists(dir + "-x/plan.json"));
 }
 

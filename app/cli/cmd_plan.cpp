@@ -560,6 +560,12 @@ Command registerPlan(CLI::App& root)
                 throwInvalid("--gpus-per-job ", o->gpusPerJob, ": must be between 0 and 64");
             if (o->cpusPerTask < 0)
                 throwInvalid("--cpus-per-task ", o->cpusPerTask, ": must be 0 or more");
+            // These go into #SBATCH lines as they are.
+            for (const auto& [flag, value] : {std::pair{"--partition", &o->partition},
+                                              std::pair{"--account", &o->account}, std::pair{"--time", &o->time}})
+                if (value->find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:,+-") !=
+                    std::string::npos)
+                    throwInvalid(flag, " '", *value, "': letters, digits and _ . : , + - only");
             const auto planFile = fs::path(o->out) / "plan.json";
             refuseOverwrite(planFile.string(), o->force, "--out");
             const KvDump dump = KvDump::open(o->dump);
