@@ -94,4 +94,33 @@ QuantMetrics meanMetrics(const std::vector<QuantMetrics>& blocks)
     return m;
 }
 
+std::array<MetricDelta, 5> metricDeltas(const QuantMetrics& a, const QuantMetrics& b)
+{
+    const auto na = namedMetrics(a), nb = namedMetrics(b);
+    std::array<MetricDelta, 5> out;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        MetricDelta& d = out[i];
+        d.name = na[i].first;
+        d.a = na[i].second;
+        d.b = nb[i].second;
+        d.delta = d.b - d.a;
+        d.deltaPercent = d.a != 0 ? 100.0 * d.delta / std::abs(d.a) : std::nan("");
+        const std::string_view name = d.name;
+        // How far each is from the ideal, in the metric's own direction.
+        double ea = 0, eb = 0;
+        if (name == "cosine") {
+            ea = -d.a;
+            eb = -d.b;
+        } else if (name == "shrinkage") {
+            ea = std::abs(1 - d.a);
+            eb = std::abs(1 - d.b);
+        } else {
+            ea = d.a;
+            eb = d.b;
+        }
+        d.better = eb < ea ? 1 : (ea < eb ? -1 : 0);
+    }
+    return out;
+}
+
 } // namespace gsrq

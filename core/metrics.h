@@ -31,6 +31,17 @@ std::array<std::pair<const char*, double>, 5> namedMetrics(const QuantMetrics& m
 // One metric by its reported name; nmse for a name that is not one of them.
 double metricByName(const QuantMetrics& m, std::string_view name);
 
+// One metric of two methods side by side: b against a (GSKM against KM, say). delta = b − a;
+// deltaPercent = 100·(b − a)/|a| (NaN where a is 0); better: +1 where b is better, −1 where a is,
+// 0 for a tie. Better means lower mse, nmse and gain error, higher cosine, and shrinkage closer
+// to 1 (no shrinkage).
+struct MetricDelta {
+    const char* name = "";
+    double a = 0, b = 0, delta = 0, deltaPercent = 0;
+    int better = 0;
+};
+std::array<MetricDelta, 5> metricDeltas(const QuantMetrics& a, const QuantMetrics& b);
+
 // X: n × d; Xhat: n × d.
 QuantMetrics computeMetrics(const Eigen::Ref<const MatrixRF>& X, const Eigen::Ref<const MatrixRF>& Xhat);
 // Reconstruction by codebook lookup: x̂_i = C[labels[i]].

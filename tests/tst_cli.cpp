@@ -41,6 +41,7 @@ private slots:
     void compareJson();
     void compareTable();
     void compareWithGradientWeights();
+    void compareEveryLayerWithDeltas();
     void sweepJson();
     void paperCheckJson();
     void infoJson();
@@ -98,6 +99,58 @@ void TestCli::compareJson()
             QVERIFY(std::abs(bj["shrinkage"].toDouble() + bj["nmse"].toDouble() - 1) < 1e-5);
         }
     }
+}
+
+// compare --tensors: every layer's key and value of the real sample, each with KM and GSKM, and
+// GSKM − KM beside them; the JSON, the CSV and the table say the same.
+void TestCli::compareEveryLayerWithDeltas()
+{
+    const QString sample = GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors";
+    const QString csv = m_dir.filePath("model.csv");
+    const auto r = gsrqRun({"--no-db", "compare", sample, "--tensors", "layers.*.*", "--dim", "8", "--k", "16",
+                            "--iters", "5", "-q", "--json", "--csv", csv});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto tensors = QJsonDocument::fromJson(r.out).object()["tensors"].toArray();
+    QCOMPARE(tensors.size(), 10); // 5 layers × {key, value}; queries and gradients are not clustered
+    QFile f(csv);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const auto lines = f.readAll().trimmed().split('\n');
+    QCOMPARE(lines.size(), 1 + 10 * 5); // a header, then 5 metrics per tensor
+    for (const auto& tv : tensors) {
+        const auto t = tv.toObject();
+        QVERIFY(t["kind"].toString() == "key" || t["kind"].toString() == "value");
+        const auto km = t["km"].toObject(), gskm = t["gskm"].toObject();
+        const auto deltas = t["gskm_minus_km"].toObject();
+        for (const char* m : {"mse", "nmse", "gain_error", "cosine", "shrinkage"}) {
+            const auto d = deltas[m].toObject();
+            const double a = km[m].toDouble(), b = gskm[m].toDouble();
+            QCOMPARE(d["delta"].toDouble(), b - a);
+            QVERIFY(std::abs(d["delta_percent"].toDouble() - 100 * (b - a) / std::abs(a)) <=
+                    1e-9 * std::abs(b - a) * 100 / std::abs(a) + 1e-12);
+        }
+        const QString nmseBetter = deltas["nmse"].toObject()["better"].toString();
+        QCOMPARE(nmseBetter, gskm["nmse"].toDouble() < km["nmse"].toDouble()   ? QString("gskm")
+                             : gskm["nmse"].toDouble() > km["nmse"].toDouble() ? QString("km")
+                                                                               : QString("tie"));
+        const QString cosBetter = deltas["cosine"].toObject()["better"].toString();
+        QCOMPARE(cosBetter, gskm["cosine"].toDouble() > km["cosine"].toDouble()   ? QString("gskm")
+                            : gskm["cosine"].toDouble() < km["cosine"].toDouble() ? QString("km")
+                                                                                  : QString("tie"));
+        // The CSV row of this tensor's nmse holds the same numbers (9 significant digits).
+        const QString name = t["tensor"].toString();
+        bool found = false;
+        for (const auto& line : lines)
+            if (line.startsWith((name + ",").toUtf8()) && line.contains(",nmse,")) {
+                const auto cells = line.split(',');
+                QCOMPARE(cells.size(), 9);
+                QVERIFY(std::abs(cells[4].toDouble() - km["nmse"].toDouble()) <= 1e-8 * km["nmse"].toDouble());
+                QCOMPARE(QString(cells[8]), nmseBetter);
+                found = true;
+            }
+        QVERIFY2(found, qPrintable(name));
+    }
+    QCOMPARE(gsrqRun({"--no-db", "compare", sample, "--tensors", "layers.*.query", "--dim", "8"}).code, 2);
+    QCOMPARE(gsrqRun({"--no-db", "compare", sample, "--tensor", "layers.0.key", "--csv", csv}).code, 2);
 }
 
 void TestCli::compareTable()

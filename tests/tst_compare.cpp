@@ -3,6 +3,7 @@
 
 #include "compare_job.h"
 #include "error.h"
+#include "metrics.h"
 #include "paper_check.h"
 #include "test_util.h"
 
@@ -23,6 +24,7 @@ private slots:
     void sweepChecksEveryValueFirst();
     void sweepOverK();
     void paperClaimsAreJudgedOnTheFigures();
+    void deltasKnowWhichWayIsBetter();
 };
 
 void TestCompare::blocksAreClusteredAloneAndAveraged()
@@ -195,6 +197,30 @@ void TestCompare::paperClaimsAreJudgedOnTheFigures()
     QVERIFY(!claim(c, "under_capacity").holds);
     QVERIFY(!claim(c, "rq_heldout").holds);
     QVERIFY(claim(c, "cosine").holds);
+}
+
+// GSKM − KM per metric, and which is better by each metric's own direction: lower errors, higher
+// cosine, shrinkage nearer 1 (0.9 beats 1.2: 0.1 from 1 against 0.2).
+void TestCompare::deltasKnowWhichWayIsBetter()
+{
+    const QuantMetrics km{2.0, 0.20, 0.50, 0.90, 0.9};
+    const QuantMetrics gskm{3.0, 0.10, 0.50, 0.95, 1.2};
+    const auto d = metricDeltas(km, gskm);
+    QCOMPARE(std::string(d[0].name), std::string("mse"));
+    QCOMPARE(d[0].delta, 1.0);
+    QCOMPARE(d[0].deltaPercent, 50.0);
+    QCOMPARE(d[0].better, -1); // higher mse: KM better
+    QCOMPARE(std::string(d[1].name), std::string("nmse"));
+    QVERIFY(std::abs(d[1].deltaPercent - -50.0) < 1e-12); // 0.1 − 0.2 over 0.2, in binary floating point
+    QCOMPARE(d[1].better, 1);
+    QCOMPARE(d[2].better, 0); // equal gain error: a tie
+    QCOMPARE(std::string(d[3].name), std::string("cosine"));
+    QCOMPARE(d[3].better, 1); // higher cosine
+    QCOMPARE(std::string(d[4].name), std::string("shrinkage"));
+    QCOMPARE(d[4].better, -1); // 1.2 is further from 1 than 0.9
+    const auto zero = metricDeltas(QuantMetrics{0, 0, 0, 1, 1}, QuantMetrics{0, 0.1, 0, 1, 1});
+    QVERIFY(std::isnan(zero[1].deltaPercent)); // no percentage of nothing
+    QCOMPARE(zero[1].better, -1);
 }
 
 QTEST_APPLESS_MAIN(TestCompare)

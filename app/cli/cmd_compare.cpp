@@ -4,10 +4,15 @@
 #include "progress_bar.h"
 #include "recording.h"
 #include "result_json.h"
+#include "safetensors.h"
+#include "train_job.h"
 #include "version.h"
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <sstream>
 
 namespace gsrq::cli {
 
@@ -37,14 +42,186 @@ void printHeader(const PreparedInput& in, const ClusterBackend& backend)
                     in.weightSummary.weightMax / std::max(in.weightSummary.weightMedian, 1e-300));
 }
 
+// Every layer's keys and values that the globs match (queries and gradients are not clustered).
+std::vector<std::string> modelTensors(const KvDump& dump, const std::string& globs)
+{
+    std::vector<std::string> patterns;
+    std::stringstream ss(globs);
+    for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty())
+            patterns.push_back(item);
+    std::vector<std::string> out;
+    for (const auto* t : selectTensors(dump, patterns, ""))
+        if (t->kind == KvKind::Key || t->kind == KvKind::Value)
+            out.push_back(t->view.name);
+    if (out.empty())
+        throwInvalid("--tensors '", globs, "': matches no layer's key or value in ", dump.path());
+    return out;
+}
+
+std::string csvNumber(double v)
+{
+    if (std::isnan(v))
+        return {};
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return buf;
+}
+
+const MethodResult* methodOf(const CompareResult& r, Method m)
+{
+    for (const auto& x : r.methods)
+        if (x.method == m)
+            return &x;
+    return nullptr;
+}
+
+// gsrq compare DUMP --tensors GLOBS: KM and GSKM on each matched tensor with the same settings,
+// their metrics side by side with GSKM − KM, as a table, JSON or CSV; one run recorded.
+void compareModel(RunOptions& o, const std::string& globs, const std::string& csvPath)
+{
+    if (!o.tensor.empty())
+        throwInvalid("--tensor and --tensors: give one or the other");
+    const KvDump dump = KvDump::open(o.dump);
+    const auto names = modelTensors(dump, globs);
+    // Every tensor checked before any work starts; each is loaded only when its turn comes.
+    const auto load = [&](const std::string& name) {
+        RunOptions one = o;
+        one.tensor = name;
+        auto in = prepareInput(one);
+        o.settings = one.settings; // --methods parsed
+        return in;
+    };
+    std::optional<PreparedInput> first = load(names.front());
+    for (const auto& name : names) {
+        const auto& t = dump.get(name);
+        validateCompare(o.settings, t.view.rows(), t.view.features());
+        if (first->weightMode != WeightMode::None && !dump.gradientOf(t))
+            throwInvalid("--weights ", o.weights, ": ", dump.path(), " has no gradient for '", name, "'");
+    }
+    auto backend = openBackend(o.backend, o.quiet);
+    auto settings = settingsJson(o, *backend);
+    settings["tensors"] = globs;
+    CliRun run("compare", settings.dump(), dump.path(), dump.files(), backend->name(), backend->device());
+    run.guard([&] {
+        ProgressBar bar(!o.quiet);
+        std::vector<CompareResult> results;
+        for (std::size_t i = 0; i < names.size(); ++i) {
+            const PreparedInput in = i == 0 ? std::move(*first) : load(names[i]);
+            first.reset();
+            auto r = runCompare(in.data.rows, in.weightPtr(), o.settings, *backend, [&](const ProgressEvent& e) {
+                bar.update((double(i) + e.fraction) / double(names.size()), in.data.name + ": " + e.what);
+                run.progress(e);
+                return !stopRequested();
+            });
+            if (run)
+                run->recordCompare(r, in.data.name);
+            const bool cancelled = r.cancelled;
+            results.push_back(std::move(r));
+            if (cancelled)
+                break;
+        }
+        bar.finish();
+        nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+        std::string csv = "tensor,layer,kind,metric,km,gskm,delta,delta_percent,better\n";
+        int gskmBetterNmse = 0;
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            const auto& r = results[i];
+            const auto& t = dump.get(names[i]);
+            nlohmann::ordered_json row = {{"tensor", names[i]}, {"layer", t.layer}, {"kind", kvKindName(t.kind)}};
+            for (const auto& m : r.methods)
+                row[methodName(m.method)] = toJson(m.metrics);
+            const auto* km = methodOf(r, Method::KMeans);
+            const auto* gs = methodOf(r, Method::GainShape);
+            if (km && gs) {
+                nlohmann::ordered_json deltas = nlohmann::ordered_json::object();
+                for (const auto& d : metricDeltas(km->metrics, gs->metrics)) {
+                    deltas[d.name] = {{"delta", d.delta},
+                                      {"delta_percent", std::isnan(d.deltaPercent)
+                                                            ? nlohmann::ordered_json(nullptr)
+                                                            : nlohmann::ordered_json(d.deltaPercent)},
+                                      {"better", d.better > 0   ? "gskm"
+                                                 : d.better < 0 ? "km"
+                                                                : "tie"}};
+                    csv += cat(names[i], ",", t.layer, ",", kvKindName(t.kind), ",", d.name, ",", csvNumber(d.a), ",",
+                               csvNumber(d.b), ",", csvNumber(d.delta), ",", csvNumber(d.deltaPercent), ",",
+                               d.better > 0   ? "gskm"
+                               : d.better < 0 ? "km"
+                                              : "tie",
+                               "\n");
+                    if (std::string_view(d.name) == "nmse" && d.better > 0)
+                        ++gskmBetterNmse;
+                }
+                row["gskm_minus_km"] = deltas;
+            }
+            rows.push_back(row);
+        }
+        const bool cancelled = results.size() < names.size() || (!results.empty() && results.back().cancelled);
+        nlohmann::ordered_json summary = {{"tensors", results.size()}, {"gskm_lower_nmse", gskmBetterNmse}};
+        if (cancelled)
+            run.cancelled(summary.dump());
+        if (!csvPath.empty())
+            writeFileAtomic(csvPath, {csv});
+        run.done(summary.dump());
+        if (o.json) {
+            nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "compare"}};
+            if (run)
+                j["run_id"] = run->id();
+            j["input"] = {{"file", dump.path()}, {"tensors", names}};
+            if (auto it = dump.metadata().find("synthetic"); it != dump.metadata().end())
+                j["input"]["synthetic"] = it->second;
+            j["settings"] = settings;
+            j["tensors"] = rows;
+            printJson(j);
+            return;
+        }
+        std::printf("%s: %zu tensors, D=%d, K=%d, up to %d iterations, seed %llu, weights %s%s\n\n",
+                    dump.path().c_str(), names.size(), o.settings.dim, o.settings.k, o.settings.iterations,
+                    static_cast<unsigned long long>(o.settings.seed), o.weights.c_str(),
+                    o.settings.residual ? ", on the 1st residual" : "");
+        std::printf("  %-22s %11s %11s %9s %8s   %9s %9s %9s   %10s %10s %8s\n", "tensor", "nmse km", "nmse gskm", "Δ%",
+                    "better", "cos km", "cos gskm", "Δ", "gain km", "gain gskm", "Δ%");
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            const auto* km = methodOf(results[i], Method::KMeans);
+            const auto* gs = methodOf(results[i], Method::GainShape);
+            if (!km || !gs)
+                continue;
+            const auto d = metricDeltas(km->metrics, gs->metrics);
+            std::printf("  %-22s %11.5g %11.5g %+8.2f%% %8s   %9.6f %9.6f %+9.6f   %10.5g %10.5g %+7.2f%%\n",
+                        names[i].c_str(), d[1].a, d[1].b, d[1].deltaPercent,
+                        d[1].better > 0   ? "gskm"
+                        : d[1].better < 0 ? "km"
+                                          : "tie",
+                        d[3].a, d[3].b, d[3].delta, d[2].a, d[2].b, d[2].deltaPercent);
+        }
+        std::printf("\nGSKM has the lower nmse on %d of %zu tensors\n", gskmBetterNmse, results.size());
+        if (!csvPath.empty())
+            std::printf("wrote %s\n", csvPath.c_str());
+        if (run)
+            std::printf("recorded as run %lld\n", static_cast<long long>(run->id()));
+    });
+}
+
 } // namespace
 
 Command registerCompare(CLI::App& root)
 {
-    auto o = std::make_shared<RunOptions>();
+    struct Opts : RunOptions {
+        std::string tensors, csv;
+    };
+    auto o = std::make_shared<Opts>();
     auto* cmd = root.add_subcommand("compare", "Cluster one tensor with KM and GSKM and compare their metrics");
     addRunOptions(cmd, *o);
+    cmd->add_option("--tensors", o->tensors,
+                    "Many tensors: comma-separated globs, e.g. 'layers.*.*' (every layer's key and value)");
+    cmd->add_option("--csv", o->csv, "With --tensors: also write the metrics and GSKM − KM as CSV");
     return {cmd, [o] {
+                if (!o->tensors.empty()) {
+                    compareModel(*o, o->tensors, o->csv);
+                    return;
+                }
+                if (!o->csv.empty())
+                    throwInvalid("--csv goes with --tensors");
                 auto in = prepareInput(*o);
                 auto backend = openBackend(o->backend, o->quiet);
                 CliRun run("compare", settingsJson(*o, *backend).dump(), in.dump.path(), in.dump.files(),
