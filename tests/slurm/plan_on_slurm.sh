@@ -38,6 +38,7 @@ fail() {
     cat "$f" >&2
   done
   squeue >&2 || true
+  [[ -f $work/user.db ]] && "$gsrq" --db "$work/user.db" runs list >&2
   exit 1
 }
 
@@ -62,12 +63,16 @@ task_layers=$(python3 -c 'import json,sys; print(*[len(t["layers"]) for t in jso
 array=$(sbatch --parsable "$work/plan/array.sbatch")
 echo "array job $array"
 
-# Stop task 0 (layers 0 and 4) once its first layer is written, while it trains the second.
-for _ in $(seq 600); do
-  [[ -f $work/plan/codebooks/layer-0.safetensors ]] && break
+# Stop task 0 (layers 0 and 4) once its first layer is written and its second is under way: the
+# gsrq training layer 4 has run for a second (it has recorded its run; a layer takes several).
+layer4() { pgrep -f -- "--group $plan_id train .* --layers 4 " > /dev/null; }
+for _ in $(seq 1200); do
+  [[ -f $work/plan/codebooks/layer-0.safetensors ]] && layer4 && break
   sleep 0.1
 done
-[[ -f $work/plan/codebooks/layer-0.safetensors ]] || fail "task 0 wrote no codebooks for layer 0 in 60 s"
+[[ -f $work/plan/codebooks/layer-0.safetensors ]] || fail "task 0 wrote no codebooks for layer 0 in 120 s"
+layer4 || fail "task 0 did not start layer 4 in 120 s"
+sleep 1
 [[ ! -f $work/plan/codebooks/layer-4.safetensors ]] || fail "task 0 finished layer 4 before it could be stopped"
 scancel --signal=TERM --full "${array}_0"
 # The task requeues itself; Slurm holds a requeued job for a while before it may start again.
