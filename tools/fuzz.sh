@@ -7,6 +7,7 @@
 # anything is allocated).
 #   tools/fuzz.sh [SECONDS] [TARGET...]
 #   GSRQ_FUZZ_RUNS=N   stop each target after N executions instead (SECONDS still caps the time)
+#   GSRQ_FUZZ_JOBS=N   targets at once (default 2, one per core here)
 #   GSRQ_FUZZ_MAX_LEN=BYTES   inputs up to BYTES long from the start (e.g. 1048576: a hang on a
 #                      1 MB input is a finding too); by default up to 8 KB (tokenizers 16 KB,
 #                      checkpoints 64 KB, run stores 128 KB), short inputs first
