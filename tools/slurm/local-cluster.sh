@@ -15,6 +15,14 @@ dir=${GSRQ_SLURM_DIR:-/tmp/gsrq-slurm}
 cmd=${1:-start}
 
 stop() {
+  # Jobs first, while slurmd can still end their steps: a step whose slurmd is gone waits forever.
+  if [[ -f $dir/slurmctld.pid ]] && kill -0 "$(cat "$dir/slurmctld.pid")" 2> /dev/null; then
+    SLURM_CONF=$dir/slurm.conf scancel --quiet --partition=local 2> /dev/null || true
+    for _ in $(seq 100); do
+      [[ -z $(SLURM_CONF=$dir/slurm.conf squeue -h 2> /dev/null) ]] && break
+      sleep 0.1
+    done
+  fi
   for d in slurmd slurmctld munged; do
     if [[ -f $dir/$d.pid ]]; then
       kill "$(cat "$dir/$d.pid")" 2>/dev/null || true
