@@ -94,6 +94,28 @@ QuantMetrics meanMetrics(const std::vector<QuantMetrics>& blocks)
     return m;
 }
 
+int betterOf(std::string_view metric, double a, double b)
+{
+    if (!std::isfinite(a) || !std::isfinite(b))
+        return 0;
+    // How far each is from the ideal, in the metric's own direction.
+    double ea = 0, eb = 0;
+    if (metric == "cosine") {
+        ea = -a;
+        eb = -b;
+    } else if (metric == "shrinkage") {
+        ea = std::abs(1 - a);
+        eb = std::abs(1 - b);
+    } else if (metric == "mse" || metric == "nmse" || metric == "gain_error" || metric == "objective" ||
+               metric == "seconds") {
+        ea = a;
+        eb = b;
+    } else {
+        return 0;
+    }
+    return eb < ea ? 1 : (ea < eb ? -1 : 0);
+}
+
 std::array<MetricDelta, 5> metricDeltas(const QuantMetrics& a, const QuantMetrics& b)
 {
     const auto na = namedMetrics(a), nb = namedMetrics(b);
@@ -105,20 +127,7 @@ std::array<MetricDelta, 5> metricDeltas(const QuantMetrics& a, const QuantMetric
         d.b = nb[i].second;
         d.delta = d.b - d.a;
         d.deltaPercent = d.a != 0 ? 100.0 * d.delta / std::abs(d.a) : std::nan("");
-        const std::string_view name = d.name;
-        // How far each is from the ideal, in the metric's own direction.
-        double ea = 0, eb = 0;
-        if (name == "cosine") {
-            ea = -d.a;
-            eb = -d.b;
-        } else if (name == "shrinkage") {
-            ea = std::abs(1 - d.a);
-            eb = std::abs(1 - d.b);
-        } else {
-            ea = d.a;
-            eb = d.b;
-        }
-        d.better = eb < ea ? 1 : (ea < eb ? -1 : 0);
+        d.better = betterOf(d.name, d.a, d.b);
     }
     return out;
 }

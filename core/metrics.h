@@ -35,6 +35,11 @@ double metricByName(const QuantMetrics& m, std::string_view name);
 // deltaPercent = 100·(b − a)/|a| (NaN where a is 0); better: +1 where b is better, −1 where a is,
 // 0 for a tie. Better means lower mse, nmse and gain error, higher cosine, and shrinkage closer
 // to 1 (no shrinkage).
+// Which of two values of a metric is better: +1 for b, −1 for a, 0 for a tie or a metric with no
+// better direction (iterations). Lower mse, nmse, gain_error, objective and seconds; higher cosine;
+// shrinkage nearer 1.
+int betterOf(std::string_view metric, double a, double b);
+
 struct MetricDelta {
     const char* name = "";
     double a = 0, b = 0, delta = 0, deltaPercent = 0;

@@ -25,10 +25,12 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QElapsedTimer>
+#include <QGuiApplication>
 #include <QLineEdit>
 #include <QMessageBox>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QScreen>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSlider>
@@ -60,6 +62,8 @@ private slots:
     void malformedFileLeavesWindowUsable();
     void compareDrawsBothMethods();
     void metricNumbersReadable();
+    void deltaRowsSignsAndColours();
+    void firstWindowFillsTheScreenThenRemembers();
     void trainFillsTableAndExports();
     void perplexityOfTrainedCodebooks();
     void cancelMidTraining();
@@ -166,9 +170,12 @@ void TestStudio::compareDrawsBothMethods()
     QCOMPARE(chart->seriesNames(), QStringList({"km", "gskm"}));
     auto* model = page->resultsModel();
     QAbstractItemModelTester tester(model, QAbstractItemModelTester::FailureReportingMode::QtTest);
-    QCOMPARE(model->rowCount(), 2);
+    QCOMPARE(model->rowCount(), 4); // km, gskm, then GSKM − KM and its percentage
+    QCOMPARE(model->headerData(2, Qt::Vertical).toString(), QString("Δ gskm − km"));
     QCOMPARE(model->headerData(1, Qt::Horizontal).toString(), QString("nmse"));
     QCOMPARE(model->headerData(3, Qt::Horizontal).toString(), QString("cosine"));
+    for (int c = 0; c < 5; ++c) // the deltas are those of the two rows above
+        QCOMPARE(model->value(2, c), model->value(1, c) - model->value(0, c));
     for (int r = 0; r < 2; ++r) {
         QVERIFY(model->value(r, 1) > 0 && model->value(r, 1) < 1);
         const auto pts = chart->points(r == 0 ? "km" : "gskm");
@@ -201,6 +208,65 @@ void TestStudio::metricNumbersReadable()
     model.setTable({"km"}, {"nmse"}, {{0.000507339}});
     QCOMPARE(model.data(model.index(0, 0)).toString(), QString("0.0005073"));
     QCOMPARE(model.data(model.index(0, 0), Qt::UserRole).toDouble(), 0.000507339); // full precision kept
+}
+
+// The Δ rows on a case where the better method is known for every column: GSKM's lower nmse,
+// KM's higher cosine, GSKM's shrinkage nearer 1 although larger, equal gain error, iterations with
+// no better direction. Each delta cell's sign is b − a and its colour that of the better method.
+void TestStudio::deltaRowsSignsAndColours()
+{
+    views::MetricsTableModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setTableWithDeltas({"km", "gskm"}, {"nmse", "cosine", "shrinkage", "gain_error", "iterations"},
+                             {{0.20, 0.95, 0.80, 0.5, 12}, {0.10, 0.90, 1.10, 0.5, 20}}, 0, 1);
+    QCOMPARE(model.rowCount(), 4);
+    QCOMPARE(model.headerData(2, Qt::Vertical).toString(), QString("Δ gskm − km"));
+    QCOMPARE(model.headerData(3, Qt::Vertical).toString(), QString("Δ%"));
+    const auto text = [&](int r, int c) { return model.data(model.index(r, c)).toString(); };
+    QCOMPARE(text(2, 0), QString("-0.1")); // nmse: 0.10 − 0.20
+    QCOMPARE(text(3, 0), QString("-50.00%"));
+    QCOMPARE(text(2, 2), QString("+0.3"));    // shrinkage 1.10 − 0.80
+    QCOMPARE(text(3, 4), QString("+66.67%")); // iterations 20 against 12
+    const QColor km = views::MetricsTableModel::methodColor(-1), gskm = views::MetricsTableModel::methodColor(1);
+    QVERIFY(km != gskm && km.isValid() && gskm.isValid());
+    const auto colour = [&](int r, int c) { return model.data(model.index(r, c), Qt::ForegroundRole); };
+    for (int r : {2, 3}) {
+        QCOMPARE(model.betterAt(r, 0), std::optional<int>(1));
+        QCOMPARE(colour(r, 0).value<QColor>(), gskm); // lower nmse
+        QCOMPARE(colour(r, 1).value<QColor>(), km);   // higher cosine
+        QCOMPARE(colour(r, 2).value<QColor>(), gskm); // |1 − 1.10| < |1 − 0.80|
+        QVERIFY(!colour(r, 3).isValid());             // a tie: no colour
+        QVERIFY(!colour(r, 4).isValid());             // iterations: neither is better
+    }
+    QVERIFY(model.data(model.index(2, 1), Qt::ToolTipRole).toString().startsWith("km is better: higher cosine"));
+    QCOMPARE(model.betterAt(0, 0), std::nullopt); // not a delta cell
+    QVERIFY(!model.data(model.index(0, 0), Qt::ForegroundRole).isValid());
+    // Without both rows there is nothing to subtract.
+    model.setTableWithDeltas({"km"}, {"nmse"}, {{0.2}}, 0, -1);
+    QCOMPARE(model.rowCount(), 1);
+}
+
+// With no saved geometry the window takes 85% of the screen's available area, centred; closed and
+// opened again it comes back as it was left.
+void TestStudio::firstWindowFillsTheScreenThenRemembers()
+{
+    QSettings().remove("window/geometry");
+    const QRect avail = QGuiApplication::primaryScreen()->availableGeometry();
+    QTemporaryDir dir;
+    QSize left;
+    {
+        MainWindow w(dir.filePath("a.db"));
+        const QSize want = QSize(avail.width() * 85 / 100, avail.height() * 85 / 100).expandedTo(w.minimumSizeHint());
+        QCOMPARE(w.size(), want);
+        QVERIFY(std::abs((w.pos() + QPoint(w.width() / 2, w.height() / 2) - avail.center()).manhattanLength()) <= 2);
+        w.show();
+        w.resize(w.size() + QSize(57, 33)); // the user's own size (larger: the layout has a minimum)
+        left = w.size();
+        QVERIFY(left != want);
+        QVERIFY(w.close()); // saves the geometry
+    }
+    MainWindow again(dir.filePath("a.db"));
+    QCOMPARE(again.size(), left);
 }
 
 void TestStudio::trainFillsTableAndExports()

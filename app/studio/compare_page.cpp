@@ -166,85 +166,86 @@ void ComparePage::start()
     auto live = std::make_shared<std::map<std::string, std::pair<int, QList<QPointF>>>>();
 
     m_job = 0; // the runner cancels whatever runs; that notice is not about this run
-    m_job =
-        m_ctx.runner().start(tr("compare %1").arg(m_tensor->currentText()), [=, this](const JobRunner::Context& job) {
-            const auto& t = dump->get(tensor);
-            const LoadedTensor data = loadForClustering(t, false);
-            validateCompare(s, data.rows.rows(), data.rows.cols());
-            WeightSummary ws;
-            const Eigen::VectorXf w = weightsFor(*dump, t, data, mode, 1.0, &ws);
-            auto backend = gpu::makeBackend(backendRequest).backend;
-            RunInfo info;
-            info.kind = "compare";
-            info.backend = backend->name();
-            info.device = backend->device();
-            info.dumpPath = dump->path();
-            auto settingsJson = toJson(s);
-            // The same keys as the CLI's compare, so runs from either compare cleanly.
-            settingsJson["tau"] = 1.0;
-            settingsJson["drop_nonfinite"] = false;
-            settingsJson["backend"] = backend->name();
-            settingsJson["device"] = backend->device();
-            settingsJson["weights"] = weightModeName(mode);
-            info.settingsJson = settingsJson.dump();
-            WorkerRecording rec(storePath, info, tensor, job, &m_ctx, dump->files());
-            ProgressBatcher batch(job, [this, live, metric](const std::vector<ProgressEvent>& events) {
-                for (const auto& e : events) {
-                    auto& [block, pts] = (*live)[methodName(e.method)];
-                    if (block != e.subspace || e.iteration.iteration == 0)
-                        pts.clear();
-                    block = e.subspace;
-                    pts << QPointF(e.iteration.iteration, passMetric(e.iteration, metric));
-                    const QString prefix = QString::fromUtf8(methodName(e.method)) + tr(", block ");
-                    const QString name = prefix + QString::number(e.subspace + 1);
-                    // One live series per method: the block before this one leaves the chart.
-                    for (const auto& other : m_chart->seriesNames())
-                        if (other.startsWith(prefix) && other != name)
-                            m_chart->removeSeries(other);
-                    m_chart->setSeries(name, pts);
-                    m_progress->setValue(int(e.fraction * 1000));
-                    m_status->setText(QString::fromStdString(e.what));
-                }
-            });
-            const auto r =
-                runCompare(data.rows, w.size() ? w.data() : nullptr, s, *backend, [&](const ProgressEvent& e) {
-                    rec.progress(e);
-                    return batch.add(e);
-                });
-            batch.flush();
-            if (rec)
-                rec->recordCompare(r, tensor);
-            nlohmann::ordered_json summary = nlohmann::ordered_json::object();
-            for (const auto& m : r.methods)
-                summary[methodName(m.method)] = toJson(m.metrics);
-            rec.finish(r.cancelled ? "cancelled" : "done", summary.dump());
-            if (r.cancelled)
-                return;
-            QStringList rows;
-            std::vector<std::vector<double>> values;
-            for (const auto& m : r.methods) {
-                rows << methodName(m.method);
-                values.push_back({m.metrics.mse, m.metrics.nmse, m.metrics.gainError, m.metrics.cosine,
-                                  m.metrics.shrinkage, double(m.iterations), m.seconds});
+    m_job = m_ctx.runner().start(tr("compare %1").arg(m_tensor->currentText()), [=,
+                                                                                 this](const JobRunner::Context& job) {
+        const auto& t = dump->get(tensor);
+        const LoadedTensor data = loadForClustering(t, false);
+        validateCompare(s, data.rows.rows(), data.rows.cols());
+        WeightSummary ws;
+        const Eigen::VectorXf w = weightsFor(*dump, t, data, mode, 1.0, &ws);
+        auto backend = gpu::makeBackend(backendRequest).backend;
+        RunInfo info;
+        info.kind = "compare";
+        info.backend = backend->name();
+        info.device = backend->device();
+        info.dumpPath = dump->path();
+        auto settingsJson = toJson(s);
+        // The same keys as the CLI's compare, so runs from either compare cleanly.
+        settingsJson["tau"] = 1.0;
+        settingsJson["drop_nonfinite"] = false;
+        settingsJson["backend"] = backend->name();
+        settingsJson["device"] = backend->device();
+        settingsJson["weights"] = weightModeName(mode);
+        info.settingsJson = settingsJson.dump();
+        WorkerRecording rec(storePath, info, tensor, job, &m_ctx, dump->files());
+        ProgressBatcher batch(job, [this, live, metric](const std::vector<ProgressEvent>& events) {
+            for (const auto& e : events) {
+                auto& [block, pts] = (*live)[methodName(e.method)];
+                if (block != e.subspace || e.iteration.iteration == 0)
+                    pts.clear();
+                block = e.subspace;
+                pts << QPointF(e.iteration.iteration, passMetric(e.iteration, metric));
+                const QString prefix = QString::fromUtf8(methodName(e.method)) + tr(", block ");
+                const QString name = prefix + QString::number(e.subspace + 1);
+                // One live series per method: the block before this one leaves the chart.
+                for (const auto& other : m_chart->seriesNames())
+                    if (other.startsWith(prefix) && other != name)
+                        m_chart->removeSeries(other);
+                m_chart->setSeries(name, pts);
+                m_progress->setValue(int(e.fraction * 1000));
+                m_status->setText(QString::fromStdString(e.what));
             }
-            const QString summaryText = tr("D=%1 (%2 blocks), K=%3; recorded as run %4")
-                                            .arg(r.dim)
-                                            .arg(r.blocks)
-                                            .arg(s.k)
-                                            .arg(rec ? QString::number(rec->id()) : tr("— (not recorded)"));
-            auto result = std::make_shared<const CompareResult>(r);
-            job.post([this, rows, values, summaryText, result] {
-                m_model->setTable(rows, {"mse", "nmse", "gain_error", "cosine", "shrinkage", "iterations", "seconds"},
-                                  values);
-                m_last = result;
-                drawConvergence();
-                m_progress->setValue(1000);
-                m_status->setText(summaryText);
-                m_run->setEnabled(true);
-                m_cancel->setEnabled(false);
-                emit runFinished(true);
-            });
         });
+        const auto r = runCompare(data.rows, w.size() ? w.data() : nullptr, s, *backend, [&](const ProgressEvent& e) {
+            rec.progress(e);
+            return batch.add(e);
+        });
+        batch.flush();
+        if (rec)
+            rec->recordCompare(r, tensor);
+        nlohmann::ordered_json summary = nlohmann::ordered_json::object();
+        for (const auto& m : r.methods)
+            summary[methodName(m.method)] = toJson(m.metrics);
+        rec.finish(r.cancelled ? "cancelled" : "done", summary.dump());
+        if (r.cancelled)
+            return;
+        QStringList rows;
+        std::vector<std::vector<double>> values;
+        for (const auto& m : r.methods) {
+            rows << methodName(m.method);
+            values.push_back({m.metrics.mse, m.metrics.nmse, m.metrics.gainError, m.metrics.cosine, m.metrics.shrinkage,
+                              double(m.iterations), m.seconds});
+        }
+        const QString summaryText = tr("D=%1 (%2 blocks), K=%3; recorded as run %4")
+                                        .arg(r.dim)
+                                        .arg(r.blocks)
+                                        .arg(s.k)
+                                        .arg(rec ? QString::number(rec->id()) : tr("— (not recorded)"));
+        auto result = std::make_shared<const CompareResult>(r);
+        job.post([this, rows, values, summaryText, result] {
+            // With both methods, GSKM − KM and its percentage below them, coloured by the better.
+            m_model->setTableWithDeltas(rows,
+                                        {"mse", "nmse", "gain_error", "cosine", "shrinkage", "iterations", "seconds"},
+                                        values, int(rows.indexOf("km")), int(rows.indexOf("gskm")));
+            m_last = result;
+            drawConvergence();
+            m_progress->setValue(1000);
+            m_status->setText(summaryText);
+            m_run->setEnabled(true);
+            m_cancel->setEnabled(false);
+            emit runFinished(true);
+        });
+    });
 }
 
 void ComparePage::drawConvergence()

@@ -19,10 +19,12 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
+#include <QGuiApplication>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenuBar>
 #include <QMimeData>
+#include <QScreen>
 #include <QSettings>
 #include <QSpinBox>
 #include <QStatusBar>
@@ -116,7 +118,15 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
     });
     buildMenus();
     updateStatus();
-    restoreGeometry(settings.value("window/geometry").toByteArray());
+    if (!restoreGeometry(settings.value("window/geometry").toByteArray())) {
+        // The first start: most of the screen it opens on, centred; later starts restore the
+        // geometry the window had when it was closed.
+        if (const QScreen* screen = QGuiApplication::primaryScreen()) {
+            const QRect avail = screen->availableGeometry();
+            resize(QSize(avail.width() * 85 / 100, avail.height() * 85 / 100).expandedTo(minimumSizeHint()));
+            move(avail.center() - QPoint(width() / 2, height() / 2));
+        }
+    }
     m_tabs->setCurrentIndex(settings.value("window/page", 0).toInt());
 }
 
