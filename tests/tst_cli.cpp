@@ -136,7 +136,7 @@ void TestCli::compareEveryLayerWithDeltas()
         QCOMPARE(cosBetter, gskm["cosine"].toDouble() > km["cosine"].toDouble()   ? QString("gskm")
                             : gskm["cosine"].toDouble() < km["cosine"].toDouble() ? QString("km")
                                                                                   : QString("tie"));
-        // The CSV row of this tensor's nmse holds the same numbers (9 significant digits).
+        // The CSV row of this tensor's nmse holds the same numbers (12 significant digits).
         const QString name = t["tensor"].toString();
         bool found = false;
         for (const auto& line : lines)

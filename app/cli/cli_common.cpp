@@ -4,6 +4,7 @@
 #include "result_json.h"
 #include "version.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -148,6 +149,15 @@ std::string humanBytes(double b)
     }
     char buf[32];
     std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+    return buf;
+}
+
+std::string csvNumber(double v)
+{
+    if (std::isnan(v))
+        return {};
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.12g", v);
     return buf;
 }
 

@@ -59,15 +59,6 @@ std::vector<std::string> modelTensors(const KvDump& dump, const std::string& glo
     return out;
 }
 
-std::string csvNumber(double v)
-{
-    if (std::isnan(v))
-        return {};
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.9g", v);
-    return buf;
-}
-
 const MethodResult* methodOf(const CompareResult& r, Method m)
 {
     for (const auto& x : r.methods)

@@ -63,17 +63,6 @@ void flatten(const nlohmann::ordered_json& j, const std::string& prefix, std::ma
     out[prefix] = j.dump();
 }
 
-// Numbers in CSV keep 12 significant digits (the default stream precision keeps 6).
-// An empty field for a value not computed (NaN).
-std::string num(double v)
-{
-    if (std::isnan(v))
-        return {};
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.12g", v);
-    return buf;
-}
-
 std::string csvField(const std::string& s)
 {
     if (s.find_first_of(",\"\n") == std::string::npos)
@@ -292,21 +281,21 @@ Command registerRuns(CLI::App& root)
                     "empty_clusters,seconds\n";
                 for (const auto& x : store->iterations(o->id))
                     it += cat(csvField(x.method), ",", csvField(x.tensor), ",", x.subspace, ",", x.stage, ",",
-                              x.iteration, ",", num(x.objective), ",", num(x.nmse), ",", num(x.cosine), ",",
-                              num(x.gainError), ",", num(x.shrinkage), ",", x.changed, ",", x.emptyClusters, ",",
-                              num(x.seconds), "\n");
+                              x.iteration, ",", csvNumber(x.objective), ",", csvNumber(x.nmse), ",",
+                              csvNumber(x.cosine), ",", csvNumber(x.gainError), ",", csvNumber(x.shrinkage), ",",
+                              x.changed, ",", x.emptyClusters, ",", csvNumber(x.seconds), "\n");
                 writeText(dir / "iterations.csv", it);
                 std::string ms = "scope,method,tensor,stage,subspace,name,value\n";
                 for (const auto& m : store->metrics(o->id))
                     ms += cat(m.scope, ",", csvField(m.method), ",", csvField(m.tensor), ",", m.stage, ",", m.subspace,
-                              ",", m.name, ",", num(m.value), "\n");
+                              ",", m.name, ",", csvNumber(m.value), "\n");
                 writeText(dir / "metrics.csv", ms);
                 std::map<std::string, std::string> perSeries;
                 for (const auto& p : store->series(o->id)) {
                     auto& text = perSeries[p.name];
                     if (text.empty())
                         text = "x,y\n";
-                    text += cat(num(p.x), ",", num(p.y), "\n");
+                    text += cat(csvNumber(p.x), ",", csvNumber(p.y), "\n");
                 }
                 for (const auto& [name, text] : perSeries)
                     writeText(dir / ("series_" + safeName(name) + ".csv"), text);
