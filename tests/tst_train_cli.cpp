@@ -387,6 +387,15 @@ void TestTrainCli::planTasksThenMergeWithoutSlurm()
         QVERIFY2(std::memcmp(u->data, t.data, t.nbytes) == 0, t.name.c_str()); // bit for bit
     }
 
+    // A file that is not one of the plan's layers is refused; a writer's temporary is not.
+    QFile::copy(dir + "/codebooks/layer-3.safetensors", dir + "/codebooks/layer-3.safetensors.tmp-x1y2z3");
+    QVERIFY2(gsrqRun({"--no-db", "plan", "merge", dir}).code == 0, "a temporary was taken for a layer");
+    QFile::copy(dir + "/codebooks/layer-3.safetensors", dir + "/codebooks/layer-3.safetensors.bak");
+    r = gsrqRun({"--no-db", "plan", "merge", dir});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("layer-3.safetensors.bak is not one of the plan's layers"), r.err.constData());
+    QFile::remove(dir + "/codebooks/layer-3.safetensors.bak");
+
     // A layer retrained with another seed does not pass for the plan's.
     r = gsrqRun({"--no-db", "train", kSample, "--layers", "3", "--dim", "8", "--stages", "2", "--k", "16", "--seed",
                  "6", "--out", dir + "/codebooks/layer-3.safetensors", "--force", "-q"});

@@ -469,10 +469,11 @@ Command registerPlan(CLI::App& root)
                 for (const auto& e : fs::directory_iterator(fs::path(p.dir) / "codebooks", ec)) {
                     int layer = -1;
                     const auto name = e.path().filename().string();
-                    if (std::sscanf(name.c_str(), "layer-%d.safetensors", &layer) != 1 ||
-                        !p.tensorsByLayer.count(layer))
-                        if (name.find(".tmp") == std::string::npos)
-                            throwInvalid("plan merge: ", e.path().string(), " is not one of the plan's layers");
+                    const bool planned = std::sscanf(name.c_str(), "layer-%d", &layer) == 1 &&
+                                         p.tensorsByLayer.count(layer) && name == cat("layer-", layer, ".safetensors");
+                    // A task killed while writing leaves its temporary (NAME.tmp-XXXXXX); nothing reads it.
+                    if (!planned && name.find(".safetensors.tmp-") == std::string::npos)
+                        throwInvalid("plan merge: ", e.path().string(), " is not one of the plan's layers");
                 }
                 // The same settings everywhere, and each layer's own tensors, once.
                 std::vector<std::string> files;
