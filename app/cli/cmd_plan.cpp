@@ -24,7 +24,6 @@
 #include <random>
 #include <set>
 #include <sstream>
-#include <unistd.h>
 
 namespace fs = std::filesystem;
 
@@ -257,8 +256,8 @@ std::string layerList(const std::vector<int>& layers)
     return joinInts(layers, ',');
 }
 
-std::string sbatchHeader(const Plan& p, const std::string& name, const std::string& partition,
-                         const std::string& account, const std::string& time)
+std::string sbatchHeader(const std::string& name, const std::string& partition, const std::string& account,
+                         const std::string& time)
 {
     std::string s = cat("#SBATCH --job-name=", name, "\n");
     if (!partition.empty())
@@ -267,7 +266,6 @@ std::string sbatchHeader(const Plan& p, const std::string& name, const std::stri
         s += cat("#SBATCH --account=", account, "\n");
     if (!time.empty())
         s += cat("#SBATCH --time=", time, "\n");
-    (void)p;
     return s;
 }
 
@@ -286,7 +284,7 @@ std::string arrayScript(const Plan& p, const std::string& partition, const std::
                         "# held until every task has ended well (afterok). A task that is stopped with SIGTERM or\n"
                         "# SIGUSR1 (scancel --signal, preemption, the time-limit warning) requeues itself and, when\n"
                         "# it runs again, skips the layers whose codebooks are already written.\n");
-    s += sbatchHeader(p, "gsrq-" + p.id, partition, account, time);
+    s += sbatchHeader("gsrq-" + p.id, partition, account, time);
     s += cat("#SBATCH --array=0-", p.tasks.size() - 1, "\n");
     if (p.gpusPerJob > 0)
         s += cat("#SBATCH --gres=gpu:", p.gpusPerJob, "\n");
@@ -349,7 +347,7 @@ std::string mergeScript(const Plan& p, const std::string& partition, const std::
                         ".\n# Checks that every layer was trained once with the same settings, joins the codebooks\n"
                         "# into codebooks.safetensors and imports the tasks' runs into ",
                         p.store.empty() ? std::string("no store (--no-db)") : p.store, ".\n");
-    s += sbatchHeader(p, "gsrq-" + p.id + "-merge", partition, account, "");
+    s += sbatchHeader("gsrq-" + p.id + "-merge", partition, account, "");
     s += cat("#SBATCH --open-mode=append\n#SBATCH --output=", p.dir, "/logs/merge.out\n\n");
     s += cat("exec ${GSRQ:-", shellQuote(p.gsrq), "} ",
              p.store.empty() ? std::string("--no-db") : "--db " + shellQuote(p.store), " plan merge ",
