@@ -161,4 +161,14 @@ std::string csvNumber(double v)
     return buf;
 }
 
+std::vector<std::string> splitList(const std::string& s)
+{
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty())
+            out.push_back(item);
+    return out;
+}
+
 } // namespace gsrq::cli

@@ -64,6 +64,8 @@ void printMethodTable(const CompareResult& r, const std::string& indent = "");
 void refuseOverwrite(const std::string& path, bool force, const char* flag);
 
 std::vector<int> parseIntList(const std::string& flag, const std::string& text);
+// "a,b,,c" → {a, b, c}: comma-separated globs such as --tensors.
+std::vector<std::string> splitList(const std::string& s);
 // A number for CSV: 12 significant digits (the default stream precision keeps 6); empty for a
 // value not computed (NaN).
 std::string csvNumber(double v);

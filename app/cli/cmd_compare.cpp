@@ -45,13 +45,8 @@ void printHeader(const PreparedInput& in, const ClusterBackend& backend)
 // Every layer's keys and values that the globs match (queries and gradients are not clustered).
 std::vector<std::string> modelTensors(const KvDump& dump, const std::string& globs)
 {
-    std::vector<std::string> patterns;
-    std::stringstream ss(globs);
-    for (std::string item; std::getline(ss, item, ',');)
-        if (!item.empty())
-            patterns.push_back(item);
     std::vector<std::string> out;
-    for (const auto* t : selectTensors(dump, patterns, ""))
+    for (const auto* t : selectTensors(dump, splitList(globs), ""))
         if (t->kind == KvKind::Key || t->kind == KvKind::Value)
             out.push_back(t->view.name);
     if (out.empty())

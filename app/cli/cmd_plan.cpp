@@ -568,13 +568,7 @@ Command registerPlan(CLI::App& root)
             const auto planFile = fs::path(o->out) / "plan.json";
             refuseOverwrite(planFile.string(), o->force, "--out");
             const KvDump dump = KvDump::open(o->dump);
-            std::vector<std::string> patterns;
-            {
-                std::stringstream ss(o->tensors);
-                for (std::string item; std::getline(ss, item, ',');)
-                    if (!item.empty())
-                        patterns.push_back(item);
-            }
+            const std::vector<std::string> patterns = splitList(o->tensors);
             const auto selected = selectTensors(dump, patterns, o->layers == "all" ? "" : o->layers);
             Plan p;
             p.trainArgs = o->trainArgs;

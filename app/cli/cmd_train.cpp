@@ -18,16 +18,6 @@ namespace gsrq::cli {
 
 namespace {
 
-std::vector<std::string> splitList(const std::string& s)
-{
-    std::vector<std::string> out;
-    std::stringstream ss(s);
-    for (std::string item; std::getline(ss, item, ',');)
-        if (!item.empty())
-            out.push_back(item);
-    return out;
-}
-
 DType codebookDType(const std::string& s)
 {
     if (s == "f32")
