@@ -3,8 +3,12 @@
 
 #include "compare_job.h"
 #include "error.h"
+#include "kv_dump.h"
 #include "metrics.h"
+#include "model_compare.h"
 #include "paper_check.h"
+#include "safetensors.h"
+#include "synth.h"
 #include "test_util.h"
 
 #include <QtTest>
@@ -25,6 +29,9 @@ private slots:
     void sweepOverK();
     void paperClaimsAreJudgedOnTheFigures();
     void deltasKnowWhichWayIsBetter();
+    void modelJobClustersEveryLayerInOrder();
+    void modelJobCancelsWithinATensor();
+    void modelJobChecksEveryTensorFirst();
 };
 
 void TestCompare::blocksAreClusteredAloneAndAveraged()
@@ -221,6 +228,143 @@ void TestCompare::deltasKnowWhichWayIsBetter()
     const auto zero = metricDeltas(QuantMetrics{0, 0, 0, 1, 1}, QuantMetrics{0, 0.1, 0, 1, 1});
     QVERIFY(std::isnan(zero[1].deltaPercent)); // no percentage of nothing
     QCOMPARE(zero[1].better, -1);
+}
+
+namespace {
+
+// A synthetic dump of `layers` layers, each a key-like key and value of 400 × 8, with a query
+// (never clustered) beside them.
+KvDump synthDump(const QTemporaryDir& dir, int layers)
+{
+    std::vector<TensorBlob> blobs;
+    for (int l = 0; l < layers; ++l) {
+        blobs.push_back(
+            makeFloatBlob(cat("layers.", l, ".key"), synthesize(SynthKind::KvLike, 400, 8, 10 + l), DType::F32));
+        blobs.push_back(makeFloatBlob(cat("layers.", l, ".value"), test::randomRows(400, 8, 30 + l), DType::F32));
+        blobs.push_back(makeFloatBlob(cat("layers.", l, ".query"), test::randomRows(400, 8, 50 + l), DType::F32));
+    }
+    const std::string path = test::pathIn(dir, "model.safetensors");
+    writeSafetensors(path, blobs, {{"synthetic", "test"}});
+    return KvDump::open(path);
+}
+
+ModelCompareSettings smallModelSettings()
+{
+    ModelCompareSettings s;
+    s.compare.dim = 4;
+    s.compare.k = 8;
+    s.compare.iterations = 6;
+    return s;
+}
+
+} // namespace
+
+// Keys and values of every layer, each then its 1st residual, in dump order; queries left out.
+// Each cell is exactly the compare of its tensor alone (same seed), and progress covers the job
+// once, tensor by tensor.
+void TestCompare::modelJobClustersEveryLayerInOrder()
+{
+    QTemporaryDir dir;
+    const KvDump dump = synthDump(dir, 3);
+    const auto targets = modelTargets(dump, {"layers.*.*"}, true, true);
+    QCOMPARE(targets.size(), size_t(12));
+    QCOMPARE(targets[0].label(), std::string("layers.0.key"));
+    QCOMPARE(targets[1].label(), std::string("layers.0.key (1st residual)"));
+    QCOMPARE(targets[2].tensor, std::string("layers.0.value"));
+    QCOMPARE(targets[11].layer, 2);
+    QCOMPARE(targets[11].kind, KvKind::Value);
+    QVERIFY(targets[11].residual);
+    QCOMPARE(modelTargets(dump, {"layers.1.key", "layers.2.value"}, true, false).size(), size_t(2));
+
+    auto be = makeCpuBackend(2);
+    const auto s = smallModelSettings();
+    double lastFraction = 0;
+    std::size_t target = 0, cellsSeen = 0;
+    bool inOrder = true;
+    const auto r = runModelCompare(
+        dump, targets, s, *be,
+        [&](const ProgressEvent& e) {
+            inOrder = inOrder && e.fraction >= lastFraction && e.fraction <= 1 && e.tensor == targets[target].label() &&
+                      e.what.rfind(e.tensor + ": ", 0) == 0;
+            lastFraction = e.fraction;
+            return true;
+        },
+        [&](const ModelCell& c) {
+            inOrder = inOrder && c.target.label() == targets[target].label();
+            ++target;
+            ++cellsSeen;
+        });
+    QVERIFY(inOrder);
+    QVERIFY(!r.cancelled);
+    QCOMPARE(r.planned, size_t(12));
+    QCOMPARE(r.cells.size(), size_t(12));
+    QCOMPARE(cellsSeen, size_t(12));
+    QVERIFY(std::abs(lastFraction - 1) < 1e-12);
+    // Cell 3 (layer 0's value, 1st residual) against a compare of that tensor alone.
+    CompareSettings alone = s.compare;
+    alone.residual = true;
+    const LoadedTensor v = loadForClustering(dump.get("layers.0.value"), false);
+    const auto direct = runCompare(v.rows, nullptr, alone, *be);
+    for (Method m : {Method::KMeans, Method::GainShape})
+        QCOMPARE(r.cells[3].result.find(m)->metrics.nmse, direct.find(m)->metrics.nmse);
+}
+
+// Cancelling in the middle of the third tensor stops the job there: two cells, no further
+// progress, and the job says it was cancelled.
+void TestCompare::modelJobCancelsWithinATensor()
+{
+    QTemporaryDir dir;
+    const KvDump dump = synthDump(dir, 2);
+    const auto targets = modelTargets(dump, {"layers.*.*"}, true, false);
+    QCOMPARE(targets.size(), size_t(4));
+    auto be = makeCpuBackend(2);
+    int eventsOfThird = 0, eventsAfterCancel = 0, cells = 0;
+    bool cancelled = false;
+    const auto r = runModelCompare(
+        dump, targets, smallModelSettings(), *be,
+        [&](const ProgressEvent& e) {
+            if (cancelled)
+                ++eventsAfterCancel;
+            if (e.tensor == "layers.1.key" && ++eventsOfThird == 3)
+                cancelled = true;
+            return !cancelled;
+        },
+        [&](const ModelCell&) { ++cells; });
+    QVERIFY(r.cancelled);
+    QCOMPARE(r.cells.size(), size_t(2));
+    QCOMPARE(cells, 2);
+    QCOMPARE(eventsAfterCancel, 0);
+}
+
+// Before any work: a glob that matches no key or value, a D that does not divide one tensor's
+// features, and weights without gradients are refused, naming what is wrong.
+void TestCompare::modelJobChecksEveryTensorFirst()
+{
+    QTemporaryDir dir;
+    const KvDump dump = synthDump(dir, 2);
+    const auto message = [](auto&& f) {
+        try {
+            f();
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    auto m = message([&] { modelTargets(dump, {"layers.*.query"}, true, false); });
+    QVERIFY2(m.find("--tensors 'layers.*.query': matches no layer's key or value") != std::string::npos, m.c_str());
+    m = message([&] { modelTargets(dump, {"layers.*.*"}, false, false); });
+    QVERIFY2(m.find("the tensors, their 1st residuals, or both") != std::string::npos, m.c_str());
+    const auto targets = modelTargets(dump, {"layers.*.*"}, true, false);
+    auto s = smallModelSettings();
+    s.compare.dim = 3;
+    m = message([&] { validateModelCompare(dump, targets, s); });
+    QVERIFY2(m.find("tensor 'layers.0.key'") != std::string::npos && m.find("--dim") != std::string::npos, m.c_str());
+    s = smallModelSettings();
+    s.weights = WeightMode::GradLog;
+    m = message([&] { validateModelCompare(dump, targets, s); });
+    QVERIFY2(m.find("--weights grad-log") != std::string::npos &&
+                 m.find("no gradient for 'layers.0.key'") != std::string::npos,
+             m.c_str());
 }
 
 QTEST_APPLESS_MAIN(TestCompare)

@@ -54,7 +54,7 @@ std::unique_ptr<ClusterBackend> openBackend(const BackendOptions& o, bool quiet)
     return std::move(choice.backend);
 }
 
-PreparedInput prepareInput(RunOptions& o)
+WeightMode parseMethodOptions(RunOptions& o)
 {
     o.settings.methods.clear();
     std::stringstream ss(o.methods);
@@ -72,13 +72,18 @@ PreparedInput prepareInput(RunOptions& o)
     if (!mode)
         throwInvalid("--weights: unknown mode '", o.weights, "' (none, grad-raw, grad-log)");
     gpu::parseBackendKind(o.backend.backend); // a bad --backend is refused before the dump is read
+    return *mode;
+}
 
-    PreparedInput in{KvDump::open(o.dump), {}, *mode, {}, {}};
+PreparedInput prepareInput(RunOptions& o)
+{
+    const WeightMode mode = parseMethodOptions(o);
+    PreparedInput in{KvDump::open(o.dump), {}, mode, {}, {}};
     const KvTensor& t = o.tensor.empty() ? in.dump.only() : in.dump.get(o.tensor);
     in.data = loadForClustering(t, o.dropNonFinite);
     validateCompare(o.settings, in.data.rows.rows(), in.data.rows.cols());
 
-    in.weights = weightsFor(in.dump, t, in.data, *mode, o.tau, &in.weightSummary);
+    in.weights = weightsFor(in.dump, t, in.data, mode, o.tau, &in.weightSummary);
     return in;
 }
 

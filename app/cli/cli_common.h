@@ -51,6 +51,8 @@ struct PreparedInput {
     const float* weightPtr() const { return weights.size() ? weights.data() : nullptr; }
 };
 
+// Parses --methods into o.settings and checks --weights and --backend; returns the weight mode.
+WeightMode parseMethodOptions(RunOptions& o);
 // Opens the dump, picks and validates the tensor, builds the weights; parses --methods into o.settings.
 PreparedInput prepareInput(RunOptions& o);
 

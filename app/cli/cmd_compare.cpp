@@ -1,6 +1,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "error.h"
+#include "model_compare.h"
 #include "progress_bar.h"
 #include "recording.h"
 #include "result_json.h"
@@ -42,18 +43,6 @@ void printHeader(const PreparedInput& in, const ClusterBackend& backend)
                     in.weightSummary.weightMax / std::max(in.weightSummary.weightMedian, 1e-300));
 }
 
-// Every layer's keys and values that the globs match (queries and gradients are not clustered).
-std::vector<std::string> modelTensors(const KvDump& dump, const std::string& globs)
-{
-    std::vector<std::string> out;
-    for (const auto* t : selectTensors(dump, splitList(globs), ""))
-        if (t->kind == KvKind::Key || t->kind == KvKind::Value)
-            out.push_back(t->view.name);
-    if (out.empty())
-        throwInvalid("--tensors '", globs, "': matches no layer's key or value in ", dump.path());
-    return out;
-}
-
 const MethodResult* methodOf(const CompareResult& r, Method m)
 {
     for (const auto& x : r.methods)
@@ -68,45 +57,38 @@ void compareModel(RunOptions& o, const std::string& globs, const std::string& cs
 {
     if (!o.tensor.empty())
         throwInvalid("--tensor and --tensors: give one or the other");
+    ModelCompareSettings ms;
+    ms.weights = parseMethodOptions(o);
+    ms.compare = o.settings;
+    ms.tau = o.tau;
+    ms.dropNonFinite = o.dropNonFinite;
     const KvDump dump = KvDump::open(o.dump);
-    const auto names = modelTensors(dump, globs);
-    // Every tensor checked before any work starts; each is loaded only when its turn comes.
-    const auto load = [&](const std::string& name) {
-        RunOptions one = o;
-        one.tensor = name;
-        auto in = prepareInput(one);
-        o.settings = one.settings; // --methods parsed
-        return in;
-    };
-    std::optional<PreparedInput> first = load(names.front());
-    for (const auto& name : names) {
-        const auto& t = dump.get(name);
-        validateCompare(o.settings, t.view.rows(), t.view.features());
-        if (first->weightMode != WeightMode::None && !dump.gradientOf(t))
-            throwInvalid("--weights ", o.weights, ": ", dump.path(), " has no gradient for '", name, "'");
-    }
+    // --residual: the 1st residuals instead of the tensors.
+    const auto targets = modelTargets(dump, splitList(globs), !o.settings.residual, o.settings.residual);
+    validateModelCompare(dump, targets, ms); // every tensor checked before any work starts
+    std::vector<std::string> names;
+    for (const auto& t : targets)
+        names.push_back(t.tensor);
     auto backend = openBackend(o.backend, o.quiet);
     auto settings = settingsJson(o, *backend);
     settings["tensors"] = globs;
     CliRun run("compare", settings.dump(), dump.path(), dump.files(), backend->name(), backend->device());
     run.guard([&] {
         ProgressBar bar(!o.quiet);
-        std::vector<CompareResult> results;
-        for (std::size_t i = 0; i < names.size(); ++i) {
-            const PreparedInput in = i == 0 ? std::move(*first) : load(names[i]);
-            first.reset();
-            auto r = runCompare(in.data.rows, in.weightPtr(), o.settings, *backend, [&](const ProgressEvent& e) {
-                bar.update((double(i) + e.fraction) / double(names.size()), in.data.name + ": " + e.what);
+        const auto model = runModelCompare(
+            dump, targets, ms, *backend,
+            [&](const ProgressEvent& e) {
+                bar.update(e.fraction, e.what);
                 run.progress(e);
                 return !stopRequested();
+            },
+            [&](const ModelCell& cell) {
+                if (run)
+                    run->recordCompare(cell.result, cell.target.label());
             });
-            if (run)
-                run->recordCompare(r, in.data.name);
-            const bool cancelled = r.cancelled;
-            results.push_back(std::move(r));
-            if (cancelled)
-                break;
-        }
+        std::vector<CompareResult> results;
+        for (const auto& cell : model.cells)
+            results.push_back(cell.result);
         bar.finish();
         nlohmann::ordered_json rows = nlohmann::ordered_json::array();
         std::string csv = "tensor,layer,kind,metric,km,gskm,delta,delta_percent,better\n";
@@ -142,7 +124,7 @@ void compareModel(RunOptions& o, const std::string& globs, const std::string& cs
             }
             rows.push_back(row);
         }
-        const bool cancelled = results.size() < names.size() || (!results.empty() && results.back().cancelled);
+        const bool cancelled = model.cancelled;
         nlohmann::ordered_json summary = {{"tensors", results.size()}, {"gskm_lower_nmse", gskmBetterNmse}};
         if (cancelled)
             run.cancelled(summary.dump());

@@ -136,6 +136,20 @@ void ComparePage::onTensorChanged()
         m_weights->setCurrentIndex(0);
 }
 
+void ComparePage::openTensor(const QString& tensor, bool residual, const CompareSettings& s, const QString& weights)
+{
+    m_tensor->setCurrentText(tensor);
+    m_dim->setValue(s.dim);
+    m_k->setValue(s.k);
+    m_iters->setValue(s.iterations);
+    m_seed->setValue(int(s.seed));
+    if (m_weights->isEnabled())
+        m_weights->setCurrentText(weights);
+    m_residual->setChecked(residual);
+    m_status->setText(tr("%1%2 with the model page's settings: press Run to see both methods converge")
+                          .arg(tensor, residual ? tr(" (1st residual)") : QString()));
+}
+
 void ComparePage::start()
 {
     const auto dump = m_ctx.dump();

@@ -42,6 +42,12 @@ public:
     QComboBox* convergenceMetricBox() const { return m_curveMetric; }
     views::MetricsTableModel* resultsModel() const { return m_model; }
 
+    // Picks a tensor and these settings (D, K, iterations, seed, weights, 1st residual or not),
+    // without running: what a click on the model page's heatmaps opens.
+    void openTensor(const QString& tensor, bool residual, const CompareSettings& s, const QString& weights);
+    QComboBox* weightsBox() const { return m_weights; }
+    QCheckBox* residualBox() const { return m_residual; }
+
 signals:
     void runFinished(bool ok);
 

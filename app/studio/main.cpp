@@ -1,12 +1,13 @@
 // gsrq-studio: the desktop face of GSRQ Studio.
 //   gsrq-studio [DUMP]
 //   gsrq-studio --screenshot FILE.png [--page NAME] [--open DUMP] [--tensor NAME] [--store FILE]
-//               [--run compare|train|sweep|paper-check] [--select IDS]
+//               [--run model|compare|train|sweep|paper-check] [--select IDS]
 // --screenshot renders a page (after a job, with --run) to a PNG and exits: 0 on success.
 
 #include "compare_page.h"
 #include "dataset_page.h"
 #include "main_window.h"
+#include "model_page.h"
 #include "runs_page.h"
 #include "sweeps_page.h"
 #include "train_page.h"
@@ -41,6 +42,14 @@ bool runAndWait(MainWindow& w, const QString& job, const QString& tensor)
         if (!tensor.isEmpty())
             page->tensorBox()->setCurrentText(tensor);
         QObject::connect(page, &ComparePage::runFinished, &loop, done);
+        if (!page->runButton()->isEnabled())
+            return false;
+        page->runButton()->click();
+    } else if (job == "model") {
+        auto* page = w.modelPage();
+        if (!tensor.isEmpty())
+            page->tensorsEdit()->setText(tensor);
+        QObject::connect(page, &ModelPage::runFinished, &loop, done);
         if (!page->runButton()->isEnabled())
             return false;
         page->runButton()->click();
@@ -81,11 +90,12 @@ int main(int argc, char** argv)
     parser.addHelpOption();
     parser.addPositionalArgument("dump", "KV dump to open");
     QCommandLineOption screenshot("screenshot", "Render a page to FILE.png and exit", "FILE");
-    QCommandLineOption page("page", "Page to show: dataset, compare, sweeps, train, weights, runs, latency", "NAME",
-                            "dataset");
+    QCommandLineOption page("page", "Page to show: dataset, model, compare, sweeps, train, weights, runs, latency",
+                            "NAME", "dataset");
     QCommandLineOption open("open", "KV dump to open", "DUMP");
-    QCommandLineOption run("run", "Run a job before the screenshot: compare, train, sweep or paper-check", "JOB");
-    QCommandLineOption tensor("tensor", "Tensor for --run (compare) or tensor globs (train)", "NAME");
+    QCommandLineOption run("run", "Run a job before the screenshot: model, compare, train, sweep or paper-check",
+                           "JOB");
+    QCommandLineOption tensor("tensor", "Tensor for --run compare, or tensor globs (model, train)", "NAME");
     QCommandLineOption store("store", "Run store to use instead of the configured one", "FILE");
     QCommandLineOption select("select", "Runs page: select these runs, e.g. 1,2", "IDS");
     parser.addOptions({screenshot, page, open, run, tensor, store, select});
@@ -105,9 +115,10 @@ int main(int argc, char** argv)
     w.resize(1440, 900);
     w.show();
     if (!w.showPage(parser.value(page))) {
-        std::fprintf(stderr,
-                     "gsrq-studio: --page %s: not one of dataset, compare, sweeps, train, weights, runs, latency\n",
-                     qPrintable(parser.value(page)));
+        std::fprintf(
+            stderr,
+            "gsrq-studio: --page %s: not one of dataset, model, compare, sweeps, train, weights, runs, latency\n",
+            qPrintable(parser.value(page)));
         return 2;
     }
     if (parser.isSet(run) && !runAndWait(w, parser.value(run), parser.value(tensor))) {

@@ -5,6 +5,7 @@
 #include "compare_page.h"
 #include "dataset_page.h"
 #include "latency_page.h"
+#include "model_page.h"
 #include "runs_page.h"
 #include "sweeps_page.h"
 #include "train_page.h"
@@ -57,6 +58,7 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
     m_banner->hide();
     m_tabs = new QTabWidget(this);
     m_dataset = new DatasetPage(*m_ctx, this);
+    m_model = new ModelPage(*m_ctx, this);
     m_compare = new ComparePage(*m_ctx, this);
     m_train = new TrainPage(*m_ctx, this);
     m_runs = new RunsPage(*m_ctx, this);
@@ -64,6 +66,7 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
     m_weights = new WeightsPage(*m_ctx, this);
     m_latency = new LatencyPage(*m_ctx, this);
     m_tabs->addTab(m_dataset, tr("Dataset"));
+    m_tabs->addTab(m_model, tr("Model"));
     m_tabs->addTab(m_compare, tr("KM vs GSKM"));
     m_tabs->addTab(m_sweeps, tr("Sweeps"));
     m_tabs->addTab(m_train, tr("GSRQ training"));
@@ -110,6 +113,11 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
         m_storeDialog->setAttribute(Qt::WA_DeleteOnClose);
         m_storeDialog->open();
     });
+    connect(m_model, &ModelPage::openTensorRequested, this,
+            [this](const QString& tensor, bool residual, const CompareSettings& s, const QString& weights) {
+                m_compare->openTensor(tensor, residual, s, weights);
+                m_tabs->setCurrentWidget(m_compare);
+            });
     connect(m_dataset, &DatasetPage::openRequested, this, [this] {
         const QString path = QFileDialog::getOpenFileName(this, tr("Open KV dump"), {},
                                                           tr("KV dumps (*.safetensors *.npy);;All files (*)"));
@@ -166,9 +174,9 @@ bool MainWindow::openDump(const QString& path)
 
 bool MainWindow::showPage(const QString& name)
 {
-    const QList<QPair<QString, QWidget*>> pages{{"dataset", m_dataset}, {"compare", m_compare}, {"sweeps", m_sweeps},
-                                                {"train", m_train},     {"weights", m_weights}, {"runs", m_runs},
-                                                {"latency", m_latency}};
+    const QList<QPair<QString, QWidget*>> pages{{"dataset", m_dataset}, {"model", m_model},    {"compare", m_compare},
+                                                {"sweeps", m_sweeps},   {"train", m_train},    {"weights", m_weights},
+                                                {"runs", m_runs},       {"latency", m_latency}};
     for (const auto& [n, w] : pages)
         if (n == name) {
             m_tabs->setCurrentWidget(w);

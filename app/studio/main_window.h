@@ -17,6 +17,7 @@ namespace gsrq::studio {
 
 class DatasetPage;
 class ComparePage;
+class ModelPage;
 class TrainPage;
 class RunsPage;
 class SweepsPage;
@@ -32,9 +33,10 @@ public:
 
     StudioContext& context() { return *m_ctx; }
     bool openDump(const QString& path);
-    // Page names: dataset, compare, sweeps, train, weights, runs, latency.
+    // Page names: dataset, model, compare, sweeps, train, weights, runs, latency.
     bool showPage(const QString& name);
     DatasetPage* datasetPage() const { return m_dataset; }
+    ModelPage* modelPage() const { return m_model; }
     ComparePage* comparePage() const { return m_compare; }
     TrainPage* trainPage() const { return m_train; }
     RunsPage* runsPage() const { return m_runs; }
@@ -67,6 +69,7 @@ private:
     QLabel* m_statusJob;
     QMenu* m_recent = nullptr;
     DatasetPage* m_dataset;
+    ModelPage* m_model;
     ComparePage* m_compare;
     TrainPage* m_train;
     RunsPage* m_runs;

@@ -1,0 +1,375 @@
+#include "model_page.h"
+
+#include "heatmap_view.h"
+#include "metrics_table_model.h"
+#include "result_json.h"
+#include "train_job.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QFormLayout>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace gsrq::studio {
+
+namespace {
+
+QSpinBox* spin(int lo, int hi, int value, QWidget* parent)
+{
+    auto* s = new QSpinBox(parent);
+    s->setRange(lo, hi);
+    s->setValue(value);
+    return s;
+}
+
+// A relative change with the digits it warrants: +12.3%, +1.82%, −0.021%.
+QString percentText(double v)
+{
+    if (!std::isfinite(v))
+        return QStringLiteral("—");
+    const double a = std::abs(v);
+    const int decimals = a >= 10 ? 1 : a >= 0.1 ? 2 : a >= 0.001 ? 3 : 4;
+    return (v > 0 ? "+" : v < 0 ? "−" : "") + QString::number(a, 'f', decimals) + "%";
+}
+
+QString metricTitle(const QString& m)
+{
+    return m == "nmse"         ? QObject::tr("NMSE (lower is better)")
+           : m == "cosine"     ? QObject::tr("Cosine (higher is better)")
+           : m == "gain_error" ? QObject::tr("Gain error (lower is better)")
+                               : QObject::tr("Shrinkage (nearer 1 is better)");
+}
+
+const MethodResult* methodOf(const CompareResult& r, Method m)
+{
+    for (const auto& x : r.methods)
+        if (x.method == m)
+            return &x;
+    return nullptr;
+}
+
+} // namespace
+
+const QStringList& ModelPage::metrics()
+{
+    static const QStringList names{"nmse", "cosine", "gain_error", "shrinkage"};
+    return names;
+}
+
+QString ModelPage::columnOf(const ModelTarget& t)
+{
+    const QString kind = QString::fromUtf8(kvKindName(t.kind));
+    return t.residual ? kind + tr(", 1st residual") : kind;
+}
+
+ModelPage::ModelPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx)
+{
+    m_tensors = new QLineEdit(QStringLiteral("layers.*.*"), this);
+    m_tensors->setToolTip(tr("Comma-separated globs; every layer's keys and values they match are clustered"));
+    m_dim = spin(1, 65536, 8, this);
+    m_k = spin(1, 65536, 64, this);
+    m_iters = spin(0, 10000, 50, this);
+    m_seed = spin(0, 1 << 30, 0, this);
+    m_weights = new QComboBox(this);
+    m_weights->addItems({"none", "grad-raw", "grad-log"});
+    m_plain = new QCheckBox(tr("the tensors"), this);
+    m_plain->setChecked(true);
+    m_residuals = new QCheckBox(tr("their 1st residuals"), this);
+    m_residuals->setToolTip(
+        tr("Also cluster what a KM pass on each block leaves (the paper's 1st-residual experiment)"));
+    m_run = new QPushButton(tr("Run"), this);
+    m_cancel = new QPushButton(tr("Cancel"), this);
+    m_cancel->setEnabled(false);
+    m_progress = new QProgressBar(this);
+    m_progress->setRange(0, 1000);
+    m_status = new QLabel(this);
+    m_status->setWordWrap(true);
+    m_summary = new QLabel(this);
+    m_summary->setWordWrap(true);
+    m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+    auto* form = new QFormLayout();
+    form->addRow(tr("Tensors"), m_tensors);
+    form->addRow(tr("Subspace width D"), m_dim);
+    form->addRow(tr("Codewords K"), m_k);
+    form->addRow(tr("Iterations (max)"), m_iters);
+    form->addRow(tr("Seed"), m_seed);
+    form->addRow(tr("Weights"), m_weights);
+    form->addRow(tr("Cluster"), m_plain);
+    form->addRow(QString(), m_residuals);
+    auto* buttons = new QHBoxLayout();
+    buttons->addWidget(m_run);
+    buttons->addWidget(m_cancel);
+    form->addRow(buttons);
+    form->addRow(m_progress);
+    form->addRow(m_status);
+    form->addRow(m_summary);
+    auto* formBox = new QWidget(this);
+    formBox->setLayout(form);
+    formBox->setMaximumWidth(340);
+
+    auto* grid = new QGridLayout();
+    for (int i = 0; i < metrics().size(); ++i) {
+        auto* map = new views::HeatmapView(metricTitle(metrics()[i]), this);
+        map->setObjectName("heatmap_" + metrics()[i]);
+        map->setScale(views::MetricsTableModel::methodColor(-1), views::MetricsTableModel::methodColor(+1),
+                      tr("KM better by"), tr("GSKM better by"), "%");
+        connect(map, &views::HeatmapView::cellClicked, this, &ModelPage::onCellClicked);
+        m_maps[metrics()[i]] = map;
+        grid->addWidget(map, i / 2, i % 2);
+    }
+    auto* legend = new QLabel(tr("Each cell: GSKM's change against KM, 100·(GSKM − KM)/|KM|, for one layer's tensor. "
+                                 "Orange where GSKM is better, blue where KM is, deeper the larger the change "
+                                 "(full colour at the largest change of the map). Hover for the values; click to "
+                                 "open the tensor on the KM vs GSKM page."),
+                              this);
+    legend->setWordWrap(true);
+    auto* right = new QVBoxLayout();
+    right->addWidget(legend);
+    right->addLayout(grid, 1);
+    auto* layout = new QHBoxLayout(this);
+    layout->addWidget(formBox);
+    layout->addLayout(right, 1);
+
+    connect(&m_ctx, &StudioContext::dumpChanged, this, &ModelPage::onDumpChanged);
+    connect(m_run, &QPushButton::clicked, this, &ModelPage::start);
+    connectJobControls(m_ctx, this, &m_job, m_cancel, [this](const QString& text) {
+        m_status->setText(text);
+        m_run->setEnabled(bool(m_ctx.dump()));
+        m_cancel->setEnabled(false);
+        emit runFinished(false);
+    });
+    onDumpChanged();
+}
+
+views::HeatmapView* ModelPage::heatmap(const QString& metric) const
+{
+    const auto it = m_maps.find(metric);
+    return it == m_maps.end() ? nullptr : it->second;
+}
+
+QString ModelPage::summaryText() const
+{
+    return m_summary->text();
+}
+
+void ModelPage::onDumpChanged()
+{
+    const auto dump = m_ctx.dump();
+    m_run->setEnabled(bool(dump));
+    bool grads = false;
+    if (dump)
+        for (const auto& t : dump->tensors())
+            grads = grads || t.kind == KvKind::KeyGrad || t.kind == KvKind::ValueGrad;
+    m_weights->setEnabled(grads);
+    if (!grads)
+        m_weights->setCurrentIndex(0);
+    if (!dump)
+        m_status->setText(tr("Open a dump to compare KM and GSKM on every layer."));
+    else
+        m_status->clear();
+}
+
+void ModelPage::layoutGrid(const std::vector<ModelTarget>& targets)
+{
+    std::set<int> layers;
+    m_columns.clear();
+    for (const auto& t : targets) {
+        layers.insert(t.layer);
+        if (!m_columns.contains(columnOf(t)))
+            m_columns << columnOf(t);
+    }
+    m_layers.assign(layers.begin(), layers.end());
+    QStringList rows;
+    for (int l : m_layers)
+        rows << tr("layer %1").arg(l);
+    for (auto& [name, map] : m_maps)
+        map->setGrid(rows, m_columns, {});
+}
+
+void ModelPage::addCell(const ModelCell& cell)
+{
+    m_cells.push_back(cell);
+    const auto* km = methodOf(cell.result, Method::KMeans);
+    const auto* gs = methodOf(cell.result, Method::GainShape);
+    const int row = int(std::find(m_layers.begin(), m_layers.end(), cell.target.layer) - m_layers.begin());
+    const int column = int(m_columns.indexOf(columnOf(cell.target)));
+    if (!km || !gs)
+        return;
+    for (const auto& d : metricDeltas(km->metrics, gs->metrics)) {
+        auto* map = heatmap(QString::fromUtf8(d.name));
+        if (!map)
+            continue;
+        const double magnitude = std::isfinite(d.deltaPercent) ? std::abs(d.deltaPercent) : 0.0;
+        views::HeatmapView::Cell c;
+        c.score = d.better * magnitude;
+        c.text = percentText(d.deltaPercent);
+        const QString better = d.better > 0 ? tr("GSKM is better") : d.better < 0 ? tr("KM is better") : tr("a tie");
+        c.tooltip = tr("<b>%1</b><br>%2: KM %3, GSKM %4<br>Δ GSKM − KM %5 (%6): %7<br><i>Click to open it on the "
+                       "KM vs GSKM page</i>")
+                        .arg(QString::fromStdString(cell.target.label()).toHtmlEscaped(), QString::fromUtf8(d.name),
+                             views::formatMetric(d.a), views::formatMetric(d.b), views::formatMetric(d.delta),
+                             percentText(d.deltaPercent), better);
+        map->setCell(row, column, c);
+    }
+    // The summary: for each metric, on how many tensors GSKM is better, and the median change.
+    QStringList lines;
+    for (const auto& metric : metrics()) {
+        int better = 0, worse = 0;
+        std::vector<double> changes;
+        for (const auto& x : m_cells) {
+            const auto* a = methodOf(x.result, Method::KMeans);
+            const auto* b = methodOf(x.result, Method::GainShape);
+            if (!a || !b)
+                continue;
+            for (const auto& d : metricDeltas(a->metrics, b->metrics))
+                if (metric == d.name) {
+                    better += d.better > 0;
+                    worse += d.better < 0;
+                    if (std::isfinite(d.deltaPercent))
+                        changes.push_back(d.deltaPercent);
+                }
+        }
+        if (changes.empty())
+            continue;
+        std::nth_element(changes.begin(), changes.begin() + std::ptrdiff_t(changes.size() / 2), changes.end());
+        lines << tr("%1: GSKM better on %2 of %3, KM on %4; median change %5")
+                     .arg(metric)
+                     .arg(better)
+                     .arg(m_cells.size())
+                     .arg(worse)
+                     .arg(percentText(changes[changes.size() / 2]));
+    }
+    m_summary->setText(lines.join("\n"));
+}
+
+void ModelPage::start()
+{
+    const auto dump = m_ctx.dump();
+    if (!dump)
+        return;
+    ModelCompareSettings s;
+    s.compare.dim = m_dim->value();
+    s.compare.k = m_k->value();
+    s.compare.iterations = m_iters->value();
+    s.compare.seed = std::uint64_t(m_seed->value());
+    s.weights = *weightModeFromName(m_weights->currentText().toStdString());
+    std::vector<ModelTarget> targets;
+    std::vector<std::string> globs;
+    for (const auto& g : m_tensors->text().split(',', Qt::SkipEmptyParts))
+        globs.push_back(g.trimmed().toStdString());
+    try {
+        targets = modelTargets(*dump, globs, m_plain->isChecked(), m_residuals->isChecked(), "Tensors");
+        validateModelCompare(*dump, targets, s);
+    } catch (const std::exception& e) {
+        m_status->setText(QString::fromUtf8(e.what()));
+        m_ctx.showMessage(QString::fromUtf8(e.what()));
+        emit runFinished(false);
+        return;
+    }
+    m_settings = s.compare;
+    m_weightsUsed = m_weights->currentText();
+    m_cells.clear();
+    m_runId = 0;
+    m_summary->clear();
+    layoutGrid(targets);
+    m_progress->setValue(0);
+    m_status->setText(tr("Running…"));
+    m_run->setEnabled(false);
+    m_cancel->setEnabled(true);
+    const QString storePath = m_ctx.storePath();
+    const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
+    const std::string globText = m_tensors->text().toStdString();
+    const bool plain = m_plain->isChecked(), residuals = m_residuals->isChecked();
+
+    m_job = 0; // the runner cancels whatever runs; that notice is not about this run
+    m_job = m_ctx.runner().start(
+        tr("model: KM vs GSKM on %1 tensors").arg(targets.size()), [=, this](const JobRunner::Context& job) {
+            auto backend = gpu::makeBackend(backendRequest).backend;
+            RunInfo info;
+            info.kind = "compare";
+            info.backend = backend->name();
+            info.device = backend->device();
+            info.dumpPath = dump->path();
+            // The same keys as the CLI's `compare --tensors`, so runs from either compare cleanly.
+            auto settingsJson = toJson(s.compare);
+            settingsJson["residual"] = residuals && !plain;
+            settingsJson["tau"] = s.tau;
+            settingsJson["drop_nonfinite"] = s.dropNonFinite;
+            settingsJson["backend"] = backend->name();
+            settingsJson["device"] = backend->device();
+            settingsJson["weights"] = weightModeName(s.weights);
+            settingsJson["tensors"] = globText;
+            if (plain && residuals)
+                settingsJson["with_residuals"] = true;
+            info.settingsJson = settingsJson.dump();
+            WorkerRecording rec(storePath, info, "", job, &m_ctx, dump->files());
+            ProgressBatcher batch(job, [this](const std::vector<ProgressEvent>& events) {
+                if (events.empty())
+                    return;
+                m_progress->setValue(int(events.back().fraction * 1000));
+                m_status->setText(QString::fromStdString(events.back().what));
+            });
+            int gskmLowerNmse = 0;
+            const auto r = runModelCompare(
+                *dump, targets, s, *backend,
+                [&](const ProgressEvent& e) {
+                    rec.progress(e);
+                    return batch.add(e);
+                },
+                [&](const ModelCell& cell) {
+                    if (rec)
+                        rec->recordCompare(cell.result, cell.target.label());
+                    const auto* km = methodOf(cell.result, Method::KMeans);
+                    const auto* gs = methodOf(cell.result, Method::GainShape);
+                    if (km && gs && betterOf("nmse", km->metrics.nmse, gs->metrics.nmse) > 0)
+                        ++gskmLowerNmse;
+                    batch.flush();
+                    job.post([this, cell] { addCell(cell); });
+                });
+            batch.flush();
+            const nlohmann::ordered_json summary = {{"tensors", r.cells.size()}, {"gskm_lower_nmse", gskmLowerNmse}};
+            rec.finish(r.cancelled ? "cancelled" : "done", summary.dump());
+            if (r.cancelled)
+                return;
+            const std::int64_t id = rec ? rec->id() : 0;
+            const std::size_t n = r.cells.size();
+            job.post([this, id, n] {
+                m_runId = id;
+                m_progress->setValue(1000);
+                m_status->setText(tr("%1 tensors, D=%2, K=%3; recorded as run %4")
+                                      .arg(n)
+                                      .arg(m_settings.dim)
+                                      .arg(m_settings.k)
+                                      .arg(id ? QString::number(id) : tr("— (not recorded)")));
+                m_run->setEnabled(true);
+                m_cancel->setEnabled(false);
+                emit runFinished(true);
+            });
+        });
+}
+
+void ModelPage::onCellClicked(int row, int column)
+{
+    if (row < 0 || row >= int(m_layers.size()) || column < 0 || column >= m_columns.size())
+        return;
+    for (const auto& c : m_cells)
+        if (c.target.layer == m_layers[std::size_t(row)] && columnOf(c.target) == m_columns[column]) {
+            emit openTensorRequested(QString::fromStdString(c.target.tensor), c.target.residual, m_settings,
+                                     m_weightsUsed);
+            return;
+        }
+}
+
+} // namespace gsrq::studio

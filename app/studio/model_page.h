@@ -1,0 +1,92 @@
+#pragma once
+// The model at a glance: one job runs KM and GSKM (same D, K, iterations, seed and weights) on
+// every layer's keys and values a selection names, and optionally on their 1st residuals, and
+// draws, per metric, a heatmap of layers × tensors of GSKM's relative change against KM, coloured
+// by which method is better (GSKM orange, KM blue, white for no difference). Hovering a cell gives
+// the absolute values; clicking it opens that tensor on the KM vs GSKM page with the same settings.
+// The job runs off the GUI thread, cells fill in as tensors finish, and it is recorded as one
+// `compare` run (the same settings keys as `gsrq compare --tensors`).
+
+#include "model_compare.h"
+#include "studio_context.h"
+
+#include <QWidget>
+
+#include <map>
+#include <memory>
+
+class QCheckBox;
+class QComboBox;
+class QLabel;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+
+namespace gsrq::views {
+class HeatmapView;
+}
+
+namespace gsrq::studio {
+
+class ModelPage : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit ModelPage(StudioContext& ctx, QWidget* parent = nullptr);
+
+    // The metrics drawn, in order: nmse, cosine, gain_error, shrinkage.
+    static const QStringList& metrics();
+
+    QLineEdit* tensorsEdit() const { return m_tensors; }
+    QSpinBox* dimBox() const { return m_dim; }
+    QSpinBox* kBox() const { return m_k; }
+    QSpinBox* itersBox() const { return m_iters; }
+    QSpinBox* seedBox() const { return m_seed; }
+    QComboBox* weightsBox() const { return m_weights; }
+    QCheckBox* plainBox() const { return m_plain; }
+    QCheckBox* residualsBox() const { return m_residuals; }
+    QPushButton* runButton() const { return m_run; }
+    QPushButton* cancelButton() const { return m_cancel; }
+    QProgressBar* progressBar() const { return m_progress; }
+    QLabel* statusLabel() const { return m_status; }
+    views::HeatmapView* heatmap(const QString& metric) const;
+    QString summaryText() const;
+    std::int64_t lastRunId() const { return m_runId; }
+    // The cells finished so far (the last job's; all of them once it is done).
+    const std::vector<ModelCell>& cells() const { return m_cells; }
+    // The heatmaps' column of a target: "key", "value", "key, 1st residual", "value, 1st residual".
+    static QString columnOf(const ModelTarget& t);
+
+signals:
+    void runFinished(bool ok);
+    // A cell was clicked: open this tensor (its 1st residual) with these settings.
+    void openTensorRequested(const QString& tensor, bool residual, const gsrq::CompareSettings& settings,
+                             const QString& weights);
+
+private:
+    void onDumpChanged();
+    void start();
+    void layoutGrid(const std::vector<ModelTarget>& targets);
+    void addCell(const ModelCell& cell);
+    void onCellClicked(int row, int column);
+
+    StudioContext& m_ctx;
+    QLineEdit* m_tensors;
+    QSpinBox *m_dim, *m_k, *m_iters, *m_seed;
+    QComboBox* m_weights;
+    QCheckBox *m_plain, *m_residuals;
+    QPushButton *m_run, *m_cancel;
+    QProgressBar* m_progress;
+    QLabel *m_status, *m_summary;
+    std::map<QString, views::HeatmapView*> m_maps;
+    std::vector<ModelCell> m_cells;
+    std::vector<int> m_layers; // heatmap rows
+    QStringList m_columns;
+    CompareSettings m_settings; // of the last job
+    QString m_weightsUsed;
+    std::int64_t m_runId = 0;
+    int m_job = 0;
+};
+
+} // namespace gsrq::studio
