@@ -8,12 +8,15 @@
 #include "decode.h"
 #include "error.h"
 #include "gpu_test_util.h"
+#include "heatmap_view.h"
 #include "latency_page.h"
 #include "main_window.h"
 #include "metrics_table_model.h"
+#include "model_page.h"
 #include "npy.h"
 #include "runs_page.h"
 #include "runs_table_model.h"
+#include "safetensors.h"
 #include "sweeps_page.h"
 #include "synth.h"
 #include "test_util.h"
@@ -26,8 +29,10 @@
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QGuiApplication>
+#include <QLabel>
 #include <QLineEdit>
 #include <QMessageBox>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QScreen>
@@ -43,6 +48,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <set>
 #include <thread>
 
 using namespace gsrq;
@@ -63,6 +69,9 @@ private slots:
     void compareDrawsBothMethods();
     void metricNumbersReadable();
     void deltaRowsSignsAndColours();
+    void heatmapColoursDivergeFromZero();
+    void modelPageOnSixteenLayers();
+    void modelPageCancelsAndRunsOnTheSample();
     void firstWindowFillsTheScreenThenRemembers();
     void trainFillsTableAndExports();
     void perplexityOfTrainedCodebooks();
@@ -244,6 +253,155 @@ void TestStudio::deltaRowsSignsAndColours()
     // Without both rows there is nothing to subtract.
     model.setTableWithDeltas({"km"}, {"nmse"}, {{0.2}}, 0, -1);
     QCOMPARE(model.rowCount(), 1);
+}
+
+// A diverging scale: the most negative score in full negative colour, zero white, half the largest
+// positive score halfway from white to the positive colour; a missing cell grey.
+void TestStudio::heatmapColoursDivergeFromZero()
+{
+    views::HeatmapView map("t");
+    const QColor neg(0x1f, 0x77, 0xb4), pos(0xd9, 0x5f, 0x02);
+    map.setScale(neg, pos, "a", "b", "%");
+    map.setGrid({"0", "1"}, {"x", "y"}, {{-4, "", ""}, {0, "", ""}, {2, "", ""}});
+    QCOMPARE(map.scaleMax(), 4.0);
+    QCOMPARE(map.colorAt(0, 0), neg);
+    QCOMPARE(map.colorAt(0, 1), QColor(Qt::white));
+    const QColor half = map.colorAt(1, 0);
+    // Halfway, within one 8-bit step of rounding.
+    QVERIFY(std::abs(half.red() - (255 + pos.red()) / 2) <= 1 && std::abs(half.blue() - (255 + pos.blue()) / 2) <= 1);
+    QVERIFY(!std::isfinite(map.cell(1, 1).score)); // never set
+    QCOMPARE(map.colorAt(1, 1), QColor(0xdd, 0xdd, 0xdd));
+}
+
+// A synthetic 16-layer dump (key-like keys, Gaussian values): the model page fills one cell per
+// layer and tensor on each metric's map, coloured by the method the numbers say is better, records
+// one run with every tensor's metrics, and a click opens that tensor on the KM vs GSKM page.
+void TestStudio::modelPageOnSixteenLayers()
+{
+    const QString path = m_dir.filePath("sixteen.safetensors");
+    std::vector<TensorBlob> blobs;
+    for (int l = 0; l < 16; ++l) {
+        blobs.push_back(
+            makeFloatBlob(cat("layers.", l, ".key"), synthesize(SynthKind::KvLike, 512, 16, 100 + l), DType::F32));
+        blobs.push_back(
+            makeFloatBlob(cat("layers.", l, ".value"), synthesize(SynthKind::Gaussian, 512, 16, 200 + l), DType::F32));
+    }
+    writeSafetensors(path.toStdString(), blobs, {{"synthetic", "kv keys, gaussian values, 16 layers"}});
+    QVERIFY(m_window->openDump(path));
+    auto* page = m_window->modelPage();
+    m_window->showPage("model");
+    page->dimBox()->setValue(8);
+    page->kBox()->setValue(8);
+    page->itersBox()->setValue(8);
+    page->residualsBox()->setChecked(false);
+    QSignalSpy done(page, &ModelPage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(done.wait(60000));
+    QVERIFY2(done.first().first().toBool(), qPrintable(page->statusLabel()->text()));
+    QCOMPARE(page->cells().size(), size_t(32));
+    QCOMPARE(page->progressBar()->value(), 1000);
+    for (const auto& metric : ModelPage::metrics()) {
+        auto* map = page->heatmap(metric);
+        QVERIFY(map);
+        QCOMPARE(map->rowCount(), 16);
+        QCOMPARE(map->columnCount(), 2);
+        for (const auto& cell : page->cells()) {
+            const int r = cell.target.layer, c = cell.target.kind == KvKind::Key ? 0 : 1;
+            const auto& km = cell.result.find(Method::KMeans)->metrics;
+            const auto& gs = cell.result.find(Method::GainShape)->metrics;
+            const double a = metricByName(km, metric.toStdString()), b = metricByName(gs, metric.toStdString());
+            const int better = betterOf(metric.toStdString(), a, b);
+            const auto& shown = map->cell(r, c);
+            // The score's sign is the better method; its size the relative change in percent.
+            QCOMPARE(shown.score > 0 ? 1 : shown.score < 0 ? -1 : 0, better);
+            QVERIFY(std::abs(std::abs(shown.score) - 100 * std::abs(b - a) / std::abs(a)) <=
+                    1e-9 * std::max(1.0, std::abs(shown.score)));
+            // Orange has more red than blue, blue the reverse; a cell under a tenth of the map's
+            // largest change is too near white for 8-bit channels to tell.
+            const QColor fill = map->colorAt(r, c);
+            if (better != 0 && std::abs(shown.score) >= 0.1 * map->scaleMax())
+                QVERIFY(better > 0 ? fill.red() > fill.blue() : fill.blue() > fill.red());
+            QVERIFY(shown.tooltip.contains(QString::fromStdString(cell.target.tensor)));
+            QVERIFY(shown.tooltip.contains(views::formatMetric(a)));
+        }
+    }
+    QVERIFY(page->summaryText().contains("nmse: GSKM better on"));
+    // Recorded: one compare run with the metrics of all 32 tensors.
+    QVERIFY(page->lastRunId() > 0);
+    {
+        RunStore store(m_store.toStdString());
+        const auto run = store.requireRun(page->lastRunId());
+        QCOMPARE(QString::fromStdString(run.status), QString("done"));
+        QCOMPARE(QString::fromStdString(run.kind), QString("compare"));
+        QVERIFY(QString::fromStdString(run.settingsJson).contains("\"tensors\":\"layers.*.*\""));
+        std::set<std::string> tensors;
+        for (const auto& m : store.metrics(run.id))
+            if (m.scope == "final")
+                tensors.insert(m.tensor);
+        QCOMPARE(tensors.size(), size_t(32));
+    }
+    // A click on layer 3's value opens it on the KM vs GSKM page with the same settings.
+    auto* map = page->heatmap("nmse");
+    QTest::mouseClick(map, Qt::LeftButton, {}, map->cellRect(3, 1).center());
+    auto* compare = m_window->comparePage();
+    QCOMPARE(m_window->findChild<QTabWidget*>()->currentWidget(), static_cast<QWidget*>(compare));
+    QCOMPARE(compare->tensorBox()->currentText(), QString("layers.3.value"));
+    QCOMPARE(compare->dimBox()->value(), 8);
+    QCOMPARE(compare->kBox()->value(), 8);
+    QCOMPARE(compare->itersBox()->value(), 8);
+    QVERIFY(!compare->residualBox()->isChecked());
+}
+
+// Cancelling mid-job ends it within an iteration (the run closes as cancelled); then the bundled
+// sample's five layers run with their 1st residuals: four columns.
+void TestStudio::modelPageCancelsAndRunsOnTheSample()
+{
+    const QString data = m_dir.filePath("big-model.safetensors");
+    std::vector<TensorBlob> blobs;
+    for (int l = 0; l < 4; ++l)
+        blobs.push_back(
+            makeFloatBlob(cat("layers.", l, ".key"), synthesize(SynthKind::Gaussian, 20000, 64, 300 + l), DType::F32));
+    writeSafetensors(data.toStdString(), blobs, {{"synthetic", "gaussian, slow to cluster"}});
+    QVERIFY(m_window->openDump(data));
+    auto* page = m_window->modelPage();
+    m_window->showPage("model");
+    page->dimBox()->setValue(8);
+    page->kBox()->setValue(256);
+    page->itersBox()->setValue(200);
+    QSignalSpy done(page, &ModelPage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(page->progressBar()->value() > 0, 30000); // live progress arrived
+    QTest::mouseClick(page->cancelButton(), Qt::LeftButton);
+    QCOMPARE(done.size(), 1);
+    QVERIFY(!done.first().first().toBool());
+    QVERIFY(page->runButton()->isEnabled());
+    std::string seen;
+    QTRY_VERIFY2_WITH_TIMEOUT(
+        [&] {
+            RunStore store(m_store.toStdString());
+            const auto runs = store.listRuns({"compare", "", "", 1});
+            seen = runs.empty() ? "no run" : cat("run ", runs.front().id, " ", runs.front().status);
+            return !runs.empty() && runs.front().status == "cancelled";
+        }(),
+        seen.c_str(), 20000);
+
+    QVERIFY(m_window->openDump(kSample));
+    page->dimBox()->setValue(8);
+    page->kBox()->setValue(16);
+    page->itersBox()->setValue(8);
+    page->residualsBox()->setChecked(true);
+    done.clear();
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(done.wait(60000));
+    QVERIFY2(done.first().first().toBool(), qPrintable(page->statusLabel()->text()));
+    page->residualsBox()->setChecked(false);
+    auto* map = page->heatmap("cosine");
+    QCOMPARE(map->rowCount(), 5);
+    QCOMPARE(map->columnCount(), 4);
+    QCOMPARE(page->cells().size(), size_t(20));
+    for (int r = 0; r < 5; ++r)
+        for (int c = 0; c < 4; ++c)
+            QVERIFY(std::isfinite(map->cell(r, c).score));
 }
 
 // With no saved geometry the window takes 85% of the screen's available area, centred; closed and
