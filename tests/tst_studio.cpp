@@ -71,6 +71,7 @@ private slots:
     void deltaRowsSignsAndColours();
     void heatmapColoursDivergeFromZero();
     void modelPageOnSixteenLayers();
+    void oneSelectionAcrossPages();
     void modelPageCancelsAndRunsOnTheSample();
     void firstWindowFillsTheScreenThenRemembers();
     void trainFillsTableAndExports();
@@ -350,6 +351,41 @@ void TestStudio::modelPageOnSixteenLayers()
     QCOMPARE(compare->kBox()->value(), 8);
     QCOMPARE(compare->itersBox()->value(), 8);
     QVERIFY(!compare->residualBox()->isChecked());
+}
+
+// The tensor chosen on one page is the one the others open with: the dataset tree, the KM vs GSKM
+// and sweep pickers and the gradient page's layer follow a choice made on any of them, and the
+// choice outlives reopening a dump that has it.
+void TestStudio::oneSelectionAcrossPages()
+{
+    QVERIFY(m_window->openDump(kSample));
+    auto* tree = m_window->datasetPage()->findChild<QTreeWidget*>();
+    QVERIFY(tree);
+    auto* compare = m_window->comparePage()->tensorBox();
+    auto* sweeps = m_window->sweepsPage()->tensorBox();
+    auto* layer = m_window->weightsPage()->layerBox();
+    m_window->datasetPage()->selectTensor("layers.3.value"); // as a click in the tree does
+    QCOMPARE(m_window->context().selectedTensor(), QString("layers.3.value"));
+    QCOMPARE(compare->currentText(), QString("layers.3.value"));
+    QCOMPARE(sweeps->currentText(), QString("layers.3.value"));
+    QCOMPARE(layer->currentData().toInt(), 3);
+    // A choice in the KM vs GSKM picker (the user's: activated).
+    compare->setCurrentIndex(compare->findText("layers.1.key"));
+    emit compare->activated(compare->currentIndex());
+    QCOMPARE(tree->currentItem()->text(0), QString("layers.1.key"));
+    QCOMPARE(sweeps->currentText(), QString("layers.1.key"));
+    QCOMPARE(layer->currentData().toInt(), 1);
+    // A layer chosen on the gradient page keeps the kind: layer 4's key.
+    layer->setCurrentIndex(layer->findData(4));
+    emit layer->activated(layer->currentIndex());
+    QCOMPARE(m_window->context().selectedTensor(), QString("layers.4.key"));
+    QCOMPARE(compare->currentText(), QString("layers.4.key"));
+    // Reopening a dump that has the tensor keeps it everywhere.
+    QVERIFY(m_window->openDump(kSample));
+    QCOMPARE(compare->currentText(), QString("layers.4.key"));
+    QCOMPARE(sweeps->currentText(), QString("layers.4.key"));
+    QCOMPARE(tree->currentItem()->text(0), QString("layers.4.key"));
+    QCOMPARE(layer->currentData().toInt(), 4);
 }
 
 // Cancelling mid-job ends it within an iteration (the run closes as cancelled); then the bundled
@@ -703,10 +739,15 @@ void TestStudio::runsPageListsAndOverlays()
     QCOMPARE(model->rowCount(), before + 1);
     QCOMPARE(model->data(model->index(0, views::RunsTableModel::Kind)).toString(), QString("compare"));
 
+    // Compares of one tensor each (the model page's runs cover many).
     QList<qint64> ids;
+    RunStore store(m_store.toStdString());
     for (int r = 0; r < model->rowCount(); ++r)
-        if (model->data(model->index(r, views::RunsTableModel::Kind)).toString() == "compare")
-            ids << model->data(model->index(r, 0), Qt::UserRole).toLongLong();
+        if (model->data(model->index(r, views::RunsTableModel::Kind)).toString() == "compare") {
+            const qint64 id = model->data(model->index(r, 0), Qt::UserRole).toLongLong();
+            if (store.requireRun(id).settingsJson.find("\"tensors\"") == std::string::npos)
+                ids << id;
+        }
     QVERIFY(ids.size() >= 2);
     QVERIFY(page->overlayChart()->emptyTextShown()); // nothing selected: the chart says what to do
     page->selectRuns(ids.mid(0, 2));
@@ -720,6 +761,7 @@ void TestStudio::runsPageListsAndOverlays()
     // The CLI's run clustered all features as one block; the window's run two blocks of 16.
     QCOMPARE(names.filter("(mean of 2 blocks)").size(), 2);
     QVERIFY(page->detailsText().contains("differ"));
+
     page->overlayMetric()->setCurrentText("cosine");
     page->overlayChart()->flush();
     QCOMPARE(page->overlayChart()->seriesNames().size(), 4);
@@ -727,6 +769,25 @@ void TestStudio::runsPageListsAndOverlays()
         for (const auto& p : page->overlayChart()->points(name))
             QVERIFY(p.y() > 0 && p.y() <= 1);
     page->overlayMetric()->setCurrentText("nmse");
+
+    // The metric deltas between two runs of one tensor: K = 64 against K = 8. Eight times the
+    // codewords on the same data leave KM a lower nmse (a margin no seed undoes), so the second
+    // run is marked better, and its Δ is negative.
+    const qint64 k8 = model->data(model->index(0, 0), Qt::UserRole).toLongLong();
+    QCOMPARE(test::gsrqRun(
+                 {"--db", m_store, "compare", kSample, "--tensor", "layers.0.value", "--k", "64", "--iters", "3", "-q"})
+                 .code,
+             0);
+    page->refresh();
+    const qint64 k64 = model->data(model->index(0, 0), Qt::UserRole).toLongLong();
+    page->selectRuns({k8, k64});
+    const QString details = page->detailsText();
+    QVERIFY2(details.contains(QString("Final metrics, each run against run %1").arg(k8)), qPrintable(details));
+    const auto line =
+        QRegularExpression(
+            QString("layers.0.value km nmse: \\S+  \\|  run %1 \\S+, Δ -\\S+ \\(-[0-9.]+%\\) \\*run %1").arg(k64))
+            .match(details);
+    QVERIFY2(line.hasMatch(), qPrintable(details));
 }
 
 void TestStudio::sweepOverDimWithResidual()

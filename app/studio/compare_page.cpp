@@ -97,6 +97,7 @@ ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
 
     connect(&m_ctx, &StudioContext::dumpChanged, this, &ComparePage::onDumpChanged);
     connect(m_tensor, &QComboBox::currentIndexChanged, this, &ComparePage::onTensorChanged);
+    bindTensorBox(m_ctx, m_tensor);
     connect(m_run, &QPushButton::clicked, this, &ComparePage::start);
     connect(m_curveMetric, &QComboBox::currentIndexChanged, this, &ComparePage::drawConvergence);
     connectJobControls(m_ctx, this, &m_job, m_cancel, [this](const QString& text) {
@@ -138,6 +139,7 @@ void ComparePage::onTensorChanged()
 
 void ComparePage::openTensor(const QString& tensor, bool residual, const CompareSettings& s, const QString& weights)
 {
+    m_ctx.selectTensor(tensor); // every page follows (this one too)
     m_tensor->setCurrentText(tensor);
     m_dim->setValue(s.dim);
     m_k->setValue(s.k);

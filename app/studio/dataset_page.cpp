@@ -33,8 +33,10 @@ DatasetPage::DatasetPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_tree->setHeaderLabels({tr("Tensor"), tr("Dtype"), tr("Shape"), tr("Size")});
     m_tree->header()->setSectionResizeMode(QHeaderView::ResizeToContents);
     connect(m_tree, &QTreeWidget::currentItemChanged, this, [this](QTreeWidgetItem* item) {
-        if (item && item->data(0, Qt::UserRole).isValid())
+        if (item && item->data(0, Qt::UserRole).isValid()) {
+            m_ctx.selectTensor(item->data(0, Qt::UserRole).toString());
             computeStats(item->data(0, Qt::UserRole).toString());
+        }
     });
     m_stats = new QLabel(this);
     m_stats->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -61,6 +63,7 @@ DatasetPage::DatasetPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     auto* layout = new QHBoxLayout(this);
     layout->addWidget(split);
     connect(&m_ctx, &StudioContext::dumpChanged, this, &DatasetPage::rebuild);
+    connect(&m_ctx, &StudioContext::tensorSelected, this, &DatasetPage::selectTensor);
 }
 
 void DatasetPage::rebuild()
@@ -108,12 +111,14 @@ void DatasetPage::rebuild()
         width += m_tree->columnWidth(c);
     }
     m_tree->setMinimumWidth(std::min(width, 720));
+    if (!m_ctx.selectedTensor().isEmpty())
+        selectTensor(m_ctx.selectedTensor());
 }
 
 void DatasetPage::selectTensor(const QString& name)
 {
     const auto items = m_tree->findItems(name, Qt::MatchExactly | Qt::MatchRecursive);
-    if (!items.isEmpty())
+    if (!items.isEmpty() && m_tree->currentItem() != items.first())
         m_tree->setCurrentItem(items.first());
 }
 

@@ -1,6 +1,7 @@
 #include "runs_page.h"
 
 #include "chart_panel.h"
+#include "metrics_table_model.h"
 #include "runs_table_model.h"
 
 #include "error.h"
@@ -230,6 +231,45 @@ QString RunsPage::detailsText() const
     return m_details->toPlainText();
 }
 
+QString RunsPage::metricDeltasText(const std::vector<std::int64_t>& ids,
+                                   const std::vector<std::map<std::string, double>>& finals)
+{
+    // The final metrics every selected run has, each run against the first: value, Δ and Δ%,
+    // with a mark for the better of the two (core's betterOf: lower nmse, higher cosine...).
+    QString text =
+        tr("\nFinal metrics, each run against run %1 (Δ = run − run %1; * the better of the two):\n").arg(ids.front());
+    int shown = 0, common = 0;
+    for (const auto& [key, first] : finals.front()) {
+        if (!std::all_of(finals.begin(), finals.end(), [&](const auto& f) { return f.count(key); }))
+            continue;
+        ++common;
+        if (shown == 60)
+            continue;
+        ++shown;
+        const std::string metric = key.substr(key.rfind(' ') + 1);
+        QString line = QStringLiteral("  %1: %2").arg(QString::fromStdString(key), views::formatMetric(first));
+        for (std::size_t i = 1; i < finals.size(); ++i) {
+            const double v = finals[i].at(key), d = v - first;
+            const int better = betterOf(metric, first, v);
+            line += tr("  |  run %1 %2, Δ %3%4 (%5%)%6")
+                        .arg(ids[i])
+                        .arg(views::formatMetric(v))
+                        .arg(d >= 0 ? "+" : "")
+                        .arg(views::formatMetric(d))
+                        .arg(first != 0 ? QString::number(100 * d / std::abs(first), 'f', 2) : QStringLiteral("—"))
+                        .arg(better > 0   ? tr(" *run %1").arg(ids[i])
+                             : better < 0 ? tr(" *run %1").arg(ids.front())
+                                          : QString());
+        }
+        text += line + "\n";
+    }
+    if (common == 0)
+        return tr("\nThe selected runs have no final metric in common.\n");
+    if (shown < common)
+        text += tr("  … and %1 more\n").arg(common - shown);
+    return text;
+}
+
 void RunsPage::onSelectionChanged()
 {
     const auto ids = selectedIds();
@@ -246,6 +286,8 @@ void RunsPage::onSelectionChanged()
         RunStore store(m_ctx.storePath().toStdString());
         QString text;
         std::vector<std::map<QString, QString>> settings;
+        // Each run's final metrics by "tensor method metric", for the deltas between runs.
+        std::vector<std::map<std::string, double>> finals;
         bool passCurves = false, ownCurves = false;
         for (auto id : ids) {
             const auto r = store.requireRun(id);
@@ -280,6 +322,10 @@ void RunsPage::onSelectionChanged()
             std::map<QString, QString> flat;
             flatten(QJsonDocument::fromJson(QByteArray::fromStdString(r.settingsJson)).object(), {}, flat);
             settings.push_back(flat);
+            auto& final = finals.emplace_back();
+            for (const auto& m : store.metrics(id))
+                if (m.scope == "final" && m.name != "seconds" && m.name != "iterations")
+                    final[cat(m.tensor.empty() ? "" : m.tensor + " ", m.method, " ", m.name)] = m.value;
             if (ids.size() == 1) {
                 text += tr("Run %1: %2, %3\nstarted %4, finished %5\n%6 (%7)\ndump %8\nsha256 %9\n")
                             .arg(id)
@@ -321,6 +367,7 @@ void RunsPage::onSelectionChanged()
                     continue;
                 text += QStringLiteral("  %1: %2\n").arg(k, values.join(QStringLiteral("  |  ")));
             }
+            text += metricDeltasText(ids, finals);
         }
         m_details->setPlainText(text);
         m_overlay->setIntegerX(passCurves && !ownCurves);

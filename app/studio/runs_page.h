@@ -41,6 +41,8 @@ public:
     QComboBox* groupFilter() const { return m_group; }
 
 private:
+    static QString metricDeltasText(const std::vector<std::int64_t>& ids,
+                                    const std::vector<std::map<std::string, double>>& finals);
     void onSelectionChanged();
     std::vector<std::int64_t> selectedIds() const;
     void addNote();

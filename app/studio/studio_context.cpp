@@ -52,6 +52,8 @@ bool StudioContext::openDump(const QString& path)
         emit message(QString::fromUtf8(e.what()), true);
         return false;
     }
+    if (!m_selected.isEmpty() && !m_dump->find(m_selected.toStdString()))
+        m_selected.clear();
     emit dumpChanged();
     return true;
 }
@@ -91,6 +93,32 @@ void connectJobControls(StudioContext& ctx, QObject* page, const int* job, QAbst
         ctx.showMessage(message);
         onEnd(message);
     });
+}
+
+void StudioContext::selectTensor(const QString& name)
+{
+    if (name == m_selected || (m_dump && !m_dump->find(name.toStdString())))
+        return;
+    m_selected = name;
+    emit tensorSelected(name);
+}
+
+int StudioContext::selectedLayer() const
+{
+    const auto* t = m_dump && !m_selected.isEmpty() ? m_dump->find(m_selected.toStdString()) : nullptr;
+    return t ? t->layer : -1;
+}
+
+void bindTensorBox(StudioContext& ctx, QComboBox* box)
+{
+    const auto show = [&ctx, box] {
+        const int i = box->findText(ctx.selectedTensor());
+        if (i >= 0)
+            box->setCurrentIndex(i);
+    };
+    QObject::connect(box, &QComboBox::activated, &ctx, [&ctx, box](int i) { ctx.selectTensor(box->itemText(i)); });
+    QObject::connect(&ctx, &StudioContext::tensorSelected, box, show);
+    QObject::connect(&ctx, &StudioContext::dumpChanged, box, show);
 }
 
 void fillClusterableTensors(QComboBox* box, const KvDump* dump)

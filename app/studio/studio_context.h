@@ -28,6 +28,12 @@ public:
     explicit StudioContext(QString storePath, QObject* parent = nullptr);
 
     std::shared_ptr<const KvDump> dump() const { return m_dump; }
+    // The tensor the user chose last, on any page: every page with a tensor picker follows it.
+    // Kept when another dump is opened if that dump has it, else cleared.
+    QString selectedTensor() const { return m_selected; }
+    void selectTensor(const QString& name); // emits tensorSelected when it changes
+    // The selected tensor's layer, or −1.
+    int selectedLayer() const;
     // Opens a dump (validated by core's readers); on failure emits message() and keeps the old one.
     bool openDump(const QString& path);
 
@@ -56,11 +62,13 @@ public:
 
 signals:
     void dumpChanged();
+    void tensorSelected(const QString& name);
     void message(const QString& text, bool error);
     void storeError(const QString& text);
 
 private:
     std::shared_ptr<const KvDump> m_dump;
+    QString m_selected;
     QString m_storePath;
     gpu::BackendRequest m_backend;
     QString m_pplModel, m_pplTokenizer;
@@ -74,6 +82,12 @@ void connectJobControls(StudioContext& ctx, QObject* page, const int* job, QAbst
 
 // The float matrices a user may cluster (gradients excluded), for a tensor picker.
 void fillClusterableTensors(QComboBox* box, const KvDump* dump);
+
+// Ties a page's tensor picker to the shared selection: the user's choice in the box becomes the
+// selection, and the selection (made on another page, or kept over opening a dump) is shown in
+// the box whenever the box has it. Call after the page's own dumpChanged connection, so the box is
+// filled first.
+void bindTensorBox(StudioContext& ctx, QComboBox* box);
 
 // A run recorded from a worker thread through that thread's own store connection. A store that
 // cannot be opened leaves the job unrecorded and says why (the job still runs).

@@ -132,6 +132,7 @@ SweepsPage::SweepsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m
     connect(m_shrinkRun, &QPushButton::clicked, this, &SweepsPage::startShrinkage);
     connect(m_paperRun, &QPushButton::clicked, this, &SweepsPage::startPaperCheck);
     connect(m_metric, &QComboBox::currentIndexChanged, this, &SweepsPage::redraw);
+    bindTensorBox(m_ctx, m_tensor);
     connectJobControls(m_ctx, this, &m_job, m_cancel, [this](const QString& text) { finishUi(false, text); });
     onDumpChanged();
 }

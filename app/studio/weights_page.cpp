@@ -48,6 +48,17 @@ WeightsPage::WeightsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
 
     connect(&m_ctx, &StudioContext::dumpChanged, this, &WeightsPage::onDumpChanged);
     connect(m_layer, &QComboBox::currentIndexChanged, this, &WeightsPage::load);
+    // The shared selection: its layer is shown here; choosing a layer here selects the same kind
+    // of tensor (key or value) in that layer.
+    connect(&m_ctx, &StudioContext::tensorSelected, this, [this] {
+        const int i = m_layer->findData(m_ctx.selectedLayer());
+        if (i >= 0)
+            m_layer->setCurrentIndex(i);
+    });
+    connect(m_layer, &QComboBox::activated, this, [this] {
+        const QString kind = m_ctx.selectedTensor().endsWith(".value") ? "value" : "key";
+        m_ctx.selectTensor(QString("layers.%1.%2").arg(m_layer->currentData().toInt()).arg(kind));
+    });
     connect(m_tau, &QSlider::valueChanged, this, &WeightsPage::redrawTransformed);
     onDumpChanged();
 }
@@ -71,6 +82,8 @@ void WeightsPage::onDumpChanged()
             if (t.kind == KvKind::KeyGrad || t.kind == KvKind::ValueGrad)
                 if (m_layer->findData(t.layer) < 0)
                     m_layer->addItem(tr("layer %1").arg(t.layer), t.layer);
+    if (const int i = m_layer->findData(m_ctx.selectedLayer()); i >= 0)
+        m_layer->setCurrentIndex(i);
     m_layer->blockSignals(false);
     m_norms.clear();
     m_raw->clear();
