@@ -25,12 +25,15 @@
 
 #include <QAbstractItemModelTester>
 #include <QApplication>
+#include <QAreaSeries>
+#include <QChart>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QGuiApplication>
 #include <QLabel>
 #include <QLineEdit>
+#include <QLineSeries>
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
@@ -81,6 +84,7 @@ private slots:
     void runsPageImportsStoresAndGroupsThem();
     void unusableStoreIsADialog();
     void chartsExportPngSvgCsv();
+    void histogramsAreBars();
     void badSettingIsAMessage();
     void screenshotModeRendersAPage();
     void recentFilesPersist();
@@ -549,6 +553,50 @@ void TestStudio::chartsExportPngSvgCsv()
     QFile c(csv);
     QVERIFY(c.open(QIODevice::ReadOnly));
     QCOMPARE(c.readAll().count('\n'), points + 1); // a header, then one row per point
+}
+
+// A histogram is drawn as touching bars from zero (an area under a step outline), its data stays
+// the bins; on a log axis the bars rise from half the smallest count; the pages' histograms
+// (row norms, gradient norms) are bars.
+void TestStudio::histogramsAreBars()
+{
+    views::ChartPanel chart("h", "x", "rows");
+    chart.setHistogram("h", Histogram{{0.5, 1.5, 2.5}, {4, 0, 6}});
+    chart.flush();
+    QVERIFY(chart.isHistogram("h"));
+    QCOMPARE(chart.points("h"), QList<QPointF>({{0.5, 4}, {1.5, 0}, {2.5, 6}}));
+    const auto series = chart.view()->chart()->series();
+    QCOMPARE(series.size(), 1);
+    auto* area = qobject_cast<QAreaSeries*>(series.first());
+    QVERIFY(area);
+    const QList<QPointF> outline{{0, 0}, {0, 4}, {1, 4}, {1, 0}, {1, 0}, {1, 0},
+                                 {2, 0}, {2, 0}, {2, 0}, {2, 6}, {3, 6}, {3, 0}};
+    QCOMPARE(area->upperSeries()->points(), outline);
+    QCOMPARE(area->lowerSeries()->points(), QList<QPointF>({{0, 0}, {3, 0}}));
+    chart.setLogY(true);
+    chart.flush();
+    QCOMPARE(area->lowerSeries()->points(), QList<QPointF>({{0, 2}, {3, 2}})); // half of 4
+    QCOMPARE(area->upperSeries()->points()[5], QPointF(1, 2));                 // the empty bin sits on the baseline
+    // A CSV of a histogram is its bins.
+    const QString csv = m_dir.filePath("hist.csv");
+    QVERIFY(chart.exportCsv(csv));
+    QFile f(csv);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QCOMPARE(f.readAll(), QByteArray("series,x,y\n\"h\",0.5,4\n\"h\",1.5,0\n\"h\",2.5,6\n"));
+
+    QVERIFY(m_window->openDump(kSample));
+    QSignalSpy stats(m_window->datasetPage(), &DatasetPage::statsReady);
+    m_window->datasetPage()->selectTensor("layers.1.key");
+    QVERIFY(stats.wait(20000));
+    auto* norms = m_window->datasetPage()->findChildren<views::ChartPanel*>().value(0);
+    QVERIFY(norms && norms->isHistogram("layers.1.key"));
+    auto* weights = m_window->weightsPage();
+    QSignalSpy ready(weights, &WeightsPage::normsReady);
+    weights->layerBox()->setCurrentIndex(weights->layerBox()->count() - 1);
+    QVERIFY(ready.count() > 0 || ready.wait(20000));
+    for (auto* c : {weights->rawChart(), weights->logChart()})
+        for (const auto& name : c->seriesNames())
+            QVERIFY2(c->isHistogram(name), qPrintable(name));
 }
 
 void TestStudio::badSettingIsAMessage()

@@ -1,5 +1,6 @@
 #include "chart_panel.h"
 
+#include <QAreaSeries>
 #include <QChart>
 #include <QFile>
 #include <QFileDialog>
@@ -80,13 +81,54 @@ ChartPanel::ChartPanel(const QString& title, const QString& xTitle, const QStrin
     rebuildAxes();
 }
 
+QAbstractSeries* ChartPanel::drawnSeries(const QString& name) const
+{
+    if (auto* a = m_areas.value(name))
+        return a;
+    return m_series.value(name);
+}
+
 QLineSeries* ChartPanel::seriesFor(const QString& name)
 {
     if (auto* s = m_series.value(name))
         return s;
     auto* s = new QLineSeries();
     s->setName(name);
-    m_view->chart()->addSeries(s);
+    QAbstractSeries* drawn = s;
+    if (m_histograms.contains(name)) {
+        // Bars: the area between the outline and a baseline (zero, or below the smallest count
+        // on a log axis); both lines belong to the area series.
+        auto* lower = new QLineSeries();
+        auto* area = new QAreaSeries(s, lower);
+        s->setParent(area);
+        lower->setParent(area);
+        area->setName(name);
+        m_view->chart()->addSeries(area);
+        QColor c = area->color();
+        area->setBorderColor(c);
+        c.setAlpha(110);
+        area->setColor(c);
+        m_areas.insert(name, area);
+        drawn = area;
+        connect(area, &QAreaSeries::hovered, this, [this, name](const QPointF& p, bool state) {
+            // The bar under the pointer: its bin from the data.
+            QString text;
+            const auto bins = m_data.value(name);
+            if (state && bins.size() > 0) {
+                const double w = bins.size() > 1 ? (bins.back().x() - bins.front().x()) / double(bins.size() - 1) : 1;
+                for (const auto& b : bins)
+                    if (std::abs(p.x() - b.x()) <= w / 2)
+                        text = QStringLiteral("%1: %2 to %3, count %4")
+                                   .arg(name)
+                                   .arg(b.x() - w / 2, 0, 'g', 4)
+                                   .arg(b.x() + w / 2, 0, 'g', 4)
+                                   .arg(b.y(), 0, 'f', 0);
+            }
+            m_hover->setText(text);
+        });
+    } else {
+        m_view->chart()->addSeries(s);
+    }
     m_series.insert(name, s);
     // A row of many names under the chart cuts each to a few letters; a column beside it does not.
     m_view->chart()->legend()->setAlignment(m_series.size() > 4 ? Qt::AlignRight : Qt::AlignBottom);
@@ -96,8 +138,8 @@ QLineSeries* ChartPanel::seriesFor(const QString& name)
                   : QString());
     });
     // Clicking a legend marker hides or shows its series.
-    for (auto* marker : m_view->chart()->legend()->markers(s))
-        connect(marker, &QLegendMarker::clicked, this, [s, marker] {
+    for (auto* marker : m_view->chart()->legend()->markers(drawn))
+        connect(marker, &QLegendMarker::clicked, this, [s = drawn, marker] {
             s->setVisible(!s->isVisible());
             marker->setVisible(true);
             marker->setLabelBrush(s->isVisible() ? QBrush(Qt::black) : QBrush(Qt::gray));
@@ -116,6 +158,14 @@ void ChartPanel::setSeries(const QString& name, const QList<QPointF>& points)
         m_timer.start();
 }
 
+void ChartPanel::setHistogram(const QString& name, const Histogram& h)
+{
+    if (!m_histograms.contains(name) && m_series.contains(name))
+        removeSeries(name); // it was a line until now
+    m_histograms.insert(name);
+    setSeries(name, histogramPoints(h));
+}
+
 void ChartPanel::appendPoint(const QString& name, QPointF p)
 {
     if (!m_data.contains(name))
@@ -128,10 +178,15 @@ void ChartPanel::appendPoint(const QString& name, QPointF p)
 
 void ChartPanel::removeSeries(const QString& name)
 {
-    if (auto* s = m_series.take(name)) {
+    if (auto* a = m_areas.take(name)) {
+        m_view->chart()->removeSeries(a);
+        delete a; // with its lines
+        m_series.remove(name);
+    } else if (auto* s = m_series.take(name)) {
         m_view->chart()->removeSeries(s);
         delete s;
     }
+    m_histograms.remove(name);
     m_data.remove(name);
     m_dirty.remove(name);
     m_order.removeAll(name);
@@ -143,6 +198,8 @@ void ChartPanel::clear()
     m_timer.stop();
     m_view->chart()->removeAllSeries();
     m_series.clear();
+    m_areas.clear();
+    m_histograms.clear();
     m_data.clear();
     m_order.clear();
     m_dirty.clear();
@@ -162,9 +219,34 @@ void ChartPanel::onTick()
         if (!it.value())
             continue;
         QList<QPointF> pts = m_data.value(it.key());
-        if (m_logY) // a log axis cannot show values ≤ 0
-            pts.erase(std::remove_if(pts.begin(), pts.end(), [](const QPointF& p) { return !(p.y() > 0); }), pts.end());
-        seriesFor(it.key())->replace(pts);
+        if (m_histograms.contains(it.key())) {
+            // Touching bars, each a bin's width wide (the bins are evenly spaced), from the baseline.
+            const double w = pts.size() > 1 ? (pts.back().x() - pts.front().x()) / double(pts.size() - 1) : 1;
+            double base = 0;
+            if (m_logY) { // a log axis has no zero: bars rise from half the smallest count
+                base = INFINITY;
+                for (const auto& p : pts)
+                    if (p.y() > 0)
+                        base = std::min(base, p.y() / 2);
+                base = std::isfinite(base) ? base : 0.5;
+            }
+            QList<QPointF> outline;
+            // An edge within rounding of zero is zero (bins of non-negative data start there).
+            const auto edge = [w](double x) { return std::abs(x) < 1e-9 * w ? 0.0 : x; };
+            for (const auto& p : pts) {
+                const double y = std::max(p.y(), base), x0 = edge(p.x() - w / 2), x1 = edge(p.x() + w / 2);
+                outline << QPointF(x0, base) << QPointF(x0, y) << QPointF(x1, y) << QPointF(x1, base);
+            }
+            seriesFor(it.key())->replace(outline);
+            if (auto* a = m_areas.value(it.key()); a && !pts.isEmpty())
+                a->lowerSeries()->replace(
+                    {QPointF(pts.front().x() - w / 2, base), QPointF(pts.back().x() + w / 2, base)});
+        } else {
+            if (m_logY) // a log axis cannot show values ≤ 0
+                pts.erase(std::remove_if(pts.begin(), pts.end(), [](const QPointF& p) { return !(p.y() > 0); }),
+                          pts.end());
+            seriesFor(it.key())->replace(pts);
+        }
         it.value() = false;
         any = true;
     }
@@ -234,7 +316,8 @@ void ChartPanel::rebuildAxes()
     ay->setTitleText(m_yTitle);
     chart->addAxis(ax, Qt::AlignBottom);
     chart->addAxis(ay, Qt::AlignLeft);
-    for (auto* s : m_series) {
+    for (auto it = m_series.begin(); it != m_series.end(); ++it) {
+        auto* s = drawnSeries(it.key());
         s->attachAxis(ax);
         s->attachAxis(ay);
     }
@@ -327,6 +410,8 @@ QStringList ChartPanel::seriesNames() const
 
 QList<QPointF> ChartPanel::points(const QString& name) const
 {
+    if (m_histograms.contains(name))
+        return m_series.contains(name) ? m_data.value(name) : QList<QPointF>();
     const auto* s = m_series.value(name);
     return s ? s->points() : QList<QPointF>();
 }

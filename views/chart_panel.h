@@ -1,5 +1,6 @@
 #pragma once
-// A chart with the behaviour every chart of the app shares: named line series updated through a
+// A chart with the behaviour every chart of the app shares: named line series (or histograms,
+// drawn as bars) updated through a
 // coalescing timer (setSeries marks them dirty; a 40 ms timer applies QXYSeries::replace), hover
 // values, rubber-band zoom and reset, log axes, integer ticks for counts, labels with four
 // significant digits, a hint while empty, legend markers that toggle series (full names in their
@@ -11,10 +12,12 @@
 #include <QHash>
 #include <QList>
 #include <QPointF>
+#include <QSet>
 #include <QTimer>
 #include <QWidget>
 
 class QLabel;
+class QAreaSeries;
 class QLineSeries;
 class QValueAxis;
 class QLogValueAxis;
@@ -34,6 +37,10 @@ public:
     // Replaces a series' points (creating it on first use); drawn on the next timer tick.
     void setSeries(const QString& name, const QList<QPointF>& points);
     void appendPoint(const QString& name, QPointF p);
+    // A histogram: its bins drawn as touching bars from zero (translucent, so several overlay);
+    // points() and the CSV export give its bins as (centre, count).
+    void setHistogram(const QString& name, const Histogram& h);
+    bool isHistogram(const QString& name) const { return m_histograms.contains(name); }
     void removeSeries(const QString& name);
     void clear();
     void setLogY(bool on);
@@ -74,7 +81,10 @@ private:
     QHash<QString, QList<QPointF>> m_data;
     QList<QString> m_order;
     QHash<QString, bool> m_dirty;
-    QHash<QString, QLineSeries*> m_series;
+    QHash<QString, QLineSeries*> m_series; // what is drawn; a histogram's is its bars' outline
+    QHash<QString, QAreaSeries*> m_areas;  // a histogram's bars (their upper edge is m_series')
+    QSet<QString> m_histograms;
+    QAbstractSeries* drawnSeries(const QString& name) const;
     void updateEmptyHint();
     void fitIntegerTicks(double x0, double x1);
 

@@ -141,7 +141,6 @@ void DatasetPage::computeStats(const QString& tensor)
         }
         const TensorStats st = tensorStats(toMatrix(t.view));
         const Histogram h = histogram(st.rowNorms, 60);
-        const QList<QPointF> hist = views::histogramPoints(h);
         QList<QPointF> rms;
         for (std::size_t c = 0; c < st.channelRms.size(); ++c)
             rms << QPointF(double(c), st.channelRms[c]);
@@ -153,11 +152,11 @@ void DatasetPage::computeStats(const QString& tensor)
                                  .arg(st.normMin, 0, 'g', 4)
                                  .arg(st.normMax, 0, 'g', 4)
                                  .arg(st.normMean, 0, 'g', 4);
-        job.post([this, tensor, text, hist, rms] {
+        job.post([this, tensor, text, h, rms] {
             m_stats->setText(text);
             m_norms->clear();
             m_channels->clear();
-            m_norms->setSeries(tensor, hist);
+            m_norms->setHistogram(tensor, h);
             m_channels->setSeries(tensor, rms);
             emit statsReady(tensor);
         });

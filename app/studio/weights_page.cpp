@@ -117,7 +117,7 @@ void WeightsPage::load()
             m_norms = norms;
             m_raw->clear();
             for (const auto& [label, n] : m_norms)
-                m_raw->setSeries(label, views::histogramPoints(histogram(n, 50)));
+                m_raw->setHistogram(label, histogram(n, 50));
             m_raw->flush();
             redrawTransformed();
             emit normsReady();
@@ -135,8 +135,7 @@ void WeightsPage::redrawTransformed()
         WeightSummary sum;
         const Eigen::VectorXd w = weightsFromNorms(Eigen::Map<const Eigen::VectorXd>(n.data(), Eigen::Index(n.size())),
                                                    WeightMode::GradLog, t, &sum);
-        m_log->setSeries(label,
-                         views::histogramPoints(histogram(std::vector<double>(w.data(), w.data() + w.size()), 50)));
+        m_log->setHistogram(label, histogram(std::vector<double>(w.data(), w.data() + w.size()), 50));
         lines << tr("%1: raw max/median %2, weights max/median %3")
                      .arg(label)
                      .arg(sum.rawMedian > 0 ? sum.rawMax / sum.rawMedian : 0.0, 0, 'f', 1)
