@@ -76,6 +76,7 @@ private slots:
     void modelPageOnSixteenLayers();
     void oneSelectionAcrossPages();
     void modelPageCancelsAndRunsOnTheSample();
+    void reportIsOneSelfContainedFile();
     void firstWindowFillsTheScreenThenRemembers();
     void trainFillsTableAndExports();
     void perplexityOfTrainedCodebooks();
@@ -442,6 +443,53 @@ void TestStudio::modelPageCancelsAndRunsOnTheSample()
     for (int r = 0; r < 5; ++r)
         for (int c = 0; c < 4; ++c)
             QVERIFY(std::isfinite(map->cell(r, c).score));
+}
+
+// File ▸ Export report: one HTML file with every image inline (nothing else to copy), the model
+// page's maps and table, the open page's settings, chart and table; the same as a PDF; a folder
+// that does not exist is a message naming the file, and nothing is written.
+void TestStudio::reportIsOneSelfContainedFile()
+{
+    QVERIFY(!m_window->modelPage()->cells().empty()); // the sample's 5 layers with 1st residuals
+    m_window->showPage("compare");
+    auto* compare = m_window->comparePage();
+    compare->tensorBox()->setCurrentText("layers.1.value");
+    compare->dimBox()->setValue(16);
+    compare->kBox()->setValue(16);
+    compare->itersBox()->setValue(5);
+    QSignalSpy done(compare, &ComparePage::runFinished);
+    QTest::mouseClick(compare->runButton(), Qt::LeftButton);
+    QVERIFY(done.wait(30000));
+    const QString html = m_dir.filePath("report.html");
+    QVERIFY2(m_window->exportReport(html), qPrintable(m_window->lastMessage()));
+    QFile f(html);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QString text = QString::fromUtf8(f.readAll());
+    QVERIFY(text.startsWith("<!DOCTYPE html>"));
+    QVERIFY(text.contains("Model: KM against GSKM on every layer"));
+    QVERIFY(text.contains("layers.4.value (1st residual)")); // the table's last row
+    QVERIFY(text.contains("KM vs GSKM page"));
+    QVERIFY(text.contains("Subspace width D")); // the open page's settings
+    QVERIFY(text.contains("Δ gskm − km"));      // and its table, with the deltas
+    // Two images, both inline: the model's maps and the convergence chart.
+    QCOMPARE(text.count("<img src=\"data:image/png;base64,"), 2);
+    QCOMPARE(text.count("<img "), 2);
+    const int at = int(text.indexOf("base64,")) + 7;
+    const QImage maps = QImage::fromData(QByteArray::fromBase64(text.mid(at, text.indexOf('"', at) - at).toLatin1()));
+    QVERIFY(!maps.isNull() && maps.width() > maps.height() / 4);
+
+    const QString pdf = m_dir.filePath("report.pdf");
+    QVERIFY2(m_window->exportReport(pdf), qPrintable(m_window->lastMessage()));
+    QFile p(pdf);
+    QVERIFY(p.open(QIODevice::ReadOnly));
+    const QByteArray bytes = p.readAll();
+    QVERIFY(bytes.startsWith("%PDF-"));
+    QVERIFY(bytes.trimmed().endsWith("%%EOF"));
+
+    const QString nowhere = m_dir.filePath("no-such-folder/report.html");
+    QVERIFY(!m_window->exportReport(nowhere));
+    QVERIFY2(m_window->lastMessage().contains(nowhere), qPrintable(m_window->lastMessage()));
+    QVERIFY(!QFile::exists(nowhere));
 }
 
 // With no saved geometry the window takes 85% of the screen's available area, centred; closed and

@@ -96,8 +96,9 @@ QColor HeatmapView::colorAt(int row, int column) const
 QRect HeatmapView::gridRect() const
 {
     const int labelWidth = fontMetrics().horizontalAdvance(QStringLiteral("layer 000")) + kMargin;
-    return QRect(labelWidth, kTitleHeight + fontMetrics().height() + 2, std::max(1, width() - labelWidth - kMargin),
-                 std::max(1, height() - kTitleHeight - fontMetrics().height() - 2 - kBarHeight - kMargin));
+    const QSize c = canvas();
+    return QRect(labelWidth, kTitleHeight + fontMetrics().height() + 2, std::max(1, c.width() - labelWidth - kMargin),
+                 std::max(1, c.height() - kTitleHeight - fontMetrics().height() - 2 - kBarHeight - kMargin));
 }
 
 QRect HeatmapView::cellRect(int row, int column) const
@@ -136,12 +137,32 @@ QSize HeatmapView::minimumSizeHint() const
 void HeatmapView::paintEvent(QPaintEvent*)
 {
     QPainter p(this);
-    p.fillRect(rect(), palette().base());
+    paint(p);
+}
+
+QImage HeatmapView::toImage(QSize size) const
+{
+    QImage image(size, QImage::Format_ARGB32);
+    image.fill(Qt::white);
+    m_renderSize = size;
+    {
+        QPainter p(&image);
+        p.setRenderHint(QPainter::TextAntialiasing);
+        paint(p);
+    }
+    m_renderSize = QSize();
+    return image;
+}
+
+void HeatmapView::paint(QPainter& p) const
+{
+    const QSize c = canvas();
+    p.fillRect(QRect(QPoint(0, 0), c), palette().base());
     p.setPen(palette().text().color());
     QFont bold = font();
     bold.setBold(true);
     p.setFont(bold);
-    p.drawText(QRect(0, 0, width(), kTitleHeight), Qt::AlignCenter, m_title);
+    p.drawText(QRect(0, 0, c.width(), kTitleHeight), Qt::AlignCenter, m_title);
     p.setFont(font());
     if (rowCount() == 0 || columnCount() == 0)
         return;
@@ -175,7 +196,7 @@ void HeatmapView::paintEvent(QPaintEvent*)
     p.setPen(QColor(0xff, 0xff, 0xff));
     for (int c = 1; c < columnCount(); ++c)
         p.drawLine(cellRect(0, c).left(), g.top(), cellRect(0, c).left(), g.bottom());
-    if (m_hoverRow >= 0) {
+    if (m_hoverRow >= 0 && !m_renderSize.isValid()) {
         p.setPen(QPen(palette().text().color(), 2));
         p.drawRect(cellRect(m_hoverRow, m_hoverColumn).adjusted(1, 1, -1, -1));
     }

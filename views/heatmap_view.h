@@ -6,6 +6,7 @@
 // below says what each end means. GUI thread only.
 
 #include <QColor>
+#include <QImage>
 #include <QString>
 #include <QStringList>
 #include <QWidget>
@@ -44,6 +45,9 @@ public:
     QColor colorAt(int row, int column) const;
     double scaleMax() const; // the |score| drawn at full colour
     QRect cellRect(int row, int column) const;
+    // The map drawn at `size` (wide enough for its labels), whether or not it is on screen: for
+    // reports and exports.
+    QImage toImage(QSize size) const;
     QSize sizeHint() const override;
     QSize minimumSizeHint() const override;
 
@@ -59,6 +63,9 @@ protected:
 private:
     bool cellAt(QPoint p, int* row, int* column) const;
     QRect gridRect() const;
+    QSize canvas() const { return m_renderSize.isValid() ? m_renderSize : size(); }
+    void paint(QPainter& p) const;
+    mutable QSize m_renderSize; // set while toImage draws
 
     QString m_title;
     QStringList m_rows, m_columns;

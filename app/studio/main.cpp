@@ -1,8 +1,10 @@
 // gsrq-studio: the desktop face of GSRQ Studio.
 //   gsrq-studio [DUMP]
 //   gsrq-studio --screenshot FILE.png [--page NAME] [--open DUMP] [--tensor NAME] [--store FILE]
-//               [--run model|compare|train|sweep|paper-check] [--select IDS]
+//               [--run model|compare|train|sweep|paper-check] [--select IDS] [--report FILE]
 // --screenshot renders a page (after a job, with --run) to a PNG and exits: 0 on success.
+// --report writes the report File ▸ Export report writes (.html, .pdf; .png: a picture of its top)
+// and exits; it goes with or without --screenshot.
 
 #include "compare_page.h"
 #include "dataset_page.h"
@@ -98,7 +100,11 @@ int main(int argc, char** argv)
     QCommandLineOption tensor("tensor", "Tensor for --run compare, or tensor globs (model, train)", "NAME");
     QCommandLineOption store("store", "Run store to use instead of the configured one", "FILE");
     QCommandLineOption select("select", "Runs page: select these runs, e.g. 1,2", "IDS");
-    parser.addOptions({screenshot, page, open, run, tensor, store, select});
+    QCommandLineOption report("report",
+                              "Write File ▸ Export report's document (.html, .pdf, or a picture of its top: .png) "
+                              "after the page (and --run) and exit",
+                              "FILE");
+    parser.addOptions({screenshot, page, open, run, tensor, store, select, report});
     parser.process(app);
 
     MainWindow w(parser.value(store));
@@ -108,7 +114,7 @@ int main(int argc, char** argv)
     if (!dump.isEmpty())
         w.openDump(dump);
 
-    if (!parser.isSet(screenshot)) {
+    if (!parser.isSet(screenshot) && !parser.isSet(report)) {
         w.show();
         return QApplication::exec();
     }
@@ -153,9 +159,15 @@ int main(int argc, char** argv)
     QEventLoop settle;
     QTimer::singleShot(200, &settle, &QEventLoop::quit);
     settle.exec();
-    QSaveFile shot(parser.value(screenshot)); // the old screenshot stays until the new one is whole
-    if (!shot.open(QIODevice::WriteOnly) || !w.grab().save(&shot, "PNG") || !shot.commit()) {
-        std::fprintf(stderr, "gsrq-studio: cannot write %s\n", qPrintable(parser.value(screenshot)));
+    if (parser.isSet(screenshot)) {
+        QSaveFile shot(parser.value(screenshot)); // the old screenshot stays until the new one is whole
+        if (!shot.open(QIODevice::WriteOnly) || !w.grab().save(&shot, "PNG") || !shot.commit()) {
+            std::fprintf(stderr, "gsrq-studio: cannot write %s\n", qPrintable(parser.value(screenshot)));
+            return 1;
+        }
+    }
+    if (parser.isSet(report) && !w.exportReport(parser.value(report))) {
+        std::fprintf(stderr, "gsrq-studio: --report: %s\n", qPrintable(w.lastMessage()));
         return 1;
     }
     return 0;

@@ -6,14 +6,19 @@
 #include "dataset_page.h"
 #include "latency_page.h"
 #include "model_page.h"
+#include "report.h"
 #include "runs_page.h"
 #include "sweeps_page.h"
 #include "train_page.h"
 #include "weights_page.h"
 
+#include "chart_panel.h"
+#include "version.h"
+
 #include <QCheckBox>
 #include <QCloseEvent>
 #include <QComboBox>
+#include <QDateTime>
 #include <QDialog>
 #include <QDialogButtonBox>
 #include <QDragEnterEvent>
@@ -25,11 +30,13 @@
 #include <QLineEdit>
 #include <QMenuBar>
 #include <QMimeData>
+#include <QSaveFile>
 #include <QScreen>
 #include <QSettings>
 #include <QSpinBox>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QTableView>
 #include <QVBoxLayout>
 
 namespace gsrq::studio {
@@ -157,9 +164,94 @@ void MainWindow::buildMenus()
     m_recent = file->addMenu(tr("Open &recent"));
     rebuildRecentMenu();
     file->addSeparator();
+    file->addAction(tr("&Export report…"), this, [this] {
+        QString path = QFileDialog::getSaveFileName(this, tr("Export report"), tr("gsrq-report.html"),
+                                                    tr("HTML, self-contained (*.html);;PDF (*.pdf)"));
+        if (path.isEmpty())
+            return;
+        if (!path.endsWith(".html", Qt::CaseInsensitive) && !path.endsWith(".htm", Qt::CaseInsensitive) &&
+            !path.endsWith(".pdf", Qt::CaseInsensitive))
+            path += ".html";
+        if (exportReport(path))
+            m_ctx->showMessage(tr("Wrote the report %1").arg(path), false);
+    });
+    file->addSeparator();
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
     auto* settingsMenu = menuBar()->addMenu(tr("&Settings"));
     settingsMenu->addAction(tr("&Preferences…"), this, &MainWindow::showPreferences);
+}
+
+bool MainWindow::exportReport(const QString& path)
+{
+    Report report(tr("GSRQ Studio report"));
+    QList<QPair<QString, QString>> facts{
+        {tr("written"), QDateTime::currentDateTimeUtc().toString(Qt::ISODate)},
+        {tr("tool"), QStringLiteral("GSRQ Studio %1").arg(QString::fromUtf8(kVersion))},
+        {tr("clustering on"), m_ctx->backendDescription()},
+        {tr("run store"), m_ctx->storePath()}};
+    if (const auto dump = m_ctx->dump()) {
+        facts << QPair<QString, QString>{tr("dump"), QString::fromStdString(dump->path())}
+              << QPair<QString, QString>{tr("format"), QStringLiteral("%1, %2 tensors")
+                                                           .arg(QString::fromStdString(dump->format()))
+                                                           .arg(dump->tensors().size())};
+        if (auto it = dump->metadata().find("synthetic"); it != dump->metadata().end())
+            facts << QPair<QString, QString>{tr("synthetic data"), QString::fromStdString(it->second)};
+    }
+    report.facts(facts);
+    m_model->addToReport(report);
+    QWidget* page = m_tabs->currentWidget();
+    if (page && page != m_model) {
+        report.heading(tr("%1 page").arg(m_tabs->tabText(m_tabs->currentIndex()).remove('&')));
+        // Its settings: every form row with a value.
+        QList<QPair<QString, QString>> settings;
+        for (auto* form : page->findChildren<QFormLayout*>())
+            for (int r = 0; r < form->rowCount(); ++r) {
+                auto* labelItem = form->itemAt(r, QFormLayout::LabelRole);
+                auto* fieldItem = form->itemAt(r, QFormLayout::FieldRole);
+                QWidget* field = fieldItem ? fieldItem->widget() : nullptr;
+                if (!field || !field->isEnabled())
+                    continue;
+                auto* label = labelItem ? qobject_cast<QLabel*>(labelItem->widget()) : nullptr;
+                QString name = label ? label->text() : QString();
+                QString value;
+                if (auto* s = qobject_cast<QSpinBox*>(field))
+                    value = QString::number(s->value());
+                else if (auto* c = qobject_cast<QComboBox*>(field))
+                    value = c->currentText();
+                else if (auto* l = qobject_cast<QLineEdit*>(field))
+                    value = l->text();
+                else if (auto* b = qobject_cast<QCheckBox*>(field)) {
+                    value = b->isChecked() ? tr("yes") : tr("no");
+                    name = name.isEmpty() ? b->text() : name + " " + b->text();
+                } else
+                    continue;
+                settings << QPair<QString, QString>{name.remove('&'), value};
+            }
+        report.facts(settings);
+        for (auto* chart : page->findChildren<views::ChartPanel*>()) {
+            if (!chart->isVisibleTo(page) || chart->emptyTextShown())
+                continue;
+            chart->flush();
+            report.image(chart->view()->grab().toImage(), chart->view()->chart()->title());
+        }
+        for (auto* view : page->findChildren<QTableView*>())
+            if (view->isVisibleTo(page) && view->model() && view->model()->rowCount() > 0 &&
+                view->model()->rowCount() <= 200)
+                report.table(*view->model());
+    }
+    QString error;
+    bool ok = false;
+    if (path.endsWith(".png", Qt::CaseInsensitive)) {
+        QSaveFile f(path);
+        ok = f.open(QIODevice::WriteOnly) && report.preview(900, 1400).save(&f, "PNG") && f.commit();
+        if (!ok)
+            error = tr("Cannot write %1: %2").arg(path, f.errorString());
+    } else {
+        ok = report.write(path, &error);
+    }
+    if (!ok)
+        m_ctx->showMessage(error);
+    return ok;
 }
 
 bool MainWindow::openDump(const QString& path)

@@ -2,6 +2,7 @@
 
 #include "heatmap_view.h"
 #include "metrics_table_model.h"
+#include "report.h"
 #include "result_json.h"
 #include "train_job.h"
 
@@ -12,9 +13,11 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
+#include <QPainter>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSpinBox>
+#include <QStandardItemModel>
 #include <QVBoxLayout>
 
 #include <algorithm>
@@ -280,6 +283,8 @@ void ModelPage::start()
     }
     m_settings = s.compare;
     m_weightsUsed = m_weights->currentText();
+    m_globsUsed = m_tensors->text();
+    m_residualsUsed = m_residuals->isChecked();
     m_cells.clear();
     m_runId = 0;
     m_summary->clear();
@@ -358,6 +363,64 @@ void ModelPage::start()
                 emit runFinished(true);
             });
         });
+}
+
+bool ModelPage::addToReport(Report& report) const
+{
+    if (m_cells.empty())
+        return false;
+    report.heading(tr("Model: KM against GSKM on every layer"));
+    report.facts({{tr("tensors"), m_globsUsed + (m_residualsUsed ? tr(" and their 1st residuals") : QString())},
+                  {tr("subspace width D"), QString::number(m_settings.dim)},
+                  {tr("codewords K"), QString::number(m_settings.k)},
+                  {tr("iterations (max)"), QString::number(m_settings.iterations)},
+                  {tr("seed"), QString::number(m_settings.seed)},
+                  {tr("weights"), m_weightsUsed},
+                  {tr("tensors done"), QString::number(m_cells.size())},
+                  {tr("recorded as run"), m_runId ? QString::number(m_runId) : tr("— (not recorded, or running)")}});
+    report.paragraph(tr("Each cell of a map is GSKM's change against KM, 100·(GSKM − KM)/|KM|, for one layer's "
+                        "tensor; orange where GSKM is better, blue where KM is, deeper the larger the change.\n") +
+                     m_summary->text());
+    // The four maps two by two in one figure, as on the page.
+    const auto* first = heatmap(metrics().front());
+    const QSize cell(160 + 130 * std::max(1, first->columnCount()), 90 + std::clamp(first->rowCount(), 2, 40) * 20);
+    QImage figure(cell.width() * 2, cell.height() * int((metrics().size() + 1) / 2), QImage::Format_ARGB32);
+    figure.fill(Qt::white);
+    {
+        QPainter p(&figure);
+        for (int i = 0; i < metrics().size(); ++i)
+            p.drawImage(QPoint((i % 2) * cell.width(), (i / 2) * cell.height()), heatmap(metrics()[i])->toImage(cell));
+    }
+    report.image(figure, tr("GSKM's change against KM per layer and tensor: %1").arg(metrics().join(", ")));
+    // Every tensor: each metric's KM and GSKM values and the change, coloured by the better.
+    QStandardItemModel table(int(m_cells.size()), 3 * int(metrics().size()));
+    for (int m = 0; m < metrics().size(); ++m) {
+        table.setHeaderData(3 * m, Qt::Horizontal, metrics()[m] + " km");
+        table.setHeaderData(3 * m + 1, Qt::Horizontal, metrics()[m] + " gskm");
+        table.setHeaderData(3 * m + 2, Qt::Horizontal, QStringLiteral("Δ%"));
+    }
+    for (std::size_t i = 0; i < m_cells.size(); ++i) {
+        const int row = int(i);
+        table.setHeaderData(row, Qt::Vertical, QString::fromStdString(m_cells[i].target.label()));
+        const auto* km = methodOf(m_cells[i].result, Method::KMeans);
+        const auto* gs = methodOf(m_cells[i].result, Method::GainShape);
+        if (!km || !gs)
+            continue;
+        for (const auto& d : metricDeltas(km->metrics, gs->metrics)) {
+            const int m = int(metrics().indexOf(QString::fromUtf8(d.name)));
+            if (m < 0)
+                continue;
+            table.setData(table.index(row, 3 * m), views::formatMetric(d.a));
+            table.setData(table.index(row, 3 * m + 1), views::formatMetric(d.b));
+            table.setData(table.index(row, 3 * m + 2), percentText(d.deltaPercent));
+            if (d.better != 0)
+                table.setData(table.index(row, 3 * m + 2), views::MetricsTableModel::methodColor(d.better),
+                              Qt::ForegroundRole);
+        }
+    }
+    report.heading(tr("Every tensor"), 3);
+    report.table(table);
+    return true;
 }
 
 void ModelPage::onCellClicked(int row, int column)

@@ -22,6 +22,7 @@ class QLineEdit;
 class QProgressBar;
 class QPushButton;
 class QSpinBox;
+class QStandardItemModel;
 
 namespace gsrq::views {
 class HeatmapView;
@@ -57,6 +58,9 @@ public:
     const std::vector<ModelCell>& cells() const { return m_cells; }
     // The heatmaps' column of a target: "key", "value", "key, 1st residual", "value, 1st residual".
     static QString columnOf(const ModelTarget& t);
+    // The last job's settings, heatmaps, summary and a table of every tensor's metrics with GSKM's
+    // change; false (nothing added) before any job finished a tensor.
+    bool addToReport(class Report& report) const;
 
 signals:
     void runFinished(bool ok);
@@ -84,7 +88,8 @@ private:
     std::vector<int> m_layers; // heatmap rows
     QStringList m_columns;
     CompareSettings m_settings; // of the last job
-    QString m_weightsUsed;
+    QString m_weightsUsed, m_globsUsed;
+    bool m_residualsUsed = false;
     std::int64_t m_runId = 0;
     int m_job = 0;
 };
