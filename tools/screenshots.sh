@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Retakes docs/screenshots from the built app (build/), offscreen, on the bundled sample and a run
-# store of its own. The Sweeps page shows the paper check (synthetic Gaussian data).
+# store of its own. The Sweeps page shows the paper check (synthetic Gaussian data); the model page
+# is shown on the sample and on a synthetic 16-layer dump (gsrq synth kv --layers 16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 studio=build/app/studio/gsrq-studio
@@ -16,3 +17,9 @@ shot train --open "$sample" --page train --run train
 shot weights --open "$sample" --page weights
 shot runs --page runs --select 1,3
 shot latency --page latency
+shot model --open "$sample" --page model --run model
+"$studio" --store "$store" --open "$sample" --page model --run model --report "$out/report.png"
+echo "wrote $out/report.png (the top of File ▸ Export report's document)"
+synthetic=$(dirname "$store")/synthetic-16.safetensors
+build/app/cli/gsrq synth kv --layers 16 --rows 4096 --features 64 --seed 1 --out "$synthetic"
+shot model-synthetic-16 --open "$synthetic" --page model --run model
