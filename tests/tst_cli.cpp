@@ -46,6 +46,7 @@ private slots:
     void paperCheckJson();
     void infoJson();
     void synthRefusesToOverwrite();
+    void synthWritesAModelOfLayers();
     void nonFiniteRowsRefusedOrDropped();
     void badInputExitsWithTwo_data();
     void badInputExitsWithTwo();
@@ -267,6 +268,33 @@ void TestCli::synthRefusesToOverwrite()
     QCOMPARE(std::filesystem::file_size(path.toStdString()), before);
     QCOMPARE(gsrqRun({"synth", "gaussian", "--rows", "100", "--features", "4", "--out", path, "--force"}).code, 0);
     QVERIFY(std::filesystem::file_size(path.toStdString()) > before);
+}
+
+// synth --layers N: a dump of N layers' keys and values, each from its own seed, labelled
+// synthetic, that the model comparison runs on; --layers with a .npy is refused (exit 2, naming it).
+void TestCli::synthWritesAModelOfLayers()
+{
+    const QString path = m_dir.filePath("model3.safetensors");
+    const auto w =
+        gsrqRun({"synth", "kv", "--layers", "3", "--rows", "300", "--features", "8", "--seed", "4", "--out", path});
+    QVERIFY2(w.code == 0, w.err.constData());
+    const KvDump dump = KvDump::open(path.toStdString());
+    QCOMPARE(dump.tensors().size(), size_t(6));
+    QCOMPARE(dump.get("layers.2.value").view.shape, (std::vector<std::int64_t>{300, 8}));
+    QVERIFY(dump.metadata().at("synthetic").find("layers=3") != std::string::npos);
+    // Every tensor differs from every other (its own seed).
+    const MatrixRF k0 = loadForClustering(dump.get("layers.0.key"), false).rows;
+    const MatrixRF v0 = loadForClustering(dump.get("layers.0.value"), false).rows;
+    const MatrixRF k1 = loadForClustering(dump.get("layers.1.key"), false).rows;
+    QVERIFY(k0 != v0 && k0 != k1);
+    const auto r = gsrqRun({"--no-db", "compare", path, "--tensors", "layers.*.*", "--dim", "4", "--k", "8", "--iters",
+                            "5", "--json", "-q"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    QCOMPARE(QJsonDocument::fromJson(r.out).object()["tensors"].toArray().size(), 6);
+    const auto bad = gsrqRun({"synth", "kv", "--layers", "2", "--out", m_dir.filePath("x.npy")});
+    QCOMPARE(bad.code, 2);
+    QVERIFY2(bad.err.contains("--layers"), bad.err.constData());
+    QVERIFY(!QFile::exists(m_dir.filePath("x.npy")));
 }
 
 void TestCli::nonFiniteRowsRefusedOrDropped()
