@@ -393,8 +393,8 @@ void TestStudio::oneSelectionAcrossPages()
     QCOMPARE(layer->currentData().toInt(), 4);
 }
 
-// Cancelling mid-job ends it within an iteration (the run closes as cancelled); then the bundled
-// sample's five layers run with their 1st residuals: four columns.
+// Cancelling mid-job ends it within an iteration (the run closes as cancelled); then two layers of
+// the bundled sample run with their 1st residuals: four columns.
 void TestStudio::modelPageCancelsAndRunsOnTheSample()
 {
     const QString data = m_dir.filePath("big-model.safetensors");
@@ -426,21 +426,24 @@ void TestStudio::modelPageCancelsAndRunsOnTheSample()
         }(),
         seen.c_str(), 20000);
 
+    // The first and last layers (the emulated GPU suite runs this too, many times slower).
     QVERIFY(m_window->openDump(kSample));
+    page->tensorsEdit()->setText("layers.0.*,layers.4.*");
     page->dimBox()->setValue(8);
     page->kBox()->setValue(16);
-    page->itersBox()->setValue(8);
+    page->itersBox()->setValue(6);
     page->residualsBox()->setChecked(true);
     done.clear();
     QTest::mouseClick(page->runButton(), Qt::LeftButton);
-    QVERIFY(done.wait(60000));
+    QVERIFY(done.wait(120000));
     QVERIFY2(done.first().first().toBool(), qPrintable(page->statusLabel()->text()));
     page->residualsBox()->setChecked(false);
+    page->tensorsEdit()->setText("layers.*.*");
     auto* map = page->heatmap("cosine");
-    QCOMPARE(map->rowCount(), 5);
+    QCOMPARE(map->rowCount(), 2);
     QCOMPARE(map->columnCount(), 4);
-    QCOMPARE(page->cells().size(), size_t(20));
-    for (int r = 0; r < 5; ++r)
+    QCOMPARE(page->cells().size(), size_t(8));
+    for (int r = 0; r < 2; ++r)
         for (int c = 0; c < 4; ++c)
             QVERIFY(std::isfinite(map->cell(r, c).score));
 }
@@ -450,7 +453,7 @@ void TestStudio::modelPageCancelsAndRunsOnTheSample()
 // that does not exist is a message naming the file, and nothing is written.
 void TestStudio::reportIsOneSelfContainedFile()
 {
-    QVERIFY(!m_window->modelPage()->cells().empty()); // the sample's 5 layers with 1st residuals
+    QVERIFY(!m_window->modelPage()->cells().empty()); // two of the sample's layers, with 1st residuals
     m_window->showPage("compare");
     auto* compare = m_window->comparePage();
     compare->tensorBox()->setCurrentText("layers.1.value");
