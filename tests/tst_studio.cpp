@@ -952,6 +952,11 @@ void TestStudio::paperCheckDrawsBothSweepsAndJudgesTheClaims()
     const QString report = page->paperCheckReport()->toPlainText();
     QVERIFY2(report.contains("of 7 hold"), qPrintable(report));
     QVERIFY(report.contains("Shannon bound"));
+    // GSKM-RQ's change against KM-RQ beside them, coloured by the lower NMSE.
+    QVERIFY(report.contains("Δ% GSKM − KM"));
+    const QString html = page->paperCheckReport()->toHtml();
+    QVERIFY(html.contains(views::MetricsTableModel::methodColor(1).name()) ||
+            html.contains(views::MetricsTableModel::methodColor(-1).name()));
     page->metricBox()->setCurrentText("gain_error"); // both charts follow the metric
     overK->flush();
     QVERIFY(overK->points("km")[0].y() > 1); // gain errors of 256-wide rows, not cosines

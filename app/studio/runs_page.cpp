@@ -289,6 +289,7 @@ void RunsPage::onSelectionChanged()
         // Each run's final metrics by "tensor method metric", for the deltas between runs.
         std::vector<std::map<std::string, double>> finals;
         bool passCurves = false, ownCurves = false;
+        bool wholeX = true; // passes, stages, D and K: counts get whole-number ticks
         for (auto id : ids) {
             const auto r = store.requireRun(id);
             // Runs with curves of their own (sweeps: metric vs D or K; trainings: metric vs stage)
@@ -317,8 +318,11 @@ void RunsPage::onSelectionChanged()
             } else {
                 ownCurves = true;
             }
-            for (const auto& [name, pts] : curves)
+            for (const auto& [name, pts] : curves) {
                 m_overlay->setSeries(tr("run %1: %2").arg(id).arg(QString::fromStdString(name)), pts);
+                for (const auto& p : pts)
+                    wholeX = wholeX && p.x() == std::round(p.x());
+            }
             std::map<QString, QString> flat;
             flatten(QJsonDocument::fromJson(QByteArray::fromStdString(r.settingsJson)).object(), {}, flat);
             settings.push_back(flat);
@@ -370,7 +374,7 @@ void RunsPage::onSelectionChanged()
             text += metricDeltasText(ids, finals);
         }
         m_details->setPlainText(text);
-        m_overlay->setIntegerX(passCurves && !ownCurves);
+        m_overlay->setIntegerX(wholeX);
         m_overlay->setAxisTitles(metric == "perplexity"     ? tr("bits per activation")
                                  : passCurves && !ownCurves ? tr("assignment pass")
                                  : passCurves               ? tr("pass, stage, D or K")

@@ -2,6 +2,7 @@
 
 #include "chart_panel.h"
 #include "error.h"
+#include "metrics_table_model.h"
 #include "result_json.h"
 
 #include <QCheckBox>
@@ -397,14 +398,23 @@ void SweepsPage::showPaperCheck(const PaperCheckResult& r)
                      QString::fromStdString(c.text).toHtmlEscaped(), QString::fromStdString(c.detail).toHtmlEscaped());
     if (!r.rq.empty()) {
         html += tr("<br><b>Held-out NMSE vs the Shannon bound</b><table cellspacing=4>"
-                   "<tr><th>BPA</th><th>bound</th><th>KM-RQ</th><th>GSKM-RQ</th><th>÷ bound</th></tr>");
-        for (const auto& p : r.rq)
-            html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td><td>%5×</td></tr>")
+                   "<tr><th>BPA</th><th>bound</th><th>KM-RQ</th><th>GSKM-RQ</th><th>Δ% GSKM − KM</th>"
+                   "<th>÷ bound</th></tr>");
+        for (const auto& p : r.rq) {
+            // GSKM-RQ's change against KM-RQ, in the colour of the method with the lower NMSE.
+            const int better = betterOf("nmse", p.kmHeldOut, p.gskmHeldOut);
+            const QString colour = better ? views::MetricsTableModel::methodColor(better).name() : QString("#000000");
+            html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td>"
+                                   "<td style='color:%5'>%6%7%</td><td>%8×</td></tr>")
                         .arg(p.bpa)
                         .arg(p.shannon, 0, 'f', 3)
                         .arg(p.kmHeldOut, 0, 'f', 3)
                         .arg(p.gskmHeldOut, 0, 'f', 3)
+                        .arg(colour)
+                        .arg(p.gskmHeldOut >= p.kmHeldOut ? "+" : "")
+                        .arg(100 * (p.gskmHeldOut - p.kmHeldOut) / p.kmHeldOut, 0, 'f', 2)
                         .arg(p.gskmHeldOut / p.shannon, 0, 'f', 2);
+        }
         html += QStringLiteral("</table>");
     }
     m_paperReport->setHtml(html);
