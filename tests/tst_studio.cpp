@@ -59,7 +59,22 @@ using namespace gsrq::studio;
 
 namespace {
 const QString kSample = QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors");
+
+// A synthetic dump of `layers` layers: key-like keys (and, with `values`, Gaussian values), each
+// rows × features from a seed of its own.
+void writeSyntheticModel(const QString& path, int layers, std::int64_t rows, int features, bool values)
+{
+    std::vector<TensorBlob> blobs;
+    for (int l = 0; l < layers; ++l) {
+        blobs.push_back(makeFloatBlob(cat("layers.", l, ".key"), synthesize(SynthKind::KvLike, rows, features, 100 + l),
+                                      DType::F32));
+        if (values)
+            blobs.push_back(makeFloatBlob(cat("layers.", l, ".value"),
+                                          synthesize(SynthKind::Gaussian, rows, features, 200 + l), DType::F32));
+    }
+    writeSafetensors(path.toStdString(), blobs, {{"synthetic", values ? "kv keys, gaussian values" : "kv keys"}});
 }
+} // namespace
 
 class TestStudio : public QObject {
     Q_OBJECT
@@ -285,14 +300,7 @@ void TestStudio::heatmapColoursDivergeFromZero()
 void TestStudio::modelPageOnSixteenLayers()
 {
     const QString path = m_dir.filePath("sixteen.safetensors");
-    std::vector<TensorBlob> blobs;
-    for (int l = 0; l < 16; ++l) {
-        blobs.push_back(
-            makeFloatBlob(cat("layers.", l, ".key"), synthesize(SynthKind::KvLike, 512, 16, 100 + l), DType::F32));
-        blobs.push_back(
-            makeFloatBlob(cat("layers.", l, ".value"), synthesize(SynthKind::Gaussian, 512, 16, 200 + l), DType::F32));
-    }
-    writeSafetensors(path.toStdString(), blobs, {{"synthetic", "kv keys, gaussian values, 16 layers"}});
+    writeSyntheticModel(path, 16, 512, 16, true);
     QVERIFY(m_window->openDump(path));
     auto* page = m_window->modelPage();
     m_window->showPage("model");
@@ -398,11 +406,7 @@ void TestStudio::oneSelectionAcrossPages()
 void TestStudio::modelPageCancelsAndRunsOnTheSample()
 {
     const QString data = m_dir.filePath("big-model.safetensors");
-    std::vector<TensorBlob> blobs;
-    for (int l = 0; l < 4; ++l)
-        blobs.push_back(
-            makeFloatBlob(cat("layers.", l, ".key"), synthesize(SynthKind::Gaussian, 20000, 64, 300 + l), DType::F32));
-    writeSafetensors(data.toStdString(), blobs, {{"synthetic", "gaussian, slow to cluster"}});
+    writeSyntheticModel(data, 4, 20000, 64, false); // slow to cluster at K = 256
     QVERIFY(m_window->openDump(data));
     auto* page = m_window->modelPage();
     m_window->showPage("model");

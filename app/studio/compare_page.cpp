@@ -1,6 +1,7 @@
 #include "compare_page.h"
 
 #include "chart_panel.h"
+#include "compare_controls.h"
 #include "metrics_table_model.h"
 #include "pass_curves.h"
 #include "result_json.h"
@@ -20,27 +21,9 @@
 
 namespace gsrq::studio {
 
-namespace {
-
-QSpinBox* spin(int lo, int hi, int value, QWidget* parent)
-{
-    auto* s = new QSpinBox(parent);
-    s->setRange(lo, hi);
-    s->setValue(value);
-    return s;
-}
-
-} // namespace
-
-ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx)
+ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx), m_controls(this)
 {
     m_tensor = new QComboBox(this);
-    m_dim = spin(1, 65536, 8, this);
-    m_k = spin(1, 65536, 64, this);
-    m_iters = spin(0, 10000, 50, this);
-    m_seed = spin(0, 1 << 30, 0, this);
-    m_weights = new QComboBox(this);
-    m_weights->addItems({"none", "grad-raw", "grad-log"});
     m_residual = new QCheckBox(tr("on the 1st residual"), this);
     m_residual->setToolTip(tr("Cluster what a KM pass on each block leaves (the paper's 1st-residual experiment)"));
     m_run = new QPushButton(tr("Run"), this);
@@ -53,11 +36,7 @@ ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
 
     auto* form = new QFormLayout();
     form->addRow(tr("Tensor"), m_tensor);
-    form->addRow(tr("Subspace width D"), m_dim);
-    form->addRow(tr("Codewords K"), m_k);
-    form->addRow(tr("Iterations (max)"), m_iters);
-    form->addRow(tr("Seed"), m_seed);
-    form->addRow(tr("Weights"), m_weights);
+    m_controls.addRows(form);
     form->addRow(QString(), m_residual);
     auto* buttons = new QHBoxLayout();
     buttons->addWidget(m_run);
@@ -130,23 +109,18 @@ void ComparePage::onTensorChanged()
     const auto* t = dump->find(m_tensor->currentText().toStdString());
     if (!t)
         return;
-    m_dim->setMaximum(int(t->view.features()));
+    m_controls.dim->setMaximum(int(t->view.features()));
     const bool hasGrad = dump->gradientOf(*t) != nullptr;
-    m_weights->setEnabled(hasGrad);
+    m_controls.weights->setEnabled(hasGrad);
     if (!hasGrad)
-        m_weights->setCurrentIndex(0);
+        m_controls.weights->setCurrentIndex(0);
 }
 
 void ComparePage::openTensor(const QString& tensor, bool residual, const CompareSettings& s, const QString& weights)
 {
     m_ctx.selectTensor(tensor); // every page follows (this one too)
     m_tensor->setCurrentText(tensor);
-    m_dim->setValue(s.dim);
-    m_k->setValue(s.k);
-    m_iters->setValue(s.iterations);
-    m_seed->setValue(int(s.seed));
-    if (m_weights->isEnabled())
-        m_weights->setCurrentText(weights);
+    m_controls.set(s, weights);
     m_residual->setChecked(residual);
     m_status->setText(tr("%1%2 with the model page's settings: press Run to see both methods converge")
                           .arg(tensor, residual ? tr(" (1st residual)") : QString()));
@@ -157,14 +131,10 @@ void ComparePage::start()
     const auto dump = m_ctx.dump();
     if (!dump || m_tensor->currentText().isEmpty())
         return;
-    CompareSettings s;
-    s.dim = m_dim->value();
-    s.k = m_k->value();
-    s.iterations = m_iters->value();
-    s.seed = std::uint64_t(m_seed->value());
+    CompareSettings s = m_controls.settings();
     s.residual = m_residual->isChecked();
     const std::string tensor = m_tensor->currentText().toStdString();
-    const WeightMode mode = *weightModeFromName(m_weights->currentText().toStdString());
+    const WeightMode mode = *weightModeFromName(m_controls.weights->currentText().toStdString());
     const QString storePath = m_ctx.storePath();
     const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
 

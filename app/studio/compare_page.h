@@ -3,6 +3,7 @@
 // drawn live (the chosen metric of every assignment pass of the block in progress), then as the mean
 // over blocks pass by pass, and their metrics side by side.
 
+#include "compare_controls.h"
 #include "compare_job.h"
 #include "studio_context.h"
 
@@ -33,9 +34,9 @@ public:
 
     // Controls, for the main window's --run option and the tests.
     QComboBox* tensorBox() const { return m_tensor; }
-    QSpinBox* dimBox() const { return m_dim; }
-    QSpinBox* kBox() const { return m_k; }
-    QSpinBox* itersBox() const { return m_iters; }
+    QSpinBox* dimBox() const { return m_controls.dim; }
+    QSpinBox* kBox() const { return m_controls.k; }
+    QSpinBox* itersBox() const { return m_controls.iters; }
     QPushButton* runButton() const { return m_run; }
     QPushButton* cancelButton() const { return m_cancel; }
     views::ChartPanel* convergenceChart() const { return m_chart; }
@@ -45,7 +46,7 @@ public:
     // Picks a tensor and these settings (D, K, iterations, seed, weights, 1st residual or not),
     // without running: what a click on the model page's heatmaps opens.
     void openTensor(const QString& tensor, bool residual, const CompareSettings& s, const QString& weights);
-    QComboBox* weightsBox() const { return m_weights; }
+    QComboBox* weightsBox() const { return m_controls.weights; }
     QCheckBox* residualBox() const { return m_residual; }
 
 signals:
@@ -59,8 +60,8 @@ private:
 
     StudioContext& m_ctx;
     QComboBox* m_tensor;
-    QSpinBox *m_dim, *m_k, *m_iters, *m_seed;
-    QComboBox *m_weights, *m_curveMetric;
+    CompareControls m_controls;
+    QComboBox* m_curveMetric;
     std::shared_ptr<const CompareResult> m_last;
     QCheckBox* m_residual;
     QPushButton *m_run, *m_cancel;

@@ -28,14 +28,6 @@ namespace gsrq::studio {
 
 namespace {
 
-QSpinBox* spin(int lo, int hi, int value, QWidget* parent)
-{
-    auto* s = new QSpinBox(parent);
-    s->setRange(lo, hi);
-    s->setValue(value);
-    return s;
-}
-
 // A relative change with the digits it warrants: +12.3%, +1.82%, −0.021%.
 QString percentText(double v)
 {
@@ -76,16 +68,10 @@ QString ModelPage::columnOf(const ModelTarget& t)
     return t.residual ? kind + tr(", 1st residual") : kind;
 }
 
-ModelPage::ModelPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx)
+ModelPage::ModelPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx), m_controls(this)
 {
     m_tensors = new QLineEdit(QStringLiteral("layers.*.*"), this);
     m_tensors->setToolTip(tr("Comma-separated globs; every layer's keys and values they match are clustered"));
-    m_dim = spin(1, 65536, 8, this);
-    m_k = spin(1, 65536, 64, this);
-    m_iters = spin(0, 10000, 50, this);
-    m_seed = spin(0, 1 << 30, 0, this);
-    m_weights = new QComboBox(this);
-    m_weights->addItems({"none", "grad-raw", "grad-log"});
     m_plain = new QCheckBox(tr("the tensors"), this);
     m_plain->setChecked(true);
     m_residuals = new QCheckBox(tr("their 1st residuals"), this);
@@ -104,11 +90,7 @@ ModelPage::ModelPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
 
     auto* form = new QFormLayout();
     form->addRow(tr("Tensors"), m_tensors);
-    form->addRow(tr("Subspace width D"), m_dim);
-    form->addRow(tr("Codewords K"), m_k);
-    form->addRow(tr("Iterations (max)"), m_iters);
-    form->addRow(tr("Seed"), m_seed);
-    form->addRow(tr("Weights"), m_weights);
+    m_controls.addRows(form);
     form->addRow(tr("Cluster"), m_plain);
     form->addRow(QString(), m_residuals);
     auto* buttons = new QHBoxLayout();
@@ -175,9 +157,9 @@ void ModelPage::onDumpChanged()
     if (dump)
         for (const auto& t : dump->tensors())
             grads = grads || t.kind == KvKind::KeyGrad || t.kind == KvKind::ValueGrad;
-    m_weights->setEnabled(grads);
+    m_controls.weights->setEnabled(grads);
     if (!grads)
-        m_weights->setCurrentIndex(0);
+        m_controls.weights->setCurrentIndex(0);
     if (!dump)
         m_status->setText(tr("Open a dump to compare KM and GSKM on every layer."));
     else
@@ -263,11 +245,8 @@ void ModelPage::start()
     if (!dump)
         return;
     ModelCompareSettings s;
-    s.compare.dim = m_dim->value();
-    s.compare.k = m_k->value();
-    s.compare.iterations = m_iters->value();
-    s.compare.seed = std::uint64_t(m_seed->value());
-    s.weights = *weightModeFromName(m_weights->currentText().toStdString());
+    s.compare = m_controls.settings();
+    s.weights = *weightModeFromName(m_controls.weights->currentText().toStdString());
     std::vector<ModelTarget> targets;
     std::vector<std::string> globs;
     for (const auto& g : m_tensors->text().split(',', Qt::SkipEmptyParts))
@@ -282,7 +261,7 @@ void ModelPage::start()
         return;
     }
     m_settings = s.compare;
-    m_weightsUsed = m_weights->currentText();
+    m_weightsUsed = m_controls.weights->currentText();
     m_globsUsed = m_tensors->text();
     m_residualsUsed = m_residuals->isChecked();
     m_cells.clear();

@@ -7,6 +7,7 @@
 // The job runs off the GUI thread, cells fill in as tensors finish, and it is recorded as one
 // `compare` run (the same settings keys as `gsrq compare --tensors`).
 
+#include "compare_controls.h"
 #include "model_compare.h"
 #include "studio_context.h"
 
@@ -40,11 +41,11 @@ public:
     static const QStringList& metrics();
 
     QLineEdit* tensorsEdit() const { return m_tensors; }
-    QSpinBox* dimBox() const { return m_dim; }
-    QSpinBox* kBox() const { return m_k; }
-    QSpinBox* itersBox() const { return m_iters; }
-    QSpinBox* seedBox() const { return m_seed; }
-    QComboBox* weightsBox() const { return m_weights; }
+    QSpinBox* dimBox() const { return m_controls.dim; }
+    QSpinBox* kBox() const { return m_controls.k; }
+    QSpinBox* itersBox() const { return m_controls.iters; }
+    QSpinBox* seedBox() const { return m_controls.seed; }
+    QComboBox* weightsBox() const { return m_controls.weights; }
     QCheckBox* plainBox() const { return m_plain; }
     QCheckBox* residualsBox() const { return m_residuals; }
     QPushButton* runButton() const { return m_run; }
@@ -77,8 +78,7 @@ private:
 
     StudioContext& m_ctx;
     QLineEdit* m_tensors;
-    QSpinBox *m_dim, *m_k, *m_iters, *m_seed;
-    QComboBox* m_weights;
+    CompareControls m_controls;
     QCheckBox *m_plain, *m_residuals;
     QPushButton *m_run, *m_cancel;
     QProgressBar* m_progress;
