@@ -113,6 +113,15 @@ private slots:
     void latencyRunFillsTheChartOnAGpu();
 
 private:
+    // Whether the newest run of `kind` in the window's store has `status` (*seen: what it has).
+    bool latestRunIs(const char* kind, const char* status, std::string* seen)
+    {
+        RunStore store(m_store.toStdString());
+        const auto runs = store.listRuns({kind, "", "", 1});
+        *seen = runs.empty() ? cat("no ", kind, " run") : cat("run ", runs.front().id, " ", runs.front().status);
+        return !runs.empty() && runs.front().status == status;
+    }
+
     QTemporaryDir m_dir;
     QString m_store;
     std::unique_ptr<MainWindow> m_window;
@@ -421,14 +430,7 @@ void TestStudio::modelPageCancelsAndRunsOnTheSample()
     QVERIFY(!done.first().first().toBool());
     QVERIFY(page->runButton()->isEnabled());
     std::string seen;
-    QTRY_VERIFY2_WITH_TIMEOUT(
-        [&] {
-            RunStore store(m_store.toStdString());
-            const auto runs = store.listRuns({"compare", "", "", 1});
-            seen = runs.empty() ? "no run" : cat("run ", runs.front().id, " ", runs.front().status);
-            return !runs.empty() && runs.front().status == "cancelled";
-        }(),
-        seen.c_str(), 20000);
+    QTRY_VERIFY2_WITH_TIMEOUT(latestRunIs("compare", "cancelled", &seen), seen.c_str(), 20000);
 
     // The first and last layers (the emulated GPU suite runs this too, many times slower).
     QVERIFY(m_window->openDump(kSample));
@@ -738,14 +740,9 @@ void TestStudio::cancelMidTraining()
     QVERIFY(page->runButton()->isEnabled());
     // The worker closes its run as cancelled within an iteration or so.
     std::string seen;
-    QTRY_VERIFY2_WITH_TIMEOUT(
-        [&] {
-            RunStore store(m_store.toStdString());
-            const auto runs = store.listRuns({"train", "", "", 1});
-            seen = runs.empty() ? "no train run" : cat("run ", runs.front().id, " ", runs.front().status);
-            return !runs.empty() && runs.front().status == "cancelled";
-        }(),
-        qPrintable(QString::fromStdString(seen) + " / last message: " + m_window->lastMessage()), 20000);
+    QTRY_VERIFY2_WITH_TIMEOUT(latestRunIs("train", "cancelled", &seen),
+                              qPrintable(QString::fromStdString(seen) + " / last message: " + m_window->lastMessage()),
+                              20000);
     QVERIFY(m_window->openDump(kSample));
 }
 
