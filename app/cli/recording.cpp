@@ -19,9 +19,13 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
+// SIGINT or SIGTERM asks the job to stop at its next iteration and close its run as cancelled. A
+// second Ctrl-C (SIGINT) stops at once; SIGTERM never does: a scheduler may deliver it twice
+// (to the process and through its batch script) and follows it with SIGKILL when it will wait no
+// longer, so a repeated SIGTERM must not lose the run's record.
 extern "C" void onStopSignal(int sig)
 {
-    if (g_stop.exchange(true)) {
+    if (g_stop.exchange(true) && sig == SIGINT) {
         std::signal(sig, SIG_DFL);
         std::raise(sig);
     }
