@@ -32,6 +32,18 @@ nlohmann::ordered_json toJson(const CompareSettings& s)
             {"methods", methods}};
 }
 
+nlohmann::ordered_json compareRunSettings(const CompareSettings& s, const std::string& weights, double tau,
+                                          bool dropNonFinite, const ClusterBackend& backend)
+{
+    auto j = toJson(s);
+    j["weights"] = weights;
+    j["tau"] = tau;
+    j["drop_nonfinite"] = dropNonFinite;
+    j["backend"] = backend.name();
+    j["device"] = backend.device();
+    return j;
+}
+
 nlohmann::ordered_json toJson(const WeightSummary& w)
 {
     return {{"raw_max", w.rawMax},

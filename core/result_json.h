@@ -16,6 +16,10 @@ nlohmann::ordered_json toJson(const QuantMetrics& m);
 nlohmann::ordered_json toJson(const IterationStats& it);
 nlohmann::ordered_json toJson(const CompareSettings& s);
 nlohmann::ordered_json toJson(const WeightSummary& w);
+// A comparison's settings as its run records them, from the CLI or the app alike: the settings
+// with the weights, τ, whether non-finite rows were dropped, and the backend and device it ran on.
+nlohmann::ordered_json compareRunSettings(const CompareSettings& s, const std::string& weights, double tau,
+                                          bool dropNonFinite, const ClusterBackend& backend);
 // methods as {"km": {...}, "gskm": {...}}; withHistory adds each block's per-iteration stats.
 nlohmann::ordered_json toJson(const CompareResult& r, bool withHistory = true);
 nlohmann::ordered_json toJson(const PaperCheckSettings& s);

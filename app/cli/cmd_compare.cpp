@@ -21,13 +21,7 @@ namespace {
 
 nlohmann::ordered_json settingsJson(const RunOptions& o, const ClusterBackend& backend)
 {
-    auto j = toJson(o.settings);
-    j["weights"] = o.weights;
-    j["tau"] = o.tau;
-    j["drop_nonfinite"] = o.dropNonFinite;
-    j["backend"] = backend.name();
-    j["device"] = backend.device();
-    return j;
+    return compareRunSettings(o.settings, o.weights, o.tau, o.dropNonFinite, backend);
 }
 
 void printHeader(const PreparedInput& in, const ClusterBackend& backend)

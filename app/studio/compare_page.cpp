@@ -160,19 +160,9 @@ void ComparePage::start()
         WeightSummary ws;
         const Eigen::VectorXf w = weightsFor(*dump, t, data, mode, 1.0, &ws);
         auto backend = gpu::makeBackend(backendRequest).backend;
-        RunInfo info;
-        info.kind = "compare";
-        info.backend = backend->name();
-        info.device = backend->device();
-        info.dumpPath = dump->path();
-        auto settingsJson = toJson(s);
+        RunInfo info = jobRunInfo("compare", *backend, *dump);
         // The same keys as the CLI's compare, so runs from either compare cleanly.
-        settingsJson["tau"] = 1.0;
-        settingsJson["drop_nonfinite"] = false;
-        settingsJson["backend"] = backend->name();
-        settingsJson["device"] = backend->device();
-        settingsJson["weights"] = weightModeName(mode);
-        info.settingsJson = settingsJson.dump();
+        info.settingsJson = compareRunSettings(s, weightModeName(mode), 1.0, false, *backend).dump();
         WorkerRecording rec(storePath, info, tensor, job, &m_ctx, dump->files());
         ProgressBatcher batch(job, [this, live, metric](const std::vector<ProgressEvent>& events) {
             for (const auto& e : events) {

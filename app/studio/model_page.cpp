@@ -281,19 +281,11 @@ void ModelPage::start()
     m_job = m_ctx.runner().start(
         tr("model: KM vs GSKM on %1 tensors").arg(targets.size()), [=, this](const JobRunner::Context& job) {
             auto backend = gpu::makeBackend(backendRequest).backend;
-            RunInfo info;
-            info.kind = "compare";
-            info.backend = backend->name();
-            info.device = backend->device();
-            info.dumpPath = dump->path();
+            RunInfo info = jobRunInfo("compare", *backend, *dump);
             // The same keys as the CLI's `compare --tensors`, so runs from either compare cleanly.
-            auto settingsJson = toJson(s.compare);
+            auto settingsJson =
+                compareRunSettings(s.compare, weightModeName(s.weights), s.tau, s.dropNonFinite, *backend);
             settingsJson["residual"] = residuals && !plain;
-            settingsJson["tau"] = s.tau;
-            settingsJson["drop_nonfinite"] = s.dropNonFinite;
-            settingsJson["backend"] = backend->name();
-            settingsJson["device"] = backend->device();
-            settingsJson["weights"] = weightModeName(s.weights);
             settingsJson["tensors"] = globText;
             if (plain && residuals)
                 settingsJson["with_residuals"] = true;

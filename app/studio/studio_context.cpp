@@ -121,6 +121,16 @@ void bindTensorBox(StudioContext& ctx, QComboBox* box)
     QObject::connect(&ctx, &StudioContext::dumpChanged, box, show);
 }
 
+RunInfo jobRunInfo(const char* kind, const ClusterBackend& backend, const KvDump& dump)
+{
+    RunInfo info;
+    info.kind = kind;
+    info.backend = backend.name();
+    info.device = backend.device();
+    info.dumpPath = dump.path();
+    return info;
+}
+
 void fillClusterableTensors(QComboBox* box, const KvDump* dump)
 {
     box->clear();

@@ -80,6 +80,9 @@ private:
 void connectJobControls(StudioContext& ctx, QObject* page, const int* job, QAbstractButton* cancelButton,
                         std::function<void(const QString&)> onEnd);
 
+// A job's run as the store records it: its kind, where it clusters and the dump it reads.
+RunInfo jobRunInfo(const char* kind, const ClusterBackend& backend, const KvDump& dump);
+
 // The float matrices a user may cluster (gradients excluded), for a tensor picker.
 void fillClusterableTensors(QComboBox* box, const KvDump* dump);
 

@@ -225,11 +225,7 @@ void SweepsPage::startSweep()
         for (int pass = 0; pass < (residual ? 2 : 1) && !job.cancelled(); ++pass) {
             CompareSettings s = base;
             s.residual = pass == 1;
-            RunInfo info;
-            info.kind = "sweep";
-            info.backend = backend->name();
-            info.device = backend->device();
-            info.dumpPath = dump->path();
+            RunInfo info = jobRunInfo("sweep", *backend, *dump);
             auto settings = toJson(s);
             settings["over"] = overDim ? "dim" : "k";
             settings["values"] = values;

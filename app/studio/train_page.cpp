@@ -197,11 +197,7 @@ void TrainPage::start()
     m_job = 0; // the runner cancels whatever runs; that notice is not about this run
     m_job = m_ctx.runner().start(tr("GSRQ training"), [=, this](const JobRunner::Context& job) {
         auto backend = gpu::makeBackend(backendRequest).backend;
-        RunInfo info;
-        info.kind = "train";
-        info.backend = backend->name();
-        info.device = backend->device();
-        info.dumpPath = dump->path();
+        RunInfo info = jobRunInfo("train", *backend, *dump);
         info.settingsJson = nlohmann::ordered_json{
             {"dim", s.rq.dim},
             {"stages", s.rq.stages},
