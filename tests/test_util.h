@@ -27,6 +27,39 @@ inline QString cliPath()
     return cli.isEmpty() ? QStringLiteral(GSRQ_CLI_PATH) : QString::fromLocal8Bit(cli);
 }
 
+// Sanitized builds run the same work several times slower (ThreadSanitizer 5 to 15 times,
+// AddressSanitizer about 2): the waits a test gives a training or a child process to finish, sized
+// for a normal build, are stretched by this much there. A wait is a bound on a hang, never a timing.
+#if defined(__SANITIZE_THREAD__) // GCC
+#define GSRQ_TEST_TSAN 1
+#elif defined(__has_feature) // clang
+#if __has_feature(thread_sanitizer)
+#define GSRQ_TEST_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define GSRQ_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GSRQ_TEST_ASAN 1
+#endif
+#endif
+#ifdef GSRQ_TEST_TSAN
+inline constexpr bool kThreadSanitizer = true;
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+#if defined(GSRQ_TEST_TSAN) || defined(GSRQ_TEST_ASAN)
+inline constexpr int kWaitScale = 10;
+#else
+inline constexpr int kWaitScale = 1;
+#endif
+
+inline int waitMs(int ms)
+{
+    return ms * kWaitScale;
+}
+
 // n × d standard-normal rows, seeded.
 inline MatrixRF randomRows(Eigen::Index n, Eigen::Index d, std::uint64_t seed, float scale = 1.0f)
 {
@@ -54,7 +87,7 @@ inline Run gsrqRun(const QStringList& args, int timeoutMs = 240000)
     QProcess p;
     p.start(cliPath(), args);
     Run r;
-    if (!p.waitForFinished(timeoutMs)) {
+    if (!p.waitForFinished(waitMs(timeoutMs))) {
         p.kill();
         p.waitForFinished();
         r.err = "timed out";

@@ -148,7 +148,7 @@ void TestStudio::jobRunnerDropsSupersededResults()
         job.post([&] { delivered += 100; }); // superseded by then: must not arrive
     });
     const int second = runner.start("fast", [&](const JobRunner::Context& job) { job.post([&] { delivered += 1; }); });
-    QVERIFY(finished.wait(5000));
+    QVERIFY(finished.wait(test::waitMs(5000)));
     QCOMPARE(finished.first().first().toInt(), second);
     QCOMPARE(cancelled.size(), 1);
     QTest::qWait(400); // the slow job has posted by now
@@ -162,7 +162,7 @@ void TestStudio::openSampleShowsTensorsAndStats()
     QCOMPARE(page->tree()->topLevelItemCount(), 6); // "other" and five layers
     QSignalSpy ready(page, &DatasetPage::statsReady);
     page->selectTensor("layers.2.key");
-    QVERIFY(ready.wait(10000));
+    QVERIFY(ready.wait(test::waitMs(10000)));
     page->normChart()->flush();
     page->channelChart()->flush();
     QCOMPARE(page->normChart()->points("layers.2.key").size(), 60);    // 60 histogram bins
@@ -200,7 +200,7 @@ void TestStudio::compareDrawsBothMethods()
     page->itersBox()->setValue(20);
     QSignalSpy done(page, &ComparePage::runFinished);
     QTest::mouseClick(page->runButton(), Qt::LeftButton);
-    QVERIFY(done.wait(30000));
+    QVERIFY(done.wait(test::waitMs(30000)));
     QVERIFY(done.first().first().toBool());
     auto* chart = page->convergenceChart();
     chart->flush();
@@ -319,7 +319,7 @@ void TestStudio::modelPageOnSixteenLayers()
     page->residualsBox()->setChecked(false);
     QSignalSpy done(page, &ModelPage::runFinished);
     QTest::mouseClick(page->runButton(), Qt::LeftButton);
-    QVERIFY(done.wait(60000));
+    QVERIFY(done.wait(test::waitMs(60000)));
     QVERIFY2(done.first().first().toBool(), qPrintable(page->statusLabel()->text()));
     QCOMPARE(page->cells().size(), size_t(32));
     QCOMPARE(page->progressBar()->value(), 1000);
@@ -424,13 +424,13 @@ void TestStudio::modelPageCancelsAndRunsOnTheSample()
     page->itersBox()->setValue(200);
     QSignalSpy done(page, &ModelPage::runFinished);
     QTest::mouseClick(page->runButton(), Qt::LeftButton);
-    QTRY_VERIFY_WITH_TIMEOUT(page->progressBar()->value() > 0, 30000); // live progress arrived
+    QTRY_VERIFY_WITH_TIMEOUT(page->progressBar()->value() > 0, test::waitMs(30000)); // live progress arrived
     QTest::mouseClick(page->cancelButton(), Qt::LeftButton);
     QCOMPARE(done.size(), 1);
     QVERIFY(!done.first().first().toBool());
     QVERIFY(page->runButton()->isEnabled());
     std::string seen;
-    QTRY_VERIFY2_WITH_TIMEOUT(latestRunIs("compare", "cancelled", &seen), seen.c_str(), 20000);
+    QTRY_VERIFY2_WITH_TIMEOUT(latestRunIs("compare", "cancelled", &seen), seen.c_str(), test::waitMs(20000));
 
     // The first and last layers (the emulated GPU suite runs this too, many times slower).
     QVERIFY(m_window->openDump(kSample));
@@ -441,7 +441,7 @@ void TestStudio::modelPageCancelsAndRunsOnTheSample()
     page->residualsBox()->setChecked(true);
     done.clear();
     QTest::mouseClick(page->runButton(), Qt::LeftButton);
-    QVERIFY(done.wait(120000));
+    QVERIFY(done.wait(test::waitMs(120000)));
     QVERIFY2(done.first().first().toBool(), qPrintable(page->statusLabel()->text()));
     page->residualsBox()->setChecked(false);
     page->tensorsEdit()->setText("layers.*.*");
@@ -468,7 +468,7 @@ void TestStudio::reportIsOneSelfContainedFile()
     compare->itersBox()->setValue(5);
     QSignalSpy done(compare, &ComparePage::runFinished);
     QTest::mouseClick(compare->runButton(), Qt::LeftButton);
-    QVERIFY(done.wait(30000));
+    QVERIFY(done.wait(test::waitMs(30000)));
     const QString html = m_dir.filePath("report.html");
     QVERIFY2(m_window->exportReport(html), qPrintable(m_window->lastMessage()));
     QFile f(html);
@@ -534,7 +534,7 @@ void TestStudio::trainFillsTableAndExports()
     page->kBox()->setValue(16);
     QSignalSpy done(page, &TrainPage::runFinished);
     QTest::mouseClick(page->runButton(), Qt::LeftButton);
-    QVERIFY(done.wait(30000));
+    QVERIFY(done.wait(test::waitMs(30000)));
     QVERIFY(done.first().first().toBool());
     auto* model = page->resultsModel();
     QAbstractItemModelTester tester(model, QAbstractItemModelTester::FailureReportingMode::QtTest);
@@ -565,7 +565,7 @@ void TestStudio::perplexityOfTrainedCodebooks()
     QVERIFY(page->pplButton()->isEnabled());
     QSignalSpy done(page, &TrainPage::pplFinished);
     QTest::mouseClick(page->pplButton(), Qt::LeftButton);
-    QVERIFY(done.wait(60000));
+    QVERIFY(done.wait(test::waitMs(60000)));
     QVERIFY2(done.first().first().toBool(), qPrintable(page->pplResultText()));
     const QString text = page->pplResultText();
     const QRegularExpression re(R"(FP32 ([0-9.]+); with these gskm codebooks at 1 BPA ([0-9.]+))");
@@ -644,13 +644,13 @@ void TestStudio::histogramsAreBars()
     QVERIFY(m_window->openDump(kSample));
     QSignalSpy stats(m_window->datasetPage(), &DatasetPage::statsReady);
     m_window->datasetPage()->selectTensor("layers.1.key");
-    QVERIFY(stats.wait(20000));
+    QVERIFY(stats.wait(test::waitMs(20000)));
     auto* norms = m_window->datasetPage()->findChildren<views::ChartPanel*>().value(0);
     QVERIFY(norms && norms->isHistogram("layers.1.key"));
     auto* weights = m_window->weightsPage();
     QSignalSpy ready(weights, &WeightsPage::normsReady);
     weights->layerBox()->setCurrentIndex(weights->layerBox()->count() - 1);
-    QVERIFY(ready.count() > 0 || ready.wait(20000));
+    QVERIFY(ready.count() > 0 || ready.wait(test::waitMs(20000)));
     for (auto* c : {weights->rawChart(), weights->logChart()})
         for (const auto& name : c->seriesNames())
             QVERIFY2(c->isHistogram(name), qPrintable(name));
@@ -664,7 +664,7 @@ void TestStudio::badSettingIsAMessage()
     QSignalSpy done(page, &ComparePage::runFinished);
     QSignalSpy shown(m_window.get(), &MainWindow::messageShown);
     QTest::mouseClick(page->runButton(), Qt::LeftButton);
-    QVERIFY(done.wait(10000));
+    QVERIFY(done.wait(test::waitMs(10000)));
     QVERIFY(!done.first().first().toBool());
     QVERIFY(!shown.isEmpty());
     QVERIFY2(shown.last().first().toString().contains("does not divide the 32 features"),
@@ -684,14 +684,14 @@ void TestStudio::screenshotModeRendersAPage()
     p.start(QStringLiteral(GSRQ_STUDIO_PATH),
             {"--screenshot", png, "--page", "compare", "--open", kSample, "--run", "compare", "--tensor",
              "layers.1.key", "--store", m_dir.filePath("shot.db")});
-    QVERIFY(p.waitForFinished(60000));
+    QVERIFY(p.waitForFinished(test::waitMs(60000)));
     QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
     const QImage image(png);
     QCOMPARE(image.size(), QSize(1440, 900));
     RunStore store(m_dir.filePath("shot.db").toStdString());
     QCOMPARE(store.listRuns().size(), size_t(1)); // the job behind the picture is recorded
     p.start(QStringLiteral(GSRQ_STUDIO_PATH), {"--screenshot", png, "--page", "nowhere"});
-    QVERIFY(p.waitForFinished(60000));
+    QVERIFY(p.waitForFinished(test::waitMs(60000)));
     QCOMPARE(p.exitCode(), 2);
 }
 
@@ -730,7 +730,7 @@ void TestStudio::cancelMidTraining()
     clock.start();
     probe.start();
     QTest::mouseClick(page->runButton(), Qt::LeftButton);
-    QVERIFY(redrawn.wait(20000)); // live progress reached the chart
+    QVERIFY(redrawn.wait(test::waitMs(20000))); // live progress reached the chart
     QTest::qWait(500);
     probe.stop();
     qInfo("longest event-loop pause while training: %lld ms", static_cast<long long>(worst));
@@ -742,7 +742,7 @@ void TestStudio::cancelMidTraining()
     std::string seen;
     QTRY_VERIFY2_WITH_TIMEOUT(latestRunIs("train", "cancelled", &seen),
                               qPrintable(QString::fromStdString(seen) + " / last message: " + m_window->lastMessage()),
-                              20000);
+                              test::waitMs(20000));
     QVERIFY(m_window->openDump(kSample));
 }
 
@@ -903,7 +903,7 @@ void TestStudio::sweepOverDimWithResidual()
     page->metricBox()->setCurrentText("nmse");
     QSignalSpy done(page, &SweepsPage::runFinished);
     QTest::mouseClick(page->runButton(), Qt::LeftButton);
-    QVERIFY(done.wait(60000));
+    QVERIFY(done.wait(test::waitMs(60000)));
     QVERIFY(done.first().first().toBool());
     auto* chart = page->sweepChart();
     chart->flush();
@@ -936,7 +936,7 @@ void TestStudio::paperCheckDrawsBothSweepsAndJudgesTheClaims()
     QVERIFY(page->paperCheckButton()->isEnabled()); // no dump needed
     QSignalSpy done(page, &SweepsPage::runFinished);
     QTest::mouseClick(page->paperCheckButton(), Qt::LeftButton);
-    QVERIFY(done.wait(120000));
+    QVERIFY(done.wait(test::waitMs(120000)));
     QVERIFY(done.first().first().toBool());
     QCOMPARE(page->metricBox()->currentText(), QString("cosine"));
     auto* overD = page->sweepChart();
@@ -971,7 +971,7 @@ void TestStudio::shrinkageStudyOfKeysAndValues()
     page->itersBox()->setValue(10);
     QSignalSpy done(page, &SweepsPage::runFinished);
     QTest::mouseClick(page->shrinkageButton(), Qt::LeftButton);
-    QVERIFY(done.wait(60000));
+    QVERIFY(done.wait(test::waitMs(60000)));
     QVERIFY(done.first().first().toBool());
     auto* chart = page->shrinkageChart();
     chart->flush();
@@ -993,7 +993,7 @@ void TestStudio::weightsFollowTau()
     QCOMPARE(page->layerBox()->count(), 5);
     QSignalSpy ready(page, &WeightsPage::normsReady);
     page->layerBox()->setCurrentIndex(2);
-    QVERIFY(ready.wait(10000));
+    QVERIFY(ready.wait(test::waitMs(10000)));
     page->logChart()->flush();
     const auto before = page->logChart()->points("values");
     QCOMPARE(before.size(), 50);
@@ -1071,7 +1071,7 @@ void TestStudio::latencyRunFillsTheChartOnAGpu()
     }
     QSignalSpy done(&m_window->context().runner(), &JobRunner::finished);
     page->runButton()->click();
-    QVERIFY(done.wait(120000));
+    QVERIFY(done.wait(test::waitMs(120000)));
     page->chart()->flush();
     // Exactly the form's sweep: one point per path at batch 1, and no other batch.
     for (const char* path : {"fp16", "paper", "lookup"})

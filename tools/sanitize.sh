@@ -31,7 +31,21 @@ case "$kind" in
     ;;
   tsan)
     suites='tst_(run_store|studio)$'
-    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitizers/tsan.supp
+    # GCC's ThreadSanitizer (its runtime follows QProcess's vfork-style clone, which clang 14's
+    # CHECK-fails on) with LLVM's OpenMP runtime in place of libgomp (the tsan preset links it; it
+    # speaks libgomp's ABI): its Archer tool tells ThreadSanitizer where each parallel region forks
+    # and joins. With libgomp, uninstrumented, every region's partial sums read as a false race.
+    archer=/usr/lib/llvm-14/lib/libarcher.so
+    if [[ ! -f $archer || ! -f /usr/lib/llvm-14/lib/libomp.so ]]; then
+      echo "sanitize.sh: LLVM's OpenMP runtime and $archer are needed; tools/setup.sh --fuzz installs them" >&2
+      exit 2
+    fi
+    export OMP_TOOL_LIBRARIES=$archer
+    export ARCHER_OPTIONS=verbose=0 # verbose=1 would print to the CLI children's stdout (their JSON)
+    # die_after_fork=0: a test process with threads starts children (QProcess), which is legal;
+    # ignore_noninstrumented_modules=1: what libomp and Qt do inside themselves is theirs (Archer asks it).
+    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:die_after_fork=0:ignore_noninstrumented_modules=1:suppressions=$PWD/tests/sanitizers/tsan.supp
+    export QTEST_FUNCTION_TIMEOUT=1800000 # a training runs several times slower under ThreadSanitizer
     ;;
   *)
     echo "sanitize.sh: unknown sanitizer '$kind' (asan, asan-all, tsan)" >&2

@@ -239,7 +239,9 @@ QString RunsPage::metricDeltasText(const std::vector<std::int64_t>& ids,
     QString text =
         tr("\nFinal metrics, each run against run %1 (Δ = run − run %1; * the better of the two):\n").arg(ids.front());
     int shown = 0, common = 0;
-    for (const auto& [key, first] : finals.front()) {
+    for (const auto& entry : finals.front()) {
+        const std::string& key = entry.first;
+        const double first = entry.second;
         if (!std::all_of(finals.begin(), finals.end(), [&](const auto& f) { return f.count(key); }))
             continue;
         ++common;
