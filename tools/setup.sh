@@ -4,7 +4,8 @@
 #   tools/setup.sh --bench   also the benchmark-only ones (FAISS with OpenBLAS)
 #   tools/setup.sh --python  also Debian's PyTorch, so the KV dump exporter's tests run on a small
 #                            Llama-style model (transformers is not packaged in Debian 12)
-#   tools/setup.sh --fuzz    also clang with libFuzzer and its OpenMP runtime (tools/fuzz.sh)
+#   tools/setup.sh --fuzz    also clang with libFuzzer and LLVM's OpenMP runtime (tools/fuzz.sh,
+#                            tools/sanitize.sh)
 #   tools/setup.sh --slurm   also Slurm and munge, for the single-node cluster of
 #                            tools/slurm/local-cluster.sh (their services are not enabled)
 set -euo pipefail
