@@ -39,7 +39,28 @@ MatrixRF ropeKeys(const KvDump& d, const KvTensor& t, const MatrixRF& x)
         throwInvalid(d.path(), ": --key-rope post needs a 'positions' tensor");
     const int hd = headDimOf(d, t);
     std::vector<double> invFreq;
-    if (const auto* f = d.find("rope.inv_freq")) {
+    // Layers of different types may rotate with different frequencies (Gemma 3's local and global
+    // layers): the dump then holds rope.inv_freq.TYPE beside rope.inv_freq, and layer_types says
+    // which type each layer is.
+    const KvTensor* perType = nullptr;
+    if (auto it = d.metadata().find("layer_types"); it != d.metadata().end() && t.layer >= 0) {
+        std::vector<std::string> types;
+        std::string cur;
+        for (char c : it->second + ",") {
+            if (c == ',') {
+                types.push_back(cur);
+                cur.clear();
+            } else {
+                cur += c;
+            }
+        }
+        if (std::size_t(t.layer) < types.size())
+            perType = d.find("rope.inv_freq." + types[std::size_t(t.layer)]);
+    }
+    if (perType) {
+        const MatrixRF m = toMatrix(perType->view);
+        invFreq.assign(m.data(), m.data() + m.size());
+    } else if (const auto* f = d.find("rope.inv_freq")) {
         const MatrixRF m = toMatrix(f->view);
         invFreq.assign(m.data(), m.data() + m.size());
     } else if (auto it = d.metadata().find("rope_theta"); it != d.metadata().end()) {
@@ -176,6 +197,7 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
         {"seed", std::to_string(s.rq.seed)},
         {"bpa", cat(bitsPerActivation(D, s.rq.stages, s.rq.k))},
         {"key_rope", s.keyRope == KeyRope::Post || keysStoredPost(dump) ? "post" : "pre"},
+        {"rope_pairing", dump.metadata().count("rope_pairing") ? dump.metadata().at("rope_pairing") : "half"},
         {"source", dump.path()},
         {"settings", nlohmann::ordered_json{{"dim", D},
                                             {"stages", s.rq.stages},

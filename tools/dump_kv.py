@@ -38,7 +38,7 @@ import time
 
 TOOL_VERSION = "1.1"
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gemma", "gemma2",
-             "gemma3_text", "phi3")
+             "gemma3_text", "gemma3", "phi3")
 CAPTURE = "gsrq_capture"  # the attention function registered to see the model's post-RoPE q and k
 DTYPES = {"f32": ("F32", 4), "f16": ("F16", 2), "bf16": ("BF16", 2)}
 
@@ -157,31 +157,68 @@ def torch_dtype(torch, tag):
 class Recorder:
     """Forward hooks on each recorded layer's query/key/value producers, keeping their outputs
     (with retain_grad when gradients are wanted) for one forward/backward pass. A fused projection
-    (Phi-3's qkv_proj) is recorded whole and cut into q, k and v by `tensors`, its gradient too."""
+    (Phi-3's qkv_proj) is recorded whole and cut into q, k and v by `tensors`, its gradient too.
+
+    No layout is assumed for a per-head norm's output: depending on the family and the release it is
+    [batch, tokens, heads, head_dim] (Qwen3) or [batch, heads, tokens, head_dim] (Gemma 3 under
+    transformers 5, which normalises after the transpose). The token count comes from the value
+    projection ([batch, tokens, features] in every family); where tokens = heads the norm's input is
+    matched against the projection's output to tell them apart."""
 
     def __init__(self, layers_modules, layer_ids, want_grad, heads, kv_heads, head_dim):
         self.want_grad = want_grad
         self.outputs = {}
+        self.inputs = {}
         self.handles = []
+        self.head_dim = head_dim
         self.split = (heads * head_dim, kv_heads * head_dim)
         for lid in layer_ids:
             attn = layers_modules[lid].self_attn
-            for kind, module in producers(attn).items():
+            prods = producers(attn)
+            for kind, module in prods.items():
                 self.handles.append(module.register_forward_hook(self._hook(lid, kind)))
+            if "qkv" not in prods:
+                for kind, name in (("query", "q_proj"), ("key", "k_proj")):
+                    if prods[kind] is not getattr(attn, name):  # a norm after the projection
+                        self.handles.append(getattr(attn, name).register_forward_hook(self._hook(lid, kind + "_proj")))
 
     def _hook(self, lid, kind):
         def hook(module, inputs, output):
             if self.want_grad and kind in ("key", "value", "qkv") and output.requires_grad:
                 output.retain_grad()
             self.outputs[(lid, kind)] = output
+            if inputs:
+                self.inputs[(lid, kind)] = inputs[0]
         return hook
 
+    def _tokens_first(self, lid, kind, t):
+        """t as [1, tokens, ...]: a 4-D norm output is transposed when its heads come first."""
+        if t.dim() != 4:
+            return t
+        tokens = self.outputs[(lid, "value" if (lid, "value") in self.outputs else "qkv")].shape[1]
+        a, b = t.shape[1], t.shape[2]
+        if a == tokens and b != tokens:
+            return t
+        if b == tokens and a != tokens:
+            return t.transpose(1, 2)
+        proj, inp = self.outputs.get((lid, kind + "_proj")), self.inputs.get((lid, kind))
+        if proj is not None and inp is not None and inp.shape == t.shape:
+            view = proj.reshape(proj.shape[0], tokens, -1, self.head_dim)
+            if torch_equal(inp, view):
+                return t
+            if torch_equal(inp, view.transpose(1, 2)):
+                return t.transpose(1, 2)
+        raise RuntimeError(f"layer {lid}: cannot tell whether the {kind} norm's output {tuple(t.shape)} holds "
+                           f"tokens or heads first")
+
     def tensors(self, lid):
-        """(q, k, v, k_grad, v_grad) of layer lid; the gradients are None without --grad."""
+        """(q, k, v, k_grad, v_grad) of layer lid, each [1, tokens, ...]; the gradients are None
+        without --grad."""
         fused = self.outputs.get((lid, "qkv"))
         if fused is None:
             q, k, v = (self.outputs[(lid, kind)] for kind in ("query", "key", "value"))
-            return q, k, v, k.grad, v.grad
+            kg = self._tokens_first(lid, "key", k.grad) if k.grad is not None else None
+            return (self._tokens_first(lid, "query", q), self._tokens_first(lid, "key", k), v, kg, v.grad)
         nq, nk = self.split
         q, k, v = fused[..., :nq], fused[..., nq:nq + nk], fused[..., nq + nk:nq + 2 * nk]
         g = fused.grad
@@ -189,9 +226,17 @@ class Recorder:
         vg = g[..., nq + nk:nq + 2 * nk] if g is not None else None
         return q, k, v, kg, vg
 
+    def clear(self):
+        self.outputs.clear()
+        self.inputs.clear()
+
     def remove(self):
         for h in self.handles:
             h.remove()
+
+
+def torch_equal(a, b):
+    return a.shape == b.shape and bool((a == b).all())
 
 
 def producers(attn):
@@ -301,36 +346,85 @@ def rope_post(x, positions, inv_freq, scaling=1.0):
     return out if rot == xf.shape[-1] else torch.cat((out, xf[..., rot:]), dim=-1)
 
 
+def text_config(cfg):
+    """The language model's config: a multimodal model's (Gemma 3) text part, else cfg itself."""
+    get = getattr(cfg, "get_text_config", None)
+    return get() if callable(get) else cfg
+
+
+def decoder(model):
+    """(the module that holds the decoder layers and the rotary embedding, its layers)."""
+    for path in ("model", "model.language_model", "language_model.model", "language_model"):
+        inner = model
+        for part in path.split("."):
+            inner = getattr(inner, part, None)
+        layers = getattr(inner, "layers", None)
+        if layers is not None and len(layers) and hasattr(layers[0], "self_attn"):
+            return inner, layers
+    raise InputError(f"--model: {type(model).__name__} has no decoder layers with self_attn: not a "
+                     f"Llama-family causal LM")
+
+
+def rope_thetas(cfg, layer_types):
+    """θ per layer from the config: `rope_parameters` (transformers 5: flat, or keyed by layer
+    type as Gemma 3's is) or `rope_theta` / `rope_local_base_freq` (4.x)."""
+    params = getattr(cfg, "rope_parameters", None) or {}
+    default = params.get("rope_theta") if isinstance(params.get("rope_theta"), (int, float)) else None
+    default = default or getattr(cfg, "rope_theta", None) or 10000.0
+    out = []
+    for lt in layer_types:
+        sub = params.get(lt) if isinstance(params.get(lt), dict) else None
+        if sub and sub.get("rope_theta") is not None:
+            out.append(float(sub["rope_theta"]))
+        elif lt == "sliding_attention" and getattr(cfg, "rope_local_base_freq", None) is not None:
+            out.append(float(cfg.rope_local_base_freq))
+        else:
+            out.append(float(default))
+    return out
+
+
 def describe(model):
-    """Head counts, head_dim, rope facts and the decoder layers of a supported model."""
-    cfg = model.config
-    mtype = getattr(cfg, "model_type", "?")
+    """Head counts, head_dim, RoPE per layer and the decoder layers of a supported model.
+
+    The rotary frequencies are the model's own (its rotary module's inv_freq, which carries any
+    frequency scaling and a partial rotary width), per layer: Gemma 3 keeps one set per layer type
+    (`full_attention_inv_freq`, `sliding_attention_inv_freq` in transformers 5; `rotary_emb` and
+    `rotary_emb_local` in 4.x)."""
+    import torch
+    cfg = text_config(model.config)
+    mtype = getattr(model.config, "model_type", "?")
     if mtype not in SUPPORTED:
         raise InputError(f"--model: model_type '{mtype}' is not a supported family ({', '.join(SUPPORTED)})")
-    inner = getattr(model, "model", None)
-    layers = getattr(inner, "layers", None)
-    if layers is None:
-        raise InputError(f"--model: {type(model).__name__} has no model.layers: not a Llama-family causal LM")
+    inner, layers = decoder(model)
     heads = cfg.num_attention_heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    # One rotary module for the model (transformers ≥ 4.45), or one per attention module (older
-    # releases); its inv_freq carries any frequency scaling (e.g. Llama 3.1's), theta alone does not.
+    layer_types = list(getattr(cfg, "layer_types", None) or ["full_attention"] * len(layers))
+    thetas = rope_thetas(cfg, layer_types)
+    # One rotary module for the model (transformers ≥ 4.45), or one per attention module (older).
     rotary = getattr(inner, "rotary_emb", None)
-    if rotary is None and len(layers):
+    if rotary is None:
         rotary = getattr(getattr(layers[0], "self_attn", None), "rotary_emb", None)
-    inv_freq = getattr(rotary, "inv_freq", None) if rotary is not None else None
-    theta = getattr(cfg, "rope_theta", None)
-    if theta is None:
-        theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
-    if inv_freq is None:
-        import torch
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    scaling = float(getattr(rotary, "attention_scaling", 1.0) or 1.0)
-    rotary_dim = int(head_dim * float(getattr(cfg, "partial_rotary_factor", 1.0) or 1.0))
-    if inv_freq.numel() * 2 != rotary_dim:
-        import torch
-        inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
+    local = getattr(inner, "rotary_emb_local", None)
+    per_type = {}
+    for lt in sorted(set(layer_types)):
+        inv = getattr(rotary, f"{lt}_inv_freq", None) if rotary is not None else None
+        scale = getattr(rotary, f"{lt}_attention_scaling", None) if rotary is not None else None
+        if inv is None and lt == "sliding_attention" and local is not None:
+            inv, scale = getattr(local, "inv_freq", None), getattr(local, "attention_scaling", None)
+        if inv is None and rotary is not None:
+            inv, scale = getattr(rotary, "inv_freq", None), getattr(rotary, "attention_scaling", None)
+        if inv is None:  # no rotary module to read: θ and the config's rotary width
+            factor = float(getattr(cfg, "partial_rotary_factor", None) or
+                           (getattr(cfg, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0) or 1.0)
+            rot = int(head_dim * factor)
+            theta = thetas[layer_types.index(lt)]
+            inv = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
+        per_type[lt] = (inv.detach().float().cpu(), float(scale if scale is not None else 1.0))
+    widths = {v[0].numel() for v in per_type.values()}
+    if len(widths) != 1:
+        raise InputError(f"--model: its layer types rotate different widths ({sorted(2 * w for w in widths)})")
+    first = layer_types.index("full_attention") if "full_attention" in layer_types else 0
     # What attention needs besides q, k and v, as the config states it (absent: not used).
     extra = {}
     for key in ("sliding_window", "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar",
@@ -338,15 +432,17 @@ def describe(model):
         v = getattr(cfg, key, None)
         if v is not None and not isinstance(v, bool):
             extra[key] = v
-    layer_types = getattr(cfg, "layer_types", None)
-    if layer_types:
+    if getattr(cfg, "layer_types", None):
         extra["layer_types"] = ",".join(str(t) for t in layer_types)
+    if len(set(thetas)) > 1:
+        extra["layer_rope_theta"] = ",".join(f"{t:g}" for t in thetas)
     scalar = getattr(cfg, "query_pre_attn_scalar", None)
     extra["attention_scale"] = (float(scalar) ** -0.5) if scalar else head_dim ** -0.5
     return {
         "model_type": mtype, "layers": layers, "num_layers": len(layers), "heads": heads,
-        "kv_heads": kv_heads, "head_dim": head_dim, "inv_freq": inv_freq.detach().float().cpu(),
-        "rope_theta": theta, "rope_scaling": scaling, "rotary_dim": rotary_dim, "extra": extra,
+        "kv_heads": kv_heads, "head_dim": head_dim, "inv_freq": per_type[layer_types[first]][0],
+        "rope_theta": thetas[first], "rope_scaling": per_type[layer_types[first]][1],
+        "rotary_dim": 2 * widths.pop(), "extra": extra, "layer_types": layer_types, "rope_per_type": per_type,
     }
 
 
@@ -360,29 +456,51 @@ def load_model(a):
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     mdt = a.model_dtype if a.model_dtype != "auto" else ("bf16" if device.startswith("cuda") else "f32")
+    local = a.model.startswith(("/", ".", "~")) or os.path.exists(a.model)
+    if local and not os.path.isdir(a.model):
+        raise InputError(f"--model {a.model}: no such directory")
     try:
         cfg = transformers.AutoConfig.from_pretrained(a.model)
-    except (OSError, ValueError) as e:
-        raise InputError(f"--model {a.model}: cannot read its config ({e})")
+    except (OSError, ValueError, KeyError) as e:
+        raise InputError(f"--model {a.model}: cannot read its config ({first_line(e)})")
     if getattr(cfg, "model_type", None) not in SUPPORTED:
         raise InputError(f"--model {a.model}: model_type '{getattr(cfg, 'model_type', '?')}' is not a supported "
                          f"family ({', '.join(SUPPORTED)})")
-    tok = transformers.AutoTokenizer.from_pretrained(a.model)
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(a.model)
+    except Exception as e:  # noqa: BLE001 - any tokenizer failure is the model directory's
+        raise InputError(f"--model {a.model}: no usable tokenizer ({first_line(e)})")
     # transformers 5 names the argument dtype; 4.x calls it torch_dtype (and would pass an unknown
     # dtype= on to the config, silently loading FP32).
     major = int(str(getattr(transformers, "__version__", "4")).split(".")[0] or 4)
     kw = {"dtype" if major >= 5 else "torch_dtype": torch_dtype(torch, mdt)}
-    model = transformers.AutoModelForCausalLM.from_pretrained(a.model, **kw)
+    # Logit soft-capping (Gemma 2) is implemented by the eager attention only.
+    if getattr(text_config(cfg), "attn_logit_softcapping", None):
+        kw["attn_implementation"] = "eager"
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(a.model, **kw)
+    except Exception as e:  # noqa: BLE001 - a truncated or mismatched weights file, named
+        raise InputError(f"--model {a.model}: cannot load its weights ({type(e).__name__}: {first_line(e)})")
     model.to(device)
     model.eval()
     return model, tok, device, mdt
 
 
-def tokenize(tok, text_path, samples, seq_len):
+def first_line(e):
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
+
+
+def tokenize(tok, text_path, samples, seq_len, prepare=None):
     """samples × seq_len token ids: each sequence is BOS (when the tokenizer has one) and the next
-    text tokens, cut from one pass over the text."""
-    with open(text_path, encoding="utf-8") as f:
-        text = f.read()
+    text tokens, cut from one pass over the text (after prepare(text), when given)."""
+    try:
+        with open(text_path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise InputError(f"--text {text_path}: not UTF-8 text (byte {e.start} is 0x{e.object[e.start]:02x})")
+    if prepare is not None:
+        text = prepare(text)
     ids = tok(text, add_special_tokens=False)["input_ids"]
     bos = getattr(tok, "bos_token_id", None)
     body = seq_len - (1 if bos is not None else 0)
@@ -421,8 +539,10 @@ class Progress:
 def plan(info, layer_ids, a, tokens):
     """(shard file, [(tensor name, shape)]) for every shard, in writing order."""
     kvh, h, hd = info["kv_heads"], info["heads"], info["head_dim"]
-    shards = [("common.safetensors", [("positions", (tokens,)), ("sequence_ids", (tokens,)),
-                                      ("rope.inv_freq", (info["rotary_dim"] // 2,))])]
+    common = [("positions", (tokens,)), ("sequence_ids", (tokens,)), ("rope.inv_freq", (info["rotary_dim"] // 2,))]
+    for lt in per_type_freqs(info):
+        common.append((f"rope.inv_freq.{lt}", (info["rotary_dim"] // 2,)))
+    shards = [("common.safetensors", common)]
     for lid in layer_ids:
         t = [(f"layers.{lid}.key", (tokens, kvh, hd)), (f"layers.{lid}.value", (tokens, kvh, hd)),
              (f"layers.{lid}.query", (tokens, h, hd))]
@@ -434,8 +554,18 @@ def plan(info, layer_ids, a, tokens):
     return shards
 
 
+def per_type_freqs(info):
+    """Layer types whose frequencies are stored beside rope.inv_freq (rope.inv_freq.TYPE): all of them
+    when the types rotate differently (Gemma 3's local and global layers), else none."""
+    per = info["rope_per_type"]
+    first = next(iter(per.values()))[0]
+    if all(bool((v[0] == first).all()) for v in per.values()):
+        return []
+    return sorted(per)
+
+
 def tensor_bytes(name, shape, store_size):
-    return math.prod(shape) * (8 if name in ("positions", "sequence_ids") else 4 if name == "rope.inv_freq"
+    return math.prod(shape) * (8 if name in ("positions", "sequence_ids") else 4 if name.startswith("rope.inv_freq")
                                else store_size)
 
 
@@ -495,7 +625,8 @@ def run(a, loaded=None):
             x = torch.tensor([ids], device=device)
             model.zero_grad(set_to_none=True)
             with torch.set_grad_enabled(want_grad):
-                out = model(input_ids=x, labels=x)
+                # use_cache=False: transformers 5 would build a KV cache on every forward
+                out = model(input_ids=x, labels=x, use_cache=False)
                 # transformers' loss is the mean over the T−1 predicted tokens; the dump's gradients
                 # are of the sum, as in the bundled sample
                 loss = out.loss * (a.seq_len - 1)
@@ -515,13 +646,12 @@ def run(a, loaded=None):
                     qp = capture.take(lid, "query") if capture.active else None
                     kp = capture.take(lid, "key") if capture.active else None
                     if kp is None or qp is None:
-                        kp = rope_post(k.detach().reshape(a.seq_len, -1, hd).cpu(), positions, info["inv_freq"],
-                                       info["rope_scaling"])
-                        qp = rope_post(q.detach().reshape(a.seq_len, -1, hd).cpu(), positions, info["inv_freq"],
-                                       info["rope_scaling"])
+                        inv, scale = info["rope_per_type"][info["layer_types"][lid]]
+                        kp = rope_post(k.detach().reshape(a.seq_len, -1, hd).cpu(), positions, inv, scale)
+                        qp = rope_post(q.detach().reshape(a.seq_len, -1, hd).cpu(), positions, inv, scale)
                     put(f"layers.{lid}.key_post", kp[None])
                     put(f"layers.{lid}.query_post", qp[None])
-            rec.outputs.clear()
+            rec.clear()
             progress.step(f"sequence {si + 1}")
         rec.remove()
         post_source = "none"
@@ -558,6 +688,9 @@ def run(a, loaded=None):
                     entries.append((n, "I64", s, sid))
                 elif n == "rope.inv_freq":
                     entries.append((n, "F32", s, inv))
+                elif n.startswith("rope.inv_freq."):
+                    entries.append((n, "F32", s, info["rope_per_type"][n[len("rope.inv_freq."):]][0]
+                                    .to(torch.float32).numpy().tobytes()))
                 else:
                     entries.append((n, tag, s, os.path.join(spool, n)))
             written += write_safetensors(os.path.join(out_dir, fname), entries, metadata)

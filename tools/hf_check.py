@@ -50,13 +50,21 @@ FAMILIES = {
     "mistral": dict(model_type="mistral", head_dim=64, sliding_window=16),
     "gemma2": dict(model_type="gemma2", head_dim=256, query_pre_attn_scalar=256, sliding_window=16,
                    attn_logit_softcapping=50.0, final_logit_softcapping=30.0, num_key_value_heads=1),
+    "gemma": dict(model_type="gemma", head_dim=64),
     "gemma3_text": dict(model_type="gemma3_text", head_dim=256, query_pre_attn_scalar=256, sliding_window=16,
                         sliding_window_pattern=2, rope_local_base_freq=10000.0, rope_theta=1000000.0),
-    "phi3": dict(model_type="phi3", num_key_value_heads=4, pad_token_id=0),  # fused qkv_proj
+    # Multimodal Gemma 3: the same text model under model.language_model, beside a (tiny) vision tower.
+    "gemma3": dict(model_type="gemma3", head_dim=256, query_pre_attn_scalar=256, sliding_window=16,
+                   sliding_window_pattern=2, rope_local_base_freq=10000.0, rope_theta=1000000.0),
+    "phi3": dict(model_type="phi3", num_key_value_heads=4, pad_token_id=0, partial_rotary_factor=0.5),  # fused qkv_proj
     "mixtral": dict(model_type="mixtral", head_dim=64, num_local_experts=4, num_experts_per_tok=2),
     "qwen2_moe": dict(model_type="qwen2_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128,
                       shared_expert_intermediate_size=256),
+    "qwen3_moe": dict(model_type="qwen3_moe", head_dim=64, num_experts=4, num_experts_per_tok=2,
+                      moe_intermediate_size=128, decoder_sparse_step=1),
 }
+VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+              patch_size=14)
 WORDS = ("the a cache key value query token head layer model small large quick slow bright dark river "
          "stone tree light sound word story child house garden winter summer morning evening friend "
          "happy sad runs walks sees finds keeps loses makes takes gives and but or so then when while "
@@ -133,7 +141,12 @@ def build(family, workdir, transformers, tokenizers, torch):
     mtype = spec.pop("model_type")
     tok, vocab = make_tokenizer(transformers, tokenizers)
     kw = {**COMMON, **spec, "vocab_size": vocab}
-    cfg = transformers.AutoConfig.for_model(mtype, **kw)
+    if mtype == "gemma3":
+        cfg = transformers.AutoConfig.for_model(mtype, text_config={**kw, "model_type": "gemma3_text"},
+                                                vision_config={**VISION, "model_type": "siglip_vision_model"},
+                                                mm_tokens_per_image=4)
+    else:
+        cfg = transformers.AutoConfig.for_model(mtype, **kw)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
     # Random weights at the usual init scale give attention close to uniform; a larger q/k scale
@@ -183,6 +196,11 @@ def run_dump(model_dir, text, out, device, dtype, samples, seq_len, extra=()):
     return r, time.time() - t
 
 
+def text_config(model):
+    c = model.config
+    return c.get_text_config() if callable(getattr(c, "get_text_config", None)) else c
+
+
 def producer_of_key(attn, heads, hd):
     """(module, offset) whose output holds the pre-RoPE keys, as the exporter reads them."""
     import dump_kv
@@ -192,22 +210,63 @@ def producer_of_key(attn, heads, hd):
     return p["key"], 0
 
 
-def summed_loss(model, ids, layer, token, feature, delta, heads, hd, torch):
-    attn = model.model.layers[layer].self_attn
-    module, offset = producer_of_key(attn, heads, hd)
+class Float64Everywhere:
+    """Inside it, float32 is float64: `torch.float32`, `torch.float` and `Tensor.float()`. Norms,
+    routers and softmax in transformers upcast with these, which in a float64 copy of a model would
+    round activations to float32, and that noise (~1e-7 of the loss) swamps a finite difference."""
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def __enter__(self):
+        t = self.torch
+        self.saved = (t.float32, t.float, t.Tensor.float)
+        t.float32 = t.float = t.float64
+        t.Tensor.float = lambda x, *a, **k: x.to(t.float64)
+
+    def __exit__(self, *exc):
+        t = self.torch
+        t.float32, t.float, t.Tensor.float = self.saved
+
+
+def summed_loss(model, ids, layer, token, feature, delta, torch):
+    """The summed next-token loss, computed here in float64 from the logits (transformers 5's own
+    loss upcasts logits with .float(), which would make it float32), with the pre-RoPE key element
+    [token, feature] of `layer` moved by delta. A per-head norm's output may hold tokens or heads
+    first: the token axis is the one of length len(ids) (the checks use more tokens than heads)."""
+    import dump_kv
+    cfg = text_config(model)
+    heads = cfg.num_attention_heads
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    _, layers = dump_kv.decoder(model)
+    module, offset = producer_of_key(layers[layer].self_attn, heads, hd)
+    T = len(ids)
 
     def hook(m, inputs, output):
         out = output.clone()
+        if out.dim() == 4 and out.shape[2] == T and out.shape[1] != T:
+            out[0, feature // hd, token, feature % hd] += delta
+            return out
         flat = out.reshape(out.shape[0], out.shape[1], -1)
         flat[0, token, offset + feature] += delta
         return flat.reshape(out.shape)
     h = module.register_forward_hook(hook)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), Float64Everywhere(torch):
             x = torch.tensor([ids])
-            return float(model(input_ids=x, labels=x).loss) * (len(ids) - 1)
+            logits = model(input_ids=x, use_cache=False).logits[0].to(torch.float64)
+            return float(torch.nn.functional.cross_entropy(logits[:-1], x[0, 1:], reduction="sum"))
     finally:
         h.remove()
+
+
+def cached_keys(cache, layer):
+    """The keys (after RoPE) the model's own KV cache holds for a layer: [kv_heads, tokens, head_dim]."""
+    if hasattr(cache, "layers"):          # transformers 5
+        return cache.layers[layer].keys[0]
+    if hasattr(cache, "key_cache"):       # 4.x DynamicCache
+        return cache.key_cache[layer][0]
+    return cache[layer][0][0]             # legacy tuples
 
 
 def check_family(family, args, rep, transformers, tokenizers, torch, gsrq, work):
@@ -216,7 +275,10 @@ def check_family(family, args, rep, transformers, tokenizers, torch, gsrq, work)
     except Exception as e:  # noqa: BLE001 - a family this transformers lacks is reported, not fatal
         rep.skip(family, "-", "-", f"cannot build from its config here: {type(e).__name__}: {e}")
         return
-    cfg = model.config
+    # The tokenizer as the exporter loads it: transformers 5 picks the family's own tokenizer class
+    # (Qwen2's rebuilds a byte-level BPE from the vocabulary), so its ids may differ from `tok`'s.
+    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+    cfg = text_config(model)
     heads, kvh = cfg.num_attention_heads, cfg.num_key_value_heads
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     layers = cfg.num_hidden_layers
@@ -241,29 +303,49 @@ def check_family(family, args, rep, transformers, tokenizers, torch, gsrq, work)
                             for k, h in (("key", kvh), ("value", kvh), ("query", heads), ("key_grad", kvh),
                                          ("value_grad", kvh), ("key_post", kvh), ("query_post", heads)))
             rep.add(family, device, dtype, "shapes and metadata", shapes_ok and int(meta["head_dim"]) == hd
-                    and int(meta["num_kv_heads"]) == kvh and meta["model_type"] == cfg.model_type,
+                    and int(meta["num_kv_heads"]) == kvh and meta["model_type"] == model.config.model_type,
                     f"heads {heads}, kv {kvh}, head_dim {hd}")
             rep.add(family, device, dtype, "post-RoPE from the model's attention inputs",
                     meta.get("post_rope_source") == "attention inputs", meta.get("post_rope_source", "?"))
-            # RoPE recomputed here against what the model's attention received.
+            # RoPE recomputed here in float64 from each layer's θ (the metadata's per-layer list, or
+            # rope_theta) over the rotary width the family's config sets, against what the model's
+            # attention received.
             pos = t["positions"]
-            inv_global = t["rope.inv_freq"].astype(np.float64)
+            rot = int(hd * float(FAMILIES[family].get("partial_rotary_factor", 1.0)))
+            thetas = meta.get("layer_rope_theta", "").split(",") if meta.get("layer_rope_theta") else []
+            want = {"gemma3_text": (10000.0, 1000000.0), "gemma3": (10000.0, 1000000.0)}.get(family)
             types = meta.get("layer_types", "").split(",") if meta.get("layer_types") else []
-            worst = 0.0
+            worst, theta_ok = 0.0, 2 * t["rope.inv_freq"].shape[0] == rot
             for l in range(layers):
-                inv = inv_global
-                if types and types[l] == "sliding_attention" and "rope_local_base_freq" in meta:
-                    base = float(meta["rope_local_base_freq"])
-                    rot = 2 * len(inv_global)
-                    inv = 1.0 / base ** (np.arange(0, rot, 2, dtype=np.float64) / rot)
+                theta = float(thetas[l]) if thetas else float(meta["rope_theta"])
+                if want:  # Gemma 3: local layers θ 1e4, global ones 1e6
+                    theta_ok &= theta == want[types[l] == "full_attention"]
+                inv = 1.0 / theta ** (np.arange(0, rot, 2, dtype=np.float64) / rot)
                 for kind in ("key", "query"):
                     pre, post = t[f"layers.{l}.{kind}"].astype(np.float64), t[f"layers.{l}.{kind}_post"]
                     ref = rope_numpy(pre, pos, inv)
                     worst = max(worst, float(np.abs(post - ref).max() / max(1.0, np.abs(ref).max())))
+            rep.add(family, device, dtype, "θ and rotary width per layer in the metadata", theta_ok,
+                    meta.get("layer_rope_theta", meta.get("rope_theta")), f"rotary {rot}")
             # f32: float32 products of cos/sin; bf16/f16: the model applies RoPE in its own dtype (2^-8 for bf16).
             limit = 1e-5 if dtype == "f32" else 1.6e-2
             rep.add(family, device, dtype, "post-RoPE = RoPE(pre) per layer", worst <= limit, f"{worst:.2e}",
                     f"{limit:g}")
+            if dtype == "f32" and device == "cpu":
+                # The stored post-RoPE keys of the first sequence against the model's own KV cache
+                # (a sliding-window layer keeps only its last tokens: those are compared).
+                seqs0, _ = __import__("dump_kv").tokenize(tok, text, samples, seq_len)
+                with torch.no_grad():
+                    out0 = model(input_ids=torch.tensor([seqs0[0]]), use_cache=True)
+                    cache = out0.cache if getattr(out0, "cache", None) is not None else out0.past_key_values
+                worst_c = 0.0
+                for l in range(layers):
+                    ck = cached_keys(cache, l).transpose(0, 1).double().numpy()  # [tokens, kv_heads, hd]
+                    mine = t[f"layers.{l}.key_post"][:seq_len][-ck.shape[0]:].astype(np.float64)
+                    worst_c = max(worst_c, float(np.abs(mine - ck).max() / max(1.0, np.abs(ck).max())))
+                # The same float32 computation in the same process: only the order of a few products.
+                rep.add(family, device, dtype, "post-RoPE keys = the model's own KV cache", worst_c <= 1e-5,
+                        f"{worst_c:.2e}", "1e-5")
             g = t["layers.0.key_grad"].reshape(n, -1)
             last = [(s + 1) * seq_len - 1 for s in range(samples)]
             rep.add(family, device, dtype, "causality: last token's gradients are 0",
@@ -273,6 +355,8 @@ def check_family(family, args, rep, transformers, tokenizers, torch, gsrq, work)
                 f32_dump = (t, out)
                 major = int(str(transformers.__version__).split(".")[0] or 4)
                 kw = {"dtype" if major >= 5 else "torch_dtype": torch.float64}
+                if major >= 5 and (family.endswith("moe") or family == "mixtral"):
+                    kw["experts_implementation"] = "eager"  # grouped matmuls have no float64 kernel
                 m64 = transformers.AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager",
                                                                         **kw).eval()
                 seqs, _ = __import__("dump_kv").tokenize(tok, text, samples, seq_len)
@@ -282,12 +366,13 @@ def check_family(family, args, rep, transformers, tokenizers, torch, gsrq, work)
                     for tok_i in (seq_len // 4, seq_len // 2):
                         j = int(np.argmax(np.abs(gl[tok_i])))
                         eps = 1e-4
-                        fd = (summed_loss(m64, seqs[0], l, tok_i, j, eps, heads, hd, torch) -
-                              summed_loss(m64, seqs[0], l, tok_i, j, -eps, heads, hd, torch)) / (2 * eps)
+                        fd = (summed_loss(m64, seqs[0], l, tok_i, j, eps, torch) -
+                              summed_loss(m64, seqs[0], l, tok_i, j, -eps, torch)) / (2 * eps)
                         worst_fd = max(worst_fd, abs(fd - gl[tok_i, j]) / max(abs(fd), 1e-6))
-                # Central differences in float64 (truncation ~eps²) against float32 backprop.
-                rep.add(family, device, dtype, "key gradients = finite differences", worst_fd <= 1e-3,
-                        f"{worst_fd:.2e}", "1e-3 relative")
+                # Central differences of a model that is float64 throughout (truncation ~eps² = 1e-8)
+                # against float32 backprop through 3 layers (~1e-6 seen): 1e-4 leaves room for both.
+                rep.add(family, device, dtype, "key gradients = finite differences", worst_fd <= 1e-4,
+                        f"{worst_fd:.2e}", "1e-4 relative")
             elif f32_dump is not None:
                 ref = f32_dump[0]["layers.1.key_grad"].astype(np.float64)
                 got = t["layers.1.key_grad"].astype(np.float64)

@@ -5,7 +5,7 @@
     python3 tools/hf_ppl.py --model DIR (--text FILE | --generate [--seed S]) [--seq-len 256] [--sequences 16]
                             [-c CODEBOOKS ...] [--device cuda] [--json]
 
-The same method as `gsrq ppl`: S sequences of T tokens (BOS, then the text's next T − 1 tokens, or
+The same method as `gsrq ppl`: S sequences of T tokens (BOS, then the re-flowed text's next T − 1 tokens, or
 T − 1 tokens sampled from the unquantized model at temperature 1); perplexity = exp(mean next-token
 loss). For each codebooks file, forward hooks on the modules whose outputs are the keys (before
 RoPE) and values (tools/dump_kv.py's producers: k_proj / k_norm, v_proj, Phi-3's fused qkv_proj)
@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,6 +67,12 @@ class CodebookHooks:
         self.handles = []
         hd, heads, kvh = info["head_dim"], info["heads"], info["kv_heads"]
         post = meta.get("key_rope") == "post"
+        # Codebooks trained on keys whose RoPE pairs are interleaved (llama2.c's, as in gsrq's bundled
+        # sample) see the features of each head in another order than transformers' rotate-half
+        # models: feature j of such a model is the codebooks' feature from_pairs[j].
+        interleaved = meta.get("rope_pairing", "half") == "interleaved"
+        from_pairs = torch.arange(hd).reshape(hd // 2, 2).T.reshape(-1)
+        to_pairs = torch.argsort(from_pairs)
         tb = {n: torch.tensor(b, device=device) for n, b in books.items()}
         features = kvh * hd
         for n, b in books.items():
@@ -78,15 +85,22 @@ class CodebookHooks:
                 continue
             prods = dump_kv.producers(layer.self_attn)
 
-            def fix_keys(k, kb=kb):
+            inv, _ = info["rope_per_type"][info["layer_types"][lid]]
+
+            def fix_keys(k, kb=kb, inv=inv):
                 T = k.shape[0]
-                if not post:
-                    return reconstruct(k, kb, torch)
                 pos = torch.arange(T)
-                inv = info["inv_freq"]
-                rot = dump_kv.rope_post(k.reshape(T, kvh, hd).cpu(), pos, inv).reshape(T, -1).to(k)
-                back = dump_kv.rope_post(reconstruct(rot, kb, torch).reshape(T, kvh, hd).cpu(), -pos, inv)
-                return back.reshape(T, -1).to(k)
+                x = k
+                if post:
+                    x = dump_kv.rope_post(x.reshape(T, kvh, hd).cpu(), pos, inv).reshape(T, -1).to(k)
+                if interleaved:  # the model's rotate-half features in the codebooks' pair order
+                    x = x.reshape(T, kvh, hd)[..., to_pairs].reshape(T, -1)
+                x = reconstruct(x, kb, torch)
+                if interleaved:
+                    x = x.reshape(T, kvh, hd)[..., from_pairs].reshape(T, -1)
+                if post:
+                    x = dump_kv.rope_post(x.reshape(T, kvh, hd).cpu(), -pos, inv).reshape(T, -1).to(k)
+                return x
 
             def replace(kind, fixer):
                 def hook(module, inputs, output):
@@ -117,12 +131,20 @@ class CodebookHooks:
             h.remove()
 
 
+def reflow(text):
+    """As `gsrq ppl` reads a text: paragraphs (separated by blank lines) joined by "\n", runs of white
+    space inside one collapsed to a space."""
+    ws = " \t\n\r\f\v"  # C's isspace, as gsrq's reader: a no-break space is not white space here
+    paras = [re.sub(f"[{ws}]+", " ", p).strip(ws) for p in re.split(r"\n[ \t\r\f\v]*\n", text)]
+    return "\n".join(p for p in paras if p)
+
+
 def perplexity(model, seqs, device, torch):
     nll, n = 0.0, 0
     with torch.no_grad():
         for s in seqs:
             x = torch.tensor([s], device=device)
-            nll += float(model(input_ids=x, labels=x).loss) * (len(s) - 1)
+            nll += float(model(input_ids=x, labels=x, use_cache=False).loss) * (len(s) - 1)
             n += len(s) - 1
     return math.exp(nll / n)
 
@@ -170,7 +192,7 @@ def main(argv=None, loaded=None):
         else:
             if not os.path.isfile(a.text):
                 raise InputError(f"--text {a.text}: no such file")
-            seqs, _ = dump_kv.tokenize(tok, a.text, a.sequences, a.seq_len)
+            seqs, _ = dump_kv.tokenize(tok, a.text, a.sequences, a.seq_len, prepare=reflow)
         fp32 = perplexity(model, seqs, device, torch)
         rows = [{"codebooks": "unquantized", "method": "-", "bpa": None, "perplexity": fp32}]
         for path, meta, books in files:

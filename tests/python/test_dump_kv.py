@@ -35,8 +35,7 @@ rope_numpy = hf_check.rope_numpy
 def summed_loss(model, ids, layer, token, feature, delta):
     """The summed next-token loss with key[token, feature] of `layer` moved by delta (the same
     perturbation tools/hf_check.py applies to transformers models)."""
-    attn = model.model.layers[layer].self_attn
-    return hf_check.summed_loss(model, ids, layer, token, feature, delta, attn.heads, attn.hd, torch)
+    return hf_check.summed_loss(model, ids, layer, token, feature, delta, torch)
 
 
 def check_dump(out, model, seqs, heads, kv_heads, head_dim, layers, seq_len):
@@ -162,13 +161,13 @@ class MiniLlama(torch.nn.Module):
         self.model.rotary_emb = types.SimpleNamespace(inv_freq=inv, attention_scaling=1.0)
         self.lm_head = torch.nn.Linear(d, vocab, bias=False)
 
-    def forward(self, input_ids, labels):
+    def forward(self, input_ids, labels=None, use_cache=False):
         h = self.model.embed(input_ids)
         for blk in self.model.layers:
             h = h + blk.self_attn(h)
             h = h + blk.mlp(h)
         logits = self.lm_head(h)
-        loss = torch.nn.functional.cross_entropy(logits[0, :-1], labels[0, 1:])
+        loss = None if labels is None else torch.nn.functional.cross_entropy(logits[0, :-1], labels[0, 1:])
         return types.SimpleNamespace(loss=loss, logits=logits)
 
 
