@@ -23,8 +23,13 @@ layer_LLL.safetensors per layer) that `gsrq` opens as one dump. Activations go t
 sequence and each shard is streamed from there, so memory stays at one sequence's activations.
 
 Needs torch and transformers (the user's environment); nothing is downloaded unless --model is a
-hub id that is not cached. Exit codes: 0 done, 2 bad input (named), 1 other failures; on any
-failure nothing is left at --out.
+hub id that is not cached. Exit codes: 0 done, 2 bad input (named), 1 other failures, 128 + N when
+stopped by signal N (SIGTERM, SIGHUP, SIGINT: after the sequence in progress); on any failure nothing
+is left at --out. The work happens in a staging directory beside --out (.NAME.dump_kv), removed on
+every exit unless --resume was given, in which case a stop or crash keeps it and the same command
+with --resume continues from the last finished sequence (the result is byte-identical to an
+uninterrupted run). Staging that a killed run left is reused with --resume, removed without it.
+Before the first sequence the bytes the dump needs at its peak are compared with the free space.
 """
 import argparse
 import json
@@ -33,7 +38,6 @@ import os
 import shutil
 import struct
 import sys
-import tempfile
 import time
 
 TOOL_VERSION = "1.1"
@@ -88,6 +92,9 @@ def parse_args(argv):
     ap.add_argument("--post-rope", action="store_true", help="also store keys and queries after RoPE")
     ap.add_argument("--dry-run", action="store_true", help="print the tensors and bytes it would write, then stop")
     ap.add_argument("--force", action="store_true", help="replace an existing --out")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue a stopped or killed dump of the same --out and settings from its last finished "
+                         "sequence; a stop keeps what a later --resume needs")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     a = ap.parse_args(argv)
     if a.samples < 1:
@@ -481,9 +488,31 @@ def load_model(a):
         model = transformers.AutoModelForCausalLM.from_pretrained(a.model, **kw)
     except Exception as e:  # noqa: BLE001 - a truncated or mismatched weights file, named
         raise InputError(f"--model {a.model}: cannot load its weights ({type(e).__name__}: {first_line(e)})")
+    if os.path.isdir(a.model):
+        check_stored_dtypes(a.model, model)
     model.to(device)
     model.eval()
     return model, tok, device, mdt
+
+
+def check_stored_dtypes(model_dir, model):
+    """transformers casts an integer tensor into a floating-point parameter without a word, which
+    would make every activation of the dump meaningless: refuse, naming the file and tensor."""
+    floats = {n for n, t in model.state_dict().items() if t.is_floating_point()}
+    for f in sorted(os.listdir(model_dir)):
+        if not f.endswith(".safetensors"):
+            continue
+        path = os.path.join(model_dir, f)
+        try:
+            with open(path, "rb") as fh:
+                n = struct.unpack("<Q", fh.read(8))[0]
+                header = json.loads(fh.read(n))
+        except (OSError, ValueError, struct.error):
+            continue  # transformers has read it already; its own errors were reported
+        for name, e in header.items():
+            if name in floats and isinstance(e, dict) and e.get("dtype") in ("I8", "I16", "I32", "I64", "U8", "BOOL"):
+                raise InputError(f"--model {model_dir}: {f} stores {name} as {e['dtype']}, where the model has "
+                                 f"floating-point weights")
 
 
 def first_line(e):
@@ -569,13 +598,126 @@ def tensor_bytes(name, shape, store_size):
                                else store_size)
 
 
+class Stopped(Exception):
+    """A signal asked the exporter to stop (after the sequence in progress)."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class StopSignals:
+    """SIGTERM (Slurm's time limit and preemption), SIGHUP and SIGINT ask for a stop: the sequence in
+    progress finishes, then the exporter cleans up and exits 128 + the signal's number. A second
+    SIGINT (Ctrl-C twice) stops at once."""
+
+    SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
+
+    def __init__(self):
+        self.signum = None
+        self.saved = {}
+
+    def __enter__(self):
+        import signal
+        for name in self.SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                try:
+                    self.saved[sig] = signal.signal(sig, self._handle)
+                except ValueError:  # not the main thread: signals stay as they were
+                    pass
+        return self
+
+    def _handle(self, signum, frame):
+        import signal
+        if self.signum == signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def check(self):
+        if self.signum is not None:
+            raise Stopped(self.signum)
+
+    def __exit__(self, *exc):
+        import signal
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
+
+
+def staging_path(out):
+    """The staging directory of a dump: beside --out (same file system, so the finished dump is
+    renamed into place), one per --out, so that a later run finds what an earlier one left."""
+    parent = os.path.dirname(os.path.abspath(out)) or "."
+    return os.path.join(parent, f".{os.path.basename(os.path.abspath(out))}.dump_kv")
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path, obj):
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def claim_staging(stage, a, fingerprint):
+    """Takes the staging directory for this run: {"done": sequences finished, "loss_sum", "shards":
+    shard files finished}. What another process left is refused while that process lives; once it
+    is gone, reused with --resume when it was made with the same settings, else removed (with a
+    message either way)."""
+    state = {"done": 0, "loss_sum": 0.0, "shards": []}
+    if os.path.isdir(stage):
+        owner = read_json(os.path.join(stage, "owner.json")) or {}
+        pid, host = owner.get("pid"), owner.get("host")
+        if isinstance(pid, int) and host == socket_host() and pid != os.getpid() and pid_alive(pid):
+            raise InputError(f"--out {a.out}: another dump_kv.py (pid {pid}) is writing it (staging {stage})")
+        left = read_json(os.path.join(stage, "progress.json"))
+        if a.resume and left and owner.get("fingerprint") == fingerprint:
+            state = left
+            print(f"dump_kv.py: resuming from {stage}: {state['done']} of {a.samples} sequences done"
+                  + (f", {len(state['shards'])} shard files written" if state["shards"] else ""), file=sys.stderr)
+        else:
+            why = ("it was made with other settings" if a.resume and left else
+                   "nothing in it can be resumed" if a.resume else "no --resume")
+            print(f"dump_kv.py: removing the staging {stage} left by an earlier run (pid {pid}): {why}",
+                  file=sys.stderr)
+            shutil.rmtree(stage)
+    os.makedirs(os.path.join(stage, "spool"), exist_ok=True)
+    os.makedirs(os.path.join(stage, "out"), exist_ok=True)
+    write_json(os.path.join(stage, "owner.json"), {"pid": os.getpid(), "host": socket_host(),
+                                                   "fingerprint": fingerprint})
+    return state
+
+
+def socket_host():
+    import socket
+    return socket.gethostname()
+
+
 def run(a, loaded=None):
     """loaded: (model, tokenizer, device, model dtype) already in memory, instead of --model."""
     model, tok, device, mdt = loaded or load_model(a)
     import torch
     info = describe(model)
     layer_ids = parse_layers(a.layers, info["num_layers"])
-    seqs, text_tokens = tokenize(tok, a.text, a.samples, a.seq_len)
     tokens = a.samples * a.seq_len
     tag, size = DTYPES[a.dtype]
     shards = plan(info, layer_ids, a, tokens)
@@ -596,33 +738,124 @@ def run(a, loaded=None):
     parent = os.path.dirname(os.path.abspath(a.out)) or "."
     if not os.path.isdir(parent):
         raise InputError(f"--out {a.out}: the directory {parent} does not exist")
-    stage = tempfile.mkdtemp(prefix=".dump_kv-", dir=parent)
+    fingerprint = json.dumps({"model": os.path.abspath(a.model) if os.path.isdir(a.model) else a.model,
+                              "text": os.path.abspath(a.text), "text_bytes": os.path.getsize(a.text),
+                              "samples": a.samples, "seq_len": a.seq_len, "layers": layer_ids, "dtype": a.dtype,
+                              "model_dtype": mdt, "grad": not a.no_grad, "post_rope": a.post_rope,
+                              "tool_version": TOOL_VERSION}, sort_keys=True)
+    stage = staging_path(a.out)
+    keep = False  # the staging stays only when a stop leaves something to --resume
+    with StopSignals() as stop:
+        try:
+            state = claim_staging(stage, a, fingerprint)
+            keep = a.resume
+            spool, out_dir = os.path.join(stage, "spool"), os.path.join(stage, "out")
+            # Per sequence, each spool file grows by its tensor's bytes for seq_len rows.
+            per_seq = {n: tensor_bytes(n, s, size) // a.samples for fname, ts in shards[1:] for n, s in ts}
+            # The peak: the whole spool, plus the largest shard while it is copied out of it.
+            written = sum(per_seq[n] * state["done"] for n in per_seq)
+            need = total + max(sum(tensor_bytes(n, s, size) for n, s in ts) for _, ts in shards) - written
+            free = shutil.disk_usage(stage).free
+            if need > free:
+                raise InputError(f"--out {a.out}: the dump needs {need:,} more bytes at its peak (spool and "
+                                 f"shards), {parent} has {free:,} free")
+            seqs, text_tokens = tokenize(tok, a.text, a.samples, a.seq_len)
+            loss_sum = run_sequences(a, model, device, info, layer_ids, seqs, state, spool, per_seq, stop, stage)
+            metadata = {
+                "format": "gsrq-kv-dump", "format_version": 1, "model": a.model, "model_type": info["model_type"],
+                "num_layers": info["num_layers"], "layers": ",".join(map(str, layer_ids)),
+                "num_heads": info["heads"], "num_kv_heads": info["kv_heads"], "head_dim": info["head_dim"],
+                "key_rope": "pre", "rope_theta": info["rope_theta"], "rope_pairing": "half",
+                "rope_attention_scaling": info["rope_scaling"], "dtype": a.dtype, "model_dtype": mdt,
+                "text": os.path.basename(a.text), "text_tokens": text_tokens, "tokens": tokens,
+                "samples": a.samples, "seq_len": a.seq_len, "gradients": "none" if a.no_grad else
+                "d(summed next-token cross-entropy)/d(projection output)",
+                "mean_loss": loss_sum / (a.samples * (a.seq_len - 1)),
+                "tool": "dump_kv.py", "tool_version": TOOL_VERSION, "rotary_dim": info["rotary_dim"],
+                "post_rope_source": state.get("post_rope_source", "none"), **info["extra"],
+            }
+            pos = torch.arange(a.seq_len, dtype=torch.int64).repeat(a.samples).numpy().tobytes()
+            sid = torch.arange(a.samples, dtype=torch.int64).repeat_interleave(a.seq_len).numpy().tobytes()
+            inv = info["inv_freq"].to(torch.float32).numpy().tobytes()
+            for fname, ts in shards:
+                if fname in state["shards"]:
+                    continue
+                stop.check()
+                entries = []
+                for n, s in ts:
+                    if n == "positions":
+                        entries.append((n, "I64", s, pos))
+                    elif n == "sequence_ids":
+                        entries.append((n, "I64", s, sid))
+                    elif n == "rope.inv_freq":
+                        entries.append((n, "F32", s, inv))
+                    elif n.startswith("rope.inv_freq."):
+                        entries.append((n, "F32", s, info["rope_per_type"][n[len("rope.inv_freq."):]][0]
+                                        .to(torch.float32).numpy().tobytes()))
+                    else:
+                        entries.append((n, tag, s, os.path.join(spool, n)))
+                write_safetensors(os.path.join(out_dir, fname), entries, metadata)
+                state["shards"].append(fname)
+                write_json(os.path.join(stage, "progress.json"), state)
+                for n, _, _, src in entries:
+                    if isinstance(src, str):
+                        os.remove(src)  # the spool shrinks as shards are written
+            written = sum(os.path.getsize(os.path.join(out_dir, f)) for f, _ in shards)
+            if os.path.exists(a.out):
+                shutil.rmtree(a.out)
+            os.rename(out_dir, a.out)
+            keep = False
+            if not a.quiet:
+                print(f"wrote {a.out}: {len(shards)} files, {written:,} bytes; mean next-token loss "
+                      f"{metadata['mean_loss']:.4f}")
+            return 0
+        except Stopped as e:
+            import signal
+            name = signal.Signals(e.signum).name
+            done = read_json(os.path.join(stage, "progress.json")) or {"done": 0}
+            if keep:
+                print(f"dump_kv.py: stopped by {name} after {done['done']} of {a.samples} sequences; the staging "
+                      f"{stage} is kept: run the same command with --resume to continue", file=sys.stderr)
+            else:
+                print(f"dump_kv.py: stopped by {name} after {done['done']} of {a.samples} sequences; nothing was "
+                      f"kept (--resume keeps what a later run can continue from)", file=sys.stderr)
+            return 128 + e.signum
+        finally:
+            if not keep:
+                shutil.rmtree(stage, ignore_errors=True)
+
+
+def run_sequences(a, model, device, info, layer_ids, seqs, state, spool, per_seq, stop, stage):
+    """Runs the sequences not yet done, appending each one's tensors to the spool files and then
+    recording it as done in progress.json, so a resumed run continues from a finished sequence
+    (a spool file longer than its done sequences, from a kill mid-sequence, is cut back)."""
+    import torch
+    want_grad = not a.no_grad
+    store_dtype = torch_dtype(torch, a.dtype)
+    files = {}
+    for n, per in per_seq.items():
+        path = os.path.join(spool, n)
+        f = open(path, "r+b" if os.path.exists(path) else "wb")
+        f.truncate(per * state["done"])
+        f.seek(per * state["done"])
+        files[n] = f
+
+    def put(name, t):
+        # [1, T, F] or [1, T, H, hd] -> contiguous little-endian bytes of [T, F] in the stored dtype
+        t = t.detach().reshape(t.shape[1], -1).to(store_dtype).contiguous().cpu()
+        if t.dtype == torch.bfloat16:
+            t = t.view(torch.int16)  # NumPy has no bfloat16; the bytes are what the file holds
+        files[name].write(t.numpy().tobytes())
+
+    rec = Recorder(info["layers"], layer_ids, want_grad, info["heads"], info["kv_heads"], info["head_dim"])
+    capture = AttentionCapture(model, layer_ids) if a.post_rope else None
     try:
-        spool = os.path.join(stage, "spool")
-        os.mkdir(spool)
-        store_dtype = torch_dtype(torch, a.dtype)
-        want_grad = not a.no_grad
-        rec = Recorder(info["layers"], layer_ids, want_grad, info["heads"], info["kv_heads"], info["head_dim"])
-        capture = AttentionCapture(model, layer_ids) if a.post_rope else None
-        files = {}
-
-        def spool_file(name):
-            if name not in files:
-                files[name] = open(os.path.join(spool, name), "wb")
-            return files[name]
-
-        def put(name, t):
-            # [1, T, F] or [1, T, H, hd] -> contiguous little-endian bytes of [T, F] in the stored dtype
-            t = t.detach().reshape(t.shape[1], -1).to(store_dtype).contiguous().cpu()
-            if t.dtype == torch.bfloat16:
-                t = t.view(torch.int16)  # NumPy has no bfloat16; the bytes are what the file holds
-            spool_file(name).write(t.numpy().tobytes())
-
-        loss_sum = 0.0
-        progress = Progress(a.samples, a.quiet)
+        loss_sum = state["loss_sum"]
+        progress = Progress(a.samples - state["done"], a.quiet)
         positions = torch.arange(a.seq_len)
-        for si, ids in enumerate(seqs):
-            x = torch.tensor([ids], device=device)
+        for si in range(state["done"], a.samples):
+            stop.check()
+            x = torch.tensor([seqs[si]], device=device)
             model.zero_grad(set_to_none=True)
             with torch.set_grad_enabled(want_grad):
                 # use_cache=False: transformers 5 would build a KV cache on every forward
@@ -652,60 +885,22 @@ def run(a, loaded=None):
                     put(f"layers.{lid}.key_post", kp[None])
                     put(f"layers.{lid}.query_post", qp[None])
             rec.clear()
+            for f in files.values():
+                f.flush()
+                os.fsync(f.fileno())
+            state["done"], state["loss_sum"] = si + 1, loss_sum
+            if capture is not None:
+                state["post_rope_source"] = ("attention inputs" if capture.active else
+                                             "recomputed from rope.inv_freq")
+            write_json(os.path.join(stage, "progress.json"), state)
             progress.step(f"sequence {si + 1}")
+        return loss_sum
+    finally:
         rec.remove()
-        post_source = "none"
         if capture is not None:
-            post_source = "attention inputs" if capture.active else "recomputed from rope.inv_freq"
             capture.remove()
         for f in files.values():
             f.close()
-
-        metadata = {
-            "format": "gsrq-kv-dump", "format_version": 1, "model": a.model, "model_type": info["model_type"],
-            "num_layers": info["num_layers"], "layers": ",".join(map(str, layer_ids)),
-            "num_heads": info["heads"], "num_kv_heads": info["kv_heads"], "head_dim": info["head_dim"],
-            "key_rope": "pre", "rope_theta": info["rope_theta"], "rope_pairing": "half",
-            "rope_attention_scaling": info["rope_scaling"], "dtype": a.dtype, "model_dtype": mdt,
-            "text": os.path.basename(a.text), "text_tokens": text_tokens, "tokens": tokens,
-            "samples": a.samples, "seq_len": a.seq_len, "gradients": "none" if a.no_grad else
-            "d(summed next-token cross-entropy)/d(projection output)", "mean_loss": loss_sum / (a.samples * (a.seq_len - 1)),
-            "tool": "dump_kv.py", "tool_version": TOOL_VERSION, "rotary_dim": info["rotary_dim"],
-            "post_rope_source": post_source, **info["extra"],
-        }
-        pos = torch.arange(a.seq_len, dtype=torch.int64).repeat(a.samples).numpy().tobytes()
-        sid = torch.arange(a.samples, dtype=torch.int64).repeat_interleave(a.seq_len).numpy().tobytes()
-        inv = info["inv_freq"].to(torch.float32).numpy().tobytes()
-        out_dir = os.path.join(stage, "out")
-        os.mkdir(out_dir)
-        written = 0
-        for fname, ts in shards:
-            entries = []
-            for n, s in ts:
-                if n == "positions":
-                    entries.append((n, "I64", s, pos))
-                elif n == "sequence_ids":
-                    entries.append((n, "I64", s, sid))
-                elif n == "rope.inv_freq":
-                    entries.append((n, "F32", s, inv))
-                elif n.startswith("rope.inv_freq."):
-                    entries.append((n, "F32", s, info["rope_per_type"][n[len("rope.inv_freq."):]][0]
-                                    .to(torch.float32).numpy().tobytes()))
-                else:
-                    entries.append((n, tag, s, os.path.join(spool, n)))
-            written += write_safetensors(os.path.join(out_dir, fname), entries, metadata)
-            for n, _, _, src in entries:
-                if isinstance(src, str):
-                    os.remove(src)  # the spool shrinks as shards are written
-        if os.path.exists(a.out):
-            shutil.rmtree(a.out)
-        os.rename(out_dir, a.out)
-        if not a.quiet:
-            print(f"wrote {a.out}: {len(shards)} files, {written:,} bytes; mean next-token loss "
-                  f"{metadata['mean_loss']:.4f}")
-        return 0
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def main(argv=None, loaded=None):
@@ -718,10 +913,13 @@ def main(argv=None, loaded=None):
     except OSError as e:
         import errno
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            print(f"dump_kv.py: disk full writing {e.filename or 'the dump'}: {e.strerror}; nothing was kept",
-                  file=sys.stderr)
+            print(f"dump_kv.py: disk full writing {e.filename or 'the dump'}: {e.strerror}; --out was not "
+                  f"written", file=sys.stderr)
             return 1
         raise
+    except KeyboardInterrupt:
+        print("dump_kv.py: interrupted (Ctrl-C twice); --out was not written", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

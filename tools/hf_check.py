@@ -95,7 +95,7 @@ def read_safetensors(path):
         if dt == "BF16":
             arr = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
         else:
-            arr = raw.view({"F32": np.float32, "F16": np.float16, "I64": np.int64}[dt])
+            arr = raw.view({"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}[dt])
         out[name] = arr.reshape(e["shape"])
     return out, header.get("__metadata__", {})
 

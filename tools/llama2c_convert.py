@@ -26,6 +26,7 @@ import numpy as np
 
 HEADER = struct.Struct("<7i")
 SPECIAL = ("<unk>", "<s>", "</s>")
+LLAMA2C_SPECIAL = ("<unk>", "\n<s>\n", "\n</s>\n")
 
 
 class InputError(Exception):
@@ -157,7 +158,7 @@ def hf_tokenizer_json(pieces, scores):
     """A tokenizer.json (Llama's sentencepiece-BPE conventions) that encodes as llama2.c does."""
     vocab = {}
     for i, p in enumerate(pieces):
-        key = p if (i < 3 or is_byte_piece(p)) else p.replace(" ", "\u2581")
+        key = SPECIAL[i] if i < 3 else p if is_byte_piece(p) else p.replace(" ", "\u2581")
         vocab.setdefault(key, i)
     merges = []
     for i, p in enumerate(pieces):
@@ -203,7 +204,9 @@ def pieces_from_hf(tokenizer_json):
         pieces[i] = p
     if None in pieces or tuple(pieces[:3]) != SPECIAL:
         raise InputError("tokenizer.json: expected ids 0, 1, 2 to be <unk>, <s>, </s> and no gaps")
-    out = [p if (i < 3 or is_byte_piece(p)) else p.replace("\u2581", " ") for i, p in enumerate(pieces)]
+    # llama2.c's own exports write BOS and EOS with newlines around them (its decoder prints them so).
+    out = [LLAMA2C_SPECIAL[i] if i < 3 else p if is_byte_piece(p) else p.replace("\u2581", " ")
+           for i, p in enumerate(pieces)]
     scores = [0.0 if (i < 3 or is_byte_piece(p)) else -float(i) for i, p in enumerate(pieces)]
     return out, scores
 

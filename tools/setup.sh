@@ -2,8 +2,9 @@
 # Installs what GSRQ Studio needs to build and test on Debian 12 (bookworm), skipping what is present.
 #   tools/setup.sh           build + test dependencies
 #   tools/setup.sh --bench   also the benchmark-only ones (FAISS with OpenBLAS)
-#   tools/setup.sh --python  also Debian's PyTorch, so the KV dump exporter's tests run on a small
-#                            Llama-style model (transformers is not packaged in Debian 12)
+#   tools/setup.sh --python  also python3-venv, for the pinned PyPI environment of torch and
+#                            transformers (tools/hf_env.sh) in which the Hugging Face tools and
+#                            tests run (Debian 12's PyTorch, 1.13, is too old for transformers 5)
 #   tools/setup.sh --fuzz    also clang with libFuzzer and LLVM's OpenMP runtime (tools/fuzz.sh,
 #                            tools/sanitize.sh)
 #   tools/setup.sh --slurm   also Slurm and munge, for the single-node cluster of
@@ -16,7 +17,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
 for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-faiss libopenblas0-pthread) ;;
-    --python) pkgs+=(python3-torch) ;;
+    --python) pkgs+=(python3-venv) ;;
     --fuzz) pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev) ;;
     --slurm) pkgs+=(slurm-wlm munge) ;;
     *) echo "setup: unknown option $arg (--bench, --python, --fuzz, --slurm)" >&2; exit 2 ;;
