@@ -195,8 +195,13 @@ KvHook codebookHook(const CodebookFile& file, const std::string& path, const Lla
     const auto wanted = quantizedLayers(file, layers);
     const auto invFreq = ropeInvFreq(10000.0, cfg.headDim());
     const int hd = cfg.headDim();
-    return [&file, &backend, wanted, beam, post, invFreq, hd](int layer, MatrixRF& keys, MatrixRF& values,
-                                                              const std::vector<std::int64_t>& positions) {
+    // Codebooks trained on keys of a rotate-half model (transformers' Llama, whose q and k rows are
+    // the llama2.c model's permuted within each head) see feature j of a head where this model has
+    // feature 2j (j < hd/2) or 2(j − hd/2) + 1: the keys are put in that order for them and back.
+    const auto pairing = file.metadata.find("rope_pairing");
+    const bool half = pairing != file.metadata.end() && pairing->second == "half";
+    return [&file, &backend, wanted, beam, post, invFreq, hd, half](int layer, MatrixRF& keys, MatrixRF& values,
+                                                                    const std::vector<std::int64_t>& positions) {
         if (!std::binary_search(wanted.begin(), wanted.end(), layer))
             return;
         const auto reconstruct = [&](const std::string& tensor, MatrixRF& x) {
@@ -204,14 +209,32 @@ KvHook codebookHook(const CodebookFile& file, const std::string& path, const Lla
             if (e)
                 x = decode(encode(x, e->codebooks, beam, backend), e->codebooks);
         };
+        const auto reconstructKeys = [&](const std::string& tensor, MatrixRF& x) {
+            if (!half) {
+                reconstruct(tensor, x);
+                return;
+            }
+            MatrixRF y(x.rows(), x.cols());
+            for (Eigen::Index h = 0; h + hd <= x.cols(); h += hd)
+                for (int j = 0; j < hd / 2; ++j) {
+                    y.col(h + j) = x.col(h + 2 * j);
+                    y.col(h + hd / 2 + j) = x.col(h + 2 * j + 1);
+                }
+            reconstruct(tensor, y);
+            for (Eigen::Index h = 0; h + hd <= x.cols(); h += hd)
+                for (int j = 0; j < hd / 2; ++j) {
+                    x.col(h + 2 * j) = y.col(h + j);
+                    x.col(h + 2 * j + 1) = y.col(h + hd / 2 + j);
+                }
+        };
         if (post && file.find("layers." + std::to_string(layer) + ".key")) {
             MatrixRF k = applyRope(keys, hd, positions, invFreq, RopePairing::Interleaved);
-            reconstruct("layers." + std::to_string(layer) + ".key", k);
+            reconstructKeys("layers." + std::to_string(layer) + ".key", k);
             std::vector<std::int64_t> back(positions.size());
             std::transform(positions.begin(), positions.end(), back.begin(), [](std::int64_t p) { return -p; });
             keys = applyRope(k, hd, back, invFreq, RopePairing::Interleaved); // the forward pass rotates again
         } else {
-            reconstruct("layers." + std::to_string(layer) + ".key", keys);
+            reconstructKeys("layers." + std::to_string(layer) + ".key", keys);
         }
         reconstruct("layers." + std::to_string(layer) + ".value", values);
     };

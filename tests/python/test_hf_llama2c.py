@@ -106,16 +106,41 @@ def test_codebooks_in_both_implementations(converted, tmp_path, capsys):
     assert abs(p_theirs - p_ours) <= 0.05 * effect, (p_theirs, p_ours, p_fp32)
 
 
-def test_dump_equals_the_bundled_sample(converted, tmp_path):
-    text = tmp_path / "gpl.txt"
+@pytest.fixture(scope="module")
+def hf_dump(converted, tmp_path_factory):
+    """tools/dump_kv.py's dump of the converted model on the text the sample was dumped on."""
+    d = tmp_path_factory.mktemp("dump")
+    text = d / "gpl.txt"
     with open(GPL, encoding="utf-8") as f:
         text.write_text(hf_ppl.reflow(f.read()))
-    out = str(tmp_path / "dump")
+    out = str(d / "dump")
     r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "dump_kv.py"), "--model", converted, "--text",
                         str(text), "--samples", "4", "--seq-len", "512", "--out", out, "--device", "cpu",
                         "--dtype", "f32", "--quiet"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    mine, meta = hf_check.read_dump(out)
+    return out
+
+
+def test_codebooks_of_the_transformers_dump_in_both(converted, hf_dump, tmp_path, capsys):
+    """Codebooks trained on the transformers model's own keys (rotate-half pairs, as the file records)
+    run in gsrq's llama2.c forward pass, which puts its interleaved keys in their order."""
+    books = str(tmp_path / "books.safetensors")
+    r = subprocess.run([GSRQ, "--no-db", "train", hf_dump, "--dim", "8", "--stages", "2", "--k", "16", "--iters", "10",
+                        "--out", books, "-q"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    args = ["--text", GPL, "--seq-len", "256", "--sequences", "4"]
+    ours = gsrq_ppl(*args, "-c", books)["results"][1]["perplexity"]
+    theirs = hf_ppl_rows(capsys, "--model", converted, *args, "-c", books)
+    fp32, quantized = theirs[0]["perplexity"], theirs[1]["perplexity"]
+    effect = abs(quantized - fp32)
+    assert effect > 5e-3 * fp32  # about 0.8%
+    # As test_codebooks_in_both_implementations: near-tie flips only. Without the pair order the
+    # keys' codewords would be matched to other features, and the two would differ by far more.
+    assert abs(ours - quantized) <= 0.05 * effect, (ours, quantized, fp32)
+
+
+def test_dump_equals_the_bundled_sample(hf_dump):
+    mine, meta = hf_check.read_dump(hf_dump)
     sample, _ = hf_check.read_safetensors(SAMPLE)
     # transformers' rotate-half feature j of a head is llama2.c's interleaved feature order[j].
     order = llama2c_convert.interleaved_feature_order(8)
