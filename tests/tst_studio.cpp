@@ -111,6 +111,7 @@ private slots:
     void latencyPageSaysHowToMeasure();
     void latencyPageShowsStoredRuns();
     void latencyRunFillsTheChartOnAGpu();
+    void perplexityModelFollowsTheDump();
 
 private:
     // Whether the newest run of `kind` in the window's store has `status` (*seen: what it has).
@@ -587,6 +588,19 @@ void TestStudio::perplexityOfTrainedCodebooks()
     QCOMPARE(fp32[0].x(), 1.0);                                                      // R·log2(K)/D = 2·4/8
     QVERIFY(std::abs(fp32[0].y() - m.captured(1).toDouble()) <= 1e-3 * fp32[0].y()); // printed to 3 decimals
     runs->overlayMetric()->setCurrentText("nmse");
+}
+
+// The GSRQ page's perplexity runs the model the open dump was made from when it is bundled (the
+// head_dim-128 sample's codebooks do not fit stories260K), and the bundled stories260K otherwise.
+void TestStudio::perplexityModelFollowsTheDump()
+{
+    QVERIFY(m_window->openDump(QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/pydocs-hd128")));
+    QVERIFY2(m_window->context().pplModelPath().endsWith("models/pydocs-hd128/model.bin"),
+             qPrintable(m_window->context().pplModelPath()));
+    QVERIFY(m_window->context().pplTokenizerPath().endsWith("models/pydocs-hd128/tokenizer.bin"));
+    QVERIFY(m_window->openDump(kSample));
+    QVERIFY2(m_window->context().pplModelPath().endsWith("models/stories260K/stories260K.bin"),
+             qPrintable(m_window->context().pplModelPath()));
 }
 
 // Every chart exports what it shows: a PNG of its size, an SVG drawing, and CSV rows per point.

@@ -40,7 +40,7 @@ import struct
 import sys
 import time
 
-TOOL_VERSION = "1.1"
+TOOL_VERSION = "1.2"
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "gemma", "gemma2",
              "gemma3_text", "gemma3", "phi3")
 CAPTURE = "gsrq_capture"  # the attention function registered to see the model's post-RoPE q and k

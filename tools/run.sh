@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 bash tools/setup.sh
 bash tools/build.sh
 gsrq=build/app/cli/gsrq
-dump=${1:-resources/samples/stories260K-gpl3.safetensors}
+dump=${1:-resources/samples/pydocs-hd128}
 
 # With a display, the desktop app opens the dump; without one, the command-line job below runs.
 if [[ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" && -x build/app/studio/gsrq-studio ]]; then
@@ -18,15 +18,24 @@ fi
 "$gsrq" info "$dump"
 echo
 if [[ $# -eq 0 ]]; then
-  # The sample: 2,048 real tokens, 4 KV heads × head_dim 8 = 32 features per layer.
-  "$gsrq" compare "$dump" --tensor layers.2.key --dim 8 --k 64 --weights grad-log
+  # The sample (docs/sample-hd128.md): a Llama with head_dim 128 trained here, 6,144 held-out tokens
+  # of its layer 2, 2 KV heads × 128 = 256 features. KM against GSKM on whole heads (D = 128), then
+  # GSRQ codebooks at 0.5 bits per activation (8 stages × 256 codewords) for keys and values, with
+  # a quarter of the rows held out, and the perplexity they cost the model (on the first sequences of
+  # its held-out text, whose layer-2 keys and values are the dump's: tools/sample_report.py trains
+  # every layer's codebooks on training text instead, docs/sample-hd128.md).
+  model=resources/models/pydocs-hd128
+  "$gsrq" compare "$dump" --tensor layers.2.key --dim 128 --k 256 --weights grad-log
   echo
-  "$gsrq" compare "$dump" --tensor layers.2.value --dim 8 --k 64 --weights grad-log
+  "$gsrq" compare "$dump" --tensor layers.2.value --dim 128 --k 256 --weights grad-log
   echo
-  "$gsrq" train "$dump" --layers 2 --dim 8 --stages 4 --k 64 --weights grad-log --holdout 0.25 \
+  "$gsrq" train "$dump" --dim 128 --stages 8 --k 256 --weights grad-log --holdout 0.25 \
     --out build/sample-codebooks.safetensors --force
   echo
-  "$gsrq" runs list --limit 3
+  "$gsrq" ppl "$model/model.bin" --tokenizer "$model/tokenizer.bin" --text "$model/heldout.txt" \
+    --seq-len 512 --sequences 4 -c build/sample-codebooks.safetensors
+  echo
+  "$gsrq" runs list --limit 4
 else
   # A dump of one tensor (a .npy, say) is compared as it is. A model's dump: a middle layer's key
   # and value, as for the sample (D and K from the flags, else the whole rows and K = 256).

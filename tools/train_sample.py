@@ -12,7 +12,7 @@ re-flowed as `gsrq ppl` re-flows it (one paragraph per line), so both read the s
 
 Writes to --out: model/ (config, float32 safetensors, tokenizer.json), model.bin and tokenizer.bin
 (llama2.c), loss.csv (step, tokens, train loss, held-out loss, seconds), heldout.txt (the re-flowed
-held-out text), dump/ (the KV dump of held-out text: two layers, bf16, with gradients, ≤ 20 MB) and
+held-out text), dump/ (the KV dump of held-out text: one layer, bf16, with gradients, ≤ 20 MB) and
 PROVENANCE.md. Deterministic for a seed and thread count up to the floating-point order of the
 BLAS. Needs torch, transformers and tokenizers (tools/hf_env.sh).
 """
@@ -32,8 +32,8 @@ MODEL = dict(hidden_size=512, intermediate_size=512, num_hidden_layers=4, num_at
              rms_norm_eps=1e-5, tie_word_embeddings=True)
 VOCAB = 2048
 SEQ = 512
-DUMP_LAYERS = "1,2"       # two middle layers of four
-DUMP_SAMPLES = 6          # 6 × 512 tokens × 2 layers × (k, v, 2 grads: 4×256, q: 512) × 2 B ≈ 18.9 MB
+DUMP_LAYERS = "2"         # a middle layer of four: as many tokens as fit, rather than more layers
+DUMP_SAMPLES = 12         # 12 × 512 tokens × (k, v, 2 grads: 4×256, q: 512) × 2 B ≈ 18.9 MB
 SPECIAL = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
 
 

@@ -10,23 +10,34 @@
 #include <QCoreApplication>
 #include <QDir>
 #include <QFileInfo>
+#include <QStringList>
 #include <QPointer>
 #include <QSettings>
 
 namespace gsrq::studio {
+
+namespace {
+// Where bundled models are: installed beside the app, or in the source tree of a build (app or tests).
+QStringList bundledModelRoots()
+{
+    const QDir exe(QCoreApplication::applicationDirPath());
+    QStringList out;
+    for (const char* rel : {"../share/gsrq-studio/models", "../../../resources/models", "../../resources/models"})
+        out << QDir::cleanPath(exe.absoluteFilePath(QString::fromLatin1(rel)));
+    return out;
+}
+} // namespace
 
 StudioContext::StudioContext(QString storePath, QObject* parent) : QObject(parent), m_storePath(std::move(storePath))
 {
     QSettings settings;
     m_pplModel = settings.value("ppl/model").toString();
     m_pplTokenizer = settings.value("ppl/tokenizer").toString();
-    if (!m_pplModel.isEmpty())
+    m_pplChosen = !m_pplModel.isEmpty();
+    if (m_pplChosen)
         return;
-    // The bundled model: installed beside the app, or in the source tree of a build (app or tests).
-    const QDir exe(QCoreApplication::applicationDirPath());
-    for (const char* rel : {"../share/gsrq-studio/models/stories260K", "../../../resources/models/stories260K",
-                            "../../resources/models/stories260K"}) {
-        const QString dir = exe.absoluteFilePath(QString::fromLatin1(rel));
+    for (const QString& root : bundledModelRoots()) {
+        const QString dir = root + "/stories260K";
         if (QFileInfo::exists(dir + "/stories260K.bin") && QFileInfo::exists(dir + "/tok512.bin")) {
             m_pplModel = QDir::cleanPath(dir + "/stories260K.bin");
             m_pplTokenizer = QDir::cleanPath(dir + "/tok512.bin");
@@ -35,10 +46,28 @@ StudioContext::StudioContext(QString storePath, QObject* parent) : QObject(paren
     }
 }
 
+std::pair<QString, QString> StudioContext::pplPaths() const
+{
+    if (!m_pplChosen && m_dump) {
+        const auto it = m_dump->metadata().find("model");
+        if (it != m_dump->metadata().end() && !it->second.empty()) {
+            const QString named = QString::fromStdString(it->second);
+            QStringList dirs{named};
+            for (const QString& root : bundledModelRoots())
+                dirs << root + "/" + QFileInfo(named).fileName();
+            for (const QString& dir : dirs)
+                if (QFileInfo::exists(dir + "/model.bin") && QFileInfo::exists(dir + "/tokenizer.bin"))
+                    return {QDir::cleanPath(dir + "/model.bin"), QDir::cleanPath(dir + "/tokenizer.bin")};
+        }
+    }
+    return {m_pplModel, m_pplTokenizer};
+}
+
 void StudioContext::setPplModel(const QString& model, const QString& tokenizer)
 {
     m_pplModel = model;
     m_pplTokenizer = tokenizer;
+    m_pplChosen = !model.isEmpty();
     QSettings settings;
     settings.setValue("ppl/model", model);
     settings.setValue("ppl/tokenizer", tokenizer);

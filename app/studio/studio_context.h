@@ -18,6 +18,7 @@ class QComboBox;
 
 #include <memory>
 #include <optional>
+#include <utility>
 
 namespace gsrq::studio {
 
@@ -45,9 +46,12 @@ public:
     QString backendDescription() const;
 
     // The llama2.c model and tokenizer the GSRQ page measures perplexity with: the Preferences'
-    // choice, else the bundled stories260K (installed, or in the source tree), else empty.
-    QString pplModelPath() const { return m_pplModel; }
-    QString pplTokenizerPath() const { return m_pplTokenizer; }
+    // choice; else the model the open dump was made from, where its `model` metadata names a
+    // directory holding model.bin and tokenizer.bin (as it is, or by name among the bundled models:
+    // the pydocs-hd128 sample's); else the bundled stories260K (installed, or in the source tree);
+    // else empty.
+    QString pplModelPath() const { return pplPaths().first; }
+    QString pplTokenizerPath() const { return pplPaths().second; }
     void setPplModel(const QString& model, const QString& tokenizer);
 
     JobRunner& runner() { return m_runner; }
@@ -71,7 +75,9 @@ private:
     QString m_selected;
     QString m_storePath;
     gpu::BackendRequest m_backend;
+    std::pair<QString, QString> pplPaths() const;
     QString m_pplModel, m_pplTokenizer;
+    bool m_pplChosen = false; // set in Preferences: used whatever dump is open
     JobRunner m_runner;
 };
 

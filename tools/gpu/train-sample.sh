@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The realistic sample on the GPU machine: tools/train_sample.py trains a head_dim-128 Llama-style
 # model on the corpus bundle.sh prepared (gpu-bundle/corpus), dumps its KV cache on held-out text and
-# measures the paper's effects on it with the bundle's gsrq.
+# measures the paper's effects on it with the bundle's gsrq (tools/sample_report.py).
 #   tools/gpu/train-sample.sh OUTDIR [--minutes M]
-# Writes OUTDIR/sample/{model,dump,loss.csv,PROVENANCE.md,effects.json} and OUTDIR/train-sample.log.
+# Writes OUTDIR/sample/{model,model.bin,tokenizer.bin,dump,loss.csv,PROVENANCE.md},
+# OUTDIR/sample-report.md and OUTDIR/train-sample.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 1 ] || { echo "usage: tools/gpu/train-sample.sh OUTDIR [--minutes M]" >&2; exit 2; }
@@ -20,5 +21,10 @@ done
 . tools/gpu/unpack.sh
 cp gpu-bundle/corpus/PROVENANCE.md "$out/corpus-PROVENANCE.md"
 timeout --kill-after=10 570 "${PYTHON:-python3}" tools/train_sample.py --corpus gpu-bundle/corpus --out "$out/sample" \
-  --minutes "$minutes" --gsrq "$gsrq" 2>&1 | tee "$out/train-sample.log"
+  --minutes "$minutes" 2>&1 | tee "$out/train-sample.log"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || exit "$rc"
+"${PYTHON:-python3}" tools/sample_report.py --sample "$out/sample" --dump "$out/sample/dump" \
+  --train-text gpu-bundle/corpus/train.txt --gsrq "$gsrq" --work "$out/report-work" --out "$out/sample-report.md" \
+  2>&1 | tee -a "$out/train-sample.log"
 exit "${PIPESTATUS[0]}"
