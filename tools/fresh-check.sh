@@ -85,6 +85,15 @@ check() {
   mkdir -p "$root"
   tar -C "$root" -xzf "$work/base.tgz"
   cp /etc/resolv.conf "$root/etc/resolv.conf"
+  # How this machine reaches the registries, as a user's machine on the same network would have it:
+  # certificate authorities added locally (a TLS-inspecting proxy's) and pip's configuration. What
+  # the project installs, it still installs itself.
+  if [[ -d /usr/local/share/ca-certificates ]]; then
+    mkdir -p "$root/usr/local/share/ca-certificates" "$root/etc/ssl/certs"
+    cp -r /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/"
+    [[ ! -f /etc/ssl/certs/ca-certificates.crt ]] || cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+  fi
+  [[ ! -f /etc/pip.conf ]] || cp /etc/pip.conf "$root/etc/pip.conf"
   git clone -q --no-local "$repo" "$root/root/gsrq"
   [[ -z $deb ]] || cp "$deb" "$root/root/gsrq-studio.deb"
   for m in proc sys dev dev/pts; do
