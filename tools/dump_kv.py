@@ -545,19 +545,29 @@ def tokenize(tok, text_path, samples, seq_len, prepare=None):
 
 
 class Progress:
+    """A bar redrawn in place on a terminal; elsewhere (a batch job's log) a line at most every
+    30 seconds and at the end, so a cluster job's output stays readable."""
+
     def __init__(self, total, quiet):
         self.total, self.quiet, self.done, self.start = total, quiet, 0, time.time()
+        self.tty = sys.stderr.isatty()
+        self.last_line = self.start
 
     def step(self, what):
         self.done += 1
         if self.quiet:
             return
+        now = time.time()
         frac = self.done / self.total
-        bar = "#" * int(30 * frac)
-        eta = (time.time() - self.start) / self.done * (self.total - self.done)
-        sys.stderr.write(f"\r[{bar:<30}] {self.done}/{self.total} {what}  eta {eta:5.0f}s")
-        if self.done == self.total:
-            sys.stderr.write("\n")
+        eta = (now - self.start) / self.done * (self.total - self.done)
+        if self.tty:
+            bar = "#" * int(30 * frac)
+            sys.stderr.write(f"\r[{bar:<30}] {self.done}/{self.total} {what}  eta {eta:5.0f}s")
+            if self.done == self.total:
+                sys.stderr.write("\n")
+        elif now - self.last_line >= 30 or self.done == self.total:
+            self.last_line = now
+            sys.stderr.write(f"{self.done}/{self.total} {what}, eta {eta:.0f} s\n")
         sys.stderr.flush()
 
 
