@@ -112,6 +112,7 @@ private slots:
     void latencyPageShowsStoredRuns();
     void latencyRunFillsTheChartOnAGpu();
     void perplexityModelFollowsTheDump();
+    void failedRunRecordsTheEnginesMessage();
 
 private:
     // Whether the newest run of `kind` in the window's store has `status` (*seen: what it has).
@@ -601,6 +602,39 @@ void TestStudio::perplexityModelFollowsTheDump()
     QVERIFY(m_window->openDump(kSample));
     QVERIFY2(m_window->context().pplModelPath().endsWith("models/stories260K/stories260K.bin"),
              qPrintable(m_window->context().pplModelPath()));
+}
+
+// A job that fails on the engine's check records that message, as `gsrq train` does for the same
+// mistake, and the Runs table shows it in the run's Result.
+void TestStudio::failedRunRecordsTheEnginesMessage()
+{
+    QVERIFY(m_window->openDump(kSample));
+    auto* page = m_window->trainPage();
+    m_window->showPage("train");
+    page->tensorsEdit()->setText("layers.1.value");
+    page->dimBox()->setValue(128); // the sample's values have 4 KV heads × 8 = 32 features
+    page->stagesBox()->setValue(1);
+    page->kBox()->setValue(16);
+    QSignalSpy done(page, &TrainPage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(done.wait(test::waitMs(30000)));
+    QVERIFY(!done.first().first().toBool());
+    RunStore store(m_store.toStdString());
+    const auto runs = store.listRuns({"train", "", "", 1});
+    QVERIFY(!runs.empty());
+    QCOMPARE(QString::fromStdString(runs.front().status), QString("failed"));
+    const QString error = QString::fromStdString(runs.front().error);
+    QVERIFY2(error.contains("does not divide") && error.contains("32 features"), qPrintable(error));
+
+    auto* runsPage = m_window->runsPage();
+    runsPage->refresh();
+    auto* model = runsPage->table()->model();
+    bool shown = false;
+    for (int row = 0; row < model->rowCount(); ++row)
+        if (model->index(row, views::RunsTableModel::Id).data().toLongLong() == runs.front().id)
+            shown = model->index(row, views::RunsTableModel::Summary).data().toString() == error;
+    QVERIFY2(shown, "the failed run's message is not in the Runs table");
+    page->dimBox()->setValue(8);
 }
 
 // Every chart exports what it shows: a PNG of its size, an SVG drawing, and CSV rows per point.

@@ -49,6 +49,9 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const
         case Dump:
             return QFileInfo(QString::fromStdString(r->dumpPath)).fileName();
         case Summary:
+            // A failed run's result is what went wrong: the engine's message, from either face.
+            if (r->status == "failed" && !r->error.empty())
+                return QString::fromStdString(r->error);
             return QString::fromStdString(runHeadline(r->summaryJson));
         default:
             return {};
@@ -56,6 +59,8 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const
     }
     if (role == Qt::ToolTipRole && index.column() == Dump)
         return QString::fromStdString(r->dumpPath);
+    if (role == Qt::ToolTipRole && index.column() == Summary && !r->error.empty())
+        return QString::fromStdString(r->error);
     if (role == Qt::ToolTipRole && !r->origin.empty())
         return tr("Imported from %1").arg(QString::fromStdString(r->origin));
     if (role == Qt::ForegroundRole && index.column() == Status) {

@@ -57,6 +57,14 @@ int JobRunner::start(const QString& what, Body body)
                 emit r->finished(id);
             });
         } catch (const std::exception& e) {
+            if (*ctx.m_onFailure) {
+                try {
+                    (*ctx.m_onFailure)(e.what());
+                } catch (const std::exception&) {
+                    // Recording the failure failed (the store); the window still hears of it.
+                }
+                *ctx.m_onFailure = nullptr; // the run's store is closed here, on the worker
+            }
             returned->store(true);
             const QString message = QString::fromUtf8(e.what());
             ctx.post([r = ctx.m_runner, id = ctx.m_id, message] {

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 class QThread;
@@ -28,10 +29,16 @@ public:
         int id() const { return m_id; }
         bool cancelled() const { return m_cancel->load(); }
         void post(std::function<void()> onGui) const;
+        // Called on the worker with the exception's message when the body throws, after the
+        // body's locals are gone (a run recorder hands its unfinished run over here, so the run
+        // is closed with the engine's message rather than a generic one).
+        void onFailure(std::function<void(const std::string&)> f) const { *m_onFailure = std::move(f); }
 
     private:
         friend class JobRunner;
         int m_id = 0;
+        std::shared_ptr<std::function<void(const std::string&)>> m_onFailure =
+            std::make_shared<std::function<void(const std::string&)>>();
         std::shared_ptr<std::atomic<bool>> m_cancel;
         QPointer<JobRunner> m_runner;
     };

@@ -174,19 +174,24 @@ void fillClusterableTensors(QComboBox* box, const KvDump* dump)
 WorkerRecording::WorkerRecording(const QString& storePath, const RunInfo& info, const std::string& tensor,
                                  const JobRunner::Context& ctx, StudioContext* studio,
                                  const std::vector<std::string>& dumpFiles)
+    : m_ctx(ctx)
 {
     if (storePath.isEmpty())
         return;
     try {
-        m_store = std::make_unique<RunStore>(storePath.toStdString());
+        m_state->store = std::make_unique<RunStore>(storePath.toStdString());
         RunInfo i = info;
         i.toolVersion = kVersion;
         i.command = "gsrq-studio";
         if (!dumpFiles.empty())
-            i.dumpSha256 = m_store->dumpHash(dumpFiles);
-        m_recorder.emplace(*m_store, i, tensor);
+            i.dumpSha256 = m_state->store->dumpHash(dumpFiles);
+        m_state->recorder.emplace(*m_state->store, i, tensor);
+        ctx.onFailure([state = m_state](const std::string& message) {
+            if (state->recorder && !state->recorder->finished())
+                state->recorder->finish("failed", "{}", message);
+        });
     } catch (const std::exception& e) {
-        m_recorder.reset();
+        m_state->recorder.reset();
         const QString text = QStringLiteral("This run is not recorded: %1").arg(QString::fromUtf8(e.what()));
         QPointer<StudioContext> s(studio);
         ctx.post([s, text] {
@@ -196,12 +201,21 @@ WorkerRecording::WorkerRecording(const QString& storePath, const RunInfo& info, 
     }
 }
 
+WorkerRecording::~WorkerRecording()
+{
+    // Unwinding from the job's exception: the runner's catch closes the run with its message
+    // (the handler keeps the store open until then). Otherwise the run ends here, as it was.
+    if (std::uncaught_exceptions() > m_uncaught && m_state->recorder && !m_state->recorder->finished())
+        return;
+    m_ctx.onFailure({});
+}
+
 void WorkerRecording::finish(const std::string& status, const std::string& summary, const std::string& error)
 {
-    if (!m_recorder)
+    if (!m_state->recorder)
         return;
     try {
-        m_recorder->finish(status, summary, error);
+        m_state->recorder->finish(status, summary, error);
     } catch (const std::exception&) {
         // The store failed mid-run; the job's own result still reaches the window.
     }

@@ -18,6 +18,7 @@ class QComboBox;
 
 #include <memory>
 #include <optional>
+#include <exception>
 #include <utility>
 
 namespace gsrq::studio {
@@ -99,24 +100,34 @@ void fillClusterableTensors(QComboBox* box, const KvDump* dump);
 void bindTensorBox(StudioContext& ctx, QComboBox* box);
 
 // A run recorded from a worker thread through that thread's own store connection. A store that
-// cannot be opened leaves the job unrecorded and says why (the job still runs).
+// cannot be opened leaves the job unrecorded and says why (the job still runs). When the job
+// throws, the run is closed as failed with the exception's message (through the job's
+// Context::onFailure), as the CLI records it.
 class WorkerRecording {
 public:
     // dumpFiles: hashed (through the store's cache) into the run's dump_sha256.
     WorkerRecording(const QString& storePath, const RunInfo& info, const std::string& tensor,
                     const JobRunner::Context& ctx, StudioContext* studio, const std::vector<std::string>& dumpFiles);
-    RunRecorder* operator->() { return m_recorder ? &*m_recorder : nullptr; }
-    explicit operator bool() const { return m_recorder.has_value(); }
+    ~WorkerRecording();
+    WorkerRecording(const WorkerRecording&) = delete;
+    WorkerRecording& operator=(const WorkerRecording&) = delete;
+    RunRecorder* operator->() { return m_state->recorder ? &*m_state->recorder : nullptr; }
+    explicit operator bool() const { return m_state->recorder.has_value(); }
     void progress(const ProgressEvent& e)
     {
-        if (m_recorder)
-            m_recorder->onProgress(e);
+        if (m_state->recorder)
+            m_state->recorder->onProgress(e);
     }
     void finish(const std::string& status, const std::string& summary = "{}", const std::string& error = "");
 
 private:
-    std::unique_ptr<RunStore> m_store;
-    std::optional<RunRecorder> m_recorder;
+    struct State {
+        std::unique_ptr<RunStore> store;
+        std::optional<RunRecorder> recorder; // destroyed before the store
+    };
+    std::shared_ptr<State> m_state = std::make_shared<State>();
+    JobRunner::Context m_ctx;
+    int m_uncaught = std::uncaught_exceptions();
 };
 
 } // namespace gsrq::studio
