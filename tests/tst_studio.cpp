@@ -113,6 +113,7 @@ private slots:
     void latencyRunFillsTheChartOnAGpu();
     void perplexityModelFollowsTheDump();
     void failedRunRecordsTheEnginesMessage();
+    void nestedSettingsDifferKeyByKey();
 
 private:
     // Whether the newest run of `kind` in the window's store has `status` (*seen: what it has).
@@ -635,6 +636,34 @@ void TestStudio::failedRunRecordsTheEnginesMessage()
             shown = model->index(row, views::RunsTableModel::Summary).data().toString() == error;
     QVERIFY2(shown, "the failed run's message is not in the Runs table");
     page->dimBox()->setValue(8);
+}
+
+// Two perplexity runs whose codebooks' settings (JSON text inside the run's settings) differ in one
+// key: the Runs page lists that leaf alone, not the escaped settings string.
+void TestStudio::nestedSettingsDifferKeyByKey()
+{
+    QList<qint64> ids;
+    {
+        RunStore store(m_store.toStdString());
+        for (int stages : {4, 8}) {
+            RunInfo info;
+            info.kind = "ppl";
+            info.settingsJson = nlohmann::ordered_json{
+                {"model", "m.bin"},
+                {"codebook_settings",
+                 {{"method", "gskm"},
+                  {"settings", nlohmann::ordered_json{{"dim", 8}, {"stages", stages}, {"k", 16}}.dump()}}}}
+                                    .dump();
+            ids << store.beginRun(info);
+            store.finishRun(ids.back(), "done", "{}");
+        }
+    }
+    auto* page = m_window->runsPage();
+    page->refresh();
+    page->selectRuns(ids);
+    const QString text = page->detailsText();
+    QVERIFY2(text.contains("codebook_settings.settings.stages: 4  |  8"), qPrintable(text));
+    QVERIFY2(!text.contains("settings.dim") && !text.contains("\\\""), qPrintable(text));
 }
 
 // Every chart exports what it shows: a PNG of its size, an SVG drawing, and CSV rows per point.

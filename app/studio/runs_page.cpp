@@ -36,8 +36,19 @@ void flatten(const QJsonObject& o, const QString& prefix, std::map<QString, QStr
 {
     for (auto it = o.begin(); it != o.end(); ++it) {
         const QString key = prefix.isEmpty() ? it.key() : prefix + "." + it.key();
+        // Settings carried as JSON text (a codebooks file's `settings`, inside a ppl run's) are
+        // objects too: compared key by key, not as one escaped string.
+        QJsonObject nested;
+        if (it.value().isString() && it.value().toString().startsWith('{')) {
+            QJsonParseError err{};
+            const auto doc = QJsonDocument::fromJson(it.value().toString().toUtf8(), &err);
+            if (err.error == QJsonParseError::NoError && doc.isObject())
+                nested = doc.object();
+        }
         if (it.value().isObject())
             flatten(it.value().toObject(), key, out);
+        else if (!nested.isEmpty())
+            flatten(nested, key, out);
         else
             out[key] = QString::fromUtf8(QJsonDocument(QJsonObject{{"v", it.value()}}).toJson(QJsonDocument::Compact))
                            .mid(5)
