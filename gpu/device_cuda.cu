@@ -1,6 +1,7 @@
 #include "device.h"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <string>
 
@@ -13,7 +14,22 @@ DeviceQuery queryDevices()
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
-        q.message = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(err);
+        // In plain words where the cause is the machine's: the runtime reports a missing driver as
+        // an "insufficient" one, which sends users looking for an upgrade they cannot install.
+        bool driver = false;
+        if (void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+            driver = true;
+            dlclose(lib);
+        }
+        if (!driver)
+            q.message = "no NVIDIA driver on this machine (libcuda.so.1 not found)";
+        else if (err == cudaErrorInsufficientDriver)
+            q.message = std::string("the NVIDIA driver is older than this build's CUDA runtime needs "
+                                    "(cudaGetDeviceCount: ") + cudaGetErrorString(err) + ")";
+        else if (err == cudaErrorNoDevice)
+            q.message = "no CUDA device found";
+        else
+            q.message = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorString(err);
         return q;
     }
     for (int i = 0; i < count; ++i) {

@@ -125,8 +125,12 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     if (devices.devices.empty())
         m_deviceProblem = QString::fromStdString(devices.message);
     m_run->setEnabled(m_deviceProblem.isEmpty());
-    if (!m_deviceProblem.isEmpty())
+    if (!m_deviceProblem.isEmpty()) {
         m_run->setToolTip(tr("Needs a CUDA device: %1").arg(m_deviceProblem));
+        m_chart->setEmptyText(tr("Nothing can be timed here (%1). Recorded decode-latency runs appear here: "
+                                 "Show stored runs.")
+                                  .arg(m_deviceProblem));
+    }
 
     connect(refreshButton, &QPushButton::clicked, this, &LatencyPage::refresh);
     connect(m_run, &QPushButton::clicked, this, &LatencyPage::start);

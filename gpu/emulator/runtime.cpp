@@ -286,6 +286,8 @@ const char* cudaGetErrorName(cudaError_t error)
         return "cudaErrorInvalidDevicePointer";
     case cudaErrorInvalidMemcpyDirection:
         return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInsufficientDriver:
+        return "cudaErrorInsufficientDriver";
     case cudaErrorNoDevice:
         return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice:
