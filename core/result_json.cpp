@@ -218,6 +218,15 @@ std::string runHeadline(const std::string& summaryJson)
     const auto number = [](const nlohmann::ordered_json& o, const char* key) {
         return o.contains(key) && o[key].is_number();
     };
+    if (number(j, "fp32_perplexity")) { // a ppl run: FP32, and with the codebooks where one file was measured
+        char buf[128];
+        if (number(j, "perplexity"))
+            std::snprintf(buf, sizeof buf, "perplexity %.4g (FP32 %.4g)", j["perplexity"].get<double>(),
+                          j["fp32_perplexity"].get<double>());
+        else
+            std::snprintf(buf, sizeof buf, "FP32 perplexity %.4g", j["fp32_perplexity"].get<double>());
+        return buf;
+    }
     int shown = 0;
     for (auto it = j.begin(); it != j.end() && shown < 3; ++it) {
         const auto& v = it.value();

@@ -579,6 +579,19 @@ void TestStudio::perplexityOfTrainedCodebooks()
 
     auto* runs = m_window->runsPage();
     runs->refresh();
+    // The ppl run's Result says what it measured.
+    {
+        RunStore store(m_store.toStdString());
+        const auto ppl = store.listRuns({"ppl", "", "", 1});
+        QVERIFY(!ppl.empty());
+        auto* model = runs->table()->model();
+        QString result;
+        for (int row = 0; row < model->rowCount(); ++row)
+            if (model->index(row, views::RunsTableModel::Id).data().toLongLong() == ppl.front().id)
+                result = model->index(row, views::RunsTableModel::Summary).data().toString();
+        QVERIFY2(result.startsWith("perplexity " + QString::number(m.captured(2).toDouble(), 'g', 4)),
+                 qPrintable(result));
+    }
     runs->showAllPerplexity();
     runs->overlayChart()->flush();
     QCOMPARE(runs->overlayMetric()->currentText(), QString("perplexity"));
