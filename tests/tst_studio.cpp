@@ -600,6 +600,9 @@ void TestStudio::perplexityOfTrainedCodebooks()
              qPrintable(names.join(" | ")));
     const auto fp32 = runs->overlayChart()->points(names.filter("fp32 vs bpa").first());
     QCOMPARE(fp32.size(), 1);
+    // One point per run and series: drawn as a point, since a line of one point shows nothing.
+    QVERIFY(runs->overlayChart()->pointsDrawn(names.filter("fp32 vs bpa").first()));
+    QVERIFY(runs->overlayChart()->pointsDrawn(names.filter("gskm vs bpa").first()));
     QCOMPARE(fp32[0].x(), 1.0);                                                      // R·log2(K)/D = 2·4/8
     QVERIFY(std::abs(fp32[0].y() - m.captured(1).toDouble()) <= 1e-3 * fp32[0].y()); // printed to 3 decimals
     runs->overlayMetric()->setCurrentText("nmse");

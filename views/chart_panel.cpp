@@ -88,6 +88,12 @@ QAbstractSeries* ChartPanel::drawnSeries(const QString& name) const
     return m_series.value(name);
 }
 
+bool ChartPanel::pointsDrawn(const QString& name) const
+{
+    const auto* s = m_series.value(name);
+    return s && s->pointsVisible();
+}
+
 QLineSeries* ChartPanel::seriesFor(const QString& name)
 {
     if (auto* s = m_series.value(name))
@@ -245,7 +251,11 @@ void ChartPanel::onTick()
             if (m_logY) // a log axis cannot show values ≤ 0
                 pts.erase(std::remove_if(pts.begin(), pts.end(), [](const QPointF& p) { return !(p.y() > 0); }),
                           pts.end());
-            seriesFor(it.key())->replace(pts);
+            auto* s = seriesFor(it.key());
+            s->replace(pts);
+            // A line of one point draws nothing, and a few points are read one by one (a run's
+            // perplexity at its bits): they are drawn as points too.
+            s->setPointsVisible(pts.size() < 32);
         }
         it.value() = false;
         any = true;
@@ -268,8 +278,10 @@ void ChartPanel::onTick()
         const double padY = (y1 - y0) * 0.05 + (y1 == y0 ? std::abs(y0) * 0.05 + 1e-12 : 0);
         if (m_integerX && !m_logX)
             fitIntegerTicks(x0, x1);
-        else if (!axesX.isEmpty())
-            axesX.first()->setRange(x0, x1 > x0 ? x1 : x0 + 1);
+        else if (!axesX.isEmpty() && x1 > x0)
+            axesX.first()->setRange(x0, x1);
+        else if (!axesX.isEmpty()) // one x: centred, not at the left edge
+            axesX.first()->setRange(m_logX ? x0 / 2 : x0 - 0.5, m_logX ? x0 * 2 : x0 + 0.5);
         // Linear axes end on round numbers with ticks at round steps (0.2, 0.25), not at fifths of the data's span.
         if (auto* vx = qobject_cast<QValueAxis*>(axesX.value(0)); vx && !m_integerX)
             vx->applyNiceNumbers();

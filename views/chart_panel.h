@@ -57,6 +57,7 @@ public:
     // What the chart shows once pending updates are applied (tests and CSV export read this).
     QStringList seriesNames() const;
     QList<QPointF> points(const QString& name) const;
+    bool pointsDrawn(const QString& name) const; // markers at each point (sparse series), not only a line
     void flush(); // apply pending updates now
 
     bool exportPng(const QString& path);
