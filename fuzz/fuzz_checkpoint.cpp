@@ -1,8 +1,8 @@
 // A llama2.c checkpoint as `gsrq ppl` loads it, then one decoding step through it.
 #include "fuzz_input.h"
 
-#include "error.h"
-#include "llama2c.h"
+#include "core/base/error.h"
+#include "core/lm/llama2c.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
 {

@@ -76,10 +76,11 @@ std::string safetensorsBytes(const std::string& headerJson, std::string_view dat
 
 } // namespace gsrq::fuzz
 
-#include "codebook_file.h"
-#include "error.h"
-#include "kv_dump.h"
-#include "quantizer.h"
+#include "core/cluster/codebook_file.h"
+#include "core/base/error.h"
+#include "core/io/kv_dump.h"
+#include "core/cluster/quantizer.h"
+#include "core/cluster/weights.h"
 
 namespace gsrq::fuzz {
 

@@ -4,9 +4,9 @@
 // imported into a fresh store first, as `gsrq runs import` and a plan's merge do.
 #include "fuzz_input.h"
 
-#include "error.h"
-#include "result_json.h"
-#include "run_store.h"
+#include "core/base/error.h"
+#include "core/jobs/result_json.h"
+#include "core/store/run_store.h"
 
 #include <fstream>
 #include <iterator>

@@ -2,8 +2,8 @@
 // Input: the vocabulary size (2 bytes, little-endian), then the file.
 #include "fuzz_input.h"
 
-#include "error.h"
-#include "llama2c.h"
+#include "core/base/error.h"
+#include "core/lm/llama2c.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
 {

@@ -3,7 +3,7 @@
 // suites are built twice: against gsrq_gpu (a real device, or none) and against the CUDA emulator
 // (GSRQ_TEST_EMULATOR: every kernel runs on the CPU; the no-device paths are the other build's).
 
-#include "device.h"
+#include "gpu/device/device.h"
 
 #include <QString>
 

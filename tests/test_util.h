@@ -1,7 +1,7 @@
 #pragma once
 // Helpers shared by the test suites: seeded data and a scratch directory.
 
-#include "tensor.h"
+#include "core/io/tensor.h"
 
 #include <QProcess>
 #include <QTemporaryDir>

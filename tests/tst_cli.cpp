@@ -1,9 +1,9 @@
 // The gsrq command line end to end: generated files in, JSON out, parsed and checked; exit codes
 // for bad input; nothing overwritten by accident.
 
-#include "kv_dump.h"
-#include "npy.h"
-#include "safetensors.h"
+#include "core/io/kv_dump.h"
+#include "core/io/npy.h"
+#include "core/io/safetensors.h"
 #include "test_util.h"
 
 #include <QJsonArray>

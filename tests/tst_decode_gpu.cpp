@@ -5,15 +5,16 @@
 // on seeded shapes (GQA groups 1, 4 and 8; D = head_dim and D < head_dim; K = 256 bytes and bit-packed
 // K = 16; positions past 64K).
 
-#include "cluster_backend.h"
-#include "decode.h"
-#include "decode_cache.h"
-#include "decode_math.h"
-#include "device.h"
-#include "error.h"
+#include "core/cluster/cluster_backend.h"
+#include "gpu/decode/bench.h"
+#include "gpu/decode/decode.h"
+#include "core/lm/decode_cache.h"
+#include "gpu/decode/decode_math.h"
+#include "gpu/device/device.h"
+#include "core/base/error.h"
 #include "gpu_test_util.h"
-#include "quantizer.h"
-#include "rope.h"
+#include "core/cluster/quantizer.h"
+#include "core/lm/rope.h"
 #include "test_util.h"
 
 #include <QJsonArray>
@@ -195,7 +196,8 @@ private slots:
             QSKIP(test::deviceIsPresent());
         const auto kb = gpu::syntheticDecodeBooks({8, 2, 64}, 64, 4, 16, 1);
         try {
-            gpu::DeviceDecodeCache c({{8, 2, 64}, 1, 16}, kb, kb);
+            const auto cache = gpu::makeDeviceDecodeCache({{8, 2, 64}, 1, 16}, kb, kb);
+            gpu::DeviceDecodeCache& c = *cache;
             QFAIL("a device cache was made without a device");
         } catch (const Error& e) {
             QVERIFY(e.kind() == ErrorKind::Runtime || e.kind() == ErrorKind::InvalidInput);
@@ -211,7 +213,8 @@ private slots:
         const int D = 64, R = 6, K = 256, B = 3, n = 40;
         const auto kb = gpu::syntheticDecodeBooks(s, D, R, K, 11);
         const auto vb = gpu::syntheticDecodeBooks(s, D, R, K, 12);
-        gpu::DeviceDecodeCache c({s, B, 100}, kb, vb);
+        const auto cache = gpu::makeDeviceDecodeCache({s, B, 100}, kb, vb);
+        gpu::DeviceDecodeCache& c = *cache;
         const MatrixRF keys = test::randomRows(B * n, 256, 5, 0.3f), values = test::randomRows(B * n, 256, 6, 0.3f);
         const auto [ck, cv] = c.append(keys, values);
         const auto cpu = makeCpuBackend(1);
@@ -254,7 +257,8 @@ private slots:
         for (const auto& cs : cases) {
             const auto kb = gpu::syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 21);
             const auto vb = gpu::syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 22);
-            gpu::DeviceDecodeCache c({cs.shape, cs.batch, cs.tokens + 8}, kb, vb);
+            const auto cache = gpu::makeDeviceDecodeCache({cs.shape, cs.batch, cs.tokens + 8}, kb, vb);
+            gpu::DeviceDecodeCache& c = *cache;
             const std::int64_t F = std::int64_t(cs.shape.kvHeads) * cs.shape.headDim;
             // Appended in two parts: the second lands after the first (append at the right offset).
             const std::int64_t first = cs.tokens / 3;
@@ -351,7 +355,8 @@ private slots:
         const std::int64_t context = test::kEmulated ? 1024 : 4096;
         const auto kb = gpu::syntheticDecodeBooks(s, 128, 12, 256, 3),
                    vb = gpu::syntheticDecodeBooks(s, 128, 12, 256, 4);
-        gpu::DeviceDecodeCache c({s, 2, context + 4}, kb, vb);
+        const auto cache = gpu::makeDeviceDecodeCache({s, 2, context + 4}, kb, vb);
+        gpu::DeviceDecodeCache& c = *cache;
         c.appendRandom(context, 9);
         const MatrixRF q = test::randomRows(2, std::int64_t(s.heads) * 128, 8);
         for (auto path : {gpu::DecodePath::Fp16, gpu::DecodePath::Paper, gpu::DecodePath::Lookup}) {

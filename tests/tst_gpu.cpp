@@ -3,15 +3,15 @@
 // input error from the CLI (exit 2). With a device: the CUDA backend against the CPU backend on
 // seeded data, and proof that the GPU path really ran.
 
-#include "backend.h"
-#include "clustering.h"
-#include "cuda_backend.h"
-#include "device.h"
-#include "error.h"
-#include "gpu_check.h"
+#include "gpu/cluster/backend.h"
+#include "core/cluster/clustering.h"
+#include "gpu/cluster/cuda_backend.h"
+#include "gpu/device/device.h"
+#include "core/base/error.h"
+#include "gpu/cluster/gpu_check.h"
 #include "gpu_test_util.h"
-#include "quantizer.h"
-#include "synth.h"
+#include "core/cluster/quantizer.h"
+#include "core/io/synth.h"
 #include "test_util.h"
 
 #include <QJsonArray>

@@ -2,11 +2,11 @@
 // bundled model. The forward pass itself is checked against an independent float64 NumPy
 // implementation in tests/python/test_llama2c_reference.py.
 
-#include "cluster_backend.h"
-#include "codebook_file.h"
-#include "error.h"
-#include "llama2c.h"
-#include "perplexity.h"
+#include "core/cluster/cluster_backend.h"
+#include "core/cluster/codebook_file.h"
+#include "core/base/error.h"
+#include "core/lm/llama2c.h"
+#include "core/lm/perplexity.h"
 #include "test_util.h"
 
 #include <QJsonArray>

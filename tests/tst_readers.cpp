@@ -1,11 +1,11 @@
 // Readers: round trips in every dtype, the KV dump model over safetensors, shard directories and
 // .npy, and the bundled sample against the real data it was made from.
 
-#include "error.h"
-#include "kv_dump.h"
-#include "npy.h"
-#include "safetensors.h"
-#include "sha256.h"
+#include "core/base/error.h"
+#include "core/io/kv_dump.h"
+#include "core/io/npy.h"
+#include "core/io/safetensors.h"
+#include "core/base/sha256.h"
 #include "test_util.h"
 
 #include <QtTest>

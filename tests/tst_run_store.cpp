@@ -2,10 +2,10 @@
 // runs, refusals (not a database, newer schema, unwritable place), and against real gsrq
 // processes: SIGKILL mid-run, two writers at once, a disk that fills up.
 
-#include "error.h"
-#include "run_recorder.h"
-#include "run_store.h"
-#include "sha256.h"
+#include "core/base/error.h"
+#include "core/jobs/run_recorder.h"
+#include "core/store/run_store.h"
+#include "core/base/sha256.h"
 #include "test_util.h"
 
 #include <QElapsedTimer>
@@ -119,7 +119,7 @@ void TestRunStore::recordAndReadBack()
     {
         RunRecorder rec(store, info, "data");
         id = rec.id();
-        QCOMPARE(store.requireRun(id).status, std::string("running")); // visible before any result
+        QCOMPARE(store.requireRun(id).status, RunStatus::Running); // visible before any result
         for (int i = 0; i < 1200; ++i) {
             ProgressEvent e;
             e.iteration.iteration = i % 100;
@@ -133,10 +133,10 @@ void TestRunStore::recordAndReadBack()
         CompareResult r;
         r.methods.push_back({Method::KMeans, QuantMetrics{1, 0.5, 0.1, 0.9, 0.7}, 10, 1, 0.2, {}});
         rec.recordCompare(r, "data");
-        rec.finish("done", R"({"ok": true})");
+        rec.finish(RunStatus::Done, R"({"ok": true})");
     }
     const auto run = store.requireRun(id);
-    QCOMPARE(run.status, std::string("done"));
+    QCOMPARE(run.status, RunStatus::Done);
     QCOMPARE(run.kind, std::string("compare"));
     QVERIFY(!run.finishedAt.empty());
     QCOMPARE(run.pid, std::int64_t(::getpid()));
@@ -171,7 +171,7 @@ void TestRunStore::deleteCascades()
     store.addSeries(id, {{"s", 0, 1}});
     store.addArtifact(id, {"/tmp/x", "codebooks", "00", 1});
     store.addNote(id, "n");
-    store.finishRun(id, "done");
+    store.finishRun(id, RunStatus::Done);
     store.deleteRun(id);
     QVERIFY(!store.run(id));
     for (const char* t : {"iterations", "metrics", "series", "artifacts", "notes"})
@@ -198,7 +198,7 @@ void TestRunStore::deadProcessReadsAsInterrupted()
     }
     RunStore reopened(path);
     const auto r = reopened.requireRun(id);
-    QCOMPARE(r.status, std::string("interrupted"));
+    QCOMPARE(r.status, RunStatus::Interrupted);
     QVERIFY(!r.error.empty());
 }
 
@@ -249,7 +249,7 @@ void TestRunStore::olderSchemaMigratedKeepingRows()
         info.kind = "compare";
         const auto id = store.beginRun(info);
         store.addIterations(id, {IterationRow{"km", "t", 0, -1, 0, 2.0, 0.5, 10, 0, 0.1}});
-        store.finishRun(id, "done");
+        store.finishRun(id, RunStatus::Done);
     }
     {
         // Take it back to version 1 as that version wrote it.
@@ -326,7 +326,7 @@ void TestRunStore::sigkillMidRunLeavesInterruptedAndIntact()
 
     RunStore store(db);
     const auto r = store.requireRun(1);
-    QCOMPARE(r.status, std::string("interrupted"));
+    QCOMPARE(r.status, RunStatus::Interrupted);
     QVERIFY(std::int64_t(store.iterations(1).size()) >= before); // nothing committed was lost
     QVERIFY(store.integrityOk());
 }
@@ -350,7 +350,7 @@ void TestRunStore::twoWritersLoseNothing()
         for (const char* m : {"km", "gskm"})
             for (const auto& block : j[m].toObject()["blocks"].toArray())
                 expected += block.toObject()["history"].toArray().size();
-        QCOMPARE(store.requireRun(id).status, std::string("done"));
+        QCOMPARE(store.requireRun(id).status, RunStatus::Done);
         QCOMPARE(std::int64_t(store.iterations(id).size()), expected); // every pass, once
     }
     QCOMPARE(store.listRuns().size(), size_t(2));
@@ -386,8 +386,8 @@ void TestRunStore::fullDiskFailsCleanly()
     QVERIFY(store.integrityOk());
     const auto runs = store.listRuns(); // newest first
     QCOMPARE(runs.size(), size_t(2));
-    QVERIFY(runs[0].status == "failed" || runs[0].status == "interrupted");
-    QCOMPARE(runs[1].status, std::string("done"));
+    QVERIFY(runs[0].status == RunStatus::Failed || runs[0].status == RunStatus::Interrupted);
+    QCOMPARE(runs[1].status, RunStatus::Done);
     QCOMPARE(count(db.toStdString(), "iterations", runs[1].id), earlierIterations);
 }
 
@@ -445,7 +445,7 @@ void TestRunStore::lockedStoreRefusedAfterBusyTimeout()
     RunInfo info;
     info.kind = "compare";
     const auto earlier = store.beginRun(info);
-    store.finishRun(earlier, "done", "{}", "");
+    store.finishRun(earlier, RunStatus::Done, "{}", "");
     // Another process's writer holds the lock for longer than gsrq waits (its busy timeout, 10 s).
     sql::Db holder(db, SQLITE_OPEN_READWRITE);
     holder.exec("BEGIN IMMEDIATE");
@@ -555,7 +555,7 @@ void TestRunStore::ctrlCRecordsCancelled()
     QCOMPARE(p->exitCode(), 130);
     QVERIFY(p->readAllStandardError().contains("cancelled"));
     RunStore store(db);
-    QCOMPARE(store.requireRun(1).status, std::string("cancelled"));
+    QCOMPARE(store.requireRun(1).status, RunStatus::Cancelled);
     QVERIFY(!QFile::exists(out));
 }
 
@@ -583,7 +583,7 @@ std::int64_t recordFullRun(RunStore& store, const std::string& group)
     store.addSeries(id, {{"curve", 1, 2}, {"curve", 2, 3}});
     store.addArtifact(id, {"/tmp/cb.safetensors", "codebooks", "abc", 42});
     store.addNote(id, "first");
-    store.finishRun(id, "done", R"({"ok": true})");
+    store.finishRun(id, RunStatus::Done, R"({"ok": true})");
     RunInfo running;
     running.kind = "train";
     store.beginRun(running); // this process is alive: it stays `running`
@@ -608,7 +608,7 @@ void TestRunStore::importCopiesEachRunOnce()
     {
         RunInfo own;
         own.kind = "compare";
-        dst.finishRun(dst.beginRun(own), "done"); // ids in the two stores collide
+        dst.finishRun(dst.beginRun(own), RunStatus::Done); // ids in the two stores collide
     }
     auto rep = dst.importRuns(a);
     QCOMPARE(rep.added, 1);
@@ -617,14 +617,14 @@ void TestRunStore::importCopiesEachRunOnce()
     QCOMPARE(rep.stillRunning.size(), size_t(1));
     QCOMPARE(fileHash(a), sourceBefore); // opened read-only, never altered
 
-    const auto imported = dst.listRuns({"train", "", "plan-x", 0});
+    const auto imported = dst.listRuns({"train", std::nullopt, "plan-x", 0});
     QCOMPARE(imported.size(), size_t(1));
     const auto& r = imported[0];
     RunStore srcAgain(a);
     const auto orig = srcAgain.requireRun(srcId);
     QCOMPARE(r.uid, orig.uid);
     QCOMPARE(r.uid.size(), size_t(32)); // 128 random bits in hex
-    QCOMPARE(r.status, std::string("done"));
+    QCOMPARE(r.status, RunStatus::Done);
     QCOMPARE(r.startedAt, orig.startedAt);
     QCOMPARE(r.summaryJson, orig.summaryJson);
     QVERIFY2(r.origin.find("import/a.db") != std::string::npos, r.origin.c_str());
@@ -647,7 +647,7 @@ void TestRunStore::importCopiesEachRunOnce()
     RunStore third(c);
     QCOMPARE(third.importRuns(b).added, 2);
     QCOMPARE(third.importRuns(a).added, 0);
-    QCOMPARE(third.listRuns({"train", "", "", 0}).at(0).origin, r.origin);
+    QCOMPARE(third.listRuns({"train", std::nullopt, "", 0}).at(0).origin, r.origin);
     QVERIFY_THROWS_EXCEPTION(Error, dst.importRuns(b)); // itself
     QVERIFY(dst.integrityOk() && third.integrityOk());
 }
@@ -703,7 +703,7 @@ void TestRunStore::importOfOlderStoreMatchesItsMigration()
         RunInfo info;
         info.kind = "compare";
         for (int i = 0; i < 3; ++i)
-            src.finishRun(src.beginRun(info), "done");
+            src.finishRun(src.beginRun(info), RunStatus::Done);
     }
     {
         sql::Db d(a, SQLITE_OPEN_READWRITE);

@@ -1,24 +1,26 @@
 // The desktop app on the offscreen platform with the Fusion style: real widgets and controllers,
 // waiting on their signals, checking chart series and table models.
 
-#include "chart_panel.h"
-#include "codebook_file.h"
+#include "views/chart_panel.h"
+#include "core/cluster/codebook_file.h"
 #include "compare_page.h"
 #include "dataset_page.h"
-#include "decode.h"
-#include "error.h"
+#include "core/jobs/run_records.h"
+#include "gpu/decode/bench.h"
+#include "gpu/decode/decode.h"
+#include "core/base/error.h"
 #include "gpu_test_util.h"
-#include "heatmap_view.h"
+#include "views/heatmap_view.h"
 #include "latency_page.h"
 #include "main_window.h"
-#include "metrics_table_model.h"
+#include "views/metrics_table_model.h"
 #include "model_page.h"
-#include "npy.h"
+#include "core/io/npy.h"
 #include "runs_page.h"
-#include "runs_table_model.h"
-#include "safetensors.h"
+#include "views/runs_table_model.h"
+#include "core/io/safetensors.h"
 #include "sweeps_page.h"
-#include "synth.h"
+#include "core/io/synth.h"
 #include "test_util.h"
 #include "train_page.h"
 #include "weights_page.h"
@@ -120,9 +122,10 @@ private:
     bool latestRunIs(const char* kind, const char* status, std::string* seen)
     {
         RunStore store(m_store.toStdString());
-        const auto runs = store.listRuns({kind, "", "", 1});
-        *seen = runs.empty() ? cat("no ", kind, " run") : cat("run ", runs.front().id, " ", runs.front().status);
-        return !runs.empty() && runs.front().status == status;
+        const auto runs = store.listRuns({kind, std::nullopt, "", 1});
+        *seen = runs.empty() ? cat("no ", kind, " run")
+                             : cat("run ", runs.front().id, " ", runStatusName(runs.front().status));
+        return !runs.empty() && runStatusName(runs.front().status) == std::string_view(status);
     }
 
     QTemporaryDir m_dir;
@@ -357,7 +360,7 @@ void TestStudio::modelPageOnSixteenLayers()
     {
         RunStore store(m_store.toStdString());
         const auto run = store.requireRun(page->lastRunId());
-        QCOMPARE(QString::fromStdString(run.status), QString("done"));
+        QCOMPARE(run.status, RunStatus::Done);
         QCOMPARE(QString::fromStdString(run.kind), QString("compare"));
         QVERIFY(QString::fromStdString(run.settingsJson).contains("\"tensors\":\"layers.*.*\""));
         std::set<std::string> tensors;
@@ -582,7 +585,7 @@ void TestStudio::perplexityOfTrainedCodebooks()
     // The ppl run's Result says what it measured.
     {
         RunStore store(m_store.toStdString());
-        const auto ppl = store.listRuns({"ppl", "", "", 1});
+        const auto ppl = store.listRuns({"ppl", std::nullopt, "", 1});
         QVERIFY(!ppl.empty());
         auto* model = runs->table()->model();
         QString result;
@@ -637,9 +640,9 @@ void TestStudio::failedRunRecordsTheEnginesMessage()
     QVERIFY(done.wait(test::waitMs(30000)));
     QVERIFY(!done.first().first().toBool());
     RunStore store(m_store.toStdString());
-    const auto runs = store.listRuns({"train", "", "", 1});
+    const auto runs = store.listRuns({"train", std::nullopt, "", 1});
     QVERIFY(!runs.empty());
-    QCOMPARE(QString::fromStdString(runs.front().status), QString("failed"));
+    QCOMPARE(runs.front().status, RunStatus::Failed);
     const QString error = QString::fromStdString(runs.front().error);
     QVERIFY2(error.contains("does not divide") && error.contains("32 features"), qPrintable(error));
 
@@ -671,7 +674,7 @@ void TestStudio::nestedSettingsDifferKeyByKey()
                   {"settings", nlohmann::ordered_json{{"dim", 8}, {"stages", stages}, {"k", 16}}.dump()}}}}
                                     .dump();
             ids << store.beginRun(info);
-            store.finishRun(ids.back(), "done", "{}");
+            store.finishRun(ids.back(), RunStatus::Done, "{}");
         }
     }
     auto* page = m_window->runsPage();
@@ -1132,10 +1135,10 @@ void TestStudio::latencyPageShowsStoredRuns()
                 p.batch = 8;
                 p.path = path;
                 p.seconds = us * 1e-6 * double(ctx) / 1024.0;
-                store.addSeries(id, gpu::decodeSeries(p));
-                store.addMetrics(id, gpu::decodeMetrics(p));
+                store.addSeries(id, decodeSeries(p));
+                store.addMetrics(id, decodeMetrics(p));
             }
-        store.finishRun(id, "done");
+        store.finishRun(id, RunStatus::Done);
     }
     auto* page = m_window->latencyPage();
     page->refresh();
@@ -1173,7 +1176,7 @@ void TestStudio::latencyRunFillsTheChartOnAGpu()
         QCOMPARE(page->chart()->points(QString("%1 b=1").arg(path)).size(), 1);
     QVERIFY(page->chart()->points("fp16 b=8").isEmpty());
     RunStore store(m_store.toStdString());
-    const auto runs = store.listRuns({"bench-decode", "done", "", 1});
+    const auto runs = store.listRuns({"bench-decode", RunStatus::Done, "", 1});
     QCOMPARE(int(runs.size()), 1);
     QVERIFY(nlohmann::json::parse(runs[0].summaryJson)["all_verified"].get<bool>());
 }

@@ -1,7 +1,7 @@
 // gsrq train / eval / codebooks end to end on the bundled real sample and on generated files.
 
-#include "npy.h"
-#include "safetensors.h"
+#include "core/io/npy.h"
+#include "core/io/safetensors.h"
 #include "test_util.h"
 
 #include <QElapsedTimer>

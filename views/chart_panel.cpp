@@ -1,4 +1,4 @@
-#include "chart_panel.h"
+#include "views/chart_panel.h"
 
 #include <QAreaSeries>
 #include <QChart>

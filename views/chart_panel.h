@@ -6,7 +6,7 @@
 // significant digits, a hint while empty, legend markers that toggle series (full names in their
 // tooltips), and export to PNG, SVG and CSV. GUI thread only.
 
-#include "stats.h"
+#include "core/base/stats.h"
 
 #include <QChartView>
 #include <QHash>

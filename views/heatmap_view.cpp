@@ -1,4 +1,4 @@
-#include "heatmap_view.h"
+#include "views/heatmap_view.h"
 
 #include <QHelpEvent>
 #include <QMouseEvent>

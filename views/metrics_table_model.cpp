@@ -1,6 +1,6 @@
-#include "metrics_table_model.h"
+#include "views/metrics_table_model.h"
 
-#include "metrics.h"
+#include "core/cluster/metrics.h"
 
 #include <cmath>
 

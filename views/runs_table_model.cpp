@@ -1,6 +1,6 @@
-#include "runs_table_model.h"
+#include "views/runs_table_model.h"
 
-#include "result_json.h"
+#include "core/jobs/result_json.h"
 
 #include <QColor>
 #include <QFileInfo>
@@ -41,7 +41,7 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const
         case Kind:
             return QString::fromStdString(r->kind);
         case Status:
-            return QString::fromStdString(r->status);
+            return QString(runStatusName(r->status));
         case Group:
             return QString::fromStdString(r->group);
         case Started:
@@ -50,7 +50,7 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const
             return QFileInfo(QString::fromStdString(r->dumpPath)).fileName();
         case Summary:
             // A failed run's result is what went wrong: the engine's message, from either face.
-            if (r->status == "failed" && !r->error.empty())
+            if (r->status == RunStatus::Failed && !r->error.empty())
                 return QString::fromStdString(r->error);
             return QString::fromStdString(runHeadline(r->summaryJson));
         default:
@@ -64,9 +64,9 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const
     if (role == Qt::ToolTipRole && !r->origin.empty())
         return tr("Imported from %1").arg(QString::fromStdString(r->origin));
     if (role == Qt::ForegroundRole && index.column() == Status) {
-        if (r->status == "failed" || r->status == "interrupted")
+        if (r->status == RunStatus::Failed || r->status == RunStatus::Interrupted)
             return QColor(Qt::darkRed);
-        if (r->status == "running")
+        if (r->status == RunStatus::Running)
             return QColor(Qt::darkBlue);
     }
     if (role == Qt::UserRole) // the run id, for selections through proxies

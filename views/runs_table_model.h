@@ -2,7 +2,7 @@
 // The run store's runs as a table: id, kind, status, group (a plan's id), started, dump, headline. GUI thread only;
 // the rows are handed in (read through core's store API by the caller), never queried here.
 
-#include "run_store.h"
+#include "core/store/run_store.h"
 
 #include <QAbstractTableModel>
 

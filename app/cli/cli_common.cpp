@@ -1,8 +1,9 @@
 #include "cli_common.h"
 
-#include "error.h"
-#include "result_json.h"
-#include "version.h"
+#include "core/base/error.h"
+#include "core/jobs/result_json.h"
+#include "core/base/version.h"
+#include "core/cluster/weights.h"
 
 #include <cmath>
 #include <cstdio>
@@ -59,12 +60,7 @@ WeightMode parseMethodOptions(RunOptions& o)
     o.settings.methods.clear();
     std::stringstream ss(o.methods);
     for (std::string m; std::getline(ss, m, ',');) {
-        if (m == "km")
-            o.settings.methods.push_back(Method::KMeans);
-        else if (m == "gskm")
-            o.settings.methods.push_back(Method::GainShape);
-        else
-            throwInvalid("--methods: unknown method '", m, "' (km, gskm)");
+        o.settings.methods.push_back(parseMethod("--methods", m));
     }
     if (o.settings.methods.empty())
         throwInvalid("--methods: name at least one of km, gskm");
@@ -174,6 +170,23 @@ std::vector<std::string> splitList(const std::string& s)
         if (!item.empty())
             out.push_back(item);
     return out;
+}
+
+Method parseMethod(const std::string& flag, const std::string& name)
+{
+    const auto m = methodFromName(name);
+    if (!m)
+        throwInvalid(flag, " ", name, ": expected km or gskm");
+    return *m;
+}
+
+DType codebookDType(const std::string& s)
+{
+    if (s == "f32")
+        return DType::F32;
+    if (s == "f16")
+        return DType::F16;
+    throwInvalid("--dtype: '", s, "' is not f16 or f32");
 }
 
 } // namespace gsrq::cli

@@ -2,10 +2,10 @@
 // Pieces the CLI's commands share: the options of compare and sweep, loading the input tensor and
 // its weights, and printing.
 
-#include "backend.h"
-#include "compare_job.h"
-#include "kv_dump.h"
-#include "weights.h"
+#include "gpu/cluster/backend.h"
+#include "core/jobs/compare_job.h"
+#include "core/io/kv_dump.h"
+#include "core/cluster/weights.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -63,6 +63,10 @@ void printJson(const nlohmann::ordered_json& j);
 void printMethodTable(const CompareResult& r, const std::string& indent = "");
 
 // Refuses to write over an existing file unless --force was given (exit 2, naming the flag).
+// A clustering method flag (--method, --methods): km or gskm, else Error(InvalidInput) naming the flag.
+Method parseMethod(const std::string& flag, const std::string& name);
+// --dtype of a codebooks file: f16 or f32 (Error(InvalidInput) naming --dtype otherwise).
+DType codebookDType(const std::string& s);
 void refuseOverwrite(const std::string& path, bool force, const char* flag);
 
 std::vector<int> parseIntList(const std::string& flag, const std::string& text);

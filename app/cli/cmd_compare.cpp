@@ -1,13 +1,14 @@
 #include "cli_common.h"
 #include "commands.h"
-#include "error.h"
-#include "model_compare.h"
+#include "core/base/error.h"
+#include "core/jobs/model_compare.h"
 #include "progress_bar.h"
 #include "recording.h"
-#include "result_json.h"
-#include "safetensors.h"
-#include "train_job.h"
-#include "version.h"
+#include "core/jobs/result_json.h"
+#include "core/jobs/run_records.h"
+#include "core/io/safetensors.h"
+#include "core/jobs/train_job.h"
+#include "core/base/version.h"
 
 #include <cmath>
 #include <cstdio>
@@ -37,14 +38,6 @@ void printHeader(const PreparedInput& in, const ClusterBackend& backend)
                     in.weightSummary.weightMax / std::max(in.weightSummary.weightMedian, 1e-300));
 }
 
-const MethodResult* methodOf(const CompareResult& r, Method m)
-{
-    for (const auto& x : r.methods)
-        if (x.method == m)
-            return &x;
-    return nullptr;
-}
-
 // gsrq compare DUMP --tensors GLOBS: KM and GSKM on each matched tensor with the same settings,
 // their metrics side by side with GSKM − KM, as a table, JSON or CSV; one run recorded.
 void compareModel(RunOptions& o, const std::string& globs, const std::string& csvPath)
@@ -64,8 +57,7 @@ void compareModel(RunOptions& o, const std::string& globs, const std::string& cs
     for (const auto& t : targets)
         names.push_back(t.tensor);
     auto backend = openBackend(o.backend, o.quiet);
-    auto settings = settingsJson(o, *backend);
-    settings["tensors"] = globs;
+    const auto settings = modelCompareRunSettings(ms, globs, !o.settings.residual, o.settings.residual, *backend);
     CliRun run("compare", settings.dump(), dump.path(), dump.files(), backend->name(), backend->device());
     run.guard([&] {
         ProgressBar bar(!o.quiet);
@@ -93,8 +85,8 @@ void compareModel(RunOptions& o, const std::string& globs, const std::string& cs
             nlohmann::ordered_json row = {{"tensor", names[i]}, {"layer", t.layer}, {"kind", kvKindName(t.kind)}};
             for (const auto& m : r.methods)
                 row[methodName(m.method)] = toJson(m.metrics);
-            const auto* km = methodOf(r, Method::KMeans);
-            const auto* gs = methodOf(r, Method::GainShape);
+            const auto* km = r.find(Method::KMeans);
+            const auto* gs = r.find(Method::GainShape);
             if (km && gs) {
                 nlohmann::ordered_json deltas = nlohmann::ordered_json::object();
                 for (const auto& d : metricDeltas(km->metrics, gs->metrics)) {
@@ -119,7 +111,7 @@ void compareModel(RunOptions& o, const std::string& globs, const std::string& cs
             rows.push_back(row);
         }
         const bool cancelled = model.cancelled;
-        nlohmann::ordered_json summary = {{"tensors", results.size()}, {"gskm_lower_nmse", gskmBetterNmse}};
+        const auto summary = modelCompareRunSummary(model);
         if (cancelled)
             run.cancelled(summary.dump());
         if (!csvPath.empty())
@@ -144,8 +136,8 @@ void compareModel(RunOptions& o, const std::string& globs, const std::string& cs
         std::printf("  %-22s %11s %11s %9s %8s   %9s %9s %9s   %10s %10s %8s\n", "tensor", "nmse km", "nmse gskm", "Δ%",
                     "better", "cos km", "cos gskm", "Δ", "gain km", "gain gskm", "Δ%");
         for (std::size_t i = 0; i < results.size(); ++i) {
-            const auto* km = methodOf(results[i], Method::KMeans);
-            const auto* gs = methodOf(results[i], Method::GainShape);
+            const auto* km = results[i].find(Method::KMeans);
+            const auto* gs = results[i].find(Method::GainShape);
             if (!km || !gs)
                 continue;
             const auto d = metricDeltas(km->metrics, gs->metrics);
@@ -201,9 +193,7 @@ Command registerCompare(CLI::App& root)
                     bar.finish();
                     if (run)
                         run->recordCompare(r, in.data.name);
-                    nlohmann::ordered_json summary = nlohmann::ordered_json::object();
-                    for (const auto& m : r.methods)
-                        summary[methodName(m.method)] = toJson(m.metrics);
+                    const auto summary = compareRunSummary(r);
                     if (r.cancelled)
                         run.cancelled(summary.dump());
                     run.done(summary.dump());
@@ -247,9 +237,8 @@ Command registerSweep(CLI::App& root)
                 const SweepAxis axis = o->over == "dim" ? SweepAxis::Dim : SweepAxis::K;
                 auto in = prepareInput(*o);
                 auto backend = openBackend(o->backend, o->quiet);
-                auto settings = settingsJson(*o, *backend);
-                settings["over"] = o->over;
-                settings["values"] = values;
+                const auto settings =
+                    sweepRunSettings(o->settings, o->weights, o->tau, o->dropNonFinite, *backend, axis, values);
                 CliRun run("sweep", settings.dump(), in.dump.path(), in.dump.files(), backend->name(),
                            backend->device(), in.data.name);
                 run.guard([&] {

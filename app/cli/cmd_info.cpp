@@ -1,8 +1,8 @@
 #include "cli_common.h"
 #include "commands.h"
-#include "device.h"
-#include "error.h"
-#include "kv_dump.h"
+#include "gpu/device/device.h"
+#include "core/base/error.h"
+#include "core/io/kv_dump.h"
 
 #include <cstdio>
 #include <memory>
@@ -54,38 +54,6 @@ Command registerInfo(CLI::App& root)
                                 t.layer >= 0 ? kvKindName(t.kind) : "-", dtypeName(t.view.dtype),
                                 t.view.shapeString().c_str(), static_cast<long long>(t.view.features()),
                                 humanBytes(static_cast<double>(t.view.nbytes)).c_str());
-            }};
-}
-
-Command registerDevices(CLI::App& root)
-{
-    auto json = std::make_shared<bool>(false);
-    auto* cmd = root.add_subcommand("devices", "List the compute backends: CPU threads and CUDA devices");
-    cmd->add_flag("--json", *json, "Print one JSON object on stdout");
-    return {cmd, [json] {
-                const auto q = gpu::queryDevices();
-                const int threads = resolveThreads(0);
-                if (*json) {
-                    nlohmann::ordered_json devs = nlohmann::ordered_json::array();
-                    for (const auto& d : q.devices)
-                        devs.push_back({{"index", d.index},
-                                        {"name", d.name},
-                                        {"memory_bytes", d.memoryBytes},
-                                        {"compute_capability", cat(d.computeMajor, ".", d.computeMinor)},
-                                        {"multiprocessors", d.multiprocessors}});
-                    printJson({{"cpu_threads", threads},
-                               {"cuda_built", q.builtWithCuda},
-                               {"cuda_devices", devs},
-                               {"message", q.message}});
-                    return;
-                }
-                std::printf("cpu: %d threads\n", threads);
-                for (const auto& d : q.devices)
-                    std::printf("cuda:%d  %s  sm_%d%d  %d SMs  %s\n", d.index, d.name.c_str(), d.computeMajor,
-                                d.computeMinor, d.multiprocessors,
-                                humanBytes(static_cast<double>(d.memoryBytes)).c_str());
-                if (q.devices.empty())
-                    std::printf("cuda: %s\n", q.message.c_str());
             }};
 }
 

@@ -1,11 +1,12 @@
 #include "cli_common.h"
 #include "commands.h"
-#include "error.h"
-#include "paper_check.h"
+#include "core/base/error.h"
+#include "core/jobs/paper_check.h"
 #include "progress_bar.h"
 #include "recording.h"
-#include "result_json.h"
-#include "version.h"
+#include "core/jobs/result_json.h"
+#include "core/jobs/run_records.h"
+#include "core/base/version.h"
 
 #include <cstdio>
 #include <memory>
@@ -90,9 +91,7 @@ Command registerPaperCheck(CLI::App& root)
             s.bpas = o->bpas.empty() ? std::vector<double>{} : parseDoubleList("--bpas", o->bpas);
             validatePaperCheck(s);
             auto backend = openBackend(o->backend, o->quiet);
-            auto settings = toJson(s);
-            settings["backend"] = backend->name();
-            settings["device"] = backend->device();
+            const auto settings = paperCheckRunSettings(s, *backend);
             CliRun run("paper-check", settings.dump(), "", {}, backend->name(), backend->device(),
                        "synthetic gaussian");
             run.guard([&] {

@@ -1,11 +1,12 @@
 #include "cli_common.h"
-#include "cluster_backend.h"
+#include "core/jobs/run_records.h"
+#include "core/cluster/cluster_backend.h"
 #include "commands.h"
-#include "error.h"
-#include "kv_dump.h"
-#include "perplexity.h"
+#include "core/base/error.h"
+#include "core/io/kv_dump.h"
+#include "core/lm/perplexity.h"
 #include "recording.h"
-#include "version.h"
+#include "core/base/version.h"
 
 #include <cmath>
 #include <cstdio>
@@ -71,10 +72,18 @@ Command registerPerplexity(CLI::App& root)
             const auto seqs = perplexitySequences(model, tok, o->generate ? std::string() : o->text, o->seqLen,
                                                   o->sequences, o->seed, &textTokens);
 
-            nlohmann::ordered_json settings = {
-                {"model", o->model},         {"tokenizer", o->tokenizer}, {"source", o->generate ? "generate" : "text"},
-                {"text", o->text},           {"seed", o->seed},           {"seq_len", o->seqLen},
-                {"sequences", o->sequences}, {"codebooks", o->codebooks}, {"layers", o->layers}};
+            PplRunSettings ps;
+            ps.model = o->model;
+            ps.tokenizer = o->tokenizer;
+            ps.text = o->generate ? std::string() : o->text;
+            ps.seed = o->seed;
+            ps.seqLen = o->seqLen;
+            ps.sequences = o->sequences;
+            ps.codebooks = o->codebooks;
+            ps.layers = o->layers;
+            for (const auto& f : files)
+                ps.codebookSettings.push_back(f.metadata);
+            const auto settings = pplRunSettings(ps);
             CliRun run("ppl", settings.dump(), o->model, {o->model}, backend->name(), backend->device());
             run.guard([&] {
                 struct Row {
@@ -113,8 +122,7 @@ Command registerPerplexity(CLI::App& root)
                     std::vector<MetricRow> ms;
                     std::vector<SeriesPoint> series;
                     for (const auto& r : rows) {
-                        ms.push_back(
-                            {"perplexity", r.method, r.codebooks + " layers " + r.layers, -1, -1, "perplexity", r.ppl});
+                        ms.push_back(pplMetric(r.method, r.codebooks, r.layers, r.ppl));
                         if (r.codebooks != "FP32" && !r.perLayer) // one point per file: all its layers
                             for (auto& p : perplexitySeries(r.method, r.bpa, r.ppl, fp32))
                                 series.push_back(std::move(p));
@@ -122,7 +130,12 @@ Command registerPerplexity(CLI::App& root)
                     run->recordMetrics(ms);
                     run->recordSeries(series);
                 }
-                run.done(nlohmann::ordered_json{{"fp32_perplexity", fp32}}.dump());
+                std::optional<double> one; // the perplexity with the codebooks, where one file was measured
+                if (files.size() == 1)
+                    for (const auto& r : rows)
+                        if (r.codebooks != "FP32" && !r.perLayer)
+                            one = r.ppl;
+                run.done(pplRunSummary(fp32, one).dump());
                 const std::int64_t predicted = std::int64_t(seqs.size()) * (o->seqLen - 1);
                 if (o->json) {
                     nlohmann::ordered_json rs = nlohmann::ordered_json::array();

@@ -2,10 +2,10 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "error.h"
+#include "core/base/error.h"
 #include "recording.h"
-#include "result_json.h"
-#include "safetensors.h"
+#include "core/jobs/result_json.h"
+#include "core/io/safetensors.h"
 
 #include <cmath>
 #include <cstdio>
@@ -33,7 +33,7 @@ nlohmann::ordered_json runJson(const RunInfo& r)
     };
     return {{"id", r.id},
             {"kind", r.kind},
-            {"status", r.status},
+            {"status", runStatusName(r.status)},
             {"started_at", r.startedAt},
             {"finished_at", r.finishedAt},
             {"tool_version", r.toolVersion},
@@ -50,17 +50,6 @@ nlohmann::ordered_json runJson(const RunInfo& r)
             {"uid", r.uid},
             {"group", r.group},
             {"origin", r.origin}};
-}
-
-// "a.b": value for every leaf of a JSON object, for settings diffs.
-void flatten(const nlohmann::ordered_json& j, const std::string& prefix, std::map<std::string, std::string>& out)
-{
-    if (j.is_object()) {
-        for (auto it = j.begin(); it != j.end(); ++it)
-            flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
-        return;
-    }
-    out[prefix] = j.dump();
 }
 
 std::string csvField(const std::string& s)
@@ -108,7 +97,7 @@ Command registerRuns(CLI::App& root)
     auto* cmd = root.add_subcommand("runs", "Browse the run store: list, show, export, compare, note, delete");
     cmd->require_subcommand(1);
     auto* list = cmd->add_subcommand("list", "Recorded runs, newest first");
-    list->add_option("--kind", o->kind, "Only runs of this kind (compare, sweep, train, eval)");
+    list->add_option("--kind", o->kind, "Only runs of this kind (compare, sweep, train, eval, ppl, bench-cluster, bench-decode, paper-check)");
     list->add_option("--status", o->status,
                      "Only runs with this status (running, done, failed, cancelled, interrupted)");
     list->add_option("--group", o->group, "Only runs of this group (a plan's id)");
@@ -173,7 +162,13 @@ Command registerRuns(CLI::App& root)
                 return;
             }
             if (list->parsed()) {
-                const auto runs = store->listRuns({o->kind, o->status, o->group, o->limit});
+                std::optional<RunStatus> status;
+                if (!o->status.empty()) {
+                    status = runStatusFromName(o->status);
+                    if (!status)
+                        throwInvalid("--status ", o->status, ": expected running, done, failed, cancelled or interrupted");
+                }
+                const auto runs = store->listRuns({o->kind, status, o->group, o->limit});
                 if (o->json) {
                     nlohmann::ordered_json arr = nlohmann::ordered_json::array();
                     for (const auto& r : runs)
@@ -185,7 +180,7 @@ Command registerRuns(CLI::App& root)
                             "started (UTC)", "dump", "result");
                 for (const auto& r : runs)
                     std::printf("%6lld  %-13s %-11s %-24s %-30s %s\n", static_cast<long long>(r.id), r.kind.c_str(),
-                                r.status.c_str(), r.startedAt.c_str(),
+                                runStatusName(r.status), r.startedAt.c_str(),
                                 std::filesystem::path(r.dumpPath).filename().string().c_str(),
                                 runHeadline(r.summaryJson).c_str());
                 return;
@@ -237,7 +232,7 @@ Command registerRuns(CLI::App& root)
                     return;
                 }
                 std::printf("run %lld: %s, %s\n  started  %s\n  finished %s\n  host %s (pid %lld), gsrq %s, %s (%s)\n",
-                            static_cast<long long>(r.id), r.kind.c_str(), r.status.c_str(), r.startedAt.c_str(),
+                            static_cast<long long>(r.id), r.kind.c_str(), runStatusName(r.status), r.startedAt.c_str(),
                             r.finishedAt.empty() ? "-" : r.finishedAt.c_str(), r.host.c_str(),
                             static_cast<long long>(r.pid), r.toolVersion.c_str(), r.backend.c_str(), r.device.c_str());
                 if (!r.group.empty())
@@ -316,25 +311,14 @@ Command registerRuns(CLI::App& root)
             }
             if (cmp->parsed()) {
                 const auto a = store->requireRun(o->id), b = store->requireRun(o->other);
-                std::map<std::string, std::string> sa, sb;
-                flatten(nlohmann::ordered_json::parse(a.settingsJson, nullptr, false), "", sa);
-                flatten(nlohmann::ordered_json::parse(b.settingsJson, nullptr, false), "", sb);
-                std::set<std::string> keys;
-                for (const auto& [k, v] : sa)
-                    keys.insert(k);
-                for (const auto& [k, v] : sb)
-                    keys.insert(k);
+                auto sa = flattenSettings(a.settingsJson), sb = flattenSettings(b.settingsJson);
                 std::printf("run %lld (%s) vs run %lld (%s)\n\nsettings that differ:\n", static_cast<long long>(a.id),
                             a.kind.c_str(), static_cast<long long>(b.id), b.kind.c_str());
-                int differ = 0;
-                for (const auto& k : keys) {
-                    const std::string va = sa.count(k) ? sa[k] : "-", vb = sb.count(k) ? sb[k] : "-";
-                    if (va != vb) {
-                        std::printf("  %-28s %-24s %s\n", k.c_str(), va.c_str(), vb.c_str());
-                        ++differ;
-                    }
-                }
-                if (!differ)
+                const auto differ = settingsThatDiffer({sa, sb});
+                for (const auto& k : differ)
+                    std::printf("  %-28s %-24s %s\n", k.c_str(), sa.count(k) ? sa[k].c_str() : "-",
+                                sb.count(k) ? sb[k].c_str() : "-");
+                if (differ.empty())
                     std::printf("  (none)\n");
                 std::map<std::string, std::pair<std::string, std::string>> rows;
                 for (const auto& m : store->metrics(a.id))

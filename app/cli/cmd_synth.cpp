@@ -1,10 +1,10 @@
 #include "cli_common.h"
 #include "commands.h"
-#include "error.h"
-#include "npy.h"
-#include "safetensors.h"
-#include "synth.h"
-#include "version.h"
+#include "core/base/error.h"
+#include "core/io/npy.h"
+#include "core/io/safetensors.h"
+#include "core/io/synth.h"
+#include "core/base/version.h"
 
 #include <cstdio>
 #include <filesystem>

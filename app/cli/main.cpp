@@ -1,9 +1,9 @@
 // gsrq: the headless face of GSRQ Studio. Exit codes: 0 ok, 2 bad input or flags, 1 failure at run time.
 
 #include "commands.h"
-#include "error.h"
+#include "core/base/error.h"
 #include "recording.h"
-#include "version.h"
+#include "core/base/version.h"
 
 #include <cstdio>
 #include <iostream>

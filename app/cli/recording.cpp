@@ -1,8 +1,8 @@
 #include "recording.h"
 
-#include "error.h"
+#include "core/base/error.h"
 
-#include "version.h"
+#include "core/base/version.h"
 
 #include <atomic>
 #include <csignal>
@@ -76,14 +76,14 @@ CliRun::CliRun(const std::string& kind, const std::string& settingsJson, const s
 void CliRun::done(const std::string& summaryJson)
 {
     if (m_recorder)
-        m_recorder->finish("done", summaryJson);
+        m_recorder->finish(RunStatus::Done, summaryJson);
 }
 
 void CliRun::cancelled(const std::string& summaryJson)
 {
     std::string where;
     if (m_recorder) {
-        m_recorder->finish("cancelled", summaryJson, "stopped on request");
+        m_recorder->finish(RunStatus::Cancelled, summaryJson, "stopped on request");
         where = cat("; what it finished is recorded as run ", m_recorder->id());
     }
     throw Cancelled{cat("cancelled", where)};
@@ -94,7 +94,7 @@ void CliRun::fail(const std::string& message)
     if (!m_recorder || m_recorder->finished())
         return;
     try {
-        m_recorder->finish("failed", "{}", message);
+        m_recorder->finish(RunStatus::Failed, "{}", message);
     } catch (...) {
         // The store itself failed (a full disk, say): the original error is what the user sees.
     }

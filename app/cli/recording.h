@@ -2,7 +2,7 @@
 // How the CLI records its runs: the global --db / --no-db flags, and a run that is closed as
 // failed (with the error) when the command throws.
 
-#include "run_recorder.h"
+#include "core/jobs/run_recorder.h"
 
 #include <memory>
 #include <optional>

@@ -2,7 +2,7 @@
 // The settings of a KM-against-GSKM comparison as controls, shared by the KM vs GSKM and Model
 // pages: subspace width D, codewords K, iterations (max), seed and weights.
 
-#include "compare_job.h"
+#include "core/jobs/compare_job.h"
 
 #include <QString>
 

@@ -1,11 +1,13 @@
 #include "compare_page.h"
 
-#include "chart_panel.h"
+#include "core/jobs/run_records.h"
+
+#include "views/chart_panel.h"
 #include "compare_controls.h"
-#include "metrics_table_model.h"
-#include "pass_curves.h"
-#include "result_json.h"
-#include "weights.h"
+#include "views/metrics_table_model.h"
+#include "core/jobs/pass_curves.h"
+#include "core/jobs/result_json.h"
+#include "core/cluster/weights.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -90,15 +92,9 @@ ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
 
 void ComparePage::onDumpChanged()
 {
-    m_tensor->clear();
     const auto dump = m_ctx.dump();
+    fillClusterableTensors(m_tensor, dump.get());
     m_run->setEnabled(bool(dump));
-    if (!dump)
-        return;
-    for (const auto& t : dump->tensors())
-        if (isFloat(t.view.dtype) && t.view.shape.size() >= 2 && t.kind != KvKind::KeyGrad &&
-            t.kind != KvKind::ValueGrad)
-            m_tensor->addItem(QString::fromStdString(t.view.name));
 }
 
 void ComparePage::onTensorChanged()
@@ -161,7 +157,6 @@ void ComparePage::start()
         const Eigen::VectorXf w = weightsFor(*dump, t, data, mode, 1.0, &ws);
         auto backend = gpu::makeBackend(backendRequest).backend;
         RunInfo info = jobRunInfo("compare", *backend, *dump);
-        // The same keys as the CLI's compare, so runs from either compare cleanly.
         info.settingsJson = compareRunSettings(s, weightModeName(mode), 1.0, false, *backend).dump();
         WorkerRecording rec(storePath, info, tensor, job, &m_ctx, dump->files());
         ProgressBatcher batch(job, [this, live, metric](const std::vector<ProgressEvent>& events) {
@@ -189,10 +184,7 @@ void ComparePage::start()
         batch.flush();
         if (rec)
             rec->recordCompare(r, tensor);
-        nlohmann::ordered_json summary = nlohmann::ordered_json::object();
-        for (const auto& m : r.methods)
-            summary[methodName(m.method)] = toJson(m.metrics);
-        rec.finish(r.cancelled ? "cancelled" : "done", summary.dump());
+        rec.finish(r.cancelled ? RunStatus::Cancelled : RunStatus::Done, compareRunSummary(r).dump());
         if (r.cancelled)
             return;
         QStringList rows;

@@ -4,7 +4,7 @@
 // over blocks pass by pass, and their metrics side by side.
 
 #include "compare_controls.h"
-#include "compare_job.h"
+#include "core/jobs/compare_job.h"
 #include "studio_context.h"
 
 #include <QWidget>

@@ -1,9 +1,9 @@
 #include "dataset_page.h"
 
-#include "stats.h"
+#include "core/io/tensor_stats.h"
 
-#include "chart_panel.h"
-#include "tensor.h"
+#include "views/chart_panel.h"
+#include "core/io/tensor.h"
 
 #include <QHBoxLayout>
 #include <QHeaderView>

@@ -1,6 +1,6 @@
 #include "job_runner.h"
 
-#include "error.h"
+#include "core/base/error.h"
 
 #include <QMetaObject>
 #include <QThread>

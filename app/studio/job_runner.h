@@ -4,7 +4,7 @@
 // the current one: results of a cancelled or superseded job are dropped. Starting a job cancels the
 // one before; cancelling takes effect at the job's next progress check (once per iteration).
 
-#include "compare_job.h"
+#include "core/jobs/compare_job.h"
 
 #include <QElapsedTimer>
 #include <QObject>

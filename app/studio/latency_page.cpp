@@ -1,8 +1,10 @@
 #include "latency_page.h"
 
-#include "chart_panel.h"
-#include "decode.h"
-#include "error.h"
+#include "views/chart_panel.h"
+#include "core/jobs/run_records.h"
+#include "gpu/decode/bench.h"
+#include "gpu/decode/decode.h"
+#include "core/base/error.h"
 
 #include <QComboBox>
 #include <QFormLayout>
@@ -161,7 +163,7 @@ void LatencyPage::refresh()
     int shown = 0;
     try {
         RunStore store(m_ctx.storePath().toStdString());
-        for (const auto& run : store.listRuns({"bench-decode", "done", "", 5})) {
+        for (const auto& run : store.listRuns({"bench-decode", RunStatus::Done, "", 5})) {
             std::map<std::string, QList<QPointF>> curves;
             for (const auto& p : store.series(run.id))
                 curves[p.name] << QPointF(p.x, p.y);
@@ -219,37 +221,28 @@ void LatencyPage::start()
         RunInfo info;
         info.kind = "bench-decode";
         info.backend = "cuda";
-        info.device = cat("device ", device);
-        info.settingsJson = nlohmann::ordered_json{
-            {"heads", o.shape.heads},
-            {"kv_heads", o.shape.kvHeads},
-            {"head_dim", o.shape.headDim},
-            {"layers", o.layers},
-            {"dim", kb.dim},
-            {"stages", kb.stages},
-            {"k", kb.k},
-            {"codebooks", "synthetic"},
-            {"reps", o.reps}}.dump();
+        const auto devices = gpu::queryDevices();
+        info.device = device >= 0 && std::size_t(device) < devices.devices.size()
+                          ? decodeDeviceName(devices.devices[std::size_t(device)])
+                          : cat("device ", device);
+        info.settingsJson = benchDecodeRunSettings(o, kb, "synthetic").dump();
         WorkerRecording rec(storePath, info, "", job, &m_ctx, {});
         const auto report = gpu::runDecodeBench(
             o, kb, vb, "synthetic",
             [&](const gpu::DecodeBenchPoint& p) {
                 if (rec) {
-                    rec->recordMetrics(gpu::decodeMetrics(p));
-                    rec->recordSeries(gpu::decodeSeries(p));
+                    rec->recordMetrics(decodeMetrics(p));
+                    rec->recordSeries(decodeSeries(p));
                 }
                 job.post([this, p] {
                     m_log->appendPlainText(pointLine(p));
-                    for (const auto& s : gpu::decodeSeries(p))
+                    for (const auto& s : decodeSeries(p))
                         m_chart->appendPoint(QString::fromStdString(s.name), QPointF(s.x, s.y));
                 });
             },
             [&] { return job.cancelled(); });
-        const nlohmann::ordered_json summary = {{"device", report.device.name},
-                                                {"copy_bytes_per_second", report.copyBytesPerSecond},
-                                                {"append_seconds", report.appendSeconds},
-                                                {"all_verified", report.allVerified()}};
-        rec.finish(job.cancelled() ? "cancelled" : "done", summary.dump());
+        const auto summary = benchDecodeRunSummary(report);
+        rec.finish(job.cancelled() ? RunStatus::Cancelled : RunStatus::Done, summary.dump());
         job.post([this, report] {
             m_log->appendPlainText(tr("%1: copy %2 GB/s measured; %3")
                                        .arg(QString::fromStdString(report.device.name))

@@ -1,6 +1,6 @@
 #include "main_window.h"
 
-#include "device.h"
+#include "gpu/device/device.h"
 
 #include "compare_page.h"
 #include "dataset_page.h"
@@ -12,8 +12,8 @@
 #include "train_page.h"
 #include "weights_page.h"
 
-#include "chart_panel.h"
-#include "version.h"
+#include "views/chart_panel.h"
+#include "core/base/version.h"
 
 #include <QCheckBox>
 #include <QCloseEvent>

@@ -1,10 +1,13 @@
 #include "model_page.h"
 
-#include "heatmap_view.h"
-#include "metrics_table_model.h"
+#include "core/base/stats.h"
+#include "core/jobs/run_records.h"
+
+#include "views/heatmap_view.h"
+#include "views/metrics_table_model.h"
 #include "report.h"
-#include "result_json.h"
-#include "train_job.h"
+#include "core/jobs/result_json.h"
+#include "core/jobs/train_job.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -44,14 +47,6 @@ QString metricTitle(const QString& m)
            : m == "cosine"     ? QObject::tr("Cosine (higher is better)")
            : m == "gain_error" ? QObject::tr("Gain error (lower is better)")
                                : QObject::tr("Shrinkage (nearer 1 is better)");
-}
-
-const MethodResult* methodOf(const CompareResult& r, Method m)
-{
-    for (const auto& x : r.methods)
-        if (x.method == m)
-            return &x;
-    return nullptr;
 }
 
 } // namespace
@@ -186,8 +181,8 @@ void ModelPage::layoutGrid(const std::vector<ModelTarget>& targets)
 void ModelPage::addCell(const ModelCell& cell)
 {
     m_cells.push_back(cell);
-    const auto* km = methodOf(cell.result, Method::KMeans);
-    const auto* gs = methodOf(cell.result, Method::GainShape);
+    const auto* km = cell.result.find(Method::KMeans);
+    const auto* gs = cell.result.find(Method::GainShape);
     const int row = int(std::find(m_layers.begin(), m_layers.end(), cell.target.layer) - m_layers.begin());
     const int column = int(m_columns.indexOf(columnOf(cell.target)));
     if (!km || !gs)
@@ -214,8 +209,8 @@ void ModelPage::addCell(const ModelCell& cell)
         int better = 0, worse = 0;
         std::vector<double> changes;
         for (const auto& x : m_cells) {
-            const auto* a = methodOf(x.result, Method::KMeans);
-            const auto* b = methodOf(x.result, Method::GainShape);
+            const auto* a = x.result.find(Method::KMeans);
+            const auto* b = x.result.find(Method::GainShape);
             if (!a || !b)
                 continue;
             for (const auto& d : metricDeltas(a->metrics, b->metrics))
@@ -228,13 +223,12 @@ void ModelPage::addCell(const ModelCell& cell)
         }
         if (changes.empty())
             continue;
-        std::nth_element(changes.begin(), changes.begin() + std::ptrdiff_t(changes.size() / 2), changes.end());
         lines << tr("%1: GSKM better on %2 of %3, KM on %4; median change %5")
                      .arg(metric)
                      .arg(better)
                      .arg(m_cells.size())
                      .arg(worse)
-                     .arg(percentText(changes[changes.size() / 2]));
+                     .arg(percentText(median(changes)));
     }
     m_summary->setText(lines.join("\n"));
 }
@@ -282,14 +276,7 @@ void ModelPage::start()
         tr("model: KM vs GSKM on %1 tensors").arg(targets.size()), [=, this](const JobRunner::Context& job) {
             auto backend = gpu::makeBackend(backendRequest).backend;
             RunInfo info = jobRunInfo("compare", *backend, *dump);
-            // The same keys as the CLI's `compare --tensors`, so runs from either compare cleanly.
-            auto settingsJson =
-                compareRunSettings(s.compare, weightModeName(s.weights), s.tau, s.dropNonFinite, *backend);
-            settingsJson["residual"] = residuals && !plain;
-            settingsJson["tensors"] = globText;
-            if (plain && residuals)
-                settingsJson["with_residuals"] = true;
-            info.settingsJson = settingsJson.dump();
+            info.settingsJson = modelCompareRunSettings(s, globText, plain, residuals, *backend).dump();
             WorkerRecording rec(storePath, info, "", job, &m_ctx, dump->files());
             ProgressBatcher batch(job, [this](const std::vector<ProgressEvent>& events) {
                 if (events.empty())
@@ -297,7 +284,6 @@ void ModelPage::start()
                 m_progress->setValue(int(events.back().fraction * 1000));
                 m_status->setText(QString::fromStdString(events.back().what));
             });
-            int gskmLowerNmse = 0;
             const auto r = runModelCompare(
                 *dump, targets, s, *backend,
                 [&](const ProgressEvent& e) {
@@ -307,16 +293,11 @@ void ModelPage::start()
                 [&](const ModelCell& cell) {
                     if (rec)
                         rec->recordCompare(cell.result, cell.target.label());
-                    const auto* km = methodOf(cell.result, Method::KMeans);
-                    const auto* gs = methodOf(cell.result, Method::GainShape);
-                    if (km && gs && betterOf("nmse", km->metrics.nmse, gs->metrics.nmse) > 0)
-                        ++gskmLowerNmse;
                     batch.flush();
                     job.post([this, cell] { addCell(cell); });
                 });
             batch.flush();
-            const nlohmann::ordered_json summary = {{"tensors", r.cells.size()}, {"gskm_lower_nmse", gskmLowerNmse}};
-            rec.finish(r.cancelled ? "cancelled" : "done", summary.dump());
+            rec.finish(r.cancelled ? RunStatus::Cancelled : RunStatus::Done, modelCompareRunSummary(r).dump());
             if (r.cancelled)
                 return;
             const std::int64_t id = rec ? rec->id() : 0;
@@ -373,8 +354,8 @@ bool ModelPage::addToReport(Report& report) const
     for (std::size_t i = 0; i < m_cells.size(); ++i) {
         const int row = int(i);
         table.setHeaderData(row, Qt::Vertical, QString::fromStdString(m_cells[i].target.label()));
-        const auto* km = methodOf(m_cells[i].result, Method::KMeans);
-        const auto* gs = methodOf(m_cells[i].result, Method::GainShape);
+        const auto* km = m_cells[i].result.find(Method::KMeans);
+        const auto* gs = m_cells[i].result.find(Method::GainShape);
         if (!km || !gs)
             continue;
         for (const auto& d : metricDeltas(km->metrics, gs->metrics)) {

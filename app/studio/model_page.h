@@ -8,7 +8,7 @@
 // `compare` run (the same settings keys as `gsrq compare --tensors`).
 
 #include "compare_controls.h"
-#include "model_compare.h"
+#include "core/jobs/model_compare.h"
 #include "studio_context.h"
 
 #include <QWidget>

@@ -26,7 +26,6 @@ public:
     void table(const QAbstractItemModel& model);
     void image(const QImage& image, const QString& caption);
 
-    int imageCount() const { return int(m_images.size()); }
     // With inlineImages each image is a data: URL; otherwise "image-N.png", which write() gives
     // the PDF's document as resources.
     QString html(bool inlineImages = true) const;

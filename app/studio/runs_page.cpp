@@ -1,11 +1,14 @@
 #include "runs_page.h"
 
-#include "chart_panel.h"
-#include "metrics_table_model.h"
-#include "runs_table_model.h"
+#include "core/jobs/result_json.h"
+#include "core/jobs/run_records.h"
 
-#include "error.h"
-#include "pass_curves.h"
+#include "views/chart_panel.h"
+#include "views/metrics_table_model.h"
+#include "views/runs_table_model.h"
+
+#include "core/base/error.h"
+#include "core/jobs/pass_curves.h"
 
 #include <QComboBox>
 #include <QFileDialog>
@@ -30,34 +33,6 @@
 
 namespace gsrq::studio {
 
-namespace {
-
-void flatten(const QJsonObject& o, const QString& prefix, std::map<QString, QString>& out)
-{
-    for (auto it = o.begin(); it != o.end(); ++it) {
-        const QString key = prefix.isEmpty() ? it.key() : prefix + "." + it.key();
-        // Settings carried as JSON text (a codebooks file's `settings`, inside a ppl run's) are
-        // objects too: compared key by key, not as one escaped string.
-        QJsonObject nested;
-        if (it.value().isString() && it.value().toString().startsWith('{')) {
-            QJsonParseError err{};
-            const auto doc = QJsonDocument::fromJson(it.value().toString().toUtf8(), &err);
-            if (err.error == QJsonParseError::NoError && doc.isObject())
-                nested = doc.object();
-        }
-        if (it.value().isObject())
-            flatten(it.value().toObject(), key, out);
-        else if (!nested.isEmpty())
-            flatten(nested, key, out);
-        else
-            out[key] = QString::fromUtf8(QJsonDocument(QJsonObject{{"v", it.value()}}).toJson(QJsonDocument::Compact))
-                           .mid(5)
-                           .chopped(1);
-    }
-}
-
-} // namespace
-
 RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx)
 {
     m_model = new views::RunsTableModel(this);
@@ -75,9 +50,13 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     m_table->verticalHeader()->hide();
 
     m_kind = new QComboBox(this);
-    m_kind->addItems({tr("all kinds"), "compare", "sweep", "train", "eval", "ppl", "bench-cluster"});
+    m_kind->addItem(tr("all kinds"));
+    for (const auto& k : runKinds())
+        m_kind->addItem(QString::fromStdString(k));
     m_status = new QComboBox(this);
-    m_status->addItems({tr("any status"), "running", "done", "failed", "cancelled", "interrupted"});
+    m_status->addItem(tr("any status"));
+    for (RunStatus st : allRunStatuses())
+        m_status->addItem(runStatusName(st));
     m_group = new QComboBox(this);
     m_group->addItem(tr("all groups"));
     m_group->setToolTip(tr("Runs recorded under one group: a plan's tasks (gsrq plan), or gsrq --group NAME"));
@@ -163,7 +142,8 @@ void RunsPage::refresh()
         RunStore store(m_ctx.storePath().toStdString());
         RunFilter f;
         f.kind = m_kind->currentIndex() > 0 ? m_kind->currentText().toStdString() : std::string();
-        f.status = m_status->currentIndex() > 0 ? m_status->currentText().toStdString() : std::string();
+        if (m_status->currentIndex() > 0)
+            f.status = allRunStatuses()[std::size_t(m_status->currentIndex() - 1)];
         f.group = m_group->currentIndex() > 0 ? m_group->currentText().toStdString() : std::string();
         m_model->setRuns(store.listRuns(f));
         // The groups on offer follow the store; the one chosen stays chosen.
@@ -298,7 +278,7 @@ void RunsPage::onSelectionChanged()
     try {
         RunStore store(m_ctx.storePath().toStdString());
         QString text;
-        std::vector<std::map<QString, QString>> settings;
+        std::vector<std::map<std::string, std::string>> settings;
         // Each run's final metrics by "tensor method metric", for the deltas between runs.
         std::vector<std::map<std::string, double>> finals;
         bool passCurves = false, ownCurves = false;
@@ -336,9 +316,7 @@ void RunsPage::onSelectionChanged()
                 for (const auto& p : pts)
                     wholeX = wholeX && p.x() == std::round(p.x());
             }
-            std::map<QString, QString> flat;
-            flatten(QJsonDocument::fromJson(QByteArray::fromStdString(r.settingsJson)).object(), {}, flat);
-            settings.push_back(flat);
+            settings.push_back(flattenSettings(r.settingsJson));
             auto& final = finals.emplace_back();
             for (const auto& m : store.metrics(id))
                 if (m.scope == "final" && m.name != "seconds" && m.name != "iterations")
@@ -346,7 +324,7 @@ void RunsPage::onSelectionChanged()
             if (ids.size() == 1) {
                 text += tr("Run %1: %2, %3\nstarted %4, finished %5\n%6 (%7)\ndump %8\nsha256 %9\n")
                             .arg(id)
-                            .arg(QString::fromStdString(r.kind), QString::fromStdString(r.status),
+                            .arg(QString::fromStdString(r.kind), QString(runStatusName(r.status)),
                                  QString::fromStdString(r.startedAt), QString::fromStdString(r.finishedAt),
                                  QString::fromStdString(r.backend), QString::fromStdString(r.device),
                                  QString::fromStdString(r.dumpPath), QString::fromStdString(r.dumpSha256));
@@ -368,21 +346,15 @@ void RunsPage::onSelectionChanged()
             }
         }
         if (ids.size() > 1) {
-            std::set<QString> keys;
-            for (const auto& s : settings)
-                for (const auto& [k, v] : s)
-                    keys.insert(k);
             text = tr("Settings that differ between runs");
             for (auto id : ids)
                 text += QStringLiteral(" %1").arg(id);
             text += ":\n";
-            for (const auto& k : keys) {
+            for (const auto& k : settingsThatDiffer(settings)) {
                 QStringList values;
                 for (const auto& s : settings)
-                    values << (s.count(k) ? s.at(k) : QStringLiteral("-"));
-                if (std::all_of(values.begin(), values.end(), [&](const QString& v) { return v == values.front(); }))
-                    continue;
-                text += QStringLiteral("  %1: %2\n").arg(k, values.join(QStringLiteral("  |  ")));
+                    values << QString::fromStdString(s.count(k) ? s.at(k) : std::string("-"));
+                text += QStringLiteral("  %1: %2\n").arg(QString::fromStdString(k), values.join(QStringLiteral("  |  ")));
             }
             text += metricDeltasText(ids, finals);
         }

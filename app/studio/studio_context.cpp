@@ -1,9 +1,9 @@
 #include "studio_context.h"
 
-#include "device.h"
+#include "gpu/device/device.h"
 
-#include "error.h"
-#include "version.h"
+#include "core/base/error.h"
+#include "core/base/version.h"
 
 #include <QAbstractButton>
 #include <QComboBox>
@@ -188,7 +188,7 @@ WorkerRecording::WorkerRecording(const QString& storePath, const RunInfo& info, 
         m_state->recorder.emplace(*m_state->store, i, tensor);
         ctx.onFailure([state = m_state](const std::string& message) {
             if (state->recorder && !state->recorder->finished())
-                state->recorder->finish("failed", "{}", message);
+                state->recorder->finish(RunStatus::Failed, "{}", message);
         });
     } catch (const std::exception& e) {
         m_state->recorder.reset();
@@ -210,7 +210,7 @@ WorkerRecording::~WorkerRecording()
     m_ctx.onFailure({});
 }
 
-void WorkerRecording::finish(const std::string& status, const std::string& summary, const std::string& error)
+void WorkerRecording::finish(RunStatus status, const std::string& summary, const std::string& error)
 {
     if (!m_state->recorder)
         return;

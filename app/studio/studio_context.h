@@ -2,11 +2,11 @@
 // What the pages share: the open dump, the run store's path, the CPU backend settings, the job
 // runner and a place for messages. Owned by the main window; GUI thread only.
 
-#include "backend.h"
-#include "cluster_backend.h"
+#include "gpu/cluster/backend.h"
+#include "core/cluster/cluster_backend.h"
 #include "job_runner.h"
-#include "kv_dump.h"
-#include "run_recorder.h"
+#include "core/io/kv_dump.h"
+#include "core/jobs/run_recorder.h"
 
 #include <QObject>
 
@@ -118,7 +118,7 @@ public:
         if (m_state->recorder)
             m_state->recorder->onProgress(e);
     }
-    void finish(const std::string& status, const std::string& summary = "{}", const std::string& error = "");
+    void finish(RunStatus status, const std::string& summary = "{}", const std::string& error = "");
 
 private:
     struct State {

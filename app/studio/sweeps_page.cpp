@@ -1,9 +1,11 @@
 #include "sweeps_page.h"
 
-#include "chart_panel.h"
-#include "error.h"
-#include "metrics_table_model.h"
-#include "result_json.h"
+#include "core/jobs/run_records.h"
+
+#include "views/chart_panel.h"
+#include "core/base/error.h"
+#include "views/metrics_table_model.h"
+#include "core/jobs/result_json.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -140,16 +142,10 @@ SweepsPage::SweepsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m
 
 void SweepsPage::onDumpChanged()
 {
-    m_tensor->clear();
     const auto dump = m_ctx.dump();
+    fillClusterableTensors(m_tensor, dump.get());
     m_run->setEnabled(bool(dump));
     m_shrinkRun->setEnabled(bool(dump));
-    if (!dump)
-        return;
-    for (const auto& t : dump->tensors())
-        if (isFloat(t.view.dtype) && t.view.shape.size() >= 2 && t.kind != KvKind::KeyGrad &&
-            t.kind != KvKind::ValueGrad)
-            m_tensor->addItem(QString::fromStdString(t.view.name));
 }
 
 void SweepsPage::finishUi(bool ok, const QString& text)
@@ -222,49 +218,41 @@ void SweepsPage::startSweep()
     m_job = m_ctx.runner().start(tr("sweep"), [=, this](const JobRunner::Context& job) {
         const LoadedTensor data = loadForClustering(dump->get(tensor), false);
         auto backend = gpu::makeBackend(backendRequest).backend;
-        for (int pass = 0; pass < (residual ? 2 : 1) && !job.cancelled(); ++pass) {
+        const int passes = residual ? 2 : 1;
+        for (int pass = 0; pass < passes && !job.cancelled(); ++pass) {
             CompareSettings s = base;
             s.residual = pass == 1;
             RunInfo info = jobRunInfo("sweep", *backend, *dump);
-            auto settings = toJson(s);
-            settings["over"] = overDim ? "dim" : "k";
-            settings["values"] = values;
-            info.settingsJson = settings.dump();
+            const SweepAxis axis = overDim ? SweepAxis::Dim : SweepAxis::K;
+            info.settingsJson = sweepRunSettings(s, weightModeName(WeightMode::None), 1.0, false, *backend, axis, values).dump();
             WorkerRecording rec(storePath, info, tensor, job, &m_ctx, dump->files());
-            std::vector<SweepPoint> points;
-            for (std::size_t i = 0; i < values.size() && !job.cancelled(); ++i) {
-                CompareSettings p = s;
-                (overDim ? p.dim : p.k) = values[i];
-                const double part =
-                    (double(pass) * double(values.size()) + double(i)) / double(values.size() * (residual ? 2 : 1));
-                ProgressBatcher batch(job, [this, part, n = values.size() * (residual ? 2 : 1)](
-                                               const std::vector<ProgressEvent>& events) {
-                    m_progress->setValue(int((part + events.back().fraction / double(n)) * 1000));
-                    m_status->setText(QString::fromStdString(events.back().what));
-                });
-                auto r = runCompare(data.rows, nullptr, p, *backend, [&](const ProgressEvent& e) {
-                    ProgressEvent ev = e;
-                    ev.sweepPoint = int(i);
-                    rec.progress(ev);
+            ProgressBatcher batch(job, [this, pass, passes](const std::vector<ProgressEvent>& events) {
+                m_progress->setValue(int((pass + events.back().fraction) / passes * 1000));
+                m_status->setText(QString::fromStdString(events.back().what));
+            });
+            const auto points = runSweep(
+                data.rows, nullptr, s, axis, values, *backend,
+                [&](const ProgressEvent& e) {
+                    rec.progress(e);
                     return batch.add(e);
+                },
+                [&](const SweepPoint& p) {
+                    batch.flush();
+                    std::vector<std::pair<QString, QuantMetrics>> add;
+                    for (const auto& m : p.result.methods)
+                        add.push_back({QString(methodName(m.method)) + (s.residual ? tr(" (1st residual)") : QString()),
+                                       m.metrics});
+                    job.post([this, add, x = double(p.value)] {
+                        for (const auto& [name, m] : add)
+                            m_points[name].push_back({x, m});
+                        redraw();
+                    });
                 });
-                batch.flush();
-                if (r.cancelled)
-                    break;
-                points.push_back({values[i], r});
-                std::vector<std::pair<QString, QuantMetrics>> add;
-                for (const auto& m : r.methods)
-                    add.push_back(
-                        {QString(methodName(m.method)) + (s.residual ? tr(" (1st residual)") : QString()), m.metrics});
-                job.post([this, add, x = double(values[i])] {
-                    for (const auto& [name, m] : add)
-                        m_points[name].push_back({x, m});
-                    redraw();
-                });
-            }
+            batch.flush();
             if (rec)
                 rec->recordSweep(points, overDim ? "dim" : "k", tensor);
-            rec.finish(job.cancelled() ? "cancelled" : "done");
+            const bool cut = points.size() < values.size() || (!points.empty() && points.back().result.cancelled);
+            rec.finish(cut ? RunStatus::Cancelled : RunStatus::Done);
         }
         if (!job.cancelled())
             job.post([this] { finishUi(true, tr("Done; recorded in the run store.")); });
@@ -350,7 +338,7 @@ void SweepsPage::startPaperCheck()
         info.kind = "paper-check";
         info.backend = backend->name();
         info.device = backend->device();
-        info.settingsJson = toJson(settings).dump();
+        info.settingsJson = paperCheckRunSettings(settings, *backend).dump();
         WorkerRecording rec(storePath, info, "synthetic gaussian", job, &m_ctx, {});
         ProgressBatcher batch(job, [this](const std::vector<ProgressEvent>& events) {
             m_progress->setValue(int(events.back().fraction * 1000));
@@ -363,7 +351,7 @@ void SweepsPage::startPaperCheck()
         batch.flush();
         if (rec)
             rec->recordPaperCheck(r);
-        rec.finish(r.cancelled ? "cancelled" : "done", paperCheckSummary(r).dump());
+        rec.finish(r.cancelled ? RunStatus::Cancelled : RunStatus::Done, paperCheckSummary(r).dump());
         if (!r.cancelled)
             job.post([this, r] {
                 showPaperCheck(r);

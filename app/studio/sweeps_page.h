@@ -6,8 +6,8 @@
 // chart, over K in the lower) and lists each claim as holding or not, with GSKM-RQ's held-out
 // NMSE beside the Shannon bound.
 
-#include "compare_job.h"
-#include "paper_check.h"
+#include "core/jobs/compare_job.h"
+#include "core/jobs/paper_check.h"
 #include "studio_context.h"
 
 #include <QWidget>

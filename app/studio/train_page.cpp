@@ -1,11 +1,12 @@
 #include "train_page.h"
 
-#include "chart_panel.h"
-#include "codebook_file.h"
-#include "error.h"
-#include "metrics_table_model.h"
-#include "perplexity.h"
-#include "result_json.h"
+#include "views/chart_panel.h"
+#include "core/jobs/run_records.h"
+#include "core/cluster/codebook_file.h"
+#include "core/base/error.h"
+#include "views/metrics_table_model.h"
+#include "core/lm/perplexity.h"
+#include "core/jobs/result_json.h"
 
 #include <QComboBox>
 #include <QDoubleSpinBox>
@@ -42,7 +43,8 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     m_iters = spin(0, 10000, 25);
     m_beam = spin(1, 256, 1);
     m_method = new QComboBox(this);
-    m_method->addItems({"gskm", "km"});
+    for (Method m : {Method::GainShape, Method::KMeans})
+        m_method->addItem(methodName(m));
     m_weights = new QComboBox(this);
     m_weights->addItems({"none", "grad-raw", "grad-log"});
     m_tau = new QDoubleSpinBox(this);
@@ -174,7 +176,7 @@ void TrainPage::start()
     s.rq.k = m_k->value();
     s.rq.iterations = m_iters->value();
     s.rq.beam = m_beam->value();
-    s.rq.method = m_method->currentText() == "km" ? Method::KMeans : Method::GainShape;
+    s.rq.method = methodFromName(m_method->currentText().toStdString()).value_or(Method::GainShape);
     s.weights = *weightModeFromName(m_weights->currentText().toStdString());
     s.tau = m_tau->value();
     s.holdout = m_holdout->value();
@@ -198,18 +200,7 @@ void TrainPage::start()
     m_job = m_ctx.runner().start(tr("GSRQ training"), [=, this](const JobRunner::Context& job) {
         auto backend = gpu::makeBackend(backendRequest).backend;
         RunInfo info = jobRunInfo("train", *backend, *dump);
-        info.settingsJson = nlohmann::ordered_json{
-            {"dim", s.rq.dim},
-            {"stages", s.rq.stages},
-            {"k", s.rq.k},
-            {"method", methodName(s.rq.method)},
-            {"iters", s.rq.iterations},
-            {"beam", s.rq.beam},
-            {"weights", weightModeName(s.weights)},
-            {"tau", s.tau},
-            {"holdout", s.holdout},
-            {"tensors",
-             s.tensorPatterns}}.dump();
+        info.settingsJson = trainRunSettings(s, "", *backend).dump();
         WorkerRecording rec(storePath, info, "", job, &m_ctx, dump->files());
         auto current = std::make_shared<std::string>();
         ProgressBatcher batch(job, [this, current](const std::vector<ProgressEvent>& events) {
@@ -236,10 +227,7 @@ void TrainPage::start()
         batch.flush();
         if (rec)
             rec->recordTrain(*result);
-        nlohmann::ordered_json summary = nlohmann::ordered_json::object();
-        for (const auto& t : result->tensors)
-            summary[t.tensor] = toJson(t.train.metrics);
-        rec.finish(result->cancelled ? "cancelled" : "done", summary.dump());
+        rec.finish(result->cancelled ? RunStatus::Cancelled : RunStatus::Done, trainRunSummary(*result).dump());
         if (result->cancelled)
             return;
         const qint64 runId = rec ? rec->id() : 0;
@@ -352,22 +340,21 @@ void TrainPage::evaluatePerplexity()
             info.backend = backend->name();
             info.device = backend->device();
             info.dumpPath = modelPath.toStdString();
-            const nlohmann::ordered_json settings = {{"model", modelPath.toStdString()},
-                                                     {"tokenizer", tokPath.toStdString()},
-                                                     {"source", textPath.isEmpty() ? "generate" : "text"},
-                                                     {"text", textPath.toStdString()},
-                                                     {"seed", 0},
-                                                     {"seq_len", kSeqLen},
-                                                     {"sequences", kSequences},
-                                                     {"codebook_settings", last->file.metadata}};
-            info.settingsJson = settings.dump();
+            PplRunSettings ps;
+            ps.model = modelPath.toStdString();
+            ps.tokenizer = tokPath.toStdString();
+            ps.text = textPath.toStdString();
+            ps.seqLen = kSeqLen;
+            ps.sequences = kSequences;
+            ps.codebookSettings = {last->file.metadata};
+            info.settingsJson = pplRunSettings(ps).dump();
             WorkerRecording rec(storePath, info, "", job, &m_ctx, {modelPath.toStdString()});
             if (rec) {
-                rec->recordMetrics({{"perplexity", "-", "FP32", -1, -1, "perplexity", fp32},
-                                    {"perplexity", cost.method, "trained codebooks", -1, -1, "perplexity", ppl}});
+                const std::string layers = "all";
+                rec->recordMetrics({pplMetric("-", "FP32", "-", fp32), pplMetric(cost.method, "trained codebooks", layers, ppl)});
                 rec->recordSeries(perplexitySeries(cost.method, cost.bpa, ppl, fp32));
             }
-            rec.finish("done", nlohmann::ordered_json{{"fp32_perplexity", fp32}, {"perplexity", ppl}}.dump());
+            rec.finish(RunStatus::Done, pplRunSummary(fp32, ppl).dump());
             const QString text =
                 tr("FP32 %1; with these %2 codebooks at %3 BPA %4 (%5%6%); %7 sequences × %8 tokens of %9%10")
                     .arg(fp32, 0, 'f', 3)

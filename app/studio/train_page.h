@@ -5,7 +5,7 @@
 // a results table with the bits and the effective bits once codebooks are counted, and export.
 
 #include "studio_context.h"
-#include "train_job.h"
+#include "core/jobs/train_job.h"
 
 #include <QElapsedTimer>
 #include <QWidget>

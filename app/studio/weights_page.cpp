@@ -1,10 +1,10 @@
 #include "weights_page.h"
 
-#include "stats.h"
+#include "core/base/stats.h"
 
-#include "chart_panel.h"
-#include "error.h"
-#include "weights.h"
+#include "views/chart_panel.h"
+#include "core/base/error.h"
+#include "core/cluster/weights.h"
 
 #include <QComboBox>
 #include <QFormLayout>

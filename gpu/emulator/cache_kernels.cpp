@@ -1,4 +1,4 @@
 // cache_kernels.cu built for the CUDA emulator: the built-ins nvcc provides implicitly come first.
 #include "emulator.h"
 
-#include "../cache_kernels.cu"
+#include "gpu/decode/cache_kernels.cu"

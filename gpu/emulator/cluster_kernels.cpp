@@ -1,4 +1,4 @@
 // cluster_kernels.cu built for the CUDA emulator: the built-ins nvcc provides implicitly come first.
 #include "emulator.h"
 
-#include "../cluster_kernels.cu"
+#include "gpu/cluster/cluster_kernels.cu"

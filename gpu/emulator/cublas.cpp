@@ -4,7 +4,7 @@
 // costs shows in the emulator too. Also the emulator build's gsrq::gpu::cublas(), in place of
 // cublas_loader.cpp's library loading.
 
-#include "cublas_loader.h"
+#include "gpu/device/cublas_loader.h"
 #include "emulator.h"
 
 #include <Eigen/Core>

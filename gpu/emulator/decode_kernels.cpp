@@ -1,4 +1,4 @@
 // decode_kernels.cu built for the CUDA emulator: the built-ins nvcc provides implicitly come first.
 #include "emulator.h"
 
-#include "../decode_kernels.cu"
+#include "gpu/decode/decode_kernels.cu"

@@ -1,0 +1,111 @@
+#pragma once
+// The one primitive every clustering shares (DESIGN.md): given centroids C, for every row find the
+// nearest centroid (argmax of 2·x·c − ‖c‖²) and accumulate per-cluster sufficient statistics.
+// KM, GSKM, weighted variants and every residual stage call only this; backends (CPU here, CUDA in
+// gpu/) implement it. No backend holds a copy of the algorithm: the centroid update, the stopping
+// rule and the stage loop live in core and see only the statistics below.
+//
+// A backend is bound to rows of F features and clusters one block of D columns at a time. It owns
+// the residual of those rows: after a stage, subtractAssigned() takes the chosen codewords off the
+// residual (and adds them to a running reconstruction), so a device backend keeps all the data
+// where it computes, across iterations and stages, and returns only K×D sums per pass.
+//
+// Thread-safety: one backend per thread; calls on one backend must not overlap.
+
+#include "core/cluster/metrics.h"
+#include "core/io/tensor.h"
+
+#include <Eigen/Core>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace gsrq {
+
+// Sums over the rows assigned to each cluster k (K rows; D columns), in double.
+struct AssignStats {
+    Eigen::VectorXd weightSum;                            // W_k  = Σ w
+    Eigen::Matrix<std::int64_t, Eigen::Dynamic, 1> count; // members (empty cluster: 0)
+    MatrixRD sumX;                                        // Sx_k = Σ w·x
+    MatrixRD sumY;                                        // Sy_k = Σ w·x/(‖x‖+ε); 0×0 unless asked for
+    double weightedError = 0;                             // Σ w·‖x − c_label‖²
+    double weightedSquaredNorm = 0;                       // Σ w·‖x‖²
+    double totalWeight = 0;                               // Σ w
+    std::int64_t changed = 0;                             // rows whose label differs from the previous pass
+
+    // Unweighted row sums behind metrics.h's cosine, gain error and shrinkage for this pass's
+    // centroids (zero unless the pass was asked for them).
+    double gainErrorSum = 0;     // Σ |‖x‖ − ‖c_label‖|
+    double cosineSum = 0;        // Σ cos(x, c_label) over rows with ‖x‖ > 0 (0 where c_label = 0)
+    std::int64_t cosineRows = 0; // rows with ‖x‖ > 0
+    double squaredNormSum = 0;   // Σ ‖x‖²
+};
+
+// What one assignment pass accumulates besides labels, W_k, counts, Sx_k and the totals.
+struct AssignRequest {
+    bool shapeSums = false;  // Sy_k (GSKM needs it, KM does not)
+    bool rowMetrics = false; // the unweighted row sums above
+};
+
+class ClusterBackend {
+public:
+    virtual ~ClusterBackend() = default;
+    virtual std::string name() const = 0;   // "cpu", "cuda"
+    virtual std::string device() const = 0; // "2 threads", "NVIDIA H100 ... (device 0)"
+
+    // Binds the backend to x: n × features, row-major float32, borrowed until the next bind (a
+    // device backend copies it). The residual starts as x, the reconstruction as zero. weights: n
+    // values ≥ 0 (the caller checks them), or null for all ones. Selects block (0, features).
+    virtual void bind(const float* x, std::int64_t n, int features, const float* weights) = 0;
+    virtual std::int64_t rows() const = 0;
+
+    // Later calls work on columns [col0, col0 + dim) of the residual; ε is that of y = x/(‖x‖+ε).
+    // Every label is reset to −1 (none).
+    virtual void selectBlock(int col0, int dim, float epsilon) = 0;
+
+    // The selected block of the given residual rows, in that order (|rows| × dim).
+    virtual MatrixRF gatherRows(std::span<const std::int64_t> rows) = 0;
+
+    // One assignment pass with centroids K × dim; the labels stay in the backend (see readLabels).
+    virtual void assignPass(const MatrixRF& centroids, const AssignRequest& what, AssignStats& out) = 0;
+    // The same without the row metrics; withShapeSums: also accumulate sumY.
+    void assign(const MatrixRF& centroids, bool withShapeSums, AssignStats& out)
+    {
+        assignPass(centroids, AssignRequest{withShapeSums, false}, out);
+    }
+
+    virtual void readLabels(std::span<std::int32_t> out) = 0;
+    virtual void writeLabels(std::span<const std::int32_t> in) = 0;
+
+    // Residual block −= C[label] and reconstruction block += C[label], for the current labels.
+    virtual void subtractAssigned(const MatrixRF& centroids) = 0;
+
+    // Whole-row metrics of the reconstruction against the rows bound (metrics.h).
+    virtual QuantMetrics reconstructionMetrics() = 0;
+
+    // Shorthands over one n × d matrix: bind it with selectBlock(0, d, ε), and one pass with the
+    // labels passed in and out (the previous labels in, −1 for none).
+    void setData(const float* x, std::int64_t n, int d, const float* weights, float epsilon)
+    {
+        bind(x, n, d, weights);
+        selectBlock(0, d, epsilon);
+    }
+    void assignAccumulate(const MatrixRF& centroids, bool withShapeSums, std::span<std::int32_t> labels,
+                          AssignStats& out)
+    {
+        writeLabels(labels);
+        assign(centroids, withShapeSums, out);
+        readLabels(labels);
+    }
+};
+
+// Eigen GEMM over row chunks, OpenMP across chunks, memory bounded by threads × chunk × K.
+// threads ≤ 0: all available cores.
+std::unique_ptr<ClusterBackend> makeCpuBackend(int threads = 0);
+
+// Threads the CPU backend uses for `threads` (≤ 0 means all cores).
+int resolveThreads(int threads);
+
+} // namespace gsrq

@@ -1,0 +1,85 @@
+#pragma once
+// The GSRQ quantizer: product × residual quantization of rows.
+//
+// A tensor X (N × F) is cut into M = F/D contiguous subspaces of D dims. In each subspace, R
+// stages each hold K codewords; stage r is trained (KM or GSKM, through the one ClusterBackend)
+// on the residual left by stages < r. A row's code is R indices per subspace; decoding sums the
+// chosen codewords. Bits per activation BPA = R·log2(K)/D; codebook storage is separate.
+//
+// Encoding is greedy (nearest codeword per stage, as in the paper) or, with beam B > 1, a beam
+// search that keeps the B best partial codes per stage (as FAISS's residual quantizer does).
+
+#include "core/cluster/clustering.h"
+#include "core/cluster/progress.h"
+#include "core/cluster/metrics.h"
+
+#include <optional>
+#include <vector>
+
+namespace gsrq {
+
+struct RqSettings {
+    int dim = 0;    // D; 0 = all features
+    int stages = 1; // R
+    int k = 256;    // K: a power of two, 2..65,536
+    Method method = Method::GainShape;
+    int iterations = 25;
+    std::uint64_t seed = 0;
+    int beam = 1; // 1 = greedy
+    bool reseedEmpty = false;
+};
+
+double bitsPerActivation(int dim, int stages, int k); // R·log2(K)/D
+
+struct BpaChoice {
+    int dim = 0, stages = 0, k = 0;
+};
+// The paper's settings: 2, 1, 0.75 -> D=128, R=32/16/12, K=256; 0.375 -> D=256, R=12, K=256.
+std::optional<BpaChoice> paperBpa(double bpa);
+// Settings that reach `bpa` exactly for `features` (D divides F, K a power of two ≤ 65,536),
+// closest to the paper's D=128, K=256 first.
+std::vector<BpaChoice> suggestBpa(double bpa, std::int64_t features, std::size_t count = 4);
+
+// Throws Error(InvalidInput) naming the flag (--dim, --stages, --k, --beam, --iters).
+void validateRq(const RqSettings& s, std::int64_t rows, std::int64_t features);
+
+// Codewords, [M, R, K, D] row-major: book(m, r) is K × D.
+struct Codebooks {
+    int dim = 0, stages = 0, k = 0, subspaces = 0;
+    std::vector<float> data;
+
+    void allocate(int dim, int stages, int k, int subspaces);
+    std::int64_t features() const { return std::int64_t(dim) * subspaces; }
+    Eigen::Map<MatrixRF> book(int m, int r);
+    Eigen::Map<const MatrixRF> book(int m, int r) const;
+};
+
+// Codes: N × (M·R), column m·R + r holds the stage-r index of subspace m.
+using Codes = Eigen::Matrix<std::int32_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+struct StageRecord {
+    int subspace = 0, stage = 0;
+    int iterations = 0;
+    StopReason stop = StopReason::MaxIterations;
+    double seconds = 0;
+    std::vector<IterationStats> history;
+};
+
+struct RqTrainResult {
+    Codebooks codebooks;
+    Codes codes;                          // of the training rows
+    std::vector<QuantMetrics> afterStage; // R entries: whole-row metrics after stages 0..r
+    std::vector<StageRecord> clusterings; // one per (stage, subspace), in training order
+    QuantMetrics metrics;                 // = afterStage.back()
+    double seconds = 0;
+    bool cancelled = false;
+};
+
+RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, const RqSettings& s,
+                                     ClusterBackend& backend, const ProgressFn& progress = {});
+
+// Encodes X (N × M·D) with the first `stages` stages (all when < 0).
+Codes encode(const MatrixRF& X, const Codebooks& cb, int beam, ClusterBackend& backend, int stages = -1);
+MatrixRF decode(const Codes& codes, const Codebooks& cb, int stages = -1);
+
+} // namespace gsrq

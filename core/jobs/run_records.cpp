@@ -1,0 +1,230 @@
+#include "core/jobs/run_records.h"
+
+#include "core/base/error.h"
+#include "core/jobs/result_json.h"
+
+#include <cmath>
+
+namespace gsrq {
+
+const std::vector<std::string>& runKinds()
+{
+    static const std::vector<std::string> kinds{"compare", "sweep",         "train",        "eval",
+                                                "ppl",     "bench-cluster", "bench-decode", "paper-check"};
+    return kinds;
+}
+
+nlohmann::ordered_json compareRunSettings(const CompareSettings& s, const std::string& weights, double tau,
+                                          bool dropNonFinite, const ClusterBackend& backend)
+{
+    auto j = toJson(s);
+    j["weights"] = weights;
+    j["tau"] = tau;
+    j["drop_nonfinite"] = dropNonFinite;
+    j["backend"] = backend.name();
+    j["device"] = backend.device();
+    return j;
+}
+
+nlohmann::ordered_json paperCheckSummary(const PaperCheckResult& r)
+{
+    return {{"paper_check", {{"claims", r.claims.size()}, {"holding", claimsHolding(r)}}}};
+}
+
+nlohmann::ordered_json modelCompareRunSettings(const ModelCompareSettings& s, const std::string& tensors, bool plain,
+                                               bool residual, const ClusterBackend& backend)
+{
+    auto j = compareRunSettings(s.compare, weightModeName(s.weights), s.tau, s.dropNonFinite, backend);
+    j["residual"] = residual && !plain;
+    j["with_residuals"] = residual && plain;
+    j["tensors"] = tensors;
+    return j;
+}
+
+nlohmann::ordered_json compareRunSummary(const CompareResult& r)
+{
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    for (const auto& m : r.methods)
+        out[methodName(m.method)] = toJson(m.metrics);
+    return out;
+}
+
+nlohmann::ordered_json modelCompareRunSummary(const ModelCompareResult& r)
+{
+    int lower = 0;
+    for (const auto& c : r.cells) {
+        const auto* km = c.result.find(Method::KMeans);
+        const auto* gs = c.result.find(Method::GainShape);
+        if (km && gs && betterOf("nmse", km->metrics.nmse, gs->metrics.nmse) > 0)
+            ++lower;
+    }
+    return {{"tensors", r.cells.size()}, {"gskm_lower_nmse", lower}};
+}
+
+nlohmann::ordered_json sweepRunSettings(const CompareSettings& s, const std::string& weights, double tau,
+                                        bool dropNonFinite, const ClusterBackend& backend, SweepAxis axis,
+                                        const std::vector<int>& values)
+{
+    auto j = compareRunSettings(s, weights, tau, dropNonFinite, backend);
+    j["over"] = axis == SweepAxis::Dim ? "dim" : "k";
+    j["values"] = values;
+    return j;
+}
+
+nlohmann::ordered_json trainRunSettings(const TrainSettings& s, const std::string& out, const ClusterBackend& backend)
+{
+    return {{"dim", s.rq.dim},
+            {"stages", s.rq.stages},
+            {"k", s.rq.k},
+            {"bpa", bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k)},
+            {"method", methodName(s.rq.method)},
+            {"iters", s.rq.iterations},
+            {"seed", s.rq.seed},
+            {"beam", s.rq.beam},
+            {"reseed_empty", s.rq.reseedEmpty},
+            {"weights", weightModeName(s.weights)},
+            {"tau", s.tau},
+            {"drop_nonfinite", s.dropNonFinite},
+            {"tensors", s.tensorPatterns},
+            {"layers", s.layers},
+            {"key_rope", s.keyRope == KeyRope::Post ? "post" : "as-dumped"},
+            {"holdout", s.holdout},
+            {"holdout_tail", s.holdoutTail},
+            {"eval", s.evalPath},
+            {"attention_queries", s.attentionQueries},
+            {"with_codes", s.keepCodes},
+            {"dtype", s.exportDType == DType::F16 ? "f16" : "f32"},
+            {"out", out},
+            {"backend", backend.name()},
+            {"device", backend.device()}};
+}
+
+nlohmann::ordered_json trainRunSummary(const TrainJobResult& r)
+{
+    nlohmann::ordered_json summary = nlohmann::ordered_json::object();
+    for (const auto& t : r.tensors)
+        summary[t.tensor] = toJson(t.train.metrics);
+    return summary;
+}
+
+nlohmann::ordered_json pplRunSettings(const PplRunSettings& s)
+{
+    nlohmann::ordered_json books = nlohmann::ordered_json::array();
+    for (const auto& m : s.codebookSettings)
+        books.push_back(m);
+    return {{"model", s.model},
+            {"tokenizer", s.tokenizer},
+            {"source", s.text.empty() ? "generate" : "text"},
+            {"text", s.text},
+            {"seed", s.seed},
+            {"seq_len", s.seqLen},
+            {"sequences", s.sequences},
+            {"codebooks", s.codebooks},
+            {"layers", s.layers},
+            {"codebook_settings", books}};
+}
+
+nlohmann::ordered_json pplRunSummary(double fp32, std::optional<double> withCodebooks)
+{
+    nlohmann::ordered_json j = {{"fp32_perplexity", fp32}};
+    if (withCodebooks)
+        j["perplexity"] = *withCodebooks;
+    return j;
+}
+
+MetricRow pplMetric(const std::string& method, const std::string& codebooks, const std::string& layers, double ppl)
+{
+    return {"perplexity", method, codebooks + " layers " + layers, -1, -1, "perplexity", ppl};
+}
+
+std::vector<SeriesPoint> decodeSeries(const gpu::DecodeBenchPoint& p)
+{
+    if (!p.skipped.empty() || p.seconds <= 0)
+        return {};
+    std::vector<SeriesPoint> out = {{cat(gpu::decodePathName(p.path), " b=", p.batch), double(p.context), p.seconds * 1e6}};
+    if (p.roofline.seconds > 0)
+        out.push_back(
+            {cat("roofline ", gpu::decodePathName(p.path), " b=", p.batch), double(p.context), p.roofline.seconds * 1e6});
+    return out;
+}
+
+std::vector<MetricRow> decodeMetrics(const gpu::DecodeBenchPoint& p)
+{
+    if (!p.skipped.empty())
+        return {};
+    const std::string tensor = cat("b=", p.batch, " ctx=", p.context);
+    std::vector<MetricRow> rows;
+    auto add = [&](const char* name, double v) {
+        rows.push_back({"decode", gpu::decodePathName(p.path), tensor, -1, -1, name, v});
+    };
+    add("seconds", p.seconds);
+    add("bytes", p.bytes);
+    add("bytes_per_second", p.bytesPerSecond);
+    if (p.relError >= 0)
+        add("rel_error", p.relError);
+    if (p.speedupVsFp16 > 0)
+        add("speedup_vs_fp16", p.speedupVsFp16);
+    add("splits", p.splits);
+    if (p.roofline.seconds > 0) {
+        add("roofline_seconds", p.roofline.seconds);
+        add("fraction_of_roofline", p.rooflineFraction);
+    }
+    return rows;
+}
+
+std::vector<SeriesPoint> perplexitySeries(const std::string& method, double bpa, double ppl, double fp32)
+{
+    if (!std::isfinite(bpa))
+        return {};
+    return {{method + ".perplexity_vs_bpa", bpa, ppl}, {"fp32.perplexity_vs_bpa", bpa, fp32}};
+}
+
+nlohmann::ordered_json benchDecodeRunSettings(const gpu::DecodeBenchOptions& o, const Codebooks& kb,
+                                              const std::string& codebookSource)
+{
+    return {{"heads", o.shape.heads},
+            {"kv_heads", o.shape.kvHeads},
+            {"head_dim", o.shape.headDim},
+            {"layers", o.layers},
+            {"dim", kb.dim},
+            {"stages", kb.stages},
+            {"k", kb.k},
+            {"bpa", bitsPerActivation(kb.dim, kb.stages, kb.k)},
+            {"codebooks", codebookSource},
+            {"reps", o.reps},
+            {"warmup", o.warmup},
+            {"seed", o.seed},
+            {"verify", o.verify},
+            {"ctx", o.contexts},
+            {"batch", o.batches}};
+}
+
+nlohmann::ordered_json benchDecodeRunSummary(const gpu::DecodeBenchReport& rep)
+{
+    return {{"device", rep.device.name},
+            {"copy_bytes_per_second", rep.copyBytesPerSecond},
+            {"memory_bandwidth_bytes_per_s", rep.device.memoryBandwidth},
+            {"append_seconds", rep.appendSeconds},
+            {"rates",
+             {{"hbm_bytes_per_second", rep.rates.hbm},
+              {"l2_bytes_per_second", rep.rates.l2},
+              {"l2_source", rep.rates.l2Source},
+              {"shared_bytes_per_second", rep.rates.shared},
+              {"fp32_flops", rep.rates.flops}}},
+            {"all_verified", rep.allVerified()}};
+}
+
+std::string decodeDeviceName(const gpu::DeviceInfo& d)
+{
+    return cat(d.name, " (device ", d.index, ")");
+}
+
+nlohmann::ordered_json paperCheckRunSettings(const PaperCheckSettings& s, const ClusterBackend& backend)
+{
+    auto j = toJson(s);
+    j["backend"] = backend.name();
+    j["device"] = backend.device();
+    return j;
+}
+
+} // namespace gsrq

@@ -1,0 +1,92 @@
+#pragma once
+// What each kind of run records in the run store, built in one place for both faces (the CLI and
+// the app): the same kind of run has the same settings keys, summary and rows whichever face ran it
+// (tests/tst_studio.cpp runs each kind from both and compares the keys). A face passes what it knows
+// (its options) and what differs between faces (the command line, how failures are kept) stays
+// with the face.
+
+#include "core/cluster/cluster_backend.h"
+#include "core/jobs/compare_job.h"
+#include "core/jobs/model_compare.h"
+#include "core/jobs/paper_check.h"
+#include "core/jobs/train_job.h"
+#include "core/store/run_store.h"
+#include "gpu/decode/bench.h"
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gsrq {
+
+// Every kind of run, as the store spells it: compare, sweep, train, eval, ppl, bench-cluster,
+// bench-decode, paper-check.
+const std::vector<std::string>& runKinds();
+
+// ---- compare: one tensor, or many (model compare, + "tensors") ----
+// The settings with the weights, τ, whether non-finite rows were dropped, and the backend and device.
+nlohmann::ordered_json compareRunSettings(const CompareSettings& s, const std::string& weights, double tau,
+                                          bool dropNonFinite, const ClusterBackend& backend);
+// Many tensors: `tensors` the globs as given; plain and residual say which targets ran (the CLI
+// runs one or the other, the app may run both).
+nlohmann::ordered_json modelCompareRunSettings(const ModelCompareSettings& s, const std::string& tensors, bool plain,
+                                               bool residual, const ClusterBackend& backend);
+// {"km": {metrics}, "gskm": {metrics}} of one comparison; {"tensors": N, "gskm_lower_nmse": M} of many.
+nlohmann::ordered_json compareRunSummary(const CompareResult& r);
+nlohmann::ordered_json modelCompareRunSummary(const ModelCompareResult& r);
+
+// ---- sweep ----
+nlohmann::ordered_json sweepRunSettings(const CompareSettings& s, const std::string& weights, double tau,
+                                        bool dropNonFinite, const ClusterBackend& backend, SweepAxis axis,
+                                        const std::vector<int>& values);
+
+// ---- train ----
+// Everything the training used (the rate as D, R, K and bits per activation), the file it writes
+// (`out`, empty when none yet) and the backend.
+nlohmann::ordered_json trainRunSettings(const TrainSettings& s, const std::string& out, const ClusterBackend& backend);
+// {<tensor>: metrics} of the tensors trained (those that finished, for a cancelled run).
+nlohmann::ordered_json trainRunSummary(const TrainJobResult& r);
+
+// ---- ppl ----
+struct PplRunSettings {
+    std::string model, tokenizer;
+    std::string text; // the held-out text; empty: sequences generated from the model
+    std::uint64_t seed = 0;
+    int seqLen = 0, sequences = 0;
+    std::vector<std::string> codebooks; // the files measured; empty for codebooks held in memory
+    std::string layers;                 // "" for all
+    // Each measured file's metadata (the app's in-memory codebooks: theirs).
+    std::vector<std::map<std::string, std::string>> codebookSettings;
+};
+nlohmann::ordered_json pplRunSettings(const PplRunSettings& s);
+// {"fp32_perplexity": x} and, where one set of codebooks was measured, "perplexity": its value.
+nlohmann::ordered_json pplRunSummary(double fp32, std::optional<double> withCodebooks);
+// A metric row of one perplexity: label "FP32 layers -" or "<file> layers <list>".
+MetricRow pplMetric(const std::string& method, const std::string& codebooks, const std::string& layers, double ppl);
+
+// A decode-latency point: the series "<path> b=<batch>" (x: context, y: µs per layer and step) and
+// its roofline's, and its figures as metrics (scope "decode", method: the path, tensor:
+// "b=<batch> ctx=<context>"). Empty for a skipped point.
+std::vector<SeriesPoint> decodeSeries(const gpu::DecodeBenchPoint& p);
+std::vector<MetricRow> decodeMetrics(const gpu::DecodeBenchPoint& p);
+
+// The run store's series of one evaluation, for the perplexity-against-bits chart:
+// <method>.perplexity_vs_bpa at (bpa, ppl) and fp32.perplexity_vs_bpa at (bpa, fp32).
+std::vector<SeriesPoint> perplexitySeries(const std::string& method, double bpa, double ppl, double fp32);
+
+// ---- bench-decode ----
+nlohmann::ordered_json benchDecodeRunSettings(const gpu::DecodeBenchOptions& o, const Codebooks& keyBooks,
+                                              const std::string& codebookSource);
+nlohmann::ordered_json benchDecodeRunSummary(const gpu::DecodeBenchReport& r);
+// The run's device: "<name> (device <index>)".
+std::string decodeDeviceName(const gpu::DeviceInfo& d);
+
+// ---- paper-check ----
+nlohmann::ordered_json paperCheckRunSettings(const PaperCheckSettings& s, const ClusterBackend& backend);
+// {"paper_check": {"claims": N, "holding": H}}.
+nlohmann::ordered_json paperCheckSummary(const PaperCheckResult& r);
+
+} // namespace gsrq

@@ -1,0 +1,359 @@
+#include "core/jobs/train_job.h"
+
+#include "core/lm/attention.h"
+#include "core/base/error.h"
+#include "core/lm/rope.h"
+#include "core/base/sha256.h"
+#include "core/cluster/weights.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <fnmatch.h>
+#include <map>
+#include <set>
+
+namespace gsrq {
+
+namespace {
+
+double elapsed(std::chrono::steady_clock::time_point t0)
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int headDimOf(const KvDump& d, const KvTensor& t)
+{
+    if (t.view.shape.size() == 3)
+        return int(t.view.shape[2]);
+    if (auto it = d.metadata().find("head_dim"); it != d.metadata().end())
+        return std::stoi(it->second);
+    throwInvalid(t.view.where(), ": is [tokens, features] and the dump's metadata has no head_dim");
+}
+
+// Keys before RoPE rotated to after it, with the dump's positions and frequencies.
+MatrixRF ropeKeys(const KvDump& d, const KvTensor& t, const MatrixRF& x)
+{
+    const auto* pos = d.find("positions");
+    if (!pos)
+        throwInvalid(d.path(), ": --key-rope post needs a 'positions' tensor");
+    const int hd = headDimOf(d, t);
+    std::vector<double> invFreq;
+    // Layers of different types may rotate with different frequencies (Gemma 3's local and global
+    // layers): the dump then holds rope.inv_freq.TYPE beside rope.inv_freq, and layer_types says
+    // which type each layer is.
+    const KvTensor* perType = nullptr;
+    if (auto it = d.metadata().find("layer_types"); it != d.metadata().end() && t.layer >= 0) {
+        std::vector<std::string> types;
+        std::string cur;
+        for (char c : it->second + ",") {
+            if (c == ',') {
+                types.push_back(cur);
+                cur.clear();
+            } else {
+                cur += c;
+            }
+        }
+        if (std::size_t(t.layer) < types.size())
+            perType = d.find("rope.inv_freq." + types[std::size_t(t.layer)]);
+    }
+    if (perType) {
+        const MatrixRF m = toMatrix(perType->view);
+        invFreq.assign(m.data(), m.data() + m.size());
+    } else if (const auto* f = d.find("rope.inv_freq")) {
+        const MatrixRF m = toMatrix(f->view);
+        invFreq.assign(m.data(), m.data() + m.size());
+    } else if (auto it = d.metadata().find("rope_theta"); it != d.metadata().end()) {
+        invFreq = ropeInvFreq(std::stod(it->second), hd);
+    } else {
+        throwInvalid(d.path(), ": --key-rope post needs 'rope.inv_freq' or rope_theta metadata");
+    }
+    RopePairing pairing = RopePairing::RotateHalf;
+    if (auto it = d.metadata().find("rope_pairing"); it != d.metadata().end()) {
+        const auto p = ropePairingFromName(it->second);
+        if (!p)
+            throwInvalid(d.path(), ": rope_pairing '", it->second, "' is neither interleaved nor half");
+        pairing = *p;
+    }
+    return applyRope(x, hd, toInt64(pos->view), invFreq, pairing);
+}
+
+bool keysStoredPost(const KvDump& d)
+{
+    const auto it = d.metadata().find("key_rope");
+    return it != d.metadata().end() && it->second == "post";
+}
+
+// The rows a tensor trains on, the way training saw them (RoPE applied if asked).
+MatrixRF preparedRows(const KvDump& d, const KvTensor& t, KeyRope rope, bool dropNonFinite, LoadedTensor* loaded,
+                      bool* ropeApplied)
+{
+    LoadedTensor l = loadForClustering(t, dropNonFinite);
+    const bool apply = rope == KeyRope::Post && t.kind == KvKind::Key && !keysStoredPost(d);
+    if (apply && !l.droppedRows.empty())
+        throwInvalid(t.view.where(), ": cannot apply RoPE after dropping non-finite rows (positions would shift)");
+    MatrixRF x = apply ? ropeKeys(d, t, l.rows) : std::move(l.rows);
+    if (ropeApplied)
+        *ropeApplied = apply;
+    if (loaded) {
+        *loaded = std::move(l);
+        loaded->rows.resize(0, 0);
+    }
+    return x;
+}
+
+QuantMetrics metricsOf(const MatrixRF& x, const Codebooks& cb, int beam, ClusterBackend& be, double* seconds)
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    const Codes c = encode(x, cb, beam, be);
+    const auto m = computeMetrics(x, decode(c, cb));
+    *seconds = elapsed(t0);
+    return m;
+}
+
+} // namespace
+
+std::vector<const KvTensor*> selectTensors(const KvDump& dump, const std::vector<std::string>& patterns,
+                                           const std::string& layers)
+{
+    const std::set<int> wanted = layers.empty() ? std::set<int>{} : parseLayerList(layers);
+    std::vector<const KvTensor*> out;
+    for (const auto& t : dump.tensors()) {
+        bool match = false;
+        if (patterns.empty())
+            match = t.kind == KvKind::Key || t.kind == KvKind::Value || (dump.format() == "npy");
+        for (const auto& p : patterns)
+            match = match || fnmatch(p.c_str(), t.view.name.c_str(), 0) == 0;
+        if (!match)
+            continue;
+        if (!wanted.empty() && (t.layer < 0 || !wanted.count(t.layer)))
+            continue;
+        out.push_back(&t);
+    }
+    if (out.empty()) {
+        std::string pats;
+        for (const auto& p : patterns)
+            pats += (pats.empty() ? "" : ",") + p;
+        throwInvalid(dump.path(), ": no tensor matches --tensors '", pats.empty() ? "(keys and values)" : pats, "'",
+                     layers.empty() ? "" : cat(" with --layers ", layers));
+    }
+    return out;
+}
+
+HoldoutSplit splitHoldout(Eigen::Index rows, double fraction, bool tail, std::uint64_t seed)
+{
+    const Eigen::Index trainRows = fraction > 0 ? Eigen::Index(double(rows) * (1 - fraction)) : rows;
+    HoldoutSplit out;
+    std::vector<char> held(std::size_t(rows), 0);
+    if (tail) {
+        std::fill(held.begin() + trainRows, held.end(), 1);
+    } else if (trainRows < rows) {
+        for (auto i : sampleRows(rows, int(rows - trainRows), seed ^ 0x9e3779b97f4a7c15ull))
+            held[std::size_t(i)] = 1;
+    }
+    for (Eigen::Index i = 0; i < rows; ++i)
+        (held[std::size_t(i)] ? out.heldout : out.train).push_back(i);
+    return out;
+}
+
+TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBackend& backend, const ProgressFn& progress)
+{
+    if (s.holdout < 0 || s.holdout >= 1)
+        throwInvalid("--holdout ", s.holdout, ": must be a fraction in [0, 1)");
+    if (s.holdout > 0 && !s.evalPath.empty())
+        throwInvalid("--holdout and --eval: choose one source of held-out rows");
+    const auto selected = selectTensors(dump, s.tensorPatterns, s.layers);
+    std::optional<KvDump> evalDump;
+    if (!s.evalPath.empty())
+        evalDump = KvDump::open(s.evalPath);
+
+    // Check every tensor's settings before any work starts.
+    for (const auto* t : selected) {
+        const auto rows = std::int64_t(double(t->view.rows()) * (1 - s.holdout));
+        validateRq(s.rq, rows, t->view.features());
+        if (s.weights != WeightMode::None && !dump.gradientOf(*t))
+            throwInvalid("--weights ", weightModeName(s.weights), ": ", dump.path(), " has no gradient for '",
+                         t->view.name, "' (expected layers.L.key_grad or layers.L.value_grad)");
+        if (evalDump) {
+            const KvTensor& e =
+                evalDump->format() == "npy" && dump.format() == "npy" ? evalDump->only() : evalDump->get(t->view.name);
+            if (e.view.features() != t->view.features())
+                throwInvalid(e.view.where(), ": has ", e.view.features(), " features, the training tensor ",
+                             t->view.features());
+        }
+    }
+
+    TrainJobResult out;
+    const int D = s.rq.dim;
+    out.file.metadata = {
+        {"dim", std::to_string(D)},
+        {"stages", std::to_string(s.rq.stages)},
+        {"k", std::to_string(s.rq.k)},
+        {"method", methodName(s.rq.method)},
+        {"weights", weightModeName(s.weights)},
+        {"tau", cat(s.tau)},
+        {"beam", std::to_string(s.rq.beam)},
+        {"iterations", std::to_string(s.rq.iterations)},
+        {"seed", std::to_string(s.rq.seed)},
+        {"bpa", cat(bitsPerActivation(D, s.rq.stages, s.rq.k))},
+        {"key_rope", s.keyRope == KeyRope::Post || keysStoredPost(dump) ? "post" : "pre"},
+        {"rope_pairing", dump.metadata().count("rope_pairing") ? dump.metadata().at("rope_pairing") : "half"},
+        {"source", dump.path()},
+        {"settings", nlohmann::ordered_json{{"dim", D},
+                                            {"stages", s.rq.stages},
+                                            {"k", s.rq.k},
+                                            {"method", methodName(s.rq.method)},
+                                            {"iterations", s.rq.iterations},
+                                            {"seed", s.rq.seed},
+                                            {"beam", s.rq.beam},
+                                            {"reseed_empty", s.rq.reseedEmpty},
+                                            {"weights", weightModeName(s.weights)},
+                                            {"tau", s.tau},
+                                            {"tensors", s.tensorPatterns},
+                                            {"layers", s.layers},
+                                            {"holdout", s.holdout},
+                                            {"eval", s.evalPath},
+                                            {"key_rope", s.keyRope == KeyRope::Post ? "post" : "as-dumped"},
+                                            {"drop_nonfinite", s.dropNonFinite}}
+                         .dump()},
+        {"source_sha256", s.sourceSha256.empty() ? sha256Files(dump.files()) : s.sourceSha256}};
+
+    const double bitsPerValue = s.exportDType == DType::F16 ? 16 : 32;
+    std::map<int, std::map<KvKind, MatrixRF>> recon; // per layer: full reconstructions for attention
+    const double perTensor = 1.0 / double(selected.size());
+    for (std::size_t ti = 0; ti < selected.size() && !out.cancelled; ++ti) {
+        const KvTensor& t = *selected[ti];
+        TensorTrainResult r;
+        r.tensor = t.view.name;
+        LoadedTensor loaded;
+        MatrixRF x = preparedRows(dump, t, s.keyRope, s.dropNonFinite, &loaded, &r.ropeApplied);
+        r.droppedRows = std::int64_t(loaded.droppedRows.size());
+        r.features = x.cols();
+        const Eigen::VectorXf w = weightsFor(dump, t, loaded, s.weights, s.tau, &r.weightSummary);
+        const HoldoutSplit split = splitHoldout(x.rows(), s.holdout, s.holdoutTail, s.rq.seed);
+        const Eigen::Index trainRows = Eigen::Index(split.train.size());
+        const MatrixRF xTrain = x(split.train, Eigen::all);
+        const Eigen::VectorXf wTrain = w.size() ? Eigen::VectorXf(w(split.train)) : Eigen::VectorXf();
+        const float* wp = wTrain.size() ? wTrain.data() : nullptr;
+
+        r.train = trainResidualQuantizer(xTrain, wp, s.rq, backend, [&](const ProgressEvent& e) {
+            if (!progress)
+                return true;
+            ProgressEvent ev = e;
+            ev.what = cat(t.view.name, " ", e.what);
+            ev.fraction = (double(ti) + e.fraction) * perTensor;
+            ev.tensor = t.view.name;
+            return progress(ev);
+        });
+        if (r.train.cancelled) {
+            out.cancelled = true;
+            break;
+        }
+        r.rows = trainRows;
+        r.bpa = bitsPerActivation(r.train.codebooks.dim, s.rq.stages, s.rq.k);
+        r.codebookBytes = std::uint64_t(r.train.codebooks.data.size() * bitsPerValue / 8);
+        r.effectiveBpa = r.bpa + double(r.codebookBytes) * 8 / (double(t.view.rows()) * double(r.features));
+
+        Codes heldCodes;
+        if (!split.heldout.empty()) {
+            const MatrixRF xh = x(split.heldout, Eigen::all);
+            r.heldoutRows = xh.rows();
+            const auto t0 = std::chrono::steady_clock::now();
+            heldCodes = encode(xh, r.train.codebooks, s.rq.beam, backend);
+            r.heldout = computeMetrics(xh, decode(heldCodes, r.train.codebooks));
+            r.heldoutSeconds = elapsed(t0);
+        } else if (evalDump) {
+            const KvTensor& e =
+                evalDump->format() == "npy" && dump.format() == "npy" ? evalDump->only() : evalDump->get(t.view.name);
+            const MatrixRF xe = preparedRows(*evalDump, e, s.keyRope, s.dropNonFinite, nullptr, nullptr);
+            r.heldoutRows = xe.rows();
+            r.heldout = metricsOf(xe, r.train.codebooks, s.rq.beam, backend, &r.heldoutSeconds);
+        }
+
+        if (s.attentionQueries > 0 && t.layer >= 0 && r.droppedRows == 0 &&
+            (t.kind == KvKind::Key || t.kind == KvKind::Value)) {
+            MatrixRF full(x.rows(), x.cols());
+            full(split.train, Eigen::all) = decode(r.train.codes, r.train.codebooks);
+            if (heldCodes.rows())
+                full(split.heldout, Eigen::all) = decode(heldCodes, r.train.codebooks);
+            recon[t.layer][t.kind] = std::move(full);
+        }
+        CodebookEntry entry{t.view.name, r.train.codebooks, {}};
+        if (s.keepCodes)
+            entry.codes = r.train.codes;
+        out.file.entries.push_back(std::move(entry));
+        out.tensors.push_back(std::move(r));
+    }
+
+    // Attention fidelity per layer with queries, positions and sequence ids.
+    for (auto& [layer, parts] : recon) {
+        const auto* q = dump.find(cat("layers.", layer, ".query"));
+        const auto* k = dump.find(cat("layers.", layer, ".key"));
+        const auto* v = dump.find(cat("layers.", layer, ".value"));
+        const auto* pos = dump.find("positions");
+        const auto* seq = dump.find("sequence_ids");
+        if (!q || !k || !v || !pos || !seq) {
+            out.notes.push_back(cat("attention fidelity of layer ", layer,
+                                    " skipped: the dump needs query, key, value, positions and sequence_ids"));
+            continue;
+        }
+        const int hd = headDimOf(dump, *k);
+        AttentionInputs in;
+        MatrixRF qx = toMatrix(q->view), kx = toMatrix(k->view), vx = toMatrix(v->view);
+        in.positions = toInt64(pos->view);
+        in.sequenceIds = toInt64(seq->view);
+        in.headDim = hd;
+        in.heads = int(qx.cols() / hd);
+        in.kvHeads = int(kx.cols() / hd);
+        const bool keysPre = !keysStoredPost(dump);
+        MatrixRF kHat = parts.count(KvKind::Key) ? parts[KvKind::Key] : kx;
+        const MatrixRF vHat = parts.count(KvKind::Value) ? parts[KvKind::Value] : vx;
+        if (keysPre) {
+            // Attention sees rotated queries and keys; keys trained after RoPE are already rotated.
+            const bool keyTrainedPost = s.keyRope == KeyRope::Post && parts.count(KvKind::Key);
+            MatrixRF qr = ropeKeys(dump, *q, qx), kr = ropeKeys(dump, *k, kx);
+            if (!keyTrainedPost)
+                kHat = ropeKeys(dump, *k, kHat);
+            qx = std::move(qr);
+            kx = std::move(kr);
+        }
+        in.q = &qx;
+        in.k = &kx;
+        in.v = &vx;
+        in.kHat = &kHat;
+        in.vHat = &vHat;
+        LayerAttention la;
+        la.layer = layer;
+        la.keys = parts.count(KvKind::Key) ? "quantized" : "exact";
+        la.values = parts.count(KvKind::Value) ? "quantized" : "exact";
+        la.fidelity = attentionFidelity(in, s.attentionQueries, s.rq.seed);
+        out.attention.push_back(la);
+    }
+    return out;
+}
+
+std::vector<EvalResult> runEval(const KvDump& dump, const CodebookFile& file, int beam, ClusterBackend& backend,
+                                bool dropNonFinite)
+{
+    const auto keyRope = file.metadata.count("key_rope") ? file.metadata.at("key_rope") : std::string("pre");
+    if (keyRope == "pre" && keysStoredPost(dump))
+        throwInvalid(dump.path(), ": keys are stored after RoPE but the codebooks were trained before it");
+    std::vector<EvalResult> out;
+    for (const auto& e : file.entries) {
+        const KvTensor& t = dump.format() == "npy" && file.entries.size() == 1 ? dump.only() : dump.get(e.tensor);
+        if (t.view.features() != e.codebooks.features())
+            throwInvalid(t.view.where(), ": has ", t.view.features(), " features but its codebooks cover ",
+                         e.codebooks.features(), " (M=", e.codebooks.subspaces, " × D=", e.codebooks.dim, ")");
+        const MatrixRF x = preparedRows(dump, t, keyRope == "post" ? KeyRope::Post : KeyRope::AsDumped, dropNonFinite,
+                                        nullptr, nullptr);
+        EvalResult r;
+        r.tensor = e.tensor;
+        r.rows = x.rows();
+        r.metrics = metricsOf(x, e.codebooks, beam, backend, &r.seconds);
+        out.push_back(r);
+    }
+    return out;
+}
+
+} // namespace gsrq

@@ -1,0 +1,243 @@
+#include "core/lm/perplexity.h"
+
+#include "core/cluster/cluster_backend.h"
+#include "core/base/error.h"
+#include "core/io/kv_dump.h"
+#include "core/cluster/quantizer.h"
+#include "core/lm/rope.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace gsrq {
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t& s)
+{
+    std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// log Σ exp(row) and the row's entry at `target`, in double.
+double nllOf(const Eigen::Ref<const Eigen::RowVectorXf>& logits, std::int32_t target)
+{
+    const double m = logits.maxCoeff();
+    double sum = 0;
+    for (Eigen::Index i = 0; i < logits.size(); ++i)
+        sum += std::exp(double(logits[i]) - m);
+    return m + std::log(sum) - double(logits[target]);
+}
+
+int metaInt(const CodebookFile& f, const char* key, int fallback)
+{
+    const auto it = f.metadata.find(key);
+    if (it == f.metadata.end())
+        return fallback;
+    try {
+        return std::stoi(it->second);
+    } catch (const std::exception&) {
+        return fallback;
+    }
+}
+
+} // namespace
+
+std::vector<std::vector<std::int32_t>> textSequences(const std::vector<std::int32_t>& text, int seqLen, int sequences)
+{
+    if (seqLen < 2)
+        throwInvalid("--seq-len ", seqLen, ": needs at least 2 (BOS and a token to predict)");
+    if (sequences < 1)
+        throwInvalid("--sequences ", sequences, ": needs at least 1");
+    const std::int64_t need = std::int64_t(sequences) * (seqLen - 1);
+    if (std::int64_t(text.size()) < need)
+        throwInvalid("--text: ", text.size(), " tokens, but --sequences ", sequences, " × (--seq-len ", seqLen,
+                     " − 1) needs ", need, "; give a longer text or fewer sequences");
+    std::vector<std::vector<std::int32_t>> out;
+    for (int s = 0; s < sequences; ++s) {
+        std::vector<std::int32_t> seq{Llama2cTokenizer::kBos};
+        const auto from = text.begin() + std::ptrdiff_t(s) * (seqLen - 1);
+        seq.insert(seq.end(), from, from + (seqLen - 1));
+        out.push_back(std::move(seq));
+    }
+    return out;
+}
+
+std::vector<std::vector<std::int32_t>> generateSequences(const Llama2cModel& model, int seqLen, int sequences,
+                                                         std::uint64_t seed)
+{
+    if (seqLen < 2 || seqLen > model.config().maxSeq)
+        throwInvalid("--seq-len ", seqLen, ": must be 2 to the model's ", model.config().maxSeq);
+    if (sequences < 1)
+        throwInvalid("--sequences ", sequences, ": needs at least 1");
+    std::uint64_t state = seed;
+    std::vector<std::vector<std::int32_t>> out;
+    for (int s = 0; s < sequences; ++s) {
+        std::vector<std::int32_t> seq{Llama2cTokenizer::kBos};
+        Llama2cModel::Cache cache;
+        std::int32_t next = Llama2cTokenizer::kBos;
+        while (int(seq.size()) < seqLen) {
+            const MatrixRF logits = model.forward(std::span<const std::int32_t>(&next, 1), cache);
+            const Eigen::RowVectorXf row = logits.row(0);
+            Eigen::RowVectorXd p = (row.cast<double>().array() - double(row.maxCoeff())).exp();
+            p /= p.sum();
+            const double u = double(splitmix64(state) >> 11) * 0x1.0p-53;
+            double acc = 0;
+            next = std::int32_t(p.size() - 1);
+            for (Eigen::Index i = 0; i < p.size(); ++i) {
+                acc += p[i];
+                if (u < acc) {
+                    next = std::int32_t(i);
+                    break;
+                }
+            }
+            seq.push_back(next);
+        }
+        out.push_back(std::move(seq));
+    }
+    return out;
+}
+
+std::vector<std::vector<std::int32_t>> perplexitySequences(const Llama2cModel& model, const Llama2cTokenizer& tok,
+                                                           const std::string& textPath, int seqLen, int sequences,
+                                                           std::uint64_t seed, std::int64_t* textTokens)
+{
+    if (textTokens)
+        *textTokens = 0;
+    if (textPath.empty())
+        return generateSequences(model, seqLen, sequences, seed);
+    if (seqLen > model.config().maxSeq)
+        throwInvalid("--seq-len ", seqLen, ": the model takes at most ", model.config().maxSeq);
+    std::ifstream f(textPath, std::ios::binary);
+    if (!f)
+        throwInvalid("--text ", textPath, ": cannot be read");
+    std::stringstream text;
+    text << f.rdbuf();
+    const auto ids = tok.encode(reflowText(text.str()));
+    if (textTokens)
+        *textTokens = std::int64_t(ids.size());
+    return textSequences(ids, seqLen, sequences);
+}
+
+CodebookCost codebookCost(const CodebookFile& file, const std::vector<int>& quantizedLayers, std::int64_t tokens,
+                          int kvDim)
+{
+    CodebookCost c;
+    if (const auto it = file.metadata.find("method"); it != file.metadata.end())
+        c.method = it->second;
+    c.bpa = std::nan("");
+    if (const auto it = file.metadata.find("bpa"); it != file.metadata.end()) {
+        try {
+            c.bpa = std::stod(it->second);
+        } catch (const std::exception&) {
+        }
+    }
+    double codebookBits = 0;
+    int tensors = 0;
+    for (const auto& e : file.entries)
+        if (const KvName n = parseKvName(e.tensor);
+            (n.kind == KvKind::Key || n.kind == KvKind::Value) &&
+            std::binary_search(quantizedLayers.begin(), quantizedLayers.end(), n.layer)) {
+            codebookBits += 16.0 * double(e.codebooks.data.size());
+            ++tensors;
+        }
+    c.effectiveBpa = c.bpa + codebookBits / (double(tokens) * kvDim * std::max(1, tensors));
+    return c;
+}
+
+double PerplexityResult::perplexity() const
+{
+    return tokens > 0 ? std::exp(nll / double(tokens)) : std::nan("");
+}
+
+PerplexityResult perplexity(const Llama2cModel& model, const std::vector<std::vector<std::int32_t>>& sequences,
+                            const KvHook& hook)
+{
+    PerplexityResult r;
+    for (const auto& seq : sequences) {
+        Llama2cModel::Cache cache;
+        const MatrixRF logits = model.forward(seq, cache, hook);
+        for (std::size_t t = 0; t + 1 < seq.size(); ++t)
+            r.nll += nllOf(logits.row(Eigen::Index(t)), seq[t + 1]);
+        r.tokens += std::int64_t(seq.size()) - 1;
+    }
+    return r;
+}
+
+std::vector<int> quantizedLayers(const CodebookFile& file, const std::vector<int>& layers)
+{
+    std::set<int> out;
+    for (const auto& e : file.entries) {
+        const KvName n = parseKvName(e.tensor);
+        if ((n.kind == KvKind::Key || n.kind == KvKind::Value) &&
+            (layers.empty() || std::find(layers.begin(), layers.end(), n.layer) != layers.end()))
+            out.insert(n.layer);
+    }
+    return {out.begin(), out.end()};
+}
+
+KvHook codebookHook(const CodebookFile& file, const std::string& path, const Llama2cConfig& cfg,
+                    const std::vector<int>& layers, ClusterBackend& backend)
+{
+    const int beam = std::max(1, metaInt(file, "beam", 1));
+    const auto rope = file.metadata.find("key_rope");
+    const bool post = rope != file.metadata.end() && rope->second == "post";
+    for (const auto& e : file.entries)
+        if (e.tensor.rfind("layers.", 0) == 0 && e.codebooks.features() != cfg.kvDim())
+            throwInvalid(path, ": ", e.tensor, " has codebooks for ", e.codebooks.features(),
+                         " features; the model's keys and values have ", cfg.kvDim(),
+                         " (kv_heads × head_dim): codebooks of another model?");
+    const auto wanted = quantizedLayers(file, layers);
+    const auto invFreq = ropeInvFreq(10000.0, cfg.headDim());
+    const int hd = cfg.headDim();
+    // Codebooks trained on keys of a rotate-half model (transformers' Llama, whose q and k rows are
+    // the llama2.c model's permuted within each head) see feature j of a head where this model has
+    // feature 2j (j < hd/2) or 2(j − hd/2) + 1: the keys are put in that order for them and back.
+    const auto pairing = file.metadata.find("rope_pairing");
+    const bool half = pairing != file.metadata.end() && pairing->second == "half";
+    return [&file, &backend, wanted, beam, post, invFreq, hd, half](int layer, MatrixRF& keys, MatrixRF& values,
+                                                                    const std::vector<std::int64_t>& positions) {
+        if (!std::binary_search(wanted.begin(), wanted.end(), layer))
+            return;
+        const auto reconstruct = [&](const std::string& tensor, MatrixRF& x) {
+            const auto* e = file.find(tensor);
+            if (e)
+                x = decode(encode(x, e->codebooks, beam, backend), e->codebooks);
+        };
+        const auto reconstructKeys = [&](const std::string& tensor, MatrixRF& x) {
+            if (!half) {
+                reconstruct(tensor, x);
+                return;
+            }
+            MatrixRF y(x.rows(), x.cols());
+            for (Eigen::Index h = 0; h + hd <= x.cols(); h += hd)
+                for (int j = 0; j < hd / 2; ++j) {
+                    y.col(h + j) = x.col(h + 2 * j);
+                    y.col(h + hd / 2 + j) = x.col(h + 2 * j + 1);
+                }
+            reconstruct(tensor, y);
+            for (Eigen::Index h = 0; h + hd <= x.cols(); h += hd)
+                for (int j = 0; j < hd / 2; ++j) {
+                    x.col(h + 2 * j) = y.col(h + j);
+                    x.col(h + 2 * j + 1) = y.col(h + hd / 2 + j);
+                }
+        };
+        if (post && file.find("layers." + std::to_string(layer) + ".key")) {
+            MatrixRF k = applyRope(keys, hd, positions, invFreq, RopePairing::Interleaved);
+            reconstructKeys("layers." + std::to_string(layer) + ".key", k);
+            std::vector<std::int64_t> back(positions.size());
+            std::transform(positions.begin(), positions.end(), back.begin(), [](std::int64_t p) { return -p; });
+            keys = applyRope(k, hd, back, invFreq, RopePairing::Interleaved); // the forward pass rotates again
+        } else {
+            reconstructKeys("layers." + std::to_string(layer) + ".key", keys);
+        }
+        reconstruct("layers." + std::to_string(layer) + ".value", values);
+    };
+}
+
+} // namespace gsrq

@@ -1,0 +1,65 @@
+#pragma once
+// Perplexity of a llama2.c model over sequences that start with BOS, in FP32 and with its KV cache
+// replaced by reconstructions from codebooks: the measure the paper judges compression by.
+
+#include "core/cluster/codebook_file.h"
+#include "core/lm/llama2c.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gsrq {
+
+class ClusterBackend;
+
+// S sequences of T tokens: BOS, then tokens s·(T−1) … (s+1)·(T−1) − 1 of the text. Throws
+// Error(InvalidInput) naming --text when the text is too short.
+std::vector<std::vector<std::int32_t>> textSequences(const std::vector<std::int32_t>& text, int seqLen, int sequences);
+
+// S sequences of T tokens sampled from the FP32 model at temperature 1: BOS, then T − 1 samples.
+// The same seed gives the same sequences (a splitmix64 generator; no platform's distributions).
+std::vector<std::vector<std::int32_t>> generateSequences(const Llama2cModel& model, int seqLen, int sequences,
+                                                         std::uint64_t seed);
+
+// The sequences `gsrq ppl` and the app measure: the file's text re-flowed, tokenized and cut as
+// textSequences does, or, with an empty path, the model's own samples from `seed`. Checks seqLen
+// against the model. textTokens (when not null) gets the text's token count (0 for samples).
+// Throws Error(InvalidInput) naming --text or --seq-len.
+std::vector<std::vector<std::int32_t>> perplexitySequences(const Llama2cModel& model, const Llama2cTokenizer& tok,
+                                                           const std::string& textPath, int seqLen, int sequences,
+                                                           std::uint64_t seed, std::int64_t* textTokens = nullptr);
+
+// What a codebooks file's keys and values cost per cached value: its method and nominal bits per
+// activation (from the metadata; "-" and NaN where absent), and the effective bits: nominal plus
+// the codewords (stored as F16) of the quantized layers' keys and values spread over `tokens`
+// cached tokens of kvDim values each.
+struct CodebookCost {
+    std::string method = "-";
+    double bpa = 0, effectiveBpa = 0;
+};
+CodebookCost codebookCost(const CodebookFile& file, const std::vector<int>& quantizedLayers, std::int64_t tokens,
+                          int kvDim);
+
+struct PerplexityResult {
+    double nll = 0;          // Σ −log p(next token), natural log
+    std::int64_t tokens = 0; // predictions: S·(T − 1)
+    double perplexity() const;
+};
+
+// exp(mean NLL of predicting tokens 1 … T−1 of each sequence); hook as in Llama2cModel::forward.
+PerplexityResult perplexity(const Llama2cModel& model, const std::vector<std::vector<std::int32_t>>& sequences,
+                            const KvHook& hook = {});
+
+// A hook that replaces layer L's keys and values by their reconstruction from the codebooks of
+// layers.L.key and layers.L.value (where the file has them and L is in `layers`, all when empty),
+// encoded as `gsrq eval` encodes (greedy, or the file's beam). Keys trained after RoPE (metadata
+// key_rope = post) are rotated, reconstructed and rotated back. Throws Error(InvalidInput) when a
+// codebook's width is not the model's kv_dim, naming the file and tensor.
+KvHook codebookHook(const CodebookFile& file, const std::string& path, const Llama2cConfig& cfg,
+                    const std::vector<int>& layers, ClusterBackend& backend);
+
+// The codebooks file's layers that the hook would quantize (sorted).
+std::vector<int> quantizedLayers(const CodebookFile& file, const std::vector<int>& layers);
+
+} // namespace gsrq

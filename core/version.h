@@ -1,4 +1,0 @@
-#pragma once
-namespace gsrq {
-inline constexpr const char* kVersion = "0.1.0";
-}

@@ -1,0 +1,64 @@
+#include "gpu/cluster/backend.h"
+
+#include "gpu/cluster/cuda_backend.h"
+#include "gpu/device/device.h"
+#include "core/base/error.h"
+
+namespace gsrq::gpu {
+
+BackendKind parseBackendKind(const std::string& text)
+{
+    if (text == "auto")
+        return BackendKind::Auto;
+    if (text == "cpu")
+        return BackendKind::Cpu;
+    if (text == "cuda")
+        return BackendKind::Cuda;
+    throwInvalid("--backend ", text, ": expected auto, cpu or cuda");
+}
+
+const char* backendKindName(BackendKind kind)
+{
+    switch (kind) {
+    case BackendKind::Auto:
+        return "auto";
+    case BackendKind::Cpu:
+        return "cpu";
+    case BackendKind::Cuda:
+        return "cuda";
+    }
+    return "?";
+}
+
+BackendChoice makeBackend(const BackendRequest& r)
+{
+    BackendChoice out;
+    if (r.kind == BackendKind::Cpu) {
+        out.backend = makeCpuBackend(r.threads);
+        return out;
+    }
+    const DeviceQuery q = queryDevices();
+    if (r.kind == BackendKind::Cuda) {
+        if (q.devices.empty())
+            throwInvalid("--backend cuda: ", q.message.empty() ? std::string("no CUDA device") : q.message);
+        out.backend = makeCudaBackend({r.device, r.tf32});
+        return out;
+    }
+    if (q.devices.empty()) {
+        out.backend = makeCpuBackend(r.threads);
+        out.note = cat("backend auto: no GPU (", q.message, "); using the CPU, ", out.backend->device());
+        return out;
+    }
+    try {
+        out.backend = makeCudaBackend({r.device, r.tf32});
+        out.note = cat("backend auto: using the GPU, ", out.backend->device());
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::InvalidInput)
+            throw; // a --device that does not exist is the user's to fix, not a reason to fall back
+        out.backend = makeCpuBackend(r.threads);
+        out.note = cat("backend auto: the GPU cannot be used (", e.what(), "); using the CPU, ", out.backend->device());
+    }
+    return out;
+}
+
+} // namespace gsrq::gpu

@@ -1,0 +1,44 @@
+#pragma once
+// The CUDA clustering backend, behind a header with no CUDA types.
+//
+// Data layout and flow: bind() copies the rows to the device once (residual; the original and a
+// running reconstruction are added on the first subtractAssigned). A pass works through row
+// chunks sized so that a chunk's score block (rows × K floats, ≤ 32 MiB) stays in the L2 cache
+// between the cuBLAS SGEMM that writes it and the argmax kernel that reads it; the N × K score
+// matrix is never whole in memory. Per chunk, the rows are sorted by label (CUB radix sort, stable)
+// and each cluster's sums are taken in row order by one block, in double: no floating-point
+// atomics, so a seeded run gives the same sums every time. Per pass, the host receives the K × D
+// sums (the centroid update stays in core, the one copy of the algorithm) and four scalars.
+//
+// When the rows do not fit in device memory beside the work buffers, the backend keeps them in
+// pinned host memory and copies each chunk's block columns in per pass ("streamed"); the
+// residual update and the metrics then run on the host.
+
+#include "core/cluster/cluster_backend.h"
+
+#include <memory>
+
+namespace gsrq::gpu {
+
+struct CudaOptions {
+    int device = 0;
+    bool tf32 = false; // let cuBLAS use TF32 tensor cores for X·Cᵀ (faster, ~1e-3 relative scores)
+    // Device memory the resident layout may use, as a fraction of what is free when bound.
+    double memoryFraction = 0.85;
+    bool forceStreamed = false; // keep the rows on the host even when they fit (tests)
+};
+
+// Throws gsrq::Error(InvalidInput) for a device index that does not exist, Error(Runtime) for a
+// build without CUDA, a missing driver or cuBLAS.
+std::unique_ptr<ClusterBackend> makeCudaBackend(const CudaOptions& options);
+
+// What the backend did, for tests and reports: passes run on the device and whether the last
+// bind kept the rows resident. Null for a backend that is not the CUDA one.
+struct CudaBackendStats {
+    std::int64_t devicePasses = 0;
+    bool resident = false;
+    std::int64_t chunkRows = 0;
+};
+const CudaBackendStats* cudaStats(const ClusterBackend& backend);
+
+} // namespace gsrq::gpu

@@ -1,0 +1,782 @@
+#include "gpu/decode/decode.h"
+
+#include "gpu/decode/bench.h"
+
+#include "gpu/device/cuda_util.h"
+#include "gpu/decode/decode_kernels.h"
+#include "gpu/decode/decode_math.h"
+#include "core/base/error.h"
+#include "core/base/stats.h"
+#include "core/lm/rope.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+namespace gsrq::gpu {
+
+namespace {
+
+using detail::check;
+using detail::DeviceArray;
+
+std::uint16_t halfBits(float v)
+{
+    return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(v));
+}
+
+// Codebooks rounded to FP16, as floats (what the decode paths compute with).
+Codebooks roundedToHalf(const Codebooks& cb)
+{
+    Codebooks r = cb;
+    for (float& v : r.data)
+        v = float(Eigen::half(v));
+    return r;
+}
+
+constexpr std::int64_t kMinSplitTokens = 256;
+constexpr std::int64_t kMinLookupSplitTokens = 1024;
+
+} // namespace
+
+class CudaDecodeCache final : public DeviceDecodeCache {
+public:
+    CudaDecodeCache(const DecodeCacheConfig& config, const Codebooks& keyBooks, const Codebooks& valueBooks);
+    ~CudaDecodeCache() override;
+    std::int64_t tokens() const override;
+    const DecodeCacheConfig& config() const override;
+    std::pair<Codes, Codes> append(const MatrixRF& keys, const MatrixRF& values) override;
+    void appendRandom(std::int64_t tokens, std::uint64_t seed) override;
+    PackedCodes keyCodes(int sequence) const override;
+    PackedCodes valueCodes(int sequence) const override;
+    MatrixRF fp16Keys(int sequence) const override;
+    MatrixRF fp16Values(int sequence) const override;
+    const Codebooks& keyBooks16() const override;
+    const Codebooks& valueBooks16() const override;
+    void setQuery(const MatrixRF& q, std::int64_t positionOffset) override;
+    void enqueue(DecodePath path) override;
+    MatrixRF output() override;
+    MatrixRF decode(DecodePath path, const MatrixRF& q, std::int64_t positionOffset) override;
+    SplitPlan plan(DecodePath path) const override;
+    std::string pathProblem(DecodePath path) const override;
+    bool paperUsesBins() const override;
+    double timeAppend(int reps) override;
+    void synchronize() override;
+    void* stream() const override;
+
+    struct Impl;
+
+private:
+    std::unique_ptr<Impl> m;
+};
+
+struct CudaDecodeCache::Impl {
+    DecodeCacheConfig cfg;
+    kernels::DecodeDims dims;
+    std::string device;
+    int sms = 0;
+    std::size_t sharedOptin = 0;
+    cudaStream_t stream = nullptr;
+    bool ownStream = false;
+    Codebooks kb16, vb16;
+    DeviceArray<std::uint8_t> kc, vc;
+    DeviceArray<std::uint16_t> kbh, vbh, k16, v16;
+    DeviceArray<float> kb32T, vb32T, kn, vn, turns, q, out, acc, pm, pl, tables, weights, stageK, stageV;
+    DeviceArray<std::int32_t> codesOut;
+    std::int64_t tokens = 0, positionOffset = 0;
+    bool haveQuery = false;
+
+    ~Impl()
+    {
+        if (stream && ownStream) {
+            cudaSetDevice(cfg.device);
+            cudaStreamDestroy(stream);
+        }
+    }
+    void use() const { check(cudaSetDevice(cfg.device), "cudaSetDevice"); }
+    std::size_t codeBytes() const
+    {
+        return std::size_t(cfg.batch) * dims.subspaces() * std::size_t(cfg.capacity) * dims.bytesPerToken;
+    }
+    std::size_t fp16Elements() const
+    {
+        return std::size_t(cfg.batch) * cfg.shape.kvHeads * std::size_t(cfg.capacity) * cfg.shape.headDim;
+    }
+    kernels::DecodeDims stepDims(DecodePath path) const
+    {
+        kernels::DecodeDims d = dims;
+        d.tokens = tokens;
+        d.positionOffset = positionOffset;
+        const bool bins = path == DecodePath::Lookup || (path == DecodePath::Paper && paperBinsFit());
+        const SplitPlan p =
+            planSplits(tokens, cfg.batch, cfg.shape.kvHeads, sms, bins ? kMinLookupSplitTokens : kMinSplitTokens);
+        d.splits = p.splits;
+        d.tokensPerSplit = p.tokensPerSplit;
+        return d;
+    }
+    // The paper path takes values through per-codeword weights when its bins and the combine's merged
+    // weights fit in a block's shared memory (planned as the lookup path plans its splits); else it
+    // sums each token's value codewords.
+    bool paperBinsFit() const
+    {
+        kernels::DecodeDims d = dims;
+        d.tokens = tokens;
+        const SplitPlan p = planSplits(tokens, cfg.batch, cfg.shape.kvHeads, sms, kMinLookupSplitTokens);
+        d.splits = p.splits;
+        d.tokensPerSplit = p.tokensPerSplit;
+        return std::max(kernels::paperBinsSharedBytes(d), kernels::lookupCombineSharedBytes(d)) <= sharedOptin;
+    }
+    void uploadBooks(const Codebooks& cb, DeviceArray<std::uint16_t>& h, DeviceArray<float>& f,
+                     DeviceArray<float>& norms, const char* what)
+    {
+        std::vector<std::uint16_t> bits(cb.data.size());
+        for (std::size_t i = 0; i < bits.size(); ++i)
+            bits[i] = halfBits(cb.data[i]);
+        const std::size_t rows = std::size_t(cb.subspaces) * cb.stages * cb.k;
+        std::vector<float> n(rows);
+        for (std::size_t i = 0; i < rows; ++i) {
+            float s = 0;
+            for (int j = 0; j < cb.dim; ++j)
+                s += cb.data[i * cb.dim + j] * cb.data[i * cb.dim + j];
+            n[i] = s;
+        }
+        // FP32 copy transposed per (subspace, stage) for quantize-and-pack: [M][R][D][K].
+        std::vector<float> t(cb.data.size());
+        const std::size_t K = std::size_t(cb.k), D = std::size_t(cb.dim);
+        for (std::size_t b = 0; b < std::size_t(cb.subspaces) * cb.stages; ++b)
+            for (std::size_t k = 0; k < K; ++k)
+                for (std::size_t j = 0; j < D; ++j)
+                    t[(b * D + j) * K + k] = cb.data[(b * K + k) * D + j];
+        h.ensure(bits.size(), what, device);
+        f.ensure(t.size(), what, device);
+        norms.ensure(rows, what, device);
+        check(cudaMemcpy(h.get(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), "codebook upload");
+        check(cudaMemcpy(f.get(), t.data(), t.size() * 4, cudaMemcpyHostToDevice), "codebook upload");
+        check(cudaMemcpy(norms.get(), n.data(), rows * 4, cudaMemcpyHostToDevice), "codebook upload");
+    }
+};
+
+CudaDecodeCache::CudaDecodeCache(const DecodeCacheConfig& config, const Codebooks& keyBooks,
+                                     const Codebooks& valueBooks)
+    : m(std::make_unique<Impl>())
+{
+    m->cfg = config;
+    const DecodeShape& s = config.shape;
+    if (const auto why = decodeShapeProblem(s, keyBooks.dim, keyBooks.stages, keyBooks.k); !why.empty())
+        throwInvalid(why);
+    const std::int64_t F = std::int64_t(s.kvHeads) * s.headDim;
+    if (keyBooks.features() != F || valueBooks.features() != F)
+        throwInvalid("the codebooks cover ", keyBooks.features(), " (keys) and ", valueBooks.features(),
+                     " (values) features; kv-heads × head-dim = ", F);
+    if (valueBooks.dim != keyBooks.dim || valueBooks.stages != keyBooks.stages || valueBooks.k != keyBooks.k)
+        throwInvalid("key and value codebooks differ in D, R or K; the decode kernels take one shape for both");
+    if (config.batch < 1 || config.capacity < 1)
+        throwInvalid("batch ", config.batch, " and capacity ", config.capacity, " must be positive");
+
+    int count = 0;
+    if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess)
+        throwRuntime("decode on the GPU: no usable CUDA driver or device (", cudaGetErrorString(e), ")");
+    if (config.device < 0 || config.device >= count)
+        throwInvalid("--device ", config.device, ": this machine has ", count,
+                     count == 1 ? " CUDA device" : " CUDA devices");
+    m->use();
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, config.device), "cudaGetDeviceProperties");
+    m->device = cat(prop.name, " (device ", config.device, ")");
+    m->sms = prop.multiProcessorCount;
+    m->sharedOptin = prop.sharedMemPerBlockOptin;
+    if (config.stream) {
+        m->stream = static_cast<cudaStream_t>(config.stream);
+    } else {
+        check(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        m->ownStream = true;
+    }
+
+    auto& d = m->dims;
+    d.batch = config.batch;
+    d.heads = s.heads;
+    d.kvHeads = s.kvHeads;
+    d.headDim = s.headDim;
+    d.dim = keyBooks.dim;
+    d.stages = keyBooks.stages;
+    d.k = keyBooks.k;
+    d.bits = PackedCodes::bitsFor(keyBooks.k);
+    d.bytesPerToken = PackedCodes::bytesFor(keyBooks.stages, d.bits);
+    d.capacity = config.capacity;
+
+    m->kb16 = roundedToHalf(keyBooks);
+    m->vb16 = roundedToHalf(valueBooks);
+    m->uploadBooks(keyBooks, m->kbh, m->kb32T, m->kn, "key codebooks");
+    m->uploadBooks(valueBooks, m->vbh, m->vb32T, m->vn, "value codebooks");
+    m->kc.ensure(m->codeBytes(), "packed key codes", m->device);
+    m->vc.ensure(m->codeBytes(), "packed value codes", m->device);
+    check(cudaMemset(m->kc.get(), 0, m->codeBytes()), "cudaMemset");
+    check(cudaMemset(m->vc.get(), 0, m->codeBytes()), "cudaMemset");
+    if (config.fp16) {
+        m->k16.ensure(m->fp16Elements(), "FP16 keys", m->device);
+        m->v16.ensure(m->fp16Elements(), "FP16 values", m->device);
+    }
+    const auto inv = ropeInvFreq(config.ropeTheta, s.headDim);
+    std::vector<float> turns;
+    for (double f : inv) {
+        const auto t = turnsPerPosition(f);
+        turns.push_back(t.hi);
+        turns.push_back(t.lo);
+    }
+    m->turns.ensure(turns.size(), "RoPE table", m->device);
+    check(cudaMemcpy(m->turns.get(), turns.data(), turns.size() * 4, cudaMemcpyHostToDevice), "RoPE upload");
+    m->out.ensure(std::size_t(config.batch) * s.heads * s.headDim, "outputs", m->device);
+}
+
+CudaDecodeCache::~CudaDecodeCache() = default;
+
+std::unique_ptr<DeviceDecodeCache> makeDeviceDecodeCache(const DecodeCacheConfig& config, const Codebooks& keyBooks,
+                                                         const Codebooks& valueBooks)
+{
+    return std::make_unique<CudaDecodeCache>(config, keyBooks, valueBooks);
+}
+
+std::int64_t CudaDecodeCache::tokens() const
+{
+    return m->tokens;
+}
+
+const DecodeCacheConfig& CudaDecodeCache::config() const
+{
+    return m->cfg;
+}
+
+const Codebooks& CudaDecodeCache::keyBooks16() const
+{
+    return m->kb16;
+}
+
+const Codebooks& CudaDecodeCache::valueBooks16() const
+{
+    return m->vb16;
+}
+
+void* CudaDecodeCache::stream() const
+{
+    return m->stream;
+}
+
+void CudaDecodeCache::synchronize()
+{
+    m->use();
+    check(cudaStreamSynchronize(m->stream), "decode");
+}
+
+std::pair<Codes, Codes> CudaDecodeCache::append(const MatrixRF& keys, const MatrixRF& values)
+{
+    const auto& d = m->dims;
+    const std::int64_t F = std::int64_t(d.kvHeads) * d.headDim;
+    if (keys.cols() != F || values.cols() != F || keys.rows() != values.rows())
+        throwInvalid("append: keys ", keys.rows(), "×", keys.cols(), " and values ", values.rows(), "×", values.cols(),
+                     " must both be rows × ", F);
+    if (keys.rows() % d.batch)
+        throwInvalid("append: ", keys.rows(), " rows are not a whole number per sequence of the batch of ", d.batch);
+    const int n = int(keys.rows() / d.batch);
+    if (m->tokens + n > d.capacity)
+        throwInvalid("append: the cache holds ", d.capacity, " tokens; ", m->tokens, " + ", n, " do not fit");
+    if (n == 0)
+        return {};
+    m->use();
+    const std::size_t rows = std::size_t(keys.rows()), M = std::size_t(d.subspaces()), R = std::size_t(d.stages);
+    m->stageK.ensure(rows * F, "new keys", m->device);
+    m->stageV.ensure(rows * F, "new values", m->device);
+    m->codesOut.ensure(rows * 2 * M * R, "new codes", m->device);
+    check(cudaMemcpyAsync(m->stageK.get(), keys.data(), rows * F * 4, cudaMemcpyHostToDevice, m->stream), "upload");
+    check(cudaMemcpyAsync(m->stageV.get(), values.data(), rows * F * 4, cudaMemcpyHostToDevice, m->stream), "upload");
+    check(kernels::launchQuantizeAppend(d, m->stageK.get(), m->stageV.get(), n, m->tokens, m->kb32T.get(), m->kn.get(),
+                                        m->vb32T.get(), m->vn.get(), m->kc.get(), m->vc.get(), m->codesOut.get(),
+                                        m->stream),
+          "quantize-and-pack");
+    if (m->cfg.fp16)
+        check(kernels::launchAppendFp16(d, m->stageK.get(), m->stageV.get(), n, m->tokens, m->k16.get(), m->v16.get(),
+                                        m->stream),
+              "FP16 append");
+    std::vector<std::int32_t> codes(rows * 2 * M * R);
+    check(cudaMemcpyAsync(codes.data(), m->codesOut.get(), codes.size() * 4, cudaMemcpyDeviceToHost, m->stream),
+          "download");
+    check(cudaStreamSynchronize(m->stream), "quantize-and-pack");
+    m->tokens += n;
+    Codes ck(Eigen::Index(rows), Eigen::Index(M * R)), cv(Eigen::Index(rows), Eigen::Index(M * R));
+    for (std::size_t i = 0; i < rows; ++i)
+        for (std::size_t c = 0; c < M * R; ++c) {
+            ck(Eigen::Index(i), Eigen::Index(c)) = codes[(i * 2 + 0) * M * R + c];
+            cv(Eigen::Index(i), Eigen::Index(c)) = codes[(i * 2 + 1) * M * R + c];
+        }
+    return {ck, cv};
+}
+
+void CudaDecodeCache::appendRandom(std::int64_t n, std::uint64_t seed)
+{
+    if (n < 0 || m->tokens + n > m->dims.capacity)
+        throwInvalid("appendRandom: the cache holds ", m->dims.capacity, " tokens; ", m->tokens, " + ", n,
+                     " do not fit");
+    m->use();
+    check(kernels::launchFillRandom(m->dims, m->tokens, m->tokens + n, seed, m->kc.get(), m->vc.get(),
+                                    m->cfg.fp16 ? m->k16.get() : nullptr, m->cfg.fp16 ? m->v16.get() : nullptr,
+                                    m->stream),
+          "synthetic fill");
+    check(cudaStreamSynchronize(m->stream), "synthetic fill");
+    m->tokens += n;
+}
+
+namespace {
+
+PackedCodes downloadCodes(const CudaDecodeCache::Impl& m, const std::uint8_t* base, int b)
+{
+    if (b < 0 || b >= m.cfg.batch)
+        throwInvalid("sequence ", b, " of a batch of ", m.cfg.batch);
+    m.use();
+    PackedCodes p;
+    p.subspaces = m.dims.subspaces();
+    p.stages = m.dims.stages;
+    p.bits = m.dims.bits;
+    p.bytesPerToken = m.dims.bytesPerToken;
+    p.tokens = p.capacity = m.tokens;
+    p.data.resize(std::size_t(p.subspaces) * std::size_t(p.tokens) * std::size_t(p.bytesPerToken));
+    if (p.tokens == 0)
+        return p;
+    const std::size_t pitch = std::size_t(m.cfg.capacity) * p.bytesPerToken;
+    const std::uint8_t* src = base + std::size_t(b) * p.subspaces * pitch;
+    check(cudaMemcpy2D(p.data.data(), std::size_t(p.tokens) * p.bytesPerToken, src, pitch,
+                       std::size_t(p.tokens) * p.bytesPerToken, std::size_t(p.subspaces), cudaMemcpyDeviceToHost),
+          "code download");
+    return p;
+}
+
+MatrixRF downloadFp16(const CudaDecodeCache::Impl& m, const std::uint16_t* base, int b)
+{
+    if (!m.cfg.fp16)
+        throwInvalid("this cache keeps no FP16 copy");
+    if (b < 0 || b >= m.cfg.batch)
+        throwInvalid("sequence ", b, " of a batch of ", m.cfg.batch);
+    m.use();
+    const int G = m.cfg.shape.kvHeads, d = m.cfg.shape.headDim;
+    const std::size_t T = std::size_t(m.tokens);
+    std::vector<std::uint16_t> h(std::size_t(G) * T * d);
+    if (T) {
+        const std::size_t pitch = std::size_t(m.cfg.capacity) * d * 2;
+        check(cudaMemcpy2D(h.data(), T * d * 2, base + std::size_t(b) * G * m.cfg.capacity * d, pitch, T * d * 2,
+                           std::size_t(G), cudaMemcpyDeviceToHost),
+              "FP16 download");
+    }
+    MatrixRF x(Eigen::Index(T), Eigen::Index(G) * d);
+    for (int g = 0; g < G; ++g)
+        for (std::size_t t = 0; t < T; ++t)
+            for (int j = 0; j < d; ++j)
+                x(Eigen::Index(t), Eigen::Index(g) * d + j) =
+                    float(Eigen::numext::bit_cast<Eigen::half>(h[(std::size_t(g) * T + t) * d + j]));
+    return x;
+}
+
+} // namespace
+
+PackedCodes CudaDecodeCache::keyCodes(int b) const
+{
+    return downloadCodes(*m, m->kc.get(), b);
+}
+
+PackedCodes CudaDecodeCache::valueCodes(int b) const
+{
+    return downloadCodes(*m, m->vc.get(), b);
+}
+
+MatrixRF CudaDecodeCache::fp16Keys(int b) const
+{
+    return downloadFp16(*m, m->k16.get(), b);
+}
+
+MatrixRF CudaDecodeCache::fp16Values(int b) const
+{
+    return downloadFp16(*m, m->v16.get(), b);
+}
+
+void CudaDecodeCache::setQuery(const MatrixRF& q, std::int64_t positionOffset)
+{
+    const auto& s = m->cfg.shape;
+    if (q.rows() != m->cfg.batch || q.cols() != std::int64_t(s.heads) * s.headDim)
+        throwInvalid("query of ", q.rows(), "×", q.cols(), "; the batch needs ", m->cfg.batch, "×",
+                     std::int64_t(s.heads) * s.headDim);
+    if (positionOffset < 0)
+        throwInvalid("position offset ", positionOffset, " is negative");
+    m->use();
+    m->q.ensure(std::size_t(q.size()), "queries", m->device);
+    check(cudaMemcpyAsync(m->q.get(), q.data(), std::size_t(q.size()) * 4, cudaMemcpyHostToDevice, m->stream),
+          "query upload");
+    check(cudaStreamSynchronize(m->stream), "query upload");
+    m->positionOffset = positionOffset;
+    m->haveQuery = true;
+}
+
+SplitPlan CudaDecodeCache::plan(DecodePath path) const
+{
+    const auto d = m->stepDims(path);
+    return {d.splits, d.tokensPerSplit};
+}
+
+bool CudaDecodeCache::paperUsesBins() const
+{
+    return m->paperBinsFit();
+}
+
+std::string CudaDecodeCache::pathProblem(DecodePath path) const
+{
+    if (path == DecodePath::Fp16 && !m->cfg.fp16)
+        return "this cache keeps no FP16 copy";
+    if (path == DecodePath::Paper && m->positionOffset + m->tokens >= kMaxRopePosition)
+        return cat("positions up to ", m->positionOffset + m->tokens, ": the paper path's RoPE takes positions below ",
+                   kMaxRopePosition);
+    if (path == DecodePath::Lookup) {
+        const auto d = m->stepDims(path);
+        const std::size_t need = std::max(kernels::lookupSharedBytes(d), kernels::lookupCombineSharedBytes(d));
+        if (need > m->sharedOptin)
+            return cat("the lookup path's tables need ", need / 1024, " KiB of shared memory per block; ", m->device,
+                       " gives ", m->sharedOptin / 1024, " KiB");
+    }
+    return {};
+}
+
+void CudaDecodeCache::enqueue(DecodePath path)
+{
+    if (!m->haveQuery)
+        throwInvalid("decode: no query set");
+    if (m->tokens == 0)
+        throwInvalid("decode: the cache is empty");
+    if (const auto why = pathProblem(path); !why.empty())
+        throwInvalid(why);
+    m->use();
+    const auto d = m->stepDims(path);
+    const std::size_t bh = std::size_t(d.batch) * d.heads;
+    if (path == DecodePath::Lookup) {
+        const std::size_t per = std::size_t(d.subspacesPerHead()) * d.stages * d.k;
+        m->tables.ensure(bh * per, "lookup tables", m->device);
+        m->weights.ensure(bh * d.splits * per, "lookup weights", m->device);
+        m->pm.ensure(bh * d.splits, "split maxima", m->device);
+        m->pl.ensure(bh * d.splits, "split sums", m->device);
+        check(kernels::launchLookupTables(d, m->q.get(), m->kbh.get(), m->tables.get(), m->stream), "lookup tables");
+        check(kernels::launchLookupSplit(d, m->tables.get(), m->kc.get(), m->vc.get(), m->weights.get(), m->pm.get(),
+                                         m->pl.get(), m->stream),
+              "lookup decode");
+        check(kernels::launchLookupCombine(d, m->weights.get(), m->pm.get(), m->pl.get(), m->vbh.get(), m->out.get(),
+                                           m->stream),
+              "lookup combine");
+        return;
+    }
+    if (path == DecodePath::Paper && m->paperBinsFit()) {
+        const std::size_t per = std::size_t(d.subspacesPerHead()) * d.stages * d.k;
+        m->weights.ensure(bh * d.splits * per, "value-codeword weights", m->device);
+        m->pm.ensure(bh * d.splits, "split maxima", m->device);
+        m->pl.ensure(bh * d.splits, "split sums", m->device);
+        check(kernels::launchPaperBins(d, m->q.get(), m->kc.get(), m->kbh.get(), m->vc.get(), m->turns.get(),
+                                       m->weights.get(), m->pm.get(), m->pl.get(), m->stream),
+              "paper-path decode");
+        check(kernels::launchLookupCombine(d, m->weights.get(), m->pm.get(), m->pl.get(), m->vbh.get(), m->out.get(),
+                                           m->stream),
+              "paper-path combine");
+        return;
+    }
+    m->acc.ensure(bh * d.splits * d.headDim, "split partials", m->device);
+    m->pm.ensure(bh * d.splits, "split maxima", m->device);
+    m->pl.ensure(bh * d.splits, "split sums", m->device);
+    const kernels::SplitPartials part{m->acc.get(), m->pm.get(), m->pl.get()};
+    if (path == DecodePath::Fp16)
+        check(kernels::launchFp16Decode(d, m->q.get(), m->k16.get(), m->v16.get(), part, m->stream), "FP16 decode");
+    else
+        check(kernels::launchPaperDecode(d, m->q.get(), m->kc.get(), m->kbh.get(), m->vc.get(), m->vbh.get(),
+                                         m->turns.get(), part, m->stream),
+              "paper-path decode");
+    check(kernels::launchCombine(d, part, m->out.get(), m->stream), "split combine");
+}
+
+MatrixRF CudaDecodeCache::output()
+{
+    m->use();
+    const auto& s = m->cfg.shape;
+    MatrixRF o(m->cfg.batch, std::int64_t(s.heads) * s.headDim);
+    check(cudaMemcpyAsync(o.data(), m->out.get(), std::size_t(o.size()) * 4, cudaMemcpyDeviceToHost, m->stream),
+          "output download");
+    check(cudaStreamSynchronize(m->stream), "decode");
+    return o;
+}
+
+MatrixRF CudaDecodeCache::decode(DecodePath path, const MatrixRF& q, std::int64_t positionOffset)
+{
+    setQuery(q, positionOffset);
+    // Poisoned first (all bits set: NaN), so an output element the kernels never wrote cannot pass.
+    check(cudaMemsetAsync(m->out.get(), 0xff, std::size_t(q.size()) * 4, m->stream), "cudaMemset");
+    enqueue(path);
+    return output();
+}
+
+namespace {
+
+struct Events {
+    cudaEvent_t a = nullptr, b = nullptr;
+    Events()
+    {
+        check(cudaEventCreate(&a), "cudaEventCreate");
+        check(cudaEventCreate(&b), "cudaEventCreate");
+    }
+    ~Events()
+    {
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+    }
+    double seconds() const
+    {
+        float ms = 0;
+        check(cudaEventSynchronize(b), "timing");
+        check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+        return ms * 1e-3;
+    }
+};
+
+} // namespace
+
+double CudaDecodeCache::timeAppend(int reps)
+{
+    const auto& d = m->dims;
+    if (m->tokens >= d.capacity)
+        throwInvalid("timeAppend: the cache is full");
+    m->use();
+    const std::size_t F = std::size_t(d.kvHeads) * d.headDim, rows = std::size_t(d.batch);
+    m->stageK.ensure(rows * F, "new keys", m->device);
+    m->stageV.ensure(rows * F, "new values", m->device);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    std::vector<float> x(rows * F);
+    for (auto& v : x)
+        v = normal(rng);
+    check(cudaMemcpy(m->stageK.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), "upload");
+    check(cudaMemcpy(m->stageV.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), "upload");
+    Events ev;
+    std::vector<double> t;
+    for (int i = 0; i < reps + 2; ++i) {
+        check(cudaEventRecord(ev.a, m->stream), "cudaEventRecord");
+        check(kernels::launchQuantizeAppend(d, m->stageK.get(), m->stageV.get(), 1, m->tokens, m->kb32T.get(),
+                                            m->kn.get(), m->vb32T.get(), m->vn.get(), m->kc.get(), m->vc.get(), nullptr,
+                                            m->stream),
+              "quantize-and-pack");
+        check(cudaEventRecord(ev.b, m->stream), "cudaEventRecord");
+        const double s = ev.seconds();
+        if (i >= 2)
+            t.push_back(s);
+    }
+    return median(t);
+}
+
+// ---- benchmark ----
+
+namespace {
+
+double relError(const Eigen::VectorXd& out, const Eigen::VectorXd& ref)
+{
+    if (!out.allFinite())
+        return std::numeric_limits<double>::infinity();
+    return (out - ref).norm() / std::max(ref.norm(), 1e-300);
+}
+
+MatrixRF benchQuery(int batch, const DecodeShape& s, std::uint64_t seed)
+{
+    // Sequence b's query depends on (seed, b) only, so sequence 0's is the same in every batch size
+    // and its reference is computed once per context.
+    MatrixRF q(batch, std::int64_t(s.heads) * s.headDim);
+    for (int b = 0; b < batch; ++b) {
+        std::mt19937_64 rng(seed * 1000003 + std::uint64_t(b));
+        std::normal_distribution<float> normal;
+        for (Eigen::Index j = 0; j < q.cols(); ++j)
+            q(b, j) = normal(rng);
+    }
+    return q;
+}
+
+std::size_t freeDeviceBytes()
+{
+    std::size_t f = 0, t = 0;
+    check(cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+    return f;
+}
+
+double measureCopyBandwidth(cudaStream_t stream)
+{
+    const std::size_t bytes = std::min<std::size_t>(std::size_t(1) << 30, freeDeviceBytes() / 4);
+    DeviceArray<std::uint8_t> a, b;
+    a.ensure(bytes, "bandwidth probe", "device");
+    b.ensure(bytes, "bandwidth probe", "device");
+    check(cudaMemsetAsync(a.get(), 1, bytes, stream), "cudaMemset");
+    Events ev;
+    std::vector<double> t;
+    for (int i = 0; i < 12; ++i) {
+        check(cudaEventRecord(ev.a, stream), "cudaEventRecord");
+        check(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream), "copy");
+        check(cudaEventRecord(ev.b, stream), "cudaEventRecord");
+        const double s = ev.seconds();
+        if (i >= 2)
+            t.push_back(s);
+    }
+    return 2.0 * double(bytes) / median(t);
+}
+
+} // namespace
+
+DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& keyBooks, const Codebooks& valueBooks,
+                                 const std::string& source, const std::function<void(const DecodeBenchPoint&)>& onPoint,
+                                 const std::function<bool()>& stop)
+{
+    const auto devices = queryDevices();
+    if (devices.devices.empty())
+        throwInvalid("bench-decode needs a CUDA device: ", devices.message);
+    if (o.device < 0 || o.device >= int(devices.devices.size()))
+        throwInvalid("--device ", o.device, ": this machine has ", devices.devices.size(), " CUDA device(s)");
+    if (const auto why = decodeShapeProblem(o.shape, keyBooks.dim, keyBooks.stages, keyBooks.k); !why.empty())
+        throwInvalid(why);
+    if (o.layers < 1 || o.reps < 20 || o.warmup < 1)
+        throwInvalid("--layers ≥ 1, --reps ≥ 20 and --warmup ≥ 1 (got ", o.layers, ", ", o.reps, ", ", o.warmup, ")");
+    DecodeBenchReport rep;
+    rep.device = devices.devices[std::size_t(o.device)];
+    rep.dim = keyBooks.dim;
+    rep.stages = keyBooks.stages;
+    rep.k = keyBooks.k;
+    rep.codebookSource = source;
+    check(cudaSetDevice(o.device), "cudaSetDevice");
+    struct Stream {
+        cudaStream_t s = nullptr;
+        Stream() { check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"); }
+        ~Stream() { cudaStreamDestroy(s); }
+    } benchStream;
+    cudaStream_t stream = benchStream.s;
+    rep.copyBytesPerSecond = measureCopyBandwidth(stream);
+    rep.rates = decodeRates(rep.device, rep.copyBytesPerSecond, o.l2BytesPerSecond);
+
+    const auto& s = o.shape;
+    const int M = int(std::int64_t(s.kvHeads) * s.headDim / keyBooks.dim);
+    const int bpt = PackedCodes::bytesFor(keyBooks.stages, PackedCodes::bitsFor(keyBooks.k));
+    const double bookBytes = 2.0 * double(keyBooks.data.size()) * 2.0; // keys and values, FP16
+    const auto invFreq = ropeInvFreq(o.ropeTheta, s.headDim);
+    // L2 flush: writing twice its size evicts what the last run left there.
+    DeviceArray<std::uint8_t> flush;
+    const std::size_t flushBytes = std::max<std::size_t>(2 * rep.device.l2Bytes, std::size_t(64) << 20);
+    flush.ensure(flushBytes, "L2 flush buffer", rep.device.name);
+
+    std::map<std::pair<std::int64_t, int>, Eigen::VectorXd> refs; // (context, path) → sequence 0's reference
+    bool appendTimed = false;
+    for (int batch : o.batches)
+        for (std::int64_t ctx : o.contexts) {
+            if (stop && stop())
+                return rep;
+            // Per layer: codes of keys and values, FP16 keys and values, split workspace (≤ 64 MiB).
+            const double perLayer = double(batch) * double(ctx) * (2.0 * M * bpt + 4.0 * s.kvHeads * s.headDim);
+            const double need = o.layers * perLayer + (std::size_t(64) << 20);
+            const double freeB = double(freeDeviceBytes()) * 0.9;
+            std::vector<std::unique_ptr<DeviceDecodeCache>> layers;
+            const MatrixRF q = benchQuery(batch, s, o.seed);
+            std::string skipped;
+            if (need > freeB) {
+                skipped = cat("needs ", need / double(1 << 30), " GiB of device memory; ", freeB / double(1 << 30),
+                              " GiB free");
+            } else {
+                DecodeCacheConfig cfg{s, batch, ctx + 1, o.device, true, o.ropeTheta, stream};
+                for (int l = 0; l < o.layers; ++l) {
+                    layers.push_back(std::make_unique<CudaDecodeCache>(cfg, keyBooks, valueBooks));
+                    layers.back()->appendRandom(ctx, o.seed + std::uint64_t(l));
+                    layers.back()->setQuery(q);
+                }
+                if (!appendTimed) {
+                    rep.appendSeconds = layers.front()->timeAppend(o.reps);
+                    appendTimed = true;
+                }
+            }
+            double fp16Seconds = 0;
+            for (DecodePath path : o.paths) {
+                DecodeBenchPoint p;
+                p.context = ctx;
+                p.batch = batch;
+                p.path = path;
+                p.skipped = skipped;
+                if (skipped.empty())
+                    p.skipped = layers.front()->pathProblem(path);
+                if (!p.skipped.empty()) {
+                    rep.points.push_back(p);
+                    if (onPoint)
+                        onPoint(p);
+                    continue;
+                }
+                DeviceDecodeCache& c0 = *layers.front();
+                p.splits = c0.plan(path).splits;
+                if (o.verify) {
+                    const MatrixRF out = c0.decode(path, q);
+                    auto& ref = refs[{ctx, int(path)}];
+                    if (ref.size() == 0) {
+                        const Eigen::VectorXf q0 = q.row(0).transpose();
+                        if (path == DecodePath::Fp16) {
+                            ref = naiveAttention(q0.cast<double>(), c0.fp16Keys(0).cast<double>(),
+                                                 c0.fp16Values(0).cast<double>(), s);
+                        } else if (path == DecodePath::Paper) {
+                            std::vector<std::int64_t> pos(std::size_t(c0.tokens()));
+                            for (std::size_t t = 0; t < pos.size(); ++t)
+                                pos[t] = std::int64_t(t);
+                            ref = decodeAttention(q0, c0.tokens(), c0.keyCodes(0), c0.keyBooks16(), c0.valueCodes(0),
+                                                  c0.valueBooks16(), pos, invFreq, s);
+                        } else {
+                            ref = lookupAttention(q0, c0.keyCodes(0), c0.keyBooks16(), c0.valueCodes(0),
+                                                  c0.valueBooks16(), s);
+                        }
+                    }
+                    p.relError = relError(out.row(0).transpose().cast<double>(), ref);
+                    p.verified = p.relError <= kDecodeTolerance;
+                    if (!p.verified) {
+                        p.skipped = cat("failed verification: relative error ", p.relError, " > ", kDecodeTolerance);
+                        rep.points.push_back(p);
+                        if (onPoint)
+                            onPoint(p);
+                        continue;
+                    }
+                }
+                for (int w = 0; w < o.warmup; ++w)
+                    for (auto& l : layers)
+                        l->enqueue(path);
+                for (auto& l : layers)
+                    l->synchronize();
+                Events ev;
+                std::vector<double> t;
+                for (int r = 0; r < o.reps; ++r) {
+                    check(cudaMemsetAsync(flush.get(), r & 0xff, flushBytes, stream), "L2 flush");
+                    check(cudaEventRecord(ev.a, stream), "cudaEventRecord");
+                    for (auto& l : layers) // all on the one stream, in order, like a model's layers
+                        l->enqueue(path);
+                    check(cudaEventRecord(ev.b, stream), "cudaEventRecord");
+                    t.push_back(ev.seconds() / o.layers);
+                }
+                std::sort(t.begin(), t.end());
+                p.seconds = median(t);
+                p.minSeconds = t.front();
+                p.maxSeconds = t.back();
+                const double qo = 2.0 * batch * s.heads * s.headDim * 4.0;
+                p.bytes = path == DecodePath::Fp16 ? double(batch) * ctx * s.kvHeads * s.headDim * 4.0 + qo
+                                                   : double(batch) * ctx * M * bpt * 2.0 + bookBytes + qo;
+                p.bytesPerSecond = p.bytes / p.seconds;
+                if (path == DecodePath::Fp16)
+                    fp16Seconds = p.seconds;
+                if (fp16Seconds > 0)
+                    p.speedupVsFp16 = fp16Seconds / p.seconds;
+                p.paperBins = path == DecodePath::Paper && c0.paperUsesBins();
+                p.costs = decodeCosts(path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits,
+                                             c0.paperUsesBins()});
+                p.roofline = roofline(p.costs, rep.rates);
+                p.rooflineFraction = p.roofline.seconds / p.seconds;
+                rep.points.push_back(p);
+                if (onPoint)
+                    onPoint(p);
+            }
+        }
+    return rep;
+}
+
+} // namespace gsrq::gpu

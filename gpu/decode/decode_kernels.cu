@@ -1,0 +1,784 @@
+// The decode kernels over the compressed KV cache and the FP16 baseline (layouts in decode_kernels.h).
+//
+// Split-K: a block of the FP16 and paper kernels takes one (split, KV head, sequence). Its 4 warps
+// stride over the split's tokens; within a warp, headDim/8 lanes hold one token (8 features each:
+// one 16-byte load of FP16), so a warp covers 256/headDim tokens per step, and each lane keeps the
+// online-softmax state (max, sum, 8 accumulators) of every query head of the group. Partials of the
+// lanes and warps are merged through shared memory at the end, then across splits by launchCombine.
+
+#include "gpu/decode/decode_device.cuh"
+#include "gpu/decode/decode_kernels.h"
+#include "gpu/decode/decode_math.h"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cfloat>
+
+namespace gsrq::gpu::kernels {
+
+namespace {
+
+using namespace detail;
+
+// ---- split-K decode: FP16 and paper path ------------------------------------------------------
+
+// Online-softmax state of one lane for the G query heads of its group.
+template <int G> struct LaneState {
+    float q[G][kEpl];
+    float m[G], l[G], acc[G][kEpl];
+};
+
+template <int G> __device__ __forceinline__ void initState(LaneState<G>& s)
+{
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        s.m[h] = -INFINITY;
+        s.l[h] = 0;
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            s.acc[h][e] = 0;
+    }
+}
+
+// One step over U tokens per lane group: scores from the keys kx, softmax update, values vx.
+template <int G, int U>
+__device__ __forceinline__ void attendStep(LaneState<G>& s, const float (&kx)[U][kEpl], const float (&vx)[U][kEpl],
+                                           const bool (&ok)[U], int width, int group)
+{
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        if (h >= group)
+            break;
+        float sc[U];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            float p = 0;
+#pragma unroll
+            for (int e = 0; e < kEpl; ++e)
+                p += s.q[h][e] * kx[u][e];
+            sc[u] = groupSum(p, width);
+            if (ok[u])
+                mx = fmaxf(mx, sc[u]);
+        }
+        if (mx == -INFINITY)
+            continue; // no token of this step in this lane group
+        const float mNew = fmaxf(s.m[h], mx);
+        const float c = exp2f(s.m[h] - mNew); // 0 for the first tokens (m = −inf)
+        s.l[h] *= c;
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            s.acc[h][e] *= c;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const float p = ok[u] ? exp2f(sc[u] - mNew) : 0.f;
+            s.l[h] += p;
+#pragma unroll
+            for (int e = 0; e < kEpl; ++e)
+                s.acc[h][e] += p * vx[u][e];
+        }
+        s.m[h] = mNew;
+    }
+}
+
+// Merges the lane groups' states of the block and writes the split's partials.
+template <int G>
+__device__ void finishSplit(const LaneState<G>& s, const DecodeDims& d, const SplitPartials& part, int b, int g,
+                            int split, int slot, int j0, float* smem)
+{
+    const int width = d.headDim / kEpl, slots = kWarps * (32 / width), group = d.group();
+    float* sAcc = smem;                                    // slots × G × headDim
+    float* sM = sAcc + std::size_t(slots) * G * d.headDim; // slots × G
+    float* sL = sM + slots * G;
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        if (h >= group)
+            break;
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            sAcc[(std::size_t(slot) * G + h) * d.headDim + j0 + e] = s.acc[h][e];
+        if (j0 == 0) {
+            sM[slot * G + h] = s.m[h];
+            sL[slot * G + h] = s.l[h];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * d.headDim; i += blockDim.x) {
+        const int h = i / d.headDim, j = i % d.headDim;
+        float M = -INFINITY;
+        for (int t = 0; t < slots; ++t)
+            M = fmaxf(M, sM[t * G + h]);
+        float a = 0, l = 0;
+        for (int t = 0; t < slots; ++t) {
+            const float mt = sM[t * G + h];
+            const float w = mt == -INFINITY ? 0.f : exp2f(mt - M);
+            a += w * sAcc[(std::size_t(t) * G + h) * d.headDim + j];
+            l += w * sL[t * G + h];
+        }
+        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits + split;
+        part.acc[o * d.headDim + j] = a;
+        if (j == 0) {
+            part.m[o] = M;
+            part.l[o] = l;
+        }
+    }
+}
+
+template <int G> std::size_t splitSharedBytes(const DecodeDims& d)
+{
+    const int slots = kWarps * (32 / (d.headDim / kEpl));
+    return (std::size_t(slots) * G * d.headDim + 2 * std::size_t(slots) * G) * sizeof(float);
+}
+
+template <int G, int U>
+__global__ void __launch_bounds__(kThreads)
+    fp16DecodeKernel(DecodeDims d, const float* q, const __half* k16, const __half* v16, SplitPartials part)
+{
+    float* smem = dynamicShared<float>();
+    const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+    const int width = d.headDim / kEpl, perWarp = 32 / width;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = lane / width, j0 = (lane % width) * kEpl, group = d.group();
+    const float scale = kLog2e / sqrtf(float(d.headDim));
+
+    LaneState<G> s;
+    initState(s);
+#pragma unroll
+    for (int h = 0; h < G; ++h)
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            s.q[h][e] = h < group ? q[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + j0 + e] * scale : 0.f;
+
+    const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
+    const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
+    const std::int64_t base = (std::int64_t(b) * d.kvHeads + g) * d.capacity;
+    const int stride = kWarps * perWarp;
+    for (std::int64_t tw = t0 + warp * perWarp; tw < t1; tw += std::int64_t(U) * stride) {
+        uint4 kr[U], vr[U];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const std::int64_t t = tw + sub + std::int64_t(u) * stride;
+            ok[u] = t < t1;
+            const std::int64_t tc = ok[u] ? t : t1 - 1; // stay in bounds; the value is not used
+            kr[u] = load16(k16 + (base + tc) * d.headDim + j0);
+            vr[u] = load16(v16 + (base + tc) * d.headDim + j0);
+        }
+        float kx[U][kEpl] = {}, vx[U][kEpl] = {};
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            addHalf8(kx[u], kr[u]);
+            addHalf8(vx[u], vr[u]);
+        }
+        attendStep<G, U>(s, kx, vx, ok, width, group);
+    }
+    finishSplit<G>(s, d, part, b, g, split, warp * perWarp + sub, j0, smem);
+}
+
+// Σ_r codeword features j..j+7 of the token whose codes are `w`.
+// The token's code words are read where they lie (L1-cached, the same address for the lanes of a
+// token): a register copy indexed by stage would live in local memory.
+__device__ __forceinline__ void decode8(float (&x)[kEpl], const std::uint32_t* w, const __half* books,
+                                        const DecodeDims& d)
+{
+#pragma unroll
+    for (int e = 0; e < kEpl; ++e)
+        x[e] = 0;
+    for (int r = 0; r < d.stages; ++r) {
+        const std::uint32_t c = codeAt(w, r, d.bits);
+        addHalf8(x, load16(books + (std::int64_t(r) * d.k + c) * d.dim));
+    }
+}
+
+// Rotate-half RoPE of the lane's 8 features at `position`: feature i < headDim/2 pairs with
+// i + headDim/2, held by the lane width/2 further on.
+__device__ __forceinline__ void rope8(float (&x)[kEpl], float position, int j0, int width, int half,
+                                      const float2* turns)
+{
+    const bool low = j0 < half;
+    const int i0 = low ? j0 : j0 - half;
+#pragma unroll
+    for (int e = 0; e < kEpl; ++e) {
+        const float other = __shfl_xor_sync(0xffffffffu, x[e], width / 2);
+        const float2 t = turns[i0 + e];
+        float sn, cs;
+        sincospif(2.f * ropeTurns(position, t.x, t.y), &sn, &cs);
+        x[e] = low ? x[e] * cs - other * sn : x[e] * cs + other * sn;
+    }
+}
+
+template <int G, int U>
+__global__ void __launch_bounds__(kThreads)
+    paperDecodeKernel(DecodeDims d, const float* q, const std::uint8_t* kc, const __half* kb, const std::uint8_t* vc,
+                      const __half* vb, const float2* turnsIn, SplitPartials part)
+{
+    float* smem = dynamicShared<float>();
+    __shared__ float2 turns[128]; // headDim/2 ≤ 128
+    const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+    const int width = d.headDim / kEpl, perWarp = 32 / width, half = d.headDim / 2;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = lane / width, j0 = (lane % width) * kEpl, group = d.group();
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        turns[i] = turnsIn[i];
+    __syncthreads();
+
+    // The lane's subspace and its codes' and codewords' base addresses.
+    const int S = d.subspacesPerHead(), s = j0 / d.dim, m = g * S + s, M = d.subspaces();
+    const std::uint8_t* kCodes = kc + (std::int64_t(b) * M + m) * d.capacity * d.bytesPerToken;
+    const std::uint8_t* vCodes = vc + (std::int64_t(b) * M + m) * d.capacity * d.bytesPerToken;
+    const std::int64_t bookOff = std::int64_t(m) * d.stages * d.k * d.dim + (j0 % d.dim);
+    const __half* kBook = kb + bookOff;
+    const __half* vBook = vb + bookOff;
+    const float scale = kLog2e / sqrtf(float(d.headDim));
+
+    LaneState<G> st;
+    initState(st);
+    const float qPos = float(d.positionOffset + d.tokens);
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        float x[kEpl];
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            x[e] = h < group ? q[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + j0 + e] : 0.f;
+        rope8(x, qPos, j0, width, half, turns);
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            st.q[h][e] = x[e] * scale;
+    }
+
+    const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
+    const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
+    const int stride = kWarps * perWarp;
+    for (std::int64_t tw = t0 + warp * perWarp; tw < t1; tw += std::int64_t(U) * stride) {
+        float kx[U][kEpl], vx[U][kEpl];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const std::int64_t t = tw + sub + std::int64_t(u) * stride;
+            ok[u] = t < t1;
+            const std::int64_t tc = ok[u] ? t : t1 - 1;
+            decode8(kx[u], reinterpret_cast<const std::uint32_t*>(kCodes + tc * d.bytesPerToken), kBook, d);
+            decode8(vx[u], reinterpret_cast<const std::uint32_t*>(vCodes + tc * d.bytesPerToken), vBook, d);
+            rope8(kx[u], float(d.positionOffset + tc), j0, width, half, turns);
+        }
+        attendStep<G, U>(st, kx, vx, ok, width, group);
+    }
+    finishSplit<G>(st, d, part, b, g, split, warp * perWarp + sub, j0, smem);
+}
+
+__device__ __forceinline__ float blockMax(float v, float* red)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int w = 1; w < int(blockDim.x / 32); ++w)
+        r = fmaxf(r, red[w]);
+    return r;
+}
+
+__device__ __forceinline__ float blockSum(float v, float* red)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float r = 0;
+    for (int w = 0; w < int(blockDim.x / 32); ++w)
+        r += red[w];
+    return r;
+}
+
+// Adds each head's softmax weight p[h] to the bins of a token's value codes `w` in subspace s, for
+// stages r0, r0 + step, ... (bins: group × S·R·K floats, head-major).
+template <int G>
+__device__ __forceinline__ void addToBins(float* W, int per, int group, int s, int R, int K, const std::uint32_t* w,
+                                          int bits, int r0, int step, const float (&p)[G])
+{
+    for (int r = r0; r < R; r += step) {
+        const int o = (s * R + r) * K + int(codeAt(w, r, bits));
+#pragma unroll
+        for (int h = 0; h < G; ++h)
+            if (h < group)
+                atomicAdd(&W[h * per + o], p[h]);
+    }
+}
+
+// A split's bins, reference maximum and softmax sum per head, in the layout launchLookupCombine reads.
+template <int G>
+__device__ void writeSplitBins(const DecodeDims& d, const float* W, int per, int b, int g, int split,
+                               const float (&mRef)[G], const float (&lSum)[G], float* weights, float* mOut, float* lOut,
+                               float* red)
+{
+    const int group = d.group();
+    for (int h = 0; h < group; ++h) {
+        const float l = blockSum(lSum[h], red);
+        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits + split;
+        for (int i = threadIdx.x; i < per; i += blockDim.x)
+            weights[o * per + i] = W[h * per + i];
+        if (threadIdx.x == 0) {
+            mOut[o] = mRef[h];
+            lOut[o] = l;
+        }
+    }
+}
+
+// Rescale collected weights only when a new maximum passes the reference by this much (base 2):
+// exp2 of scores stays ≤ 2^8 in between, and the result is exact either way.
+constexpr float kRescaleMargin = 8.f;
+
+// The paper path with values through per-codeword weights. Keys as paperDecodeKernel decodes them
+// (codewords summed, RoPE at the token's position); each token's softmax weight then goes into its
+// value codes' bins, W[h][s][r][code] += p (shared memory, group × S·R·K floats), so values cost
+// the bytes of their codes, not of their codewords: Σₜ pₜ vₜ = Σ_{s,r,k} W[s][r][k] C_v[s][r][k].
+// The block moves through the split in tiles; the bins share one reference maximum per head, raised
+// (and the bins rescaled) only when a tile's maximum passes it by kRescaleMargin. Writes the split's
+// bins and (m, l) in the lookup path's layout: launchLookupCombine merges splits and multiplies the
+// bins by the value codebooks once per query.
+template <int G, int U>
+__global__ void __launch_bounds__(kThreads)
+    paperBinsKernel(DecodeDims d, const float* q, const std::uint8_t* kc, const __half* kb, const std::uint8_t* vc,
+                    const float2* turnsIn, float* weights, float* mOut, float* lOut)
+{
+    float* W = dynamicShared<float>();
+    __shared__ float2 turns[128]; // headDim/2 ≤ 128
+    __shared__ float red[kWarps][G];
+    __shared__ float sums[kWarps];
+    const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+    const int width = d.headDim / kEpl, perWarp = 32 / width, half = d.headDim / 2;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = lane / width, li = lane % width, j0 = li * kEpl, group = d.group();
+    const int S = d.subspacesPerHead(), R = d.stages, K = d.k, per = S * R * K;
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        turns[i] = turnsIn[i];
+    for (int i = threadIdx.x; i < group * per; i += blockDim.x)
+        W[i] = 0;
+    __syncthreads();
+
+    // The lane's subspace; its lanes share the subspace's stages for the value bins.
+    const int s = j0 / d.dim, m = g * S + s, M = d.subspaces();
+    const int lanesPerSub = d.dim / kEpl, r0 = (j0 % d.dim) / kEpl;
+    const std::uint8_t* kCodes = kc + (std::int64_t(b) * M + m) * d.capacity * d.bytesPerToken;
+    const std::uint8_t* vCodes = vc + (std::int64_t(b) * M + m) * d.capacity * d.bytesPerToken;
+    const __half* kBook = kb + std::int64_t(m) * d.stages * d.k * d.dim + (j0 % d.dim);
+    const float scale = kLog2e / sqrtf(float(d.headDim));
+
+    float qr[G][kEpl];
+    const float qPos = float(d.positionOffset + d.tokens);
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            qr[h][e] = h < group ? q[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + j0 + e] : 0.f;
+        rope8(qr[h], qPos, j0, width, half, turns);
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            qr[h][e] *= scale;
+    }
+    float mRef[G], lSum[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        mRef[h] = -INFINITY;
+        lSum[h] = 0;
+    }
+
+    const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
+    const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
+    const int stride = kWarps * perWarp;
+    for (std::int64_t tb = t0; tb < t1; tb += std::int64_t(U) * stride) { // the same trip count in every thread
+        float sc[G][U];
+        bool ok[U];
+        std::int64_t tc[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const std::int64_t t = tb + warp * perWarp + sub + std::int64_t(u) * stride;
+            ok[u] = t < t1;
+            tc[u] = ok[u] ? t : t1 - 1;
+            float kx[kEpl];
+            decode8(kx, reinterpret_cast<const std::uint32_t*>(kCodes + tc[u] * d.bytesPerToken), kBook, d);
+            rope8(kx, float(d.positionOffset + tc[u]), j0, width, half, turns);
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                float p = 0;
+#pragma unroll
+                for (int e = 0; e < kEpl; ++e)
+                    p += qr[h][e] * kx[e];
+                sc[h][u] = groupSum(p, width);
+            }
+        }
+        // The tile's maximum per head, over the block.
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (ok[u])
+                    mx = fmaxf(mx, sc[h][u]);
+            for (int o = 16; o > 0; o /= 2)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            if (lane == 0)
+                red[warp][h] = mx;
+        }
+        __syncthreads();
+        bool rescaled = false; // the same decisions in every thread
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            if (h >= group)
+                break;
+            float tileMax = red[0][h];
+            for (int w = 1; w < kWarps; ++w)
+                tileMax = fmaxf(tileMax, red[w][h]);
+            if (tileMax > mRef[h] + kRescaleMargin) {
+                if (mRef[h] != -INFINITY) {
+                    const float c = exp2f(mRef[h] - tileMax);
+                    for (int i = threadIdx.x; i < per; i += blockDim.x)
+                        W[h * per + i] *= c;
+                    lSum[h] *= c;
+                    rescaled = true;
+                }
+                mRef[h] = tileMax;
+            }
+        }
+        if (rescaled)
+            __syncthreads();
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (!ok[u])
+                continue;
+            float p[G];
+#pragma unroll
+            for (int h = 0; h < G; ++h) {
+                p[h] = h < group ? exp2f(sc[h][u] - mRef[h]) : 0.f;
+                if (li == 0)
+                    lSum[h] += p[h];
+            }
+            addToBins<G>(W, per, group, s, R, K,
+                         reinterpret_cast<const std::uint32_t*>(vCodes + tc[u] * d.bytesPerToken), d.bits, r0,
+                         lanesPerSub, p);
+        }
+        __syncthreads();
+    }
+    writeSplitBins<G>(d, W, per, b, g, split, mRef, lSum, weights, mOut, lOut, sums);
+}
+
+// grid B·H, threads ≥ headDim (one per feature)
+__global__ void combineKernel(DecodeDims d, SplitPartials part, float* out)
+{
+    const std::int64_t bh = blockIdx.x;
+    const std::int64_t o = bh * d.splits;
+    float M = -INFINITY;
+    for (int s = 0; s < d.splits; ++s)
+        M = fmaxf(M, part.m[o + s]);
+    for (int j = threadIdx.x; j < d.headDim; j += blockDim.x) {
+        float a = 0, l = 0;
+        for (int s = 0; s < d.splits; ++s) {
+            const float ms = part.m[o + s];
+            const float w = ms == -INFINITY ? 0.f : exp2f(ms - M);
+            a += w * part.acc[(o + s) * d.headDim + j];
+            l += w * part.l[o + s];
+        }
+        out[bh * d.headDim + j] = a / l;
+    }
+}
+
+// ---- lookup path -------------------------------------------------------------------------------
+
+// grid (B·G, S·R), threads over k: T[b][h][s][r][k] for the group's heads, sharing each codeword read.
+__global__ void lookupTablesKernel(DecodeDims d, const float* q, const __half* kb, float* tables)
+{
+    __shared__ float qs[kMaxGroup][256]; // D ≤ 256
+    const int bg = blockIdx.x, b = bg / d.kvHeads, g = bg % d.kvHeads;
+    const int sr = blockIdx.y, s = sr / d.stages, r = sr % d.stages;
+    const int S = d.subspacesPerHead(), m = g * S + s, group = d.group(), D = d.dim;
+    const float scale = kLog2e / sqrtf(float(d.headDim));
+    for (int i = threadIdx.x; i < group * D; i += blockDim.x) {
+        const int h = i / D, j = i % D;
+        qs[h][j] = q[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + s * D + j] * scale;
+    }
+    __syncthreads();
+    const __half* C = kb + (std::int64_t(m) * d.stages + r) * d.k * D;
+    for (int k = threadIdx.x; k < d.k; k += blockDim.x) {
+        float acc[kMaxGroup] = {};
+        for (int j = 0; j < D; j += kEpl) {
+            float c[kEpl] = {};
+            addHalf8(c, load16(C + std::int64_t(k) * D + j));
+#pragma unroll
+            for (int h = 0; h < kMaxGroup; ++h)
+                if (h < group)
+#pragma unroll
+                    for (int e = 0; e < kEpl; ++e)
+                        acc[h] += qs[h][j + e] * c[e];
+        }
+        for (int h = 0; h < group; ++h)
+            tables[(((std::int64_t(b) * d.heads + g * group + h) * S + s) * d.stages + r) * d.k + k] = acc[h];
+    }
+}
+
+constexpr int kLookupThreads = 256;
+
+// grid (splits, G, B); shared: tables and weights, group × S·R·K floats each.
+template <int G>
+__global__ void __launch_bounds__(kLookupThreads)
+    lookupSplitKernel(DecodeDims d, const float* tablesIn, const std::uint8_t* kc, const std::uint8_t* vc,
+                      float* weights, float* mOut, float* lOut)
+{
+    float* smem = dynamicShared<float>();
+    __shared__ float red[kLookupThreads / 32];
+    const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z, group = d.group();
+    const int S = d.subspacesPerHead(), M = d.subspaces(), R = d.stages, K = d.k;
+    const int per = S * R * K; // table entries per head
+    float* T = smem;
+    float* W = smem + std::size_t(group) * per;
+    const float* tSrc = tablesIn + (std::int64_t(b) * d.heads + g * group) * per;
+    for (int i = threadIdx.x; i < group * per; i += blockDim.x) {
+        T[i] = tSrc[i];
+        W[i] = 0;
+    }
+    __syncthreads();
+
+    const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
+    const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
+    float mRef[G], lSum[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+        mRef[h] = -INFINITY;
+        lSum[h] = 0;
+    }
+    for (std::int64_t tb = t0; tb < t1; tb += blockDim.x) {
+        const std::int64_t t = tb + threadIdx.x;
+        const bool ok = t < t1;
+        const std::int64_t tc = ok ? t : t1 - 1;
+        float sc[G];
+#pragma unroll
+        for (int h = 0; h < G; ++h)
+            sc[h] = 0;
+        for (int s = 0; s < S; ++s) {
+            const auto* w = reinterpret_cast<const std::uint32_t*>(
+                kc + ((std::int64_t(b) * M + g * S + s) * d.capacity + tc) * d.bytesPerToken);
+            for (int r = 0; r < R; ++r) {
+                const int c = int(codeAt(w, r, d.bits)), o = (s * R + r) * K + c;
+#pragma unroll
+                for (int h = 0; h < G; ++h)
+                    if (h < group)
+                        sc[h] += T[h * per + o];
+            }
+        }
+        float p[G];
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+            if (h >= group)
+                break;
+            const float tileMax = blockMax(ok ? sc[h] : -INFINITY, red);
+            if (tileMax > mRef[h] + kRescaleMargin) { // the same decision in every thread
+                if (mRef[h] != -INFINITY) {
+                    const float c = exp2f(mRef[h] - tileMax);
+                    __syncthreads();
+                    for (int i = threadIdx.x; i < per; i += blockDim.x)
+                        W[h * per + i] *= c;
+                    lSum[h] *= c;
+                }
+                mRef[h] = tileMax;
+            }
+            p[h] = ok ? exp2f(sc[h] - mRef[h]) : 0.f;
+            lSum[h] += p[h];
+        }
+        __syncthreads();
+        if (ok)
+            for (int s = 0; s < S; ++s)
+                addToBins<G>(W, per, group, s, R, K,
+                             reinterpret_cast<const std::uint32_t*>(
+                                 vc + ((std::int64_t(b) * M + g * S + s) * d.capacity + t) * d.bytesPerToken),
+                             d.bits, 0, 1, p);
+        __syncthreads();
+    }
+    writeSplitBins<G>(d, W, per, b, g, split, mRef, lSum, weights, mOut, lOut, red);
+}
+
+// grid B·G; shared: group × S·R·K merged weights, plus per-head scale factors.
+__global__ void lookupCombineKernel(DecodeDims d, const float* weights, const float* mIn, const float* lIn,
+                                    const __half* vb, float* out)
+{
+    float* smem = dynamicShared<float>();
+    const int bg = blockIdx.x, b = bg / d.kvHeads, g = bg % d.kvHeads, group = d.group();
+    const int S = d.subspacesPerHead(), R = d.stages, K = d.k, D = d.dim;
+    const int per = S * R * K;
+    const int parts = max(1, int(blockDim.x) / d.headDim);
+    float* Wt = smem; // group × per merged weights; later group × parts × headDim partial outputs
+    float* f = Wt + std::size_t(group) * max(per, parts * d.headDim); // group × splits: split weights
+    float* L = f + group * d.splits;                                  // group
+    if (int(threadIdx.x) < group) {
+        const int h = threadIdx.x;
+        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits;
+        float Mx = -INFINITY;
+        for (int s = 0; s < d.splits; ++s)
+            Mx = fmaxf(Mx, mIn[o + s]);
+        float l = 0;
+        for (int s = 0; s < d.splits; ++s) {
+            const float w = mIn[o + s] == -INFINITY ? 0.f : exp2f(mIn[o + s] - Mx);
+            f[h * d.splits + s] = w;
+            l += w * lIn[o + s];
+        }
+        L[h] = l;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * per; i += blockDim.x) {
+        const int h = i / per, e = i % per;
+        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits;
+        float a = 0;
+        for (int s = 0; s < d.splits; ++s)
+            a += f[h * d.splits + s] * weights[(o + s) * per + e];
+        Wt[i] = a;
+    }
+    __syncthreads();
+    // Thread j of part p sums codewords (s, r, k) with k ≡ p mod parts for feature j; parts reduce after.
+    const int j = threadIdx.x % d.headDim, p = threadIdx.x / d.headDim;
+    float acc[kMaxGroup] = {};
+    if (p < parts) {
+        const int s = j / D, jj = j % D, m = g * S + s;
+        for (int r = 0; r < R; ++r) {
+            const __half* C = vb + ((std::int64_t(m) * R + r) * K) * D + jj;
+            const float* w = Wt + (s * R + r) * K;
+            for (int k = p; k < K; k += parts) {
+                const float c = __half2float(C[std::int64_t(k) * D]);
+#pragma unroll
+                for (int h = 0; h < kMaxGroup; ++h)
+                    if (h < group)
+                        acc[h] += w[h * per + k] * c;
+            }
+        }
+    }
+    __syncthreads();
+    float* red = Wt; // reuse: parts × group × headDim
+    if (p < parts)
+#pragma unroll
+        for (int h = 0; h < kMaxGroup; ++h)
+            if (h < group)
+                red[(p * group + h) * d.headDim + j] = acc[h];
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * d.headDim; i += blockDim.x) {
+        const int h = i / d.headDim, jj = i % d.headDim;
+        float a = 0;
+        for (int q = 0; q < parts; ++q)
+            a += red[(q * group + h) * d.headDim + jj];
+        out[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + jj] = a / L[h];
+    }
+}
+
+} // namespace
+
+using detail::allowShared;
+using detail::withGroup;
+
+cudaError_t launchFp16Decode(const DecodeDims& d, const float* q, const std::uint16_t* k16, const std::uint16_t* v16,
+                             const SplitPartials& part, cudaStream_t stream)
+{
+    const dim3 grid(unsigned(d.splits), unsigned(d.kvHeads), unsigned(d.batch));
+    return withGroup(d.group(), [&]<int G>() {
+        const std::size_t shm = splitSharedBytes<G>(d);
+        auto* kernel = fp16DecodeKernel<G, (G >= 8 ? 2 : 4)>;
+        if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
+            return e;
+        launch(kernel, grid, kThreads, shm, stream, d, q, reinterpret_cast<const __half*>(k16),
+               reinterpret_cast<const __half*>(v16), part);
+        return cudaGetLastError();
+    });
+}
+
+cudaError_t launchPaperDecode(const DecodeDims& d, const float* q, const std::uint8_t* kc, const std::uint16_t* kb,
+                              const std::uint8_t* vc, const std::uint16_t* vb, const float* ropeTurns,
+                              const SplitPartials& part, cudaStream_t stream)
+{
+    const dim3 grid(unsigned(d.splits), unsigned(d.kvHeads), unsigned(d.batch));
+    return withGroup(d.group(), [&]<int G>() {
+        const std::size_t shm = splitSharedBytes<G>(d);
+        auto* kernel = paperDecodeKernel<G, (G >= 8 ? 1 : 2)>;
+        if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
+            return e;
+        launch(kernel, grid, kThreads, shm, stream, d, q, kc, reinterpret_cast<const __half*>(kb), vc,
+               reinterpret_cast<const __half*>(vb), reinterpret_cast<const float2*>(ropeTurns), part);
+        return cudaGetLastError();
+    });
+}
+
+std::size_t paperBinsSharedBytes(const DecodeDims& d)
+{
+    return std::size_t(d.group()) * d.subspacesPerHead() * d.stages * d.k * sizeof(float);
+}
+
+cudaError_t launchPaperBins(const DecodeDims& d, const float* q, const std::uint8_t* kc, const std::uint16_t* kb,
+                            const std::uint8_t* vc, const float* ropeTurns, float* weights, float* m, float* l,
+                            cudaStream_t stream)
+{
+    const dim3 grid(unsigned(d.splits), unsigned(d.kvHeads), unsigned(d.batch));
+    const std::size_t shm = paperBinsSharedBytes(d);
+    return withGroup(d.group(), [&]<int G>() {
+        auto* kernel = paperBinsKernel<G, (G >= 8 ? 1 : 2)>;
+        if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
+            return e;
+        launch(kernel, grid, kThreads, shm, stream, d, q, kc, reinterpret_cast<const __half*>(kb), vc,
+               reinterpret_cast<const float2*>(ropeTurns), weights, m, l);
+        return cudaGetLastError();
+    });
+}
+
+cudaError_t launchCombine(const DecodeDims& d, const SplitPartials& part, float* out, cudaStream_t stream)
+{
+    launch(combineKernel, unsigned(d.batch * d.heads), unsigned(d.headDim), 0, stream, d, part, out);
+    return cudaGetLastError();
+}
+
+cudaError_t launchLookupTables(const DecodeDims& d, const float* q, const std::uint16_t* kb, float* tables,
+                               cudaStream_t stream)
+{
+    const dim3 grid(unsigned(d.batch * d.kvHeads), unsigned(d.subspacesPerHead() * d.stages));
+    launch(lookupTablesKernel, grid, 256, 0, stream, d, q, reinterpret_cast<const __half*>(kb), tables);
+    return cudaGetLastError();
+}
+
+std::size_t lookupSharedBytes(const DecodeDims& d)
+{
+    return 2 * std::size_t(d.group()) * d.subspacesPerHead() * d.stages * d.k * sizeof(float);
+}
+
+cudaError_t launchLookupSplit(const DecodeDims& d, const float* tables, const std::uint8_t* kc, const std::uint8_t* vc,
+                              float* weights, float* m, float* l, cudaStream_t stream)
+{
+    const dim3 grid(unsigned(d.splits), unsigned(d.kvHeads), unsigned(d.batch));
+    const std::size_t shm = lookupSharedBytes(d);
+    return withGroup(d.group(), [&]<int G>() {
+        auto* kernel = lookupSplitKernel<G>;
+        if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
+            return e;
+        launch(kernel, grid, kLookupThreads, shm, stream, d, tables, kc, vc, weights, m, l);
+        return cudaGetLastError();
+    });
+}
+
+std::size_t lookupCombineSharedBytes(const DecodeDims& d)
+{
+    const std::size_t per = std::size_t(d.subspacesPerHead()) * d.stages * d.k;
+    const std::size_t parts = std::max(1, 256 / d.headDim);
+    const std::size_t weights = std::max(per, parts * d.headDim) * d.group();
+    return (weights + std::size_t(d.group()) * d.splits + d.group()) * sizeof(float);
+}
+
+cudaError_t launchLookupCombine(const DecodeDims& d, const float* weights, const float* m, const float* l,
+                                const std::uint16_t* vb, float* out, cudaStream_t stream)
+{
+    const std::size_t shm = lookupCombineSharedBytes(d);
+    if (cudaError_t e = allowShared(lookupCombineKernel, shm); e != cudaSuccess)
+        return e;
+    launch(lookupCombineKernel, unsigned(d.batch * d.kvHeads), 256, shm, stream, d, weights, m, l,
+           reinterpret_cast<const __half*>(vb), out);
+    return cudaGetLastError();
+}
+
+} // namespace gsrq::gpu::kernels

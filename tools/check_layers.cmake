@@ -1,0 +1,50 @@
+# The engine's layers, checked: every #include "core/..." or "gpu/..." in the engine's and the GPU
+# code's sources must be one its layer may see. Runs at every build (core/CMakeLists.txt) and in CTest
+# (tests/check_layers_test.cmake, which also shows it failing on a crossing include).
+#   cmake -DROOT=<repository root> -P tools/check_layers.cmake
+# Each folder may include the prefixes listed for it (and nothing of app/ or views/):
+set(allow_core_base    "core/base/")
+set(allow_core_io      "core/base/;core/io/")
+set(allow_core_cluster "core/base/;core/io/;core/cluster/")
+set(allow_core_lm      "core/base/;core/io/;core/cluster/;core/lm/")
+set(allow_core_store   "core/base/;core/store/")
+# jobs build the runs' records, so they see the store, and the plain data of the GPU benchmarks.
+set(allow_core_jobs    "core/;gpu/device/device.h;gpu/decode/roofline.h;gpu/decode/bench.h")
+set(allow_gpu_device   "core/base/;gpu/device/")
+set(allow_gpu_cluster  "core/base/;core/io/;core/cluster/;gpu/device/;gpu/cluster/")
+set(allow_gpu_decode   "core/base/;core/io/;core/cluster/;core/lm/;gpu/device/;gpu/decode/")
+set(allow_gpu_emulator "core/base/;gpu/")
+
+if(NOT ROOT)
+  message(FATAL_ERROR "check_layers: -DROOT=<repository root> is required")
+endif()
+set(problems "")
+foreach(layer core/base core/io core/cluster core/lm core/store core/jobs gpu/device gpu/cluster gpu/decode gpu/emulator)
+  string(REPLACE "/" "_" var "allow_${layer}")
+  set(allowed "${${var}}")
+  file(GLOB_RECURSE sources RELATIVE "${ROOT}" "${ROOT}/${layer}/*.h" "${ROOT}/${layer}/*.cpp" "${ROOT}/${layer}/*.cu"
+       "${ROOT}/${layer}/*.cuh" "${ROOT}/${layer}/*.in")
+  foreach(src ${sources})
+    file(STRINGS "${ROOT}/${src}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+    foreach(line ${lines})
+      string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]*)\".*" "\\1" inc "${line}")
+      if(NOT inc MATCHES "^(core|gpu|app|views|tests|tools)/")
+        continue() # a header of the same folder or a third-party one
+      endif()
+      set(ok FALSE)
+      foreach(prefix ${allowed})
+        string(LENGTH "${prefix}" n)
+        string(SUBSTRING "${inc}" 0 ${n} head)
+        if(head STREQUAL prefix)
+          set(ok TRUE)
+        endif()
+      endforeach()
+      if(NOT ok)
+        string(APPEND problems "  ${src} includes \"${inc}\": ${layer} may include only ${allowed}\n")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+if(problems)
+  message(FATAL_ERROR "check_layers: includes that cross the engine's layers (see core/CMakeLists.txt):\n${problems}")
+endif()
