@@ -76,11 +76,11 @@ std::string safetensorsBytes(const std::string& headerJson, std::string_view dat
 
 } // namespace gsrq::fuzz
 
-#include "core/cluster/codebook_file.h"
 #include "core/base/error.h"
-#include "core/io/kv_dump.h"
+#include "core/cluster/codebook_file.h"
 #include "core/cluster/quantizer.h"
 #include "core/cluster/weights.h"
+#include "core/io/kv_dump.h"
 
 namespace gsrq::fuzz {
 

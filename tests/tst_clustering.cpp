@@ -1,14 +1,14 @@
 // KM and GSKM on cases computed by hand, the shared backend against brute force, weights,
 // initialisation, empty clusters, stopping and cancelling; metrics and weights by hand.
 
-#include "core/cluster/clustering.h"
 #include "core/base/error.h"
+#include "core/cluster/clustering.h"
 #include "core/cluster/metrics.h"
-#include "core/jobs/pass_curves.h"
-#include "core/io/tensor_stats.h"
-#include "core/io/synth.h"
-#include "test_util.h"
 #include "core/cluster/weights.h"
+#include "core/io/synth.h"
+#include "core/io/tensor_stats.h"
+#include "core/jobs/pass_curves.h"
+#include "test_util.h"
 
 #include <QtTest>
 

@@ -1,14 +1,14 @@
 // The compare and sweep jobs: subspace blocks, averaging, the 1st-residual experiment, progress
 // and cancellation.
 
-#include "core/jobs/compare_job.h"
 #include "core/base/error.h"
-#include "core/io/kv_dump.h"
 #include "core/cluster/metrics.h"
-#include "core/jobs/model_compare.h"
-#include "core/jobs/paper_check.h"
+#include "core/io/kv_dump.h"
 #include "core/io/safetensors.h"
 #include "core/io/synth.h"
+#include "core/jobs/compare_job.h"
+#include "core/jobs/model_compare.h"
+#include "core/jobs/paper_check.h"
 #include "test_util.h"
 
 #include <QtTest>

@@ -2,8 +2,8 @@
 // are held to: the paper path (decode, RoPE, attention) and the lookup path (tables of q·codeword)
 // against naive attention on decoded keys and values; GQA mapping; RoPE far past 64K positions.
 
-#include "core/lm/decode_cache.h"
 #include "core/base/error.h"
+#include "core/lm/decode_cache.h"
 #include "test_util.h"
 
 #include <QtTest>

@@ -5,16 +5,16 @@
 // on seeded shapes (GQA groups 1, 4 and 8; D = head_dim and D < head_dim; K = 256 bytes and bit-packed
 // K = 16; positions past 64K).
 
+#include "core/base/error.h"
 #include "core/cluster/cluster_backend.h"
+#include "core/cluster/quantizer.h"
+#include "core/lm/decode_cache.h"
+#include "core/lm/rope.h"
 #include "gpu/decode/bench.h"
 #include "gpu/decode/decode.h"
-#include "core/lm/decode_cache.h"
 #include "gpu/decode/decode_math.h"
 #include "gpu/device/device.h"
-#include "core/base/error.h"
 #include "gpu_test_util.h"
-#include "core/cluster/quantizer.h"
-#include "core/lm/rope.h"
 #include "test_util.h"
 
 #include <QJsonArray>

@@ -3,15 +3,15 @@
 // input error from the CLI (exit 2). With a device: the CUDA backend against the CPU backend on
 // seeded data, and proof that the GPU path really ran.
 
-#include "gpu/cluster/backend.h"
-#include "core/cluster/clustering.h"
-#include "gpu/cluster/cuda_backend.h"
-#include "gpu/device/device.h"
 #include "core/base/error.h"
-#include "gpu/cluster/gpu_check.h"
-#include "gpu_test_util.h"
+#include "core/cluster/clustering.h"
 #include "core/cluster/quantizer.h"
 #include "core/io/synth.h"
+#include "gpu/cluster/backend.h"
+#include "gpu/cluster/cuda_backend.h"
+#include "gpu/cluster/gpu_check.h"
+#include "gpu/device/device.h"
+#include "gpu_test_util.h"
 #include "test_util.h"
 
 #include <QJsonArray>

@@ -1,11 +1,11 @@
 // The malformed-input corpus: each case must raise gsrq::Error of kind InvalidInput (the CLI's exit
 // code 2) whose message names the file or tensor and says what is wrong. Never a crash.
 
-#include "core/jobs/compare_job.h"
 #include "core/base/error.h"
 #include "core/io/kv_dump.h"
 #include "core/io/npy.h"
 #include "core/io/safetensors.h"
+#include "core/jobs/compare_job.h"
 #include "test_util.h"
 
 #include <QtTest>

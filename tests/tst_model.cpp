@@ -2,9 +2,9 @@
 // bundled model. The forward pass itself is checked against an independent float64 NumPy
 // implementation in tests/python/test_llama2c_reference.py.
 
+#include "core/base/error.h"
 #include "core/cluster/cluster_backend.h"
 #include "core/cluster/codebook_file.h"
-#include "core/base/error.h"
 #include "core/lm/llama2c.h"
 #include "core/lm/perplexity.h"
 #include "test_util.h"

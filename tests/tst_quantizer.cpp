@@ -2,16 +2,16 @@
 // beam against greedy, the codebooks file (round trip, merge, version checks, the NumPy decoder),
 // RoPE against a direct computation, and attention fidelity.
 
-#include "core/lm/attention.h"
-#include "core/cluster/codebook_file.h"
 #include "core/base/error.h"
-#include "core/io/npy.h"
+#include "core/cluster/codebook_file.h"
 #include "core/cluster/quantizer.h"
-#include "core/lm/rope.h"
+#include "core/io/npy.h"
 #include "core/io/safetensors.h"
 #include "core/io/synth.h"
-#include "test_util.h"
 #include "core/jobs/train_job.h"
+#include "core/lm/attention.h"
+#include "core/lm/rope.h"
+#include "test_util.h"
 
 #include <QProcess>
 #include <QtTest>

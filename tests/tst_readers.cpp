@@ -2,10 +2,10 @@
 // .npy, and the bundled sample against the real data it was made from.
 
 #include "core/base/error.h"
+#include "core/base/sha256.h"
 #include "core/io/kv_dump.h"
 #include "core/io/npy.h"
 #include "core/io/safetensors.h"
-#include "core/base/sha256.h"
 #include "test_util.h"
 
 #include <QtTest>

@@ -3,9 +3,9 @@
 // processes: SIGKILL mid-run, two writers at once, a disk that fills up.
 
 #include "core/base/error.h"
+#include "core/base/sha256.h"
 #include "core/jobs/run_recorder.h"
 #include "core/store/run_store.h"
-#include "core/base/sha256.h"
 #include "test_util.h"
 
 #include <QElapsedTimer>

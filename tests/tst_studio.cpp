@@ -1,28 +1,28 @@
 // The desktop app on the offscreen platform with the Fusion style: real widgets and controllers,
 // waiting on their signals, checking chart series and table models.
 
-#include "views/chart_panel.h"
-#include "core/cluster/codebook_file.h"
 #include "compare_page.h"
-#include "dataset_page.h"
+#include "core/base/error.h"
+#include "core/cluster/codebook_file.h"
+#include "core/io/npy.h"
+#include "core/io/safetensors.h"
+#include "core/io/synth.h"
 #include "core/jobs/run_records.h"
+#include "dataset_page.h"
 #include "gpu/decode/bench.h"
 #include "gpu/decode/decode.h"
-#include "core/base/error.h"
 #include "gpu_test_util.h"
-#include "views/heatmap_view.h"
 #include "latency_page.h"
 #include "main_window.h"
-#include "views/metrics_table_model.h"
 #include "model_page.h"
-#include "core/io/npy.h"
 #include "runs_page.h"
-#include "views/runs_table_model.h"
-#include "core/io/safetensors.h"
 #include "sweeps_page.h"
-#include "core/io/synth.h"
 #include "test_util.h"
 #include "train_page.h"
+#include "views/chart_panel.h"
+#include "views/heatmap_view.h"
+#include "views/metrics_table_model.h"
+#include "views/runs_table_model.h"
 #include "weights_page.h"
 
 #include <QAbstractItemModelTester>
@@ -53,6 +53,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -116,6 +117,7 @@ private slots:
     void perplexityModelFollowsTheDump();
     void failedRunRecordsTheEnginesMessage();
     void nestedSettingsDifferKeyByKey();
+    void eachRunKindRecordsTheSameSettingsFromBothFaces();
 
 private:
     // Whether the newest run of `kind` in the window's store has `status` (*seen: what it has).
@@ -667,12 +669,13 @@ void TestStudio::nestedSettingsDifferKeyByKey()
         for (int stages : {4, 8}) {
             RunInfo info;
             info.kind = "ppl";
-            info.settingsJson = nlohmann::ordered_json{
-                {"model", "m.bin"},
-                {"codebook_settings",
-                 {{"method", "gskm"},
-                  {"settings", nlohmann::ordered_json{{"dim", 8}, {"stages", stages}, {"k", 16}}.dump()}}}}
-                                    .dump();
+            info.settingsJson =
+                nlohmann::ordered_json{
+                    {"model", "m.bin"},
+                    {"codebook_settings",
+                     {{"method", "gskm"},
+                      {"settings", nlohmann::ordered_json{{"dim", 8}, {"stages", stages}, {"k", 16}}.dump()}}}}
+                    .dump();
             ids << store.beginRun(info);
             store.finishRun(ids.back(), RunStatus::Done, "{}");
         }
@@ -1179,6 +1182,98 @@ void TestStudio::latencyRunFillsTheChartOnAGpu()
     const auto runs = store.listRuns({"bench-decode", RunStatus::Done, "", 1});
     QCOMPARE(int(runs.size()), 1);
     QVERIFY(nlohmann::json::parse(runs[0].summaryJson)["all_verified"].get<bool>());
+}
+
+// A run of one kind records the same settings keys whichever face ran it (core/jobs/run_records.h
+// builds them for both): the app's runs are those the tests above recorded, the CLI runs each kind
+// here into a store of its own. Summaries whose keys do not depend on the data are compared too.
+void TestStudio::eachRunKindRecordsTheSameSettingsFromBothFaces()
+{
+    const QString cliDb = m_dir.filePath("cli-faces.db");
+    const QString models = QStringLiteral(GSRQ_SOURCE_DIR "/resources/models/stories260K/");
+    const QString books = m_dir.filePath("gui-codebooks.safetensors"); // trainFillsTableAndExports wrote it
+    QVERIFY(QFile::exists(books));
+    struct Case {
+        const char* kind;
+        bool many;        // compare: over many tensors (settings with "tensors")
+        bool summaryKeys; // the summary's keys do not depend on the data: compared too
+        QStringList args;
+    };
+    std::vector<Case> cases = {
+        {"compare",
+         false,
+         false,
+         {"compare", kSample, "--tensor", "layers.2.value", "--dim", "16", "--k", "8", "--iters", "3", "-q"}},
+        {"compare",
+         true,
+         true,
+         {"compare", kSample, "--tensors", "layers.*.value", "--dim", "16", "--k", "8", "--iters", "3", "-q"}},
+        {"sweep",
+         false,
+         true,
+         {"sweep", kSample, "--tensor", "layers.2.value", "--over", "dim", "--values", "4,8", "--k", "8", "--iters",
+          "3", "-q"}},
+        {"train",
+         false,
+         false,
+         {"train", kSample, "--tensors", "layers.1.value", "--dim", "8", "--stages", "2", "--k", "16", "--iters", "3",
+          "-q"}},
+        {"ppl",
+         false,
+         true,
+         {"ppl", models + "stories260K.bin", "--tokenizer", models + "tok512.bin", "--generate", "--seq-len", "32",
+          "--sequences", "2", "--codebooks", books}},
+        {"paper-check",
+         false,
+         true,
+         {"paper-check", "--rows", "1024", "--iters", "3", "--dims", "8,16", "--fixed-k", "16", "--ks", "8,16",
+          "--fixed-dim", "8", "--bpas", "", "-q"}},
+    };
+    if (!gpu::queryDevices().devices.empty()) // the Latency page ran (latencyRunFillsTheChartOnAGpu)
+        cases.push_back({"bench-decode",
+                         false,
+                         true,
+                         {"bench-decode", "--heads", "8", "--kv-heads", "2", "--ctx", "256", "--batch", "1", "--reps",
+                          "20", "--warmup", "1"}});
+
+    const auto keysOf = [](const std::string& json) {
+        std::set<std::string> keys;
+        const auto j = nlohmann::json::parse(json);
+        for (auto it = j.begin(); it != j.end(); ++it)
+            keys.insert(it.key());
+        return keys;
+    };
+    const auto text = [](const std::set<std::string>& keys) {
+        std::string s;
+        for (const auto& k : keys)
+            s += " " + k;
+        return s;
+    };
+    // The newest run of `kind` a face recorded (the app's command is "gsrq-studio").
+    const auto newest = [&](const QString& db, const Case& c, bool app) -> std::optional<RunInfo> {
+        RunStore store(db.toStdString());
+        for (const auto& r : store.listRuns({c.kind, RunStatus::Done, "", 0}))
+            if ((r.command == "gsrq-studio") == app && keysOf(r.settingsJson).count("tensors") == c.many)
+                return r;
+        return std::nullopt;
+    };
+    for (const auto& c : cases) {
+        const auto r = test::gsrqRun(QStringList{"--db", cliDb} + c.args);
+        QVERIFY2(r.code == 0, (std::string(c.kind) + ": " + r.err.toStdString()).c_str());
+        const auto fromApp = newest(m_store, c, true);
+        const auto fromCli = newest(cliDb, c, false);
+        QVERIFY2(fromApp, cat("no ", c.kind, " run from the app").c_str());
+        QVERIFY2(fromCli, cat("no ", c.kind, " run from the CLI").c_str());
+        const auto a = keysOf(fromApp->settingsJson), b = keysOf(fromCli->settingsJson);
+        QVERIFY2(a == b,
+                 cat(c.kind, c.many ? " (many tensors)" : "", " settings: app", text(a), "; cli", text(b)).c_str());
+        QVERIFY2(!fromApp->backend.empty() && !fromCli->backend.empty(), c.kind);
+        QVERIFY2(!fromApp->device.empty() && !fromCli->device.empty(), c.kind);
+        if (c.summaryKeys) {
+            const auto sa = keysOf(fromApp->summaryJson), sb = keysOf(fromCli->summaryJson);
+            QVERIFY2(sa == sb, cat(c.kind, " summary: app", text(sa), "; cli", text(sb)).c_str());
+        }
+    }
 }
 
 QTEST_MAIN(TestStudio)

@@ -3,7 +3,8 @@
 # installed earlier could hide a missing install step. For each command it makes a fresh root with
 # debootstrap (minbase bookworm: what `debootstrap` gives, nothing of this machine's), copies in a
 # clone of this repository's HEAD, and runs the command there with chroot, as root, with a plain
-# environment; then it prints each command's exit code and time. Needs root and the Debian mirror.
+# environment; then it prints each command's exit code and time. Needs root and the Debian archive
+# this machine's apt reaches (its mirror and security sources are used, read from apt).
 #
 #   tools/fresh-check.sh [--keep] [--only run|test|deb] [--deb FILE] [WORKDIR]
 #                                                   (default WORKDIR: /var/tmp/gsrq-fresh)
@@ -43,7 +44,17 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "fresh-check: debootstrap and chroot need root" >&2
   exit 2
 fi
-mirror=${GSRQ_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The Debian mirror and security archive this machine's apt uses (a local mirror or proxy included),
+# read from apt itself; GSRQ_DEBIAN_MIRROR and GSRQ_DEBIAN_SECURITY override them, and Debian's own
+# addresses are the fallback on a machine whose apt has no bookworm sources.
+apt_repo() { # apt_repo SUITE: the URI of the first source of that suite
+  apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 2>/dev/null | awk -v s="$1" '$2 == s { print $1; exit }' |
+    sed 's:/*$::'
+}
+mirror=${GSRQ_DEBIAN_MIRROR:-$(apt_repo bookworm)}
+mirror=${mirror:-http://deb.debian.org/debian}
+security=${GSRQ_DEBIAN_SECURITY:-$(apt_repo bookworm-security)}
+security=${security:-http://deb.debian.org/debian-security}
 
 if ! command -v debootstrap >/dev/null; then
   echo "fresh-check: installing debootstrap"
@@ -62,7 +73,7 @@ if [[ ! -f $work/base.tgz ]]; then
   cat > "$work/base/etc/apt/sources.list" <<EOF
 deb $mirror bookworm main
 deb $mirror bookworm-updates main
-deb http://deb.debian.org/debian-security bookworm-security main
+deb $security bookworm-security main
 EOF
   tar -C "$work/base" -czf "$work/base.tgz" .
   rm -rf "$work/base"
@@ -94,6 +105,10 @@ check() {
     [[ ! -f /etc/ssl/certs/ca-certificates.crt ]] || cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
   fi
   [[ ! -f /etc/pip.conf ]] || cp /etc/pip.conf "$root/etc/pip.conf"
+  # apt's own settings for reaching the archive (proxies, a mirror's clock), as the machine has them.
+  for f in /etc/apt/apt.conf.d/*; do
+    if grep -qiE '^[[:space:]]*Acquire::' "$f" 2>/dev/null; then cp "$f" "$root/etc/apt/apt.conf.d/"; fi
+  done
   git clone -q --no-local "$repo" "$root/root/gsrq"
   [[ -z $deb ]] || cp "$deb" "$root/root/gsrq-studio.deb"
   for m in proc sys dev dev/pts; do

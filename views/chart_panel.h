@@ -58,7 +58,7 @@ public:
     QStringList seriesNames() const;
     QList<QPointF> points(const QString& name) const;
     bool pointsDrawn(const QString& name) const; // markers at each point (sparse series), not only a line
-    void flush(); // apply pending updates now
+    void flush();                                // apply pending updates now
 
     bool exportPng(const QString& path);
     bool exportSvg(const QString& path);

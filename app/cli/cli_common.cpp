@@ -1,9 +1,9 @@
 #include "cli_common.h"
 
 #include "core/base/error.h"
-#include "core/jobs/result_json.h"
 #include "core/base/version.h"
 #include "core/cluster/weights.h"
+#include "core/jobs/result_json.h"
 
 #include <cmath>
 #include <cstdio>

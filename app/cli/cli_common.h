@@ -2,10 +2,10 @@
 // Pieces the CLI's commands share: the options of compare and sweep, loading the input tensor and
 // its weights, and printing.
 
-#include "gpu/cluster/backend.h"
-#include "core/jobs/compare_job.h"
-#include "core/io/kv_dump.h"
 #include "core/cluster/weights.h"
+#include "core/io/kv_dump.h"
+#include "core/jobs/compare_job.h"
+#include "gpu/cluster/backend.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>

@@ -1,23 +1,23 @@
 #include "cli_common.h"
-#include "core/cluster/clustering.h"
 #include "commands.h"
 #include "core/base/error.h"
+#include "core/base/stats.h"
+#include "core/base/version.h"
+#include "core/cluster/clustering.h"
 #include "core/cluster/quantizer.h"
 #include "core/cluster/weights.h"
+#include "core/io/kv_dump.h"
 #include "core/io/npy.h"
+#include "core/io/synth.h"
 #include "gpu/cluster/cuda_backend.h"
 #include "gpu/device/device.h"
-#include "core/base/stats.h"
-#include "core/io/kv_dump.h"
 #include "recording.h"
-#include "core/io/synth.h"
-#include "core/base/version.h"
 
 #include <algorithm>
 #include <chrono>
-#include <random>
 #include <cstdio>
 #include <memory>
+#include <random>
 
 namespace gsrq::cli {
 

@@ -3,15 +3,15 @@
 // decode step, after verifying every path against the CPU reference.
 
 #include "cli_common.h"
-#include "core/cluster/codebook_file.h"
 #include "commands.h"
+#include "core/base/error.h"
+#include "core/base/version.h"
+#include "core/cluster/codebook_file.h"
+#include "core/cluster/quantizer.h"
 #include "core/jobs/run_records.h"
 #include "gpu/decode/bench.h"
 #include "gpu/decode/decode.h"
-#include "core/base/error.h"
-#include "core/cluster/quantizer.h"
 #include "recording.h"
-#include "core/base/version.h"
 
 #include <cstdio>
 #include <fstream>

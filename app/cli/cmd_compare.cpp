@@ -1,14 +1,14 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "core/base/error.h"
+#include "core/base/version.h"
+#include "core/io/safetensors.h"
 #include "core/jobs/model_compare.h"
-#include "progress_bar.h"
-#include "recording.h"
 #include "core/jobs/result_json.h"
 #include "core/jobs/run_records.h"
-#include "core/io/safetensors.h"
 #include "core/jobs/train_job.h"
-#include "core/base/version.h"
+#include "progress_bar.h"
+#include "recording.h"
 
 #include <cmath>
 #include <cstdio>

@@ -3,16 +3,16 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "gpu/cluster/cuda_backend.h"
-#include "gpu/device/device.h"
 #include "core/base/error.h"
 #include "core/base/stats.h"
-#include "gpu/cluster/gpu_check.h"
-#include "core/io/npy.h"
-#include "core/cluster/quantizer.h"
-#include "core/io/synth.h"
 #include "core/base/version.h"
+#include "core/cluster/quantizer.h"
 #include "core/cluster/weights.h"
+#include "core/io/npy.h"
+#include "core/io/synth.h"
+#include "gpu/cluster/cuda_backend.h"
+#include "gpu/cluster/gpu_check.h"
+#include "gpu/device/device.h"
 
 #include <algorithm>
 #include <chrono>

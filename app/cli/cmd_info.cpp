@@ -1,8 +1,8 @@
 #include "cli_common.h"
 #include "commands.h"
-#include "gpu/device/device.h"
 #include "core/base/error.h"
 #include "core/io/kv_dump.h"
+#include "gpu/device/device.h"
 
 #include <cstdio>
 #include <memory>

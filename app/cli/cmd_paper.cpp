@@ -1,12 +1,12 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "core/base/error.h"
+#include "core/base/version.h"
 #include "core/jobs/paper_check.h"
-#include "progress_bar.h"
-#include "recording.h"
 #include "core/jobs/result_json.h"
 #include "core/jobs/run_records.h"
-#include "core/base/version.h"
+#include "progress_bar.h"
+#include "recording.h"
 
 #include <cstdio>
 #include <memory>

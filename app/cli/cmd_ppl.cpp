@@ -1,12 +1,12 @@
 #include "cli_common.h"
-#include "core/jobs/run_records.h"
-#include "core/cluster/cluster_backend.h"
 #include "commands.h"
 #include "core/base/error.h"
+#include "core/base/version.h"
+#include "core/cluster/cluster_backend.h"
 #include "core/io/kv_dump.h"
+#include "core/jobs/run_records.h"
 #include "core/lm/perplexity.h"
 #include "recording.h"
-#include "core/base/version.h"
 
 #include <cmath>
 #include <cstdio>
@@ -55,125 +55,125 @@ Command registerPerplexity(CLI::App& root)
     cmd->add_flag("--per-layer", o->perLayer, "Also quantize one layer at a time: which layers are sensitive");
     addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
-    return {
-        cmd, [o] {
-            if (o->text.empty() && !o->generate)
-                throwInvalid("ppl: give --text FILE or --generate");
-            const auto model = Llama2cModel::load(o->model);
-            const auto& cfg = model.config();
-            const auto tok = Llama2cTokenizer::load(o->tokenizer, cfg.vocab);
-            const auto layers = parseLayers(o->layers, cfg.layers);
-            std::vector<CodebookFile> files;
-            for (const auto& p : o->codebooks)
-                files.push_back(readCodebookFile(p));
-            auto backend = openBackend(o->backend, true);
+    return {cmd, [o] {
+                if (o->text.empty() && !o->generate)
+                    throwInvalid("ppl: give --text FILE or --generate");
+                const auto model = Llama2cModel::load(o->model);
+                const auto& cfg = model.config();
+                const auto tok = Llama2cTokenizer::load(o->tokenizer, cfg.vocab);
+                const auto layers = parseLayers(o->layers, cfg.layers);
+                std::vector<CodebookFile> files;
+                for (const auto& p : o->codebooks)
+                    files.push_back(readCodebookFile(p));
+                auto backend = openBackend(o->backend, true);
 
-            std::int64_t textTokens = 0;
-            const auto seqs = perplexitySequences(model, tok, o->generate ? std::string() : o->text, o->seqLen,
-                                                  o->sequences, o->seed, &textTokens);
+                std::int64_t textTokens = 0;
+                const auto seqs = perplexitySequences(model, tok, o->generate ? std::string() : o->text, o->seqLen,
+                                                      o->sequences, o->seed, &textTokens);
 
-            PplRunSettings ps;
-            ps.model = o->model;
-            ps.tokenizer = o->tokenizer;
-            ps.text = o->generate ? std::string() : o->text;
-            ps.seed = o->seed;
-            ps.seqLen = o->seqLen;
-            ps.sequences = o->sequences;
-            ps.codebooks = o->codebooks;
-            ps.layers = o->layers;
-            for (const auto& f : files)
-                ps.codebookSettings.push_back(f.metadata);
-            const auto settings = pplRunSettings(ps);
-            CliRun run("ppl", settings.dump(), o->model, {o->model}, backend->name(), backend->device());
-            run.guard([&] {
-                struct Row {
-                    std::string codebooks, method, layers;
-                    double bpa = std::nan(""), effective = std::nan(""), ppl = 0;
-                    bool perLayer = false; // a --per-layer row
-                };
-                std::vector<Row> rows;
-                const double fp32 = perplexity(model, seqs).perplexity();
-                rows.push_back({"FP32", "-", "-", 32, 32, fp32});
-                for (std::size_t i = 0; i < files.size(); ++i) {
-                    const auto& f = files[i];
-                    const auto quantized = quantizedLayers(f, layers);
-                    if (quantized.empty())
-                        throwInvalid(o->codebooks[i], ": has no codebooks for layers.L.key or layers.L.value",
-                                     layers.empty() ? std::string() : " of --layers " + o->layers);
-                    // Codewords stored once, spread over the cache they serve: this run's tokens.
-                    const auto cost = codebookCost(f, quantized, std::int64_t(seqs.size()) * o->seqLen, cfg.kvDim());
-                    const auto layerList = [&](const std::vector<int>& ls) {
-                        std::string s;
-                        for (auto l : ls)
-                            s += (s.empty() ? "" : ",") + std::to_string(l);
-                        return s;
+                PplRunSettings ps;
+                ps.model = o->model;
+                ps.tokenizer = o->tokenizer;
+                ps.text = o->generate ? std::string() : o->text;
+                ps.seed = o->seed;
+                ps.seqLen = o->seqLen;
+                ps.sequences = o->sequences;
+                ps.codebooks = o->codebooks;
+                ps.layers = o->layers;
+                for (const auto& f : files)
+                    ps.codebookSettings.push_back(f.metadata);
+                const auto settings = pplRunSettings(ps);
+                CliRun run("ppl", settings.dump(), o->model, {o->model}, backend->name(), backend->device());
+                run.guard([&] {
+                    struct Row {
+                        std::string codebooks, method, layers;
+                        double bpa = std::nan(""), effective = std::nan(""), ppl = 0;
+                        bool perLayer = false; // a --per-layer row
                     };
-                    const auto hook = codebookHook(f, o->codebooks[i], cfg, layers, *backend);
-                    rows.push_back({o->codebooks[i], cost.method, layerList(quantized), cost.bpa, cost.effectiveBpa,
-                                    perplexity(model, seqs, hook).perplexity()});
-                    if (o->perLayer && quantized.size() > 1)
-                        for (int l : quantized) {
-                            const auto one = codebookHook(f, o->codebooks[i], cfg, {l}, *backend);
-                            rows.push_back({o->codebooks[i], cost.method, std::to_string(l), cost.bpa,
-                                            cost.effectiveBpa, perplexity(model, seqs, one).perplexity(), true});
-                        }
-                }
-                if (run) {
-                    std::vector<MetricRow> ms;
-                    std::vector<SeriesPoint> series;
-                    for (const auto& r : rows) {
-                        ms.push_back(pplMetric(r.method, r.codebooks, r.layers, r.ppl));
-                        if (r.codebooks != "FP32" && !r.perLayer) // one point per file: all its layers
-                            for (auto& p : perplexitySeries(r.method, r.bpa, r.ppl, fp32))
-                                series.push_back(std::move(p));
+                    std::vector<Row> rows;
+                    const double fp32 = perplexity(model, seqs).perplexity();
+                    rows.push_back({"FP32", "-", "-", 32, 32, fp32});
+                    for (std::size_t i = 0; i < files.size(); ++i) {
+                        const auto& f = files[i];
+                        const auto quantized = quantizedLayers(f, layers);
+                        if (quantized.empty())
+                            throwInvalid(o->codebooks[i], ": has no codebooks for layers.L.key or layers.L.value",
+                                         layers.empty() ? std::string() : " of --layers " + o->layers);
+                        // Codewords stored once, spread over the cache they serve: this run's tokens.
+                        const auto cost =
+                            codebookCost(f, quantized, std::int64_t(seqs.size()) * o->seqLen, cfg.kvDim());
+                        const auto layerList = [&](const std::vector<int>& ls) {
+                            std::string s;
+                            for (auto l : ls)
+                                s += (s.empty() ? "" : ",") + std::to_string(l);
+                            return s;
+                        };
+                        const auto hook = codebookHook(f, o->codebooks[i], cfg, layers, *backend);
+                        rows.push_back({o->codebooks[i], cost.method, layerList(quantized), cost.bpa, cost.effectiveBpa,
+                                        perplexity(model, seqs, hook).perplexity()});
+                        if (o->perLayer && quantized.size() > 1)
+                            for (int l : quantized) {
+                                const auto one = codebookHook(f, o->codebooks[i], cfg, {l}, *backend);
+                                rows.push_back({o->codebooks[i], cost.method, std::to_string(l), cost.bpa,
+                                                cost.effectiveBpa, perplexity(model, seqs, one).perplexity(), true});
+                            }
                     }
-                    run->recordMetrics(ms);
-                    run->recordSeries(series);
-                }
-                std::optional<double> one; // the perplexity with the codebooks, where one file was measured
-                if (files.size() == 1)
+                    if (run) {
+                        std::vector<MetricRow> ms;
+                        std::vector<SeriesPoint> series;
+                        for (const auto& r : rows) {
+                            ms.push_back(pplMetric(r.method, r.codebooks, r.layers, r.ppl));
+                            if (r.codebooks != "FP32" && !r.perLayer) // one point per file: all its layers
+                                for (auto& p : perplexitySeries(r.method, r.bpa, r.ppl, fp32))
+                                    series.push_back(std::move(p));
+                        }
+                        run->recordMetrics(ms);
+                        run->recordSeries(series);
+                    }
+                    std::optional<double> one; // the perplexity with the codebooks, where one file was measured
+                    if (files.size() == 1)
+                        for (const auto& r : rows)
+                            if (r.codebooks != "FP32" && !r.perLayer)
+                                one = r.ppl;
+                    run.done(pplRunSummary(fp32, one).dump());
+                    const std::int64_t predicted = std::int64_t(seqs.size()) * (o->seqLen - 1);
+                    if (o->json) {
+                        nlohmann::ordered_json rs = nlohmann::ordered_json::array();
+                        for (const auto& r : rows)
+                            rs.push_back({{"codebooks", r.codebooks},
+                                          {"method", r.method},
+                                          {"layers", r.layers},
+                                          {"bpa", r.bpa},
+                                          {"effective_bpa", r.effective},
+                                          {"perplexity", r.ppl},
+                                          {"delta", r.ppl - fp32},
+                                          {"delta_percent", 100 * (r.ppl - fp32) / fp32}});
+                        nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "ppl"}};
+                        if (run)
+                            j["run_id"] = run->id();
+                        j["settings"] = settings;
+                        j["text_tokens"] = textTokens;
+                        j["predicted_tokens"] = predicted;
+                        j["results"] = rs;
+                        printJson(j);
+                        return;
+                    }
+                    std::printf("%s: dim %d, %d layers, %d heads, %d KV heads; %zu sequences × %d tokens (%s), "
+                                "%lld predictions\n\n",
+                                o->model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, seqs.size(), o->seqLen,
+                                o->generate ? cat("sampled from the model, seed ", o->seed).c_str()
+                                            : cat(o->text, ", ", textTokens, " tokens").c_str(),
+                                static_cast<long long>(predicted));
+                    std::printf("  %-32s %-6s %-10s %6s %9s %11s %9s %8s\n", "codebooks", "method", "layers", "bits",
+                                "eff. bits", "perplexity", "Δ", "Δ%");
                     for (const auto& r : rows)
-                        if (r.codebooks != "FP32" && !r.perLayer)
-                            one = r.ppl;
-                run.done(pplRunSummary(fp32, one).dump());
-                const std::int64_t predicted = std::int64_t(seqs.size()) * (o->seqLen - 1);
-                if (o->json) {
-                    nlohmann::ordered_json rs = nlohmann::ordered_json::array();
-                    for (const auto& r : rows)
-                        rs.push_back({{"codebooks", r.codebooks},
-                                      {"method", r.method},
-                                      {"layers", r.layers},
-                                      {"bpa", r.bpa},
-                                      {"effective_bpa", r.effective},
-                                      {"perplexity", r.ppl},
-                                      {"delta", r.ppl - fp32},
-                                      {"delta_percent", 100 * (r.ppl - fp32) / fp32}});
-                    nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "ppl"}};
+                        std::printf("  %-32s %-6s %-10s %6.3g %9.4g %11.4f %+9.4f %+7.2f%%\n", r.codebooks.c_str(),
+                                    r.method.c_str(), r.layers.c_str(), r.bpa, r.effective, r.ppl, r.ppl - fp32,
+                                    100 * (r.ppl - fp32) / fp32);
                     if (run)
-                        j["run_id"] = run->id();
-                    j["settings"] = settings;
-                    j["text_tokens"] = textTokens;
-                    j["predicted_tokens"] = predicted;
-                    j["results"] = rs;
-                    printJson(j);
-                    return;
-                }
-                std::printf("%s: dim %d, %d layers, %d heads, %d KV heads; %zu sequences × %d tokens (%s), "
-                            "%lld predictions\n\n",
-                            o->model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, seqs.size(), o->seqLen,
-                            o->generate ? cat("sampled from the model, seed ", o->seed).c_str()
-                                        : cat(o->text, ", ", textTokens, " tokens").c_str(),
-                            static_cast<long long>(predicted));
-                std::printf("  %-32s %-6s %-10s %6s %9s %11s %9s %8s\n", "codebooks", "method", "layers", "bits",
-                            "eff. bits", "perplexity", "Δ", "Δ%");
-                for (const auto& r : rows)
-                    std::printf("  %-32s %-6s %-10s %6.3g %9.4g %11.4f %+9.4f %+7.2f%%\n", r.codebooks.c_str(),
-                                r.method.c_str(), r.layers.c_str(), r.bpa, r.effective, r.ppl, r.ppl - fp32,
-                                100 * (r.ppl - fp32) / fp32);
-                if (run)
-                    std::printf("\nrecorded as run %lld\n", static_cast<long long>(run->id()));
-            });
-        }};
+                        std::printf("\nrecorded as run %lld\n", static_cast<long long>(run->id()));
+                });
+            }};
 }
 
 } // namespace gsrq::cli

@@ -3,9 +3,9 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "core/base/error.h"
-#include "recording.h"
-#include "core/jobs/result_json.h"
 #include "core/io/safetensors.h"
+#include "core/jobs/result_json.h"
+#include "recording.h"
 
 #include <cmath>
 #include <cstdio>
@@ -97,7 +97,9 @@ Command registerRuns(CLI::App& root)
     auto* cmd = root.add_subcommand("runs", "Browse the run store: list, show, export, compare, note, delete");
     cmd->require_subcommand(1);
     auto* list = cmd->add_subcommand("list", "Recorded runs, newest first");
-    list->add_option("--kind", o->kind, "Only runs of this kind (compare, sweep, train, eval, ppl, bench-cluster, bench-decode, paper-check)");
+    list->add_option(
+        "--kind", o->kind,
+        "Only runs of this kind (compare, sweep, train, eval, ppl, bench-cluster, bench-decode, paper-check)");
     list->add_option("--status", o->status,
                      "Only runs with this status (running, done, failed, cancelled, interrupted)");
     list->add_option("--group", o->group, "Only runs of this group (a plan's id)");
@@ -166,7 +168,8 @@ Command registerRuns(CLI::App& root)
                 if (!o->status.empty()) {
                     status = runStatusFromName(o->status);
                     if (!status)
-                        throwInvalid("--status ", o->status, ": expected running, done, failed, cancelled or interrupted");
+                        throwInvalid("--status ", o->status,
+                                     ": expected running, done, failed, cancelled or interrupted");
                 }
                 const auto runs = store->listRuns({o->kind, status, o->group, o->limit});
                 if (o->json) {

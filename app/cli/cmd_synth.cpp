@@ -1,10 +1,10 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "core/base/error.h"
+#include "core/base/version.h"
 #include "core/io/npy.h"
 #include "core/io/safetensors.h"
 #include "core/io/synth.h"
-#include "core/base/version.h"
 
 #include <cstdio>
 #include <filesystem>

@@ -1,13 +1,13 @@
 #include "cli_common.h"
-#include "core/cluster/codebook_file.h"
 #include "commands.h"
 #include "core/base/error.h"
-#include "progress_bar.h"
-#include "recording.h"
+#include "core/base/version.h"
+#include "core/cluster/codebook_file.h"
 #include "core/jobs/result_json.h"
 #include "core/jobs/run_records.h"
 #include "core/jobs/train_job.h"
-#include "core/base/version.h"
+#include "progress_bar.h"
+#include "recording.h"
 
 #include <cmath>
 #include <cstdio>

@@ -14,21 +14,21 @@ struct Command {
 };
 
 // One file per command family, named after it (cmd_<family>.cpp).
-Command registerInfo(CLI::App& root);         // cmd_info.cpp: info
-Command registerCompare(CLI::App& root);      // cmd_compare.cpp: compare, sweep
+Command registerInfo(CLI::App& root);    // cmd_info.cpp: info
+Command registerCompare(CLI::App& root); // cmd_compare.cpp: compare, sweep
 Command registerSweep(CLI::App& root);
-Command registerPaperCheck(CLI::App& root);   // cmd_paper.cpp: paper-check
-Command registerSynth(CLI::App& root);        // cmd_synth.cpp: synth
-Command registerTrain(CLI::App& root);        // cmd_train.cpp: train
-Command registerEval(CLI::App& root);         // cmd_codebooks.cpp: eval, codebooks
+Command registerPaperCheck(CLI::App& root); // cmd_paper.cpp: paper-check
+Command registerSynth(CLI::App& root);      // cmd_synth.cpp: synth
+Command registerTrain(CLI::App& root);      // cmd_train.cpp: train
+Command registerEval(CLI::App& root);       // cmd_codebooks.cpp: eval, codebooks
 Command registerCodebooks(CLI::App& root);
-Command registerPerplexity(CLI::App& root);   // cmd_ppl.cpp: ppl
-Command registerRuns(CLI::App& root);         // cmd_runs.cpp: runs
-Command registerPlan(CLI::App& root);         // cmd_plan.cpp: plan
-Command registerDevices(CLI::App& root);      // cmd_gpu.cpp: devices, check-gpu
+Command registerPerplexity(CLI::App& root); // cmd_ppl.cpp: ppl
+Command registerRuns(CLI::App& root);       // cmd_runs.cpp: runs
+Command registerPlan(CLI::App& root);       // cmd_plan.cpp: plan
+Command registerDevices(CLI::App& root);    // cmd_gpu.cpp: devices, check-gpu
 Command registerCheckGpu(CLI::App& root);
 Command registerBenchCluster(CLI::App& root); // cmd_bench.cpp: bench-cluster, bench-train
 Command registerBenchTrain(CLI::App& root);
-Command registerBenchDecode(CLI::App& root);  // cmd_bench_decode.cpp: bench-decode
+Command registerBenchDecode(CLI::App& root); // cmd_bench_decode.cpp: bench-decode
 
 } // namespace gsrq::cli

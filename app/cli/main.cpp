@@ -2,8 +2,8 @@
 
 #include "commands.h"
 #include "core/base/error.h"
-#include "recording.h"
 #include "core/base/version.h"
+#include "recording.h"
 
 #include <cstdio>
 #include <iostream>

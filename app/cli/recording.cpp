@@ -2,8 +2,6 @@
 
 #include "core/base/error.h"
 
-#include "core/base/version.h"
-
 #include <atomic>
 #include <csignal>
 
@@ -44,60 +42,59 @@ bool stopRequested()
     return g_stop.load();
 }
 
-std::unique_ptr<RunStore> openStore()
+std::string storePathFromFlags()
 {
     const auto& g = globalOptions();
     if (g.noDb)
-        return nullptr;
-    return std::make_unique<RunStore>(g.db.empty() ? RunStore::defaultPath() : g.db);
+        return {};
+    return g.db.empty() ? RunStore::defaultPath() : g.db;
 }
+
+std::unique_ptr<RunStore> openStore()
+{
+    const auto path = storePathFromFlags();
+    return path.empty() ? nullptr : std::make_unique<RunStore>(path);
+}
+
+namespace {
+
+RunInfo cliRunInfo(const std::string& kind, const std::string& settingsJson, const std::string& dumpPath,
+                   const std::string& backend, const std::string& device)
+{
+    RunInfo info;
+    info.kind = kind;
+    info.backend = backend;
+    info.device = device;
+    info.dumpPath = dumpPath;
+    info.settingsJson = settingsJson;
+    info.command = globalOptions().command;
+    info.group = globalOptions().group;
+    return info;
+}
+
+} // namespace
 
 CliRun::CliRun(const std::string& kind, const std::string& settingsJson, const std::string& dumpPath,
                const std::vector<std::string>& dumpFiles, const std::string& backend, const std::string& device,
                const std::string& tensor)
-    : m_store(openStore())
+    : m_run(storePathFromFlags(), cliRunInfo(kind, settingsJson, dumpPath, backend, device), dumpFiles, tensor,
+            StoreFailure::Stop)
 {
-    if (!m_store)
-        return;
-    m_sha = dumpFiles.empty() ? std::string() : m_store->dumpHash(dumpFiles);
-    RunInfo info;
-    info.kind = kind;
-    info.toolVersion = kVersion;
-    info.backend = backend;
-    info.device = device;
-    info.dumpPath = dumpPath;
-    info.dumpSha256 = m_sha;
-    info.settingsJson = settingsJson;
-    info.command = globalOptions().command;
-    info.group = globalOptions().group;
-    m_recorder.emplace(*m_store, info, tensor);
 }
 
 void CliRun::done(const std::string& summaryJson)
 {
-    if (m_recorder)
-        m_recorder->finish(RunStatus::Done, summaryJson);
+    m_run.finish(RunStatus::Done, summaryJson);
 }
 
 void CliRun::cancelled(const std::string& summaryJson)
 {
     std::string where;
-    if (m_recorder) {
-        m_recorder->finish(RunStatus::Cancelled, summaryJson, "stopped on request");
-        where = cat("; what it finished is recorded as run ", m_recorder->id());
+    if (m_run) {
+        m_run.finish(RunStatus::Cancelled, summaryJson, "stopped on request");
+        where = cat("; what it finished is recorded as run ", m_run->id());
     }
     throw Cancelled{cat("cancelled", where)};
-}
-
-void CliRun::fail(const std::string& message)
-{
-    if (!m_recorder || m_recorder->finished())
-        return;
-    try {
-        m_recorder->finish(RunStatus::Failed, "{}", message);
-    } catch (...) {
-        // The store itself failed (a full disk, say): the original error is what the user sees.
-    }
 }
 
 } // namespace gsrq::cli

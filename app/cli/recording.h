@@ -2,7 +2,7 @@
 // How the CLI records its runs: the global --db / --no-db flags, and a run that is closed as
 // failed (with the error) when the command throws.
 
-#include "core/jobs/run_recorder.h"
+#include "core/jobs/recorded_run.h"
 
 #include <memory>
 #include <optional>
@@ -31,20 +31,22 @@ struct Cancelled {
 // The store the flags name, or nullptr with --no-db.
 std::unique_ptr<RunStore> openStore();
 
+// The store the flags name: "" with --no-db, else --db or RunStore::defaultPath().
+std::string storePathFromFlags();
+
+// A run of the CLI: core's RecordedRun with the command line and --group, a store that cannot be
+// opened or written stopping the command (StoreFailure::Stop), and the run closed as failed (with
+// the error) when the command throws.
 class CliRun {
 public:
     // Opens the store and begins a run of `kind` (nothing is recorded with --no-db).
     CliRun(const std::string& kind, const std::string& settingsJson, const std::string& dumpPath,
            const std::vector<std::string>& dumpFiles, const std::string& backend, const std::string& device,
            const std::string& tensor = {});
-    RunRecorder* operator->() { return m_recorder ? &*m_recorder : nullptr; }
-    explicit operator bool() const { return m_recorder.has_value(); }
-    const std::string& dumpSha256() const { return m_sha; }
-    void progress(const ProgressEvent& e)
-    {
-        if (m_recorder)
-            m_recorder->onProgress(e);
-    }
+    RunRecorder* operator->() { return m_run.operator->(); }
+    explicit operator bool() const { return bool(m_run); }
+    const std::string& dumpSha256() const { return m_run.dumpSha256(); }
+    void progress(const ProgressEvent& e) { m_run.progress(e); }
 
     // Runs `body`; on an exception closes the run as failed with its message, then rethrows.
     template <class F> void guard(F&& body)
@@ -52,7 +54,7 @@ public:
         try {
             body();
         } catch (const std::exception& e) {
-            fail(e.what());
+            m_run.fail(e.what());
             throw;
         }
     }
@@ -61,10 +63,7 @@ public:
     [[noreturn]] void cancelled(const std::string& summaryJson = "{}");
 
 private:
-    void fail(const std::string& message);
-    std::unique_ptr<RunStore> m_store;
-    std::optional<RunRecorder> m_recorder;
-    std::string m_sha;
+    RecordedRun m_run;
 };
 
 } // namespace gsrq::cli

@@ -2,12 +2,12 @@
 
 #include "core/jobs/run_records.h"
 
-#include "views/chart_panel.h"
 #include "compare_controls.h"
-#include "views/metrics_table_model.h"
+#include "core/cluster/weights.h"
 #include "core/jobs/pass_curves.h"
 #include "core/jobs/result_json.h"
-#include "core/cluster/weights.h"
+#include "views/chart_panel.h"
+#include "views/metrics_table_model.h"
 
 #include <QCheckBox>
 #include <QComboBox>

@@ -2,8 +2,8 @@
 
 #include "core/io/tensor_stats.h"
 
-#include "views/chart_panel.h"
 #include "core/io/tensor.h"
+#include "views/chart_panel.h"
 
 #include <QHBoxLayout>
 #include <QHeaderView>

@@ -1,10 +1,10 @@
 #include "latency_page.h"
 
-#include "views/chart_panel.h"
+#include "core/base/error.h"
 #include "core/jobs/run_records.h"
 #include "gpu/decode/bench.h"
 #include "gpu/decode/decode.h"
-#include "core/base/error.h"
+#include "views/chart_panel.h"
 
 #include <QComboBox>
 #include <QFormLayout>

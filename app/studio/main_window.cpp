@@ -12,8 +12,8 @@
 #include "train_page.h"
 #include "weights_page.h"
 
-#include "views/chart_panel.h"
 #include "core/base/version.h"
+#include "views/chart_panel.h"
 
 #include <QCheckBox>
 #include <QCloseEvent>

@@ -3,11 +3,11 @@
 #include "core/base/stats.h"
 #include "core/jobs/run_records.h"
 
-#include "views/heatmap_view.h"
-#include "views/metrics_table_model.h"
-#include "report.h"
 #include "core/jobs/result_json.h"
 #include "core/jobs/train_job.h"
+#include "report.h"
+#include "views/heatmap_view.h"
+#include "views/metrics_table_model.h"
 
 #include <QCheckBox>
 #include <QComboBox>

@@ -354,7 +354,8 @@ void RunsPage::onSelectionChanged()
                 QStringList values;
                 for (const auto& s : settings)
                     values << QString::fromStdString(s.count(k) ? s.at(k) : std::string("-"));
-                text += QStringLiteral("  %1: %2\n").arg(QString::fromStdString(k), values.join(QStringLiteral("  |  ")));
+                text +=
+                    QStringLiteral("  %1: %2\n").arg(QString::fromStdString(k), values.join(QStringLiteral("  |  ")));
             }
             text += metricDeltasText(ids, finals);
         }

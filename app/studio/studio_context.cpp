@@ -3,16 +3,15 @@
 #include "gpu/device/device.h"
 
 #include "core/base/error.h"
-#include "core/base/version.h"
 
 #include <QAbstractButton>
 #include <QComboBox>
 #include <QCoreApplication>
 #include <QDir>
 #include <QFileInfo>
-#include <QStringList>
 #include <QPointer>
 #include <QSettings>
+#include <QStringList>
 
 namespace gsrq::studio {
 
@@ -176,49 +175,36 @@ WorkerRecording::WorkerRecording(const QString& storePath, const RunInfo& info, 
                                  const std::vector<std::string>& dumpFiles)
     : m_ctx(ctx)
 {
-    if (storePath.isEmpty())
-        return;
-    try {
-        m_state->store = std::make_unique<RunStore>(storePath.toStdString());
-        RunInfo i = info;
-        i.toolVersion = kVersion;
-        i.command = "gsrq-studio";
-        if (!dumpFiles.empty())
-            i.dumpSha256 = m_state->store->dumpHash(dumpFiles);
-        m_state->recorder.emplace(*m_state->store, i, tensor);
-        ctx.onFailure([state = m_state](const std::string& message) {
-            if (state->recorder && !state->recorder->finished())
-                state->recorder->finish(RunStatus::Failed, "{}", message);
-        });
-    } catch (const std::exception& e) {
-        m_state->recorder.reset();
-        const QString text = QStringLiteral("This run is not recorded: %1").arg(QString::fromUtf8(e.what()));
+    RunInfo i = info;
+    i.command = "gsrq-studio";
+    m_state->run.emplace(storePath.toStdString(), i, dumpFiles, tensor, StoreFailure::Unrecorded);
+    if (!m_state->run->unrecordedReason().empty()) {
+        const QString text = QStringLiteral("This run is not recorded: %1")
+                                 .arg(QString::fromStdString(m_state->run->unrecordedReason()));
         QPointer<StudioContext> s(studio);
         ctx.post([s, text] {
             if (s)
                 s->showStoreError(text);
         });
+        return;
     }
+    if (*m_state->run)
+        ctx.onFailure([state = m_state](const std::string& message) { state->run->fail(message); });
 }
 
 WorkerRecording::~WorkerRecording()
 {
     // Unwinding from the job's exception: the runner's catch closes the run with its message
     // (the handler keeps the store open until then). Otherwise the run ends here, as it was.
-    if (std::uncaught_exceptions() > m_uncaught && m_state->recorder && !m_state->recorder->finished())
+    if (std::uncaught_exceptions() > m_uncaught && m_state->run && !m_state->run->finished())
         return;
     m_ctx.onFailure({});
 }
 
 void WorkerRecording::finish(RunStatus status, const std::string& summary, const std::string& error)
 {
-    if (!m_state->recorder)
-        return;
-    try {
-        m_state->recorder->finish(status, summary, error);
-    } catch (const std::exception&) {
-        // The store failed mid-run; the job's own result still reaches the window.
-    }
+    if (m_state->run)
+        m_state->run->finish(status, summary, error); // Unrecorded: a failing write is dropped
 }
 
 } // namespace gsrq::studio

@@ -2,11 +2,11 @@
 // What the pages share: the open dump, the run store's path, the CPU backend settings, the job
 // runner and a place for messages. Owned by the main window; GUI thread only.
 
-#include "gpu/cluster/backend.h"
 #include "core/cluster/cluster_backend.h"
-#include "job_runner.h"
 #include "core/io/kv_dump.h"
-#include "core/jobs/run_recorder.h"
+#include "core/jobs/recorded_run.h"
+#include "gpu/cluster/backend.h"
+#include "job_runner.h"
 
 #include <QObject>
 
@@ -16,9 +16,9 @@ class QAbstractButton;
 class QComboBox;
 #include <QString>
 
+#include <exception>
 #include <memory>
 #include <optional>
-#include <exception>
 #include <utility>
 
 namespace gsrq::studio {
@@ -99,10 +99,11 @@ void fillClusterableTensors(QComboBox* box, const KvDump* dump);
 // filled first.
 void bindTensorBox(StudioContext& ctx, QComboBox* box);
 
-// A run recorded from a worker thread through that thread's own store connection. A store that
-// cannot be opened leaves the job unrecorded and says why (the job still runs). When the job
-// throws, the run is closed as failed with the exception's message (through the job's
-// Context::onFailure), as the CLI records it.
+// A run recorded from a worker thread through that thread's own store connection: core's
+// RecordedRun with StoreFailure::Unrecorded (a store that cannot be opened leaves the job
+// unrecorded and says why in the window; the job still runs). When the job throws, the run is
+// closed as failed with the exception's message (through the job's Context::onFailure), as the CLI
+// records it.
 class WorkerRecording {
 public:
     // dumpFiles: hashed (through the store's cache) into the run's dump_sha256.
@@ -111,19 +112,18 @@ public:
     ~WorkerRecording();
     WorkerRecording(const WorkerRecording&) = delete;
     WorkerRecording& operator=(const WorkerRecording&) = delete;
-    RunRecorder* operator->() { return m_state->recorder ? &*m_state->recorder : nullptr; }
-    explicit operator bool() const { return m_state->recorder.has_value(); }
+    RunRecorder* operator->() { return m_state->run ? m_state->run->operator->() : nullptr; }
+    explicit operator bool() const { return m_state->run && bool(*m_state->run); }
     void progress(const ProgressEvent& e)
     {
-        if (m_state->recorder)
-            m_state->recorder->onProgress(e);
+        if (m_state->run)
+            m_state->run->progress(e);
     }
     void finish(RunStatus status, const std::string& summary = "{}", const std::string& error = "");
 
 private:
     struct State {
-        std::unique_ptr<RunStore> store;
-        std::optional<RunRecorder> recorder; // destroyed before the store
+        std::optional<RecordedRun> run; // core's, with StoreFailure::Unrecorded
     };
     std::shared_ptr<State> m_state = std::make_shared<State>();
     JobRunner::Context m_ctx;

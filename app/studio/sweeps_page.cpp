@@ -2,10 +2,10 @@
 
 #include "core/jobs/run_records.h"
 
-#include "views/chart_panel.h"
 #include "core/base/error.h"
-#include "views/metrics_table_model.h"
 #include "core/jobs/result_json.h"
+#include "views/chart_panel.h"
+#include "views/metrics_table_model.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -224,7 +224,8 @@ void SweepsPage::startSweep()
             s.residual = pass == 1;
             RunInfo info = jobRunInfo("sweep", *backend, *dump);
             const SweepAxis axis = overDim ? SweepAxis::Dim : SweepAxis::K;
-            info.settingsJson = sweepRunSettings(s, weightModeName(WeightMode::None), 1.0, false, *backend, axis, values).dump();
+            info.settingsJson =
+                sweepRunSettings(s, weightModeName(WeightMode::None), 1.0, false, *backend, axis, values).dump();
             WorkerRecording rec(storePath, info, tensor, job, &m_ctx, dump->files());
             ProgressBatcher batch(job, [this, pass, passes](const std::vector<ProgressEvent>& events) {
                 m_progress->setValue(int((pass + events.back().fraction) / passes * 1000));

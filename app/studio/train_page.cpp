@@ -1,12 +1,12 @@
 #include "train_page.h"
 
-#include "views/chart_panel.h"
-#include "core/jobs/run_records.h"
-#include "core/cluster/codebook_file.h"
 #include "core/base/error.h"
-#include "views/metrics_table_model.h"
-#include "core/lm/perplexity.h"
+#include "core/cluster/codebook_file.h"
 #include "core/jobs/result_json.h"
+#include "core/jobs/run_records.h"
+#include "core/lm/perplexity.h"
+#include "views/chart_panel.h"
+#include "views/metrics_table_model.h"
 
 #include <QComboBox>
 #include <QDoubleSpinBox>
@@ -351,7 +351,8 @@ void TrainPage::evaluatePerplexity()
             WorkerRecording rec(storePath, info, "", job, &m_ctx, {modelPath.toStdString()});
             if (rec) {
                 const std::string layers = "all";
-                rec->recordMetrics({pplMetric("-", "FP32", "-", fp32), pplMetric(cost.method, "trained codebooks", layers, ppl)});
+                rec->recordMetrics(
+                    {pplMetric("-", "FP32", "-", fp32), pplMetric(cost.method, "trained codebooks", layers, ppl)});
                 rec->recordSeries(perplexitySeries(cost.method, cost.bpa, ppl, fp32));
             }
             rec.finish(RunStatus::Done, pplRunSummary(fp32, ppl).dump());

@@ -4,8 +4,8 @@
 // convergence of the clustering in progress, nmse/cosine/gain error after each stage per tensor,
 // a results table with the bits and the effective bits once codebooks are counted, and export.
 
-#include "studio_context.h"
 #include "core/jobs/train_job.h"
+#include "studio_context.h"
 
 #include <QElapsedTimer>
 #include <QWidget>

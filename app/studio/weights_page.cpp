@@ -2,9 +2,9 @@
 
 #include "core/base/stats.h"
 
-#include "views/chart_panel.h"
 #include "core/base/error.h"
 #include "core/cluster/weights.h"
+#include "views/chart_panel.h"
 
 #include <QComboBox>
 #include <QFormLayout>

@@ -1,8 +1,8 @@
 #pragma once
 // Statistics of plain values: histograms and the median, the one definition every part uses.
 
-#include <iterator>
 #include <cstdint>
+#include <iterator>
 #include <vector>
 
 namespace gsrq {

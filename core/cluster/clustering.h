@@ -17,15 +17,15 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
-#include <string>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace gsrq {
 
 enum class Method { KMeans, GainShape };
-const char* methodName(Method m); // "km", "gskm"
+const char* methodName(Method m);                            // "km", "gskm"
 std::optional<Method> methodFromName(std::string_view name); // "km", "gskm"; nullopt otherwise
 
 struct ClusteringParams {

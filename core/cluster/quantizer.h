@@ -10,8 +10,8 @@
 // search that keeps the B best partial codes per stage (as FAISS's residual quantizer does).
 
 #include "core/cluster/clustering.h"
-#include "core/cluster/progress.h"
 #include "core/cluster/metrics.h"
+#include "core/cluster/progress.h"
 
 #include <optional>
 #include <vector>

@@ -5,8 +5,8 @@
 //   grad-log  w_i = log(1 + λ‖∂L/∂x_i‖),  λ = τ / (median‖∂L/∂x‖ + ε)
 // The log compresses the raw spread (often > 400× max/median) to under 10×.
 
-#include "core/io/kv_dump.h"
 #include "core/base/stats.h"
+#include "core/io/kv_dump.h"
 #include "core/io/tensor.h"
 
 #include <Eigen/Core>
@@ -32,7 +32,6 @@ Eigen::VectorXf gradientWeights(const MatrixRF& grad, WeightMode mode, double ta
 // The same weights from the gradient norms ‖g_i‖ already computed: the one copy of each formula.
 Eigen::VectorXd weightsFromNorms(const Eigen::VectorXd& norms, WeightMode mode, double tau = 1.0,
                                  WeightSummary* summary = nullptr, double epsilon = 1e-12);
-
 
 // Per-row weights of a loaded tensor from its gradient (layers.L.key_grad / value_grad), with the
 // same rows dropped; empty for WeightMode::None. Errors (no gradient, row counts that differ,

@@ -8,8 +8,8 @@
 // A job is run(settings, progress): the callback returns false to cancel, checked per iteration.
 
 #include "core/cluster/clustering.h"
-#include "core/cluster/progress.h"
 #include "core/cluster/metrics.h"
+#include "core/cluster/progress.h"
 
 #include <functional>
 #include <optional>
@@ -53,7 +53,6 @@ struct CompareResult {
     std::vector<MethodResult> methods;
     const MethodResult* find(Method m) const;
 };
-
 
 // Checks settings against X's shape; throws Error(InvalidInput) naming the flag (--dim, --k, --iters).
 void validateCompare(const CompareSettings& s, std::int64_t rows, std::int64_t features);

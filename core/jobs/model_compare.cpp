@@ -1,8 +1,8 @@
 #include "core/jobs/model_compare.h"
 
 #include "core/base/error.h"
-#include "core/jobs/train_job.h"
 #include "core/cluster/weights.h"
+#include "core/jobs/train_job.h"
 
 namespace gsrq {
 

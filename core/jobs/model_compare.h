@@ -4,8 +4,8 @@
 // only when its turn comes. The CLI's `compare --tensors` and the app's model page both run it.
 
 #include "core/cluster/weights.h"
-#include "core/jobs/compare_job.h"
 #include "core/io/kv_dump.h"
+#include "core/jobs/compare_job.h"
 
 #include <functional>
 #include <string>

@@ -5,8 +5,8 @@
 // paper's bit rates beside the Shannon distortion bound σ²·2^(−2·BPA) of a Gaussian source (the
 // NMSE no quantizer at that rate gets below).
 
-#include "core/jobs/compare_job.h"
 #include "core/cluster/quantizer.h"
+#include "core/jobs/compare_job.h"
 
 #include <string>
 #include <vector>

@@ -202,8 +202,8 @@ Plan readPlan(const std::string& dir)
     const auto j = nlohmann::json::parse(in, nullptr, false);
     std::error_code ec;
     const auto a = fs::absolute(dir, ec);
-    return planFromJson(j.is_discarded() ? nlohmann::json() : j,
-                        (ec ? fs::path(dir) : a).lexically_normal().string(), file);
+    return planFromJson(j.is_discarded() ? nlohmann::json() : j, (ec ? fs::path(dir) : a).lexically_normal().string(),
+                        file);
 }
 
 namespace {
@@ -258,8 +258,8 @@ std::string arrayScript(const Plan& p, const SlurmOptions& o)
     std::string args;
     for (const auto& a : p.trainArgs)
         args += " " + shellQuote(a);
-    std::string s = cat("#!/bin/bash\n# Written by gsrq ", p.toolVersion, " (gsrq plan) on ", p.createdAt, ": plan ", p.id,
-                        ".\n# Trains the codebooks of ", p.dump, "\n# as ", p.tasks.size(),
+    std::string s = cat("#!/bin/bash\n# Written by gsrq ", p.toolVersion, " (gsrq plan) on ", p.createdAt, ": plan ",
+                        p.id, ".\n# Trains the codebooks of ", p.dump, "\n# as ", p.tasks.size(),
                         " array tasks; the first task to start submits the merge job (merge.sbatch),\n"
                         "# held until every task has ended well (afterok). A task that is stopped with SIGTERM or\n"
                         "# SIGUSR1 (scancel --signal, preemption, the time-limit warning) requeues itself and, when\n"
@@ -323,10 +323,11 @@ done
 
 std::string mergeScript(const Plan& p, const SlurmOptions& o)
 {
-    std::string s = cat("#!/bin/bash\n# Written by gsrq ", p.toolVersion, " (gsrq plan) on ", p.createdAt, ": plan ", p.id,
-                        ".\n# Checks that every layer was trained once with the same settings, joins the codebooks\n"
-                        "# into codebooks.safetensors and imports the tasks' runs into ",
-                        p.store.empty() ? std::string("no store (--no-db)") : p.store, ".\n");
+    std::string s =
+        cat("#!/bin/bash\n# Written by gsrq ", p.toolVersion, " (gsrq plan) on ", p.createdAt, ": plan ", p.id,
+            ".\n# Checks that every layer was trained once with the same settings, joins the codebooks\n"
+            "# into codebooks.safetensors and imports the tasks' runs into ",
+            p.store.empty() ? std::string("no store (--no-db)") : p.store, ".\n");
     s += sbatchHeader("gsrq-" + p.id + "-merge", o.partition, o.account, "");
     s += cat("#SBATCH --open-mode=append\n#SBATCH --output=", p.dir, "/logs/merge.out\n\n");
     s += cat("exec ${GSRQ:-", shellQuote(p.gsrq), "} ",

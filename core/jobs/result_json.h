@@ -4,10 +4,10 @@
 // the tool reports the same keys: per method mse, nmse, gain_error, cosine, shrinkage,
 // iterations, seconds, with per-block values and per-iteration history.
 
+#include "core/cluster/weights.h"
 #include "core/jobs/compare_job.h"
 #include "core/jobs/paper_check.h"
 #include "core/jobs/train_job.h"
-#include "core/cluster/weights.h"
 
 #include <nlohmann/json.hpp>
 

@@ -6,8 +6,8 @@
 
 #include "core/jobs/compare_job.h"
 #include "core/jobs/paper_check.h"
-#include "core/store/run_store.h"
 #include "core/jobs/train_job.h"
+#include "core/store/run_store.h"
 
 #include <chrono>
 #include <string>

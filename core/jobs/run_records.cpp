@@ -141,10 +141,11 @@ std::vector<SeriesPoint> decodeSeries(const gpu::DecodeBenchPoint& p)
 {
     if (!p.skipped.empty() || p.seconds <= 0)
         return {};
-    std::vector<SeriesPoint> out = {{cat(gpu::decodePathName(p.path), " b=", p.batch), double(p.context), p.seconds * 1e6}};
+    std::vector<SeriesPoint> out = {
+        {cat(gpu::decodePathName(p.path), " b=", p.batch), double(p.context), p.seconds * 1e6}};
     if (p.roofline.seconds > 0)
-        out.push_back(
-            {cat("roofline ", gpu::decodePathName(p.path), " b=", p.batch), double(p.context), p.roofline.seconds * 1e6});
+        out.push_back({cat("roofline ", gpu::decodePathName(p.path), " b=", p.batch), double(p.context),
+                       p.roofline.seconds * 1e6});
     return out;
 }
 

@@ -1,10 +1,10 @@
 #include "core/jobs/train_job.h"
 
-#include "core/lm/attention.h"
 #include "core/base/error.h"
-#include "core/lm/rope.h"
 #include "core/base/sha256.h"
 #include "core/cluster/weights.h"
+#include "core/lm/attention.h"
+#include "core/lm/rope.h"
 
 #include <nlohmann/json.hpp>
 

@@ -3,11 +3,11 @@
 // RoPE to keys, hold rows out, train the residual quantizer per tensor, measure train / held-out
 // metrics and attention fidelity per layer, and produce the codebooks file.
 
-#include "core/lm/attention.h"
 #include "core/cluster/codebook_file.h"
-#include "core/io/kv_dump.h"
 #include "core/cluster/quantizer.h"
 #include "core/cluster/weights.h"
+#include "core/io/kv_dump.h"
+#include "core/lm/attention.h"
 
 #include <optional>
 #include <string>

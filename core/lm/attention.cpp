@@ -1,7 +1,7 @@
 #include "core/lm/attention.h"
 
-#include "core/cluster/clustering.h"
 #include "core/base/error.h"
+#include "core/cluster/clustering.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,9 +1,9 @@
 #include "core/lm/perplexity.h"
 
-#include "core/cluster/cluster_backend.h"
 #include "core/base/error.h"
-#include "core/io/kv_dump.h"
+#include "core/cluster/cluster_backend.h"
 #include "core/cluster/quantizer.h"
+#include "core/io/kv_dump.h"
 #include "core/lm/rope.h"
 
 #include <algorithm>

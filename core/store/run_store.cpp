@@ -376,8 +376,7 @@ void RunStore::addArtifact(std::int64_t run, const ArtifactRow& a)
     s.bind(1, run).bind(2, a.path).bind(3, a.kind).bind(4, a.sha256).bind(5, a.bytes).bind(6, isoNowUtc()).run();
 }
 
-void RunStore::finishRun(std::int64_t run, RunStatus status, const std::string& summaryJson,
-                         const std::string& error)
+void RunStore::finishRun(std::int64_t run, RunStatus status, const std::string& summaryJson, const std::string& error)
 {
     sql::Stmt s(m_db, "UPDATE runs SET status=?, finished_at=?, summary_json=?, error=? WHERE id=?");
     s.bind(1, runStatusName(status)).bind(2, isoNowUtc()).bind(3, summaryJson).bind(4, error).bind(5, run).run();
@@ -634,7 +633,11 @@ ImportReport RunStore::importRuns(const std::string& sourcePath)
             ++rep.alreadyPresent;
             continue;
         }
-        insRun.bind(1, r.kind).bind(2, runStatusName(r.status)).bind(3, r.startedAt).bind(4, r.finishedAt).bind(5, r.toolVersion);
+        insRun.bind(1, r.kind)
+            .bind(2, runStatusName(r.status))
+            .bind(3, r.startedAt)
+            .bind(4, r.finishedAt)
+            .bind(5, r.toolVersion);
         insRun.bind(6, r.host).bind(7, r.pid).bind(8, sr.pidStart).bind(9, r.backend).bind(10, r.device);
         insRun.bind(11, r.dumpPath).bind(12, r.dumpSha256).bind(13, r.command).bind(14, r.settingsJson);
         insRun.bind(15, r.summaryJson).bind(16, r.error).bind(17, r.uid).bind(18, r.group);

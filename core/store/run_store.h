@@ -31,7 +31,7 @@ const std::vector<RunStatus>& allRunStatuses();
 
 struct RunInfo {
     std::int64_t id = 0;
-    std::string kind;                  // compare, sweep, train, eval, bench-...
+    std::string kind; // compare, sweep, train, eval, bench-...
     RunStatus status = RunStatus::Running;
     std::string startedAt, finishedAt; // ISO 8601 UTC
     std::string toolVersion, host;

@@ -1,8 +1,8 @@
 #include "gpu/cluster/backend.h"
 
+#include "core/base/error.h"
 #include "gpu/cluster/cuda_backend.h"
 #include "gpu/device/device.h"
-#include "core/base/error.h"
 
 namespace gsrq::gpu {
 

@@ -1,9 +1,9 @@
 #include "gpu/cluster/cuda_backend.h"
 
+#include "core/base/error.h"
 #include "gpu/cluster/cluster_kernels.h"
 #include "gpu/device/cublas_loader.h"
 #include "gpu/device/cuda_util.h"
-#include "core/base/error.h"
 
 #include <cuda_runtime_api.h>
 

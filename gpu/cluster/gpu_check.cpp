@@ -1,7 +1,7 @@
 #include "gpu/cluster/gpu_check.h"
 
-#include "core/cluster/clustering.h"
 #include "core/base/error.h"
+#include "core/cluster/clustering.h"
 #include "core/cluster/quantizer.h"
 #include "core/io/synth.h"
 

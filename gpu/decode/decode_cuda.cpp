@@ -2,12 +2,12 @@
 
 #include "gpu/decode/bench.h"
 
-#include "gpu/device/cuda_util.h"
-#include "gpu/decode/decode_kernels.h"
-#include "gpu/decode/decode_math.h"
 #include "core/base/error.h"
 #include "core/base/stats.h"
 #include "core/lm/rope.h"
+#include "gpu/decode/decode_kernels.h"
+#include "gpu/decode/decode_math.h"
+#include "gpu/device/cuda_util.h"
 
 #include <cuda_runtime_api.h>
 
@@ -160,7 +160,7 @@ struct CudaDecodeCache::Impl {
 };
 
 CudaDecodeCache::CudaDecodeCache(const DecodeCacheConfig& config, const Codebooks& keyBooks,
-                                     const Codebooks& valueBooks)
+                                 const Codebooks& valueBooks)
     : m(std::make_unique<Impl>())
 {
     m->cfg = config;
@@ -767,8 +767,8 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
                 if (fp16Seconds > 0)
                     p.speedupVsFp16 = fp16Seconds / p.seconds;
                 p.paperBins = path == DecodePath::Paper && c0.paperUsesBins();
-                p.costs = decodeCosts(path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits,
-                                             c0.paperUsesBins()});
+                p.costs = decodeCosts(
+                    path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits, c0.paperUsesBins()});
                 p.roofline = roofline(p.costs, rep.rates);
                 p.rooflineFraction = p.roofline.seconds / p.seconds;
                 rep.points.push_back(p);

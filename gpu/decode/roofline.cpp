@@ -1,11 +1,11 @@
 // The parts of decode that need no device: names, split planning, shape checks, the roofline
 // arithmetic, synthetic codebooks. Built with and without CUDA, and tested on the CPU.
 
-#include "gpu/decode/bench.h"
 #include "gpu/decode/roofline.h"
+#include "gpu/decode/bench.h"
 
-#include "gpu/decode/decode_math.h"
 #include "core/base/error.h"
+#include "gpu/decode/decode_math.h"
 
 #include <algorithm>
 #include <cmath>

@@ -25,7 +25,8 @@ DeviceQuery queryDevices()
             q.message = "no NVIDIA driver on this machine (libcuda.so.1 not found)";
         else if (err == cudaErrorInsufficientDriver)
             q.message = std::string("the NVIDIA driver is older than this build's CUDA runtime needs "
-                                    "(cudaGetDeviceCount: ") + cudaGetErrorString(err) + ")";
+                                    "(cudaGetDeviceCount: ") +
+                        cudaGetErrorString(err) + ")";
         else if (err == cudaErrorNoDevice)
             q.message = "no CUDA device found";
         else

@@ -4,8 +4,8 @@
 // costs shows in the emulator too. Also the emulator build's gsrq::gpu::cublas(), in place of
 // cublas_loader.cpp's library loading.
 
-#include "gpu/device/cublas_loader.h"
 #include "emulator.h"
+#include "gpu/device/cublas_loader.h"
 
 #include <Eigen/Core>
 
