@@ -119,27 +119,6 @@ void refuseOverwrite(const std::string& path, bool force, const char* flag)
         throwInvalid(flag, " ", path, ": file exists; pass --force to overwrite it");
 }
 
-std::vector<int> parseIntList(const std::string& flag, const std::string& text)
-{
-    std::vector<int> out;
-    std::stringstream ss(text);
-    for (std::string item; std::getline(ss, item, ',');) {
-        std::size_t used = 0;
-        int v = 0;
-        try {
-            v = std::stoi(item, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used == 0 || used != item.size())
-            throwInvalid(flag, ": '", item, "' is not an integer (expected a list like 16,32,64)");
-        out.push_back(v);
-    }
-    if (out.empty())
-        throwInvalid(flag, ": give at least one value");
-    return out;
-}
-
 std::string humanBytes(double b)
 {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

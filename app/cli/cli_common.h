@@ -2,6 +2,7 @@
 // Pieces the CLI's commands share: the options of compare and sweep, loading the input tensor and
 // its weights, and printing.
 
+#include "core/base/text.h"
 #include "core/cluster/weights.h"
 #include "core/io/kv_dump.h"
 #include "core/jobs/compare_job.h"
@@ -69,7 +70,6 @@ Method parseMethod(const std::string& flag, const std::string& name);
 DType codebookDType(const std::string& s);
 void refuseOverwrite(const std::string& path, bool force, const char* flag);
 
-std::vector<int> parseIntList(const std::string& flag, const std::string& text);
 // "a,b,,c" → {a, b, c}: comma-separated globs such as --tensors.
 std::vector<std::string> splitList(const std::string& s);
 // A number for CSV: 12 significant digits (the default stream precision keeps 6); empty for a

@@ -3,6 +3,7 @@
 #include "core/jobs/run_records.h"
 
 #include "core/base/error.h"
+#include "core/base/text.h"
 #include "core/jobs/result_json.h"
 #include "views/chart_panel.h"
 #include "views/metrics_table_model.h"
@@ -22,21 +23,6 @@
 namespace gsrq::studio {
 
 namespace {
-
-std::vector<int> parseValues(const QString& text, const char* flag)
-{
-    std::vector<int> out;
-    for (const auto& part : text.split(',', Qt::SkipEmptyParts)) {
-        bool ok = false;
-        const int v = part.trimmed().toInt(&ok);
-        if (!ok || v < 1)
-            throwInvalid(flag, ": '", part.trimmed().toStdString(), "' is not a positive integer");
-        out.push_back(v);
-    }
-    if (out.empty())
-        throwInvalid(flag, ": give at least one value");
-    return out;
-}
 
 // One line per series of `points`: the metric named against x.
 void drawSeries(views::ChartPanel& chart, const std::map<QString, std::vector<std::pair<double, QuantMetrics>>>& points,
@@ -198,7 +184,7 @@ void SweepsPage::startSweep()
         return;
     std::vector<int> values;
     try {
-        values = parseValues(m_values->text(), "Values");
+        values = parseIntList("Values", m_values->text().toStdString());
     } catch (const std::exception& e) {
         m_ctx.showMessage(QString::fromUtf8(e.what()));
         return;
@@ -267,8 +253,8 @@ void SweepsPage::startShrinkage()
         return;
     std::vector<int> dims, ks;
     try {
-        dims = parseValues(m_values->text(), "Values");
-        ks = parseValues(m_shrinkKs->text(), "K values");
+        dims = parseIntList("Values", m_values->text().toStdString());
+        ks = parseIntList("K values", m_shrinkKs->text().toStdString());
     } catch (const std::exception& e) {
         m_ctx.showMessage(QString::fromUtf8(e.what()));
         return;

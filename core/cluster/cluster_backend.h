@@ -1,5 +1,5 @@
 #pragma once
-// The one primitive every clustering shares (DESIGN.md): given centroids C, for every row find the
+// The one primitive every clustering shares (docs/architecture.md): given centroids C, for every row find the
 // nearest centroid (argmax of 2·x·c − ‖c‖²) and accumulate per-cluster sufficient statistics.
 // KM, GSKM, weighted variants and every residual stage call only this; backends (CPU here, CUDA in
 // gpu/) implement it. No backend holds a copy of the algorithm: the centroid update, the stopping

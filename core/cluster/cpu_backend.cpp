@@ -53,8 +53,18 @@ public:
         m_col0 = col0;
         m_d = dim;
         const auto X = block();
-        m_sqNorm = X.rowwise().squaredNorm();
-        m_invNorm = (m_sqNorm.array().sqrt() + epsilon).inverse();
+        // Each row's norm in double, feature by feature: the same value wherever the row lies in
+        // memory (a vectorised reduction's order follows the row's alignment, and a row repeated
+        // elsewhere must weigh exactly as the row with an integer weight).
+        m_sqNorm.resize(m_n);
+        m_invNorm.resize(m_n);
+        for (Eigen::Index i = 0; i < X.rows(); ++i) {
+            double s = 0;
+            for (Eigen::Index j = 0; j < X.cols(); ++j)
+                s += double(X(i, j)) * double(X(i, j));
+            m_sqNorm[i] = float(s);
+            m_invNorm[i] = float(1.0 / (std::sqrt(s) + double(epsilon)));
+        }
         m_labels.assign(static_cast<std::size_t>(m_n), -1);
     }
 

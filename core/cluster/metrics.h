@@ -1,5 +1,5 @@
 #pragma once
-// Reconstruction metrics (DESIGN.md), computed in double over rows x and their reconstructions x̂:
+// Reconstruction metrics (as the paper defines them), computed in double over rows x and their reconstructions x̂:
 //   mse        = E‖x − x̂‖²            (summed over features, averaged over rows)
 //   nmse       = mse / E‖x‖²
 //   gain_error = E|‖x‖ − ‖x̂‖|

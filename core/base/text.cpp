@@ -1,0 +1,32 @@
+#include "core/base/text.h"
+
+#include "core/base/error.h"
+
+#include <sstream>
+
+namespace gsrq {
+
+std::vector<int> parseIntList(const std::string& flag, const std::string& text)
+{
+    std::vector<int> out;
+    std::stringstream ss(text);
+    for (std::string item; std::getline(ss, item, ',');) {
+        const auto first = item.find_first_not_of(" \t"), last = item.find_last_not_of(" \t");
+        item = first == std::string::npos ? std::string() : item.substr(first, last - first + 1);
+        std::size_t used = 0;
+        int v = 0;
+        try {
+            v = std::stoi(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != item.size())
+            throwInvalid(flag, ": '", item, "' is not an integer (expected a list like 16,32,64)");
+        out.push_back(v);
+    }
+    if (out.empty())
+        throwInvalid(flag, ": give at least one value");
+    return out;
+}
+
+} // namespace gsrq
