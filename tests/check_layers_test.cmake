@@ -29,5 +29,28 @@ execute_process(COMMAND ${CMAKE_COMMAND} -DROOT=${WORK} -P ${ROOT}/tools/check_l
 if(rc EQUAL 0 OR NOT err MATCHES "gpu/decode/records.cpp")
   message(FATAL_ERROR "the layer check passed gpu/decode including core/jobs:\n${err}")
 endif()
+file(REMOVE ${WORK}/gpu/decode/records.cpp)
+
+# The ways around the include-by-path rule are refused too: angle brackets, ../, a folder of no
+# layer, and the views reaching the GPU side.
+file(COPY ${ROOT}/views DESTINATION ${WORK})
+foreach(case
+    "core/lm/angle.cpp|#include <core/store/run_store.h>|core/lm/angle.cpp includes \"core/store/run_store.h\""
+    "core/lm/up.cpp|#include \"../store/run_store.h\"|core/lm/up.cpp includes \"../store/run_store.h\""
+    "core/misc/any.cpp|#include \"core/store/run_store.h\"|core/misc/any.cpp is in no layer"
+    "views/gpu_view.cpp|#include \"gpu/device/device.h\"|views/gpu_view.cpp includes \"gpu/device/device.h\"")
+  string(REPLACE "|" ";" parts "${case}")
+  list(GET parts 0 file)
+  list(GET parts 1 text)
+  list(GET parts 2 expect)
+  file(WRITE ${WORK}/${file} "${text}\n")
+  execute_process(COMMAND ${CMAKE_COMMAND} -DROOT=${WORK} -P ${ROOT}/tools/check_layers.cmake
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(FIND "${err}" "${expect}" at)
+  if(rc EQUAL 0 OR at EQUAL -1)
+    message(FATAL_ERROR "the layer check passed ${file} (${text}):\n${err}")
+  endif()
+  file(REMOVE ${WORK}/${file})
+endforeach()
 file(REMOVE_RECURSE ${WORK})
 message(STATUS "layer check: the tree passes; a crossing include is refused, naming the file")

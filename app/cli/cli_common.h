@@ -63,11 +63,11 @@ void printJson(const nlohmann::ordered_json& j);
 // Prints one aligned row per method: mse, nmse, gain error, cosine, shrinkage, iterations, seconds.
 void printMethodTable(const CompareResult& r, const std::string& indent = "");
 
-// Refuses to write over an existing file unless --force was given (exit 2, naming the flag).
 // A clustering method flag (--method, --methods): km or gskm, else Error(InvalidInput) naming the flag.
 Method parseMethod(const std::string& flag, const std::string& name);
 // --dtype of a codebooks file: f16 or f32 (Error(InvalidInput) naming --dtype otherwise).
 DType codebookDType(const std::string& s);
+// Refuses to write over an existing file unless --force was given (exit 2, naming the flag).
 void refuseOverwrite(const std::string& path, bool force, const char* flag);
 
 // "a,b,,c" → {a, b, c}: comma-separated globs such as --tensors.

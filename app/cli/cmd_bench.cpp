@@ -9,6 +9,7 @@
 #include "core/io/kv_dump.h"
 #include "core/io/npy.h"
 #include "core/io/synth.h"
+#include "core/jobs/run_records.h"
 #include "gpu/cluster/cuda_backend.h"
 #include "gpu/device/device.h"
 #include "recording.h"
@@ -86,8 +87,7 @@ Command registerBenchCluster(CLI::App& root)
                 p.maxIterations = o->iters;
                 p.seed = o->seed;
                 auto backend = openBackend(o->backend, false);
-                const nlohmann::ordered_json settings = {{"data", source}, {"rows", x.rows()},  {"dim", x.cols()},
-                                                         {"k", o->k},      {"iters", o->iters}, {"seed", o->seed}};
+                const auto settings = benchClusterRunSettings(source, x.rows(), x.cols(), o->k, o->iters, o->seed);
                 CliRun run("bench-cluster", settings.dump(), o->input,
                            o->input.empty() ? std::vector<std::string>{} : std::vector<std::string>{o->input},
                            backend->name(), backend->device(), "data");

@@ -45,10 +45,7 @@ Command registerEval(CLI::App& root)
                 if (beam < 1 || beam > 256)
                     throwInvalid("--beam ", beam, ": must be between 1 and 256");
                 auto backend = openBackend(o->backend, false);
-                const nlohmann::ordered_json settings = {{"codebooks", o->codebooks},
-                                                         {"beam", beam},
-                                                         {"drop_nonfinite", o->dropNonFinite},
-                                                         {"codebook_settings", file.metadata}};
+                const auto settings = evalRunSettings(o->codebooks, beam, o->dropNonFinite, file.metadata);
                 CliRun run("eval", settings.dump(), dump.path(), dump.files(), backend->name(), backend->device());
                 run.guard([&] {
                     const auto results = runEval(dump, file, beam, *backend, o->dropNonFinite);

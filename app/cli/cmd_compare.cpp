@@ -233,7 +233,7 @@ Command registerSweep(CLI::App& root)
     cmd->add_option("--over", o->over, "What to vary: dim or k")->required()->check(CLI::IsMember({"dim", "k"}));
     cmd->add_option("--values", o->values, "Comma-separated values, e.g. 16,32,64,128")->required();
     return {cmd, [o] {
-                const auto values = parseIntList("--values", o->values);
+                const auto values = parseIntList("--values", o->values, 1);
                 const SweepAxis axis = o->over == "dim" ? SweepAxis::Dim : SweepAxis::K;
                 auto in = prepareInput(*o);
                 auto backend = openBackend(o->backend, o->quiet);

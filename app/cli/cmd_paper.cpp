@@ -86,8 +86,8 @@ Command registerPaperCheck(CLI::App& root)
     return {
         cmd, [o] {
             auto& s = o->s;
-            s.dims = parseIntList("--dims", o->dims);
-            s.ks = parseIntList("--ks", o->ks);
+            s.dims = parseIntList("--dims", o->dims, 1);
+            s.ks = parseIntList("--ks", o->ks, 1);
             s.bpas = o->bpas.empty() ? std::vector<double>{} : parseDoubleList("--bpas", o->bpas);
             validatePaperCheck(s);
             auto backend = openBackend(o->backend, o->quiet);

@@ -184,7 +184,7 @@ void SweepsPage::startSweep()
         return;
     std::vector<int> values;
     try {
-        values = parseIntList("Values", m_values->text().toStdString());
+        values = parseIntList("Values", m_values->text().toStdString(), 1);
     } catch (const std::exception& e) {
         m_ctx.showMessage(QString::fromUtf8(e.what()));
         return;
@@ -253,8 +253,8 @@ void SweepsPage::startShrinkage()
         return;
     std::vector<int> dims, ks;
     try {
-        dims = parseIntList("Values", m_values->text().toStdString());
-        ks = parseIntList("K values", m_shrinkKs->text().toStdString());
+        dims = parseIntList("Values", m_values->text().toStdString(), 1);
+        ks = parseIntList("K values", m_shrinkKs->text().toStdString(), 1);
     } catch (const std::exception& e) {
         m_ctx.showMessage(QString::fromUtf8(e.what()));
         return;

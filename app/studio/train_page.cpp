@@ -350,7 +350,9 @@ void TrainPage::evaluatePerplexity()
             info.settingsJson = pplRunSettings(ps).dump();
             WorkerRecording rec(storePath, info, "", job, &m_ctx, {modelPath.toStdString()});
             if (rec) {
-                const std::string layers = "all";
+                std::string layers; // as gsrq ppl labels them: the layers the codebooks quantize
+                for (int l : quantizedLayers(last->file, {}))
+                    layers += cat(layers.empty() ? "" : ",", l);
                 rec->recordMetrics(
                     {pplMetric("-", "FP32", "-", fp32), pplMetric(cost.method, "trained codebooks", layers, ppl)});
                 rec->recordSeries(perplexitySeries(cost.method, cost.bpa, ppl, fp32));

@@ -6,7 +6,7 @@
 
 namespace gsrq {
 
-std::vector<int> parseIntList(const std::string& flag, const std::string& text)
+std::vector<int> parseIntList(const std::string& flag, const std::string& text, int atLeast)
 {
     std::vector<int> out;
     std::stringstream ss(text);
@@ -22,6 +22,8 @@ std::vector<int> parseIntList(const std::string& flag, const std::string& text)
         }
         if (used == 0 || used != item.size())
             throwInvalid(flag, ": '", item, "' is not an integer (expected a list like 16,32,64)");
+        if (v < atLeast)
+            throwInvalid(flag, ": ", v, " is below ", atLeast);
         out.push_back(v);
     }
     if (out.empty())

@@ -62,7 +62,8 @@ CompareResult runCompare(const MatrixRF& X, const float* weights, const CompareS
                          const ProgressFn& progress = {});
 
 // A sweep: the comparison at each value of D or K, every point validated before any work starts.
-// onPoint sees each point that finished, as it finishes; a cancelled point ends the list.
+// onPoint sees each point that finished, as it finishes. When the job is cancelled, the point it
+// cut short ends the list (its result says cancelled; the run recorder leaves it out).
 enum class SweepAxis { Dim, K };
 struct SweepPoint {
     int value = 0;

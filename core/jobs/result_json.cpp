@@ -1,5 +1,8 @@
 #include "core/jobs/result_json.h"
 
+#include "core/base/error.h"
+
+#include <algorithm>
 #include <set>
 
 #include <cstdio>
@@ -249,6 +252,13 @@ void flattenInto(const nlohmann::ordered_json& j, const std::string& prefix, std
     if (j.is_object()) {
         for (auto it = j.begin(); it != j.end(); ++it)
             flattenInto(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+        return;
+    }
+    // A list of objects (a ppl run's codebook_settings, one per file) by index; a list of plain values
+    // (methods, tensors, values) stays one value.
+    if (j.is_array() && std::any_of(j.begin(), j.end(), [](const auto& e) { return e.is_object(); })) {
+        for (std::size_t i = 0; i < j.size(); ++i)
+            flattenInto(j[i], cat(prefix, ".", i), out);
         return;
     }
     out[prefix] = j.dump();

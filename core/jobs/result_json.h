@@ -27,7 +27,8 @@ nlohmann::ordered_json toJson(const PaperCheckSettings& s);
 nlohmann::ordered_json toJson(const PaperCheckResult& r);
 
 // "a.b": value (compact JSON) for every leaf of a run's settings, for settings diffs; string values
-// that hold a JSON object (a codebooks file's `settings`, inside a ppl run's) are expanded key by key.
+// that hold a JSON object (a codebooks file's `settings`, inside a ppl run's) are expanded key by key,
+// and lists of objects element by element ("codebook_settings.0.stages").
 // Text that is not a JSON object flattens to nothing.
 std::map<std::string, std::string> flattenSettings(const std::string& settingsJson);
 // The keys whose values are not the same in every one of `flat` (a missing key reads as "-").

@@ -76,6 +76,8 @@ void RunRecorder::recordSweep(const std::vector<SweepPoint>& points, const std::
 {
     std::vector<SeriesPoint> series;
     for (std::size_t i = 0; i < points.size(); ++i) {
+        if (points[i].result.cancelled)
+            continue; // cut short: its metrics are those of an unfinished clustering
         recordCompare(points[i].result, tensor, int(i));
         for (const auto& m : points[i].result.methods) {
             for (const auto& [name, value] : namedMetrics(m.metrics))

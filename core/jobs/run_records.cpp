@@ -107,6 +107,21 @@ nlohmann::ordered_json trainRunSummary(const TrainJobResult& r)
     return summary;
 }
 
+nlohmann::ordered_json evalRunSettings(const std::string& codebooks, int beam, bool dropNonFinite,
+                                       const std::map<std::string, std::string>& codebookMetadata)
+{
+    return {{"codebooks", codebooks},
+            {"beam", beam},
+            {"drop_nonfinite", dropNonFinite},
+            {"codebook_settings", codebookMetadata}};
+}
+
+nlohmann::ordered_json benchClusterRunSettings(const std::string& data, std::int64_t rows, std::int64_t dim, int k,
+                                               int iterations, std::uint64_t seed)
+{
+    return {{"data", data}, {"rows", rows}, {"dim", dim}, {"k", k}, {"iters", iterations}, {"seed", seed}};
+}
+
 nlohmann::ordered_json pplRunSettings(const PplRunSettings& s)
 {
     nlohmann::ordered_json books = nlohmann::ordered_json::array();

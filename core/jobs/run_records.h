@@ -50,6 +50,15 @@ nlohmann::ordered_json trainRunSettings(const TrainSettings& s, const std::strin
 // {<tensor>: metrics} of the tensors trained (those that finished, for a cancelled run).
 nlohmann::ordered_json trainRunSummary(const TrainJobResult& r);
 
+// ---- eval ----
+// The codebooks file evaluated, the beam used, and the file's own settings (its metadata).
+nlohmann::ordered_json evalRunSettings(const std::string& codebooks, int beam, bool dropNonFinite,
+                                       const std::map<std::string, std::string>& codebookMetadata);
+
+// ---- bench-cluster ----
+nlohmann::ordered_json benchClusterRunSettings(const std::string& data, std::int64_t rows, std::int64_t dim, int k,
+                                               int iterations, std::uint64_t seed);
+
 // ---- ppl ----
 struct PplRunSettings {
     std::string model, tokenizer;
