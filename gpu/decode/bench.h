@@ -1,7 +1,8 @@
 #pragma once
 // The decode-latency benchmark: contexts × batches × paths, each point checked against the CPU
 // reference before it is timed, with its roofline beside it. The options, points and report are
-// plain data (recorded by core/jobs); runDecodeBench needs a CUDA build and a device.
+// plain data (recorded by core/jobs); runDecodeBench, which needs a CUDA build and a device, is
+// declared with the device cache in decode.h.
 
 #include "gpu/decode/roofline.h"
 
@@ -58,15 +59,6 @@ struct DecodeBenchReport {
 // Verification tolerance on the relative output error: FP32 accumulation over FP16 data lands near
 // 1e-6..1e-5; 1e-3 leaves room for exp2f and long contexts, and catches any indexing error.
 inline constexpr double kDecodeTolerance = 1e-3;
-
-// Runs the sweep: for each context and batch, each path is verified (sequence 0 against the CPU
-// reference on the same codes), warmed up, and timed with CUDA events, flushing the L2 between
-// runs. onPoint sees each point as it is measured; stop() returning true ends the sweep
-// between points.
-DecodeBenchReport runDecodeBench(const DecodeBenchOptions& options, const Codebooks& keyBooks,
-                                 const Codebooks& valueBooks, const std::string& codebookSource,
-                                 const std::function<void(const DecodeBenchPoint&)>& onPoint = {},
-                                 const std::function<bool()>& stop = {});
 
 // Synthetic codebooks for the benchmark when none are given: Gaussian codewords whose scale halves
 // every two stages, like trained residual stages (the timing does not depend on their values).

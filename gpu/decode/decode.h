@@ -5,6 +5,7 @@
 // core/lm/decode_cache.h; the kernels and layouts in decode_kernels.h; the cost model in
 // roofline.h; the benchmark in bench.h. A build without CUDA has only the factory, which says so.
 
+#include "gpu/decode/bench.h"
 #include "gpu/decode/roofline.h"
 
 #include <atomic>
@@ -79,5 +80,14 @@ public:
 // the bytes asked for).
 std::unique_ptr<DeviceDecodeCache> makeDeviceDecodeCache(const DecodeCacheConfig& config, const Codebooks& keyBooks,
                                                          const Codebooks& valueBooks);
+
+// Runs the sweep: for each context and batch, each path is verified (sequence 0 against the CPU
+// reference on the same codes), warmed up, and timed with CUDA events, flushing the L2 between
+// runs. onPoint sees each point as it is measured; stop() returning true ends the sweep
+// between points.
+DecodeBenchReport runDecodeBench(const DecodeBenchOptions& options, const Codebooks& keyBooks,
+                                 const Codebooks& valueBooks, const std::string& codebookSource,
+                                 const std::function<void(const DecodeBenchPoint&)>& onPoint = {},
+                                 const std::function<bool()>& stop = {});
 
 } // namespace gsrq::gpu
