@@ -78,7 +78,6 @@ void compareModel(RunOptions& o, const std::string& globs, const std::string& cs
         bar.finish();
         nlohmann::ordered_json rows = nlohmann::ordered_json::array();
         std::string csv = "tensor,layer,kind,metric,km,gskm,delta,delta_percent,better\n";
-        int gskmBetterNmse = 0;
         for (std::size_t i = 0; i < results.size(); ++i) {
             const auto& r = results[i];
             const auto& t = dump.get(names[i]);
@@ -103,8 +102,6 @@ void compareModel(RunOptions& o, const std::string& globs, const std::string& cs
                                : d.better < 0 ? "km"
                                               : "tie",
                                "\n");
-                    if (std::string_view(d.name) == "nmse" && d.better > 0)
-                        ++gskmBetterNmse;
                 }
                 row["gskm_minus_km"] = deltas;
             }
@@ -148,7 +145,8 @@ void compareModel(RunOptions& o, const std::string& globs, const std::string& cs
                                           : "tie",
                         d[3].a, d[3].b, d[3].delta, d[2].a, d[2].b, d[2].deltaPercent);
         }
-        std::printf("\nGSKM has the lower nmse on %d of %zu tensors\n", gskmBetterNmse, results.size());
+        std::printf("\nGSKM has the lower nmse on %d of %zu tensors\n", summary["gskm_lower_nmse"].get<int>(),
+                    results.size());
         if (!csvPath.empty())
             std::printf("wrote %s\n", csvPath.c_str());
         if (run)
