@@ -8,9 +8,9 @@
 #include "core/base/error.h"
 #include "core/cluster/cluster_backend.h"
 #include "core/cluster/quantizer.h"
+#include "core/decode/decode_bench.h"
 #include "core/lm/decode_cache.h"
 #include "core/lm/rope.h"
-#include "gpu/decode/bench.h"
 #include "gpu/decode/decode.h"
 #include "gpu/decode/decode_math.h"
 #include "gpu/device/device.h"
@@ -127,18 +127,18 @@ private slots:
     {
         const gpu::DecodeCostCase c{{32, 8, 128}, 128, 12, 256, 32768, 1, 1, true};
         const double pairs = 8.0 * 32768, io = 32 * 128 * 4.0 * 2;
-        const auto fp16 = gpu::decodeCosts(gpu::DecodePath::Fp16, c);
-        QCOMPARE(fp16.hbmBytes, pairs * 512 + io); // 256 B of key and 256 B of value per pair
-        QCOMPARE(fp16.flops, pairs * 4 * 4 * 128); // 4 query heads: q·k and p·v, 2 FLOPs per feature each
+        const auto fp16 = gpu::decodeCosts(DecodePath::Fp16, c);
+        QCOMPARE(fp16.memoryBytes, pairs * 512 + io); // 256 B of key and 256 B of value per pair
+        QCOMPARE(fp16.flops, pairs * 4 * 4 * 128);    // 4 query heads: q·k and p·v, 2 FLOPs per feature each
         QCOMPARE(fp16.l2Bytes, 0.0);
         const double books = 8.0 * 12 * 256 * 128 * 2; // one of keys' and values' FP16 codebooks
-        const auto paper = gpu::decodeCosts(gpu::DecodePath::Paper, c);
+        const auto paper = gpu::decodeCosts(DecodePath::Paper, c);
         QCOMPARE(paper.l2Bytes, pairs * 12 * 128 * 2 + books); // the key's 12 codewords, the value books once
-        QCOMPARE(paper.hbmBytes, pairs * 24 + 2 * books + io + 32 * 12 * 256 * 4.0 * 2);
+        QCOMPARE(paper.memoryBytes, pairs * 24 + 2 * books + io + 32 * 12 * 256 * 4.0 * 2);
         gpu::DecodeCostCase gathered = c;
         gathered.paperBins = false; // values by codeword sums: twice the codewords, no bins
-        QCOMPARE(gpu::decodeCosts(gpu::DecodePath::Paper, gathered).l2Bytes, 2 * pairs * 12 * 128 * 2);
-        const auto lookup = gpu::decodeCosts(gpu::DecodePath::Lookup, c);
+        QCOMPARE(gpu::decodeCosts(DecodePath::Paper, gathered).l2Bytes, 2 * pairs * 12 * 128 * 2);
+        const auto lookup = gpu::decodeCosts(DecodePath::Lookup, c);
         QCOMPARE(lookup.sharedBytes, pairs * 12 * 4 * 4.0 * 3); // per stage and head: table read, bin read + write
 
         gpu::DeviceInfo h100;
@@ -148,10 +148,9 @@ private slots:
         const auto rates = gpu::decodeRates(h100, 3.0e12);
         QCOMPARE(rates.l2, 7.5e12); // no measured L2 rate: the estimate, and it says so
         QVERIFY(QString::fromStdString(rates.l2Source).startsWith("estimate"));
-        const auto r16 = gpu::roofline(fp16, rates), rp = gpu::roofline(paper, rates),
-                   rl = gpu::roofline(lookup, rates);
+        const auto r16 = roofline(fp16, rates), rp = roofline(paper, rates), rl = roofline(lookup, rates);
         QCOMPARE(r16.bound, std::string("hbm"));
-        QVERIFY(std::abs(r16.seconds - fp16.hbmBytes / 3.0e12) < 1e-12);
+        QVERIFY(std::abs(r16.seconds - fp16.memoryBytes / 3.0e12) < 1e-12);
         // Gathering 3 KiB of codewords per pair from the L2 puts the paper path behind FP16's 512 B
         // from HBM; the lookup path reads 24 B of codes and stays in shared memory.
         QCOMPARE(rp.bound, std::string("l2"));
@@ -177,14 +176,15 @@ private slots:
         QString why;
         if (test::haveCudaDevice(&why))
             QSKIP(test::deviceIsPresent());
-        const auto r = test::gsrqRun({"--no-db", "bench-decode", "--ctx", "1024", "--batch", "1"});
+        const auto r = test::gsrqRun({"--no-db", "bench-decode", "--backend", "cuda", "--ctx", "1024", "--batch", "1"});
         QVERIFY2(r.code == 2, r.err.constData());
         QVERIFY2(r.err.contains("needs a CUDA device"), r.err.constData());
+        QVERIFY2(r.err.contains("--backend cpu"), r.err.constData()); // and says what runs here
         // Bad flags are named before the device is looked for.
-        const auto bad = test::gsrqRun({"--no-db", "bench-decode", "--bpa", "0.7"});
+        const auto bad = test::gsrqRun({"--no-db", "bench-decode", "--backend", "cuda", "--bpa", "0.7"});
         QCOMPARE(bad.code, 2);
         QVERIFY2(bad.err.contains("--bpa"), bad.err.constData());
-        const auto badPath = test::gsrqRun({"--no-db", "bench-decode", "--paths", "fp16,fast"});
+        const auto badPath = test::gsrqRun({"--no-db", "bench-decode", "--backend", "cuda", "--paths", "fp16,fast"});
         QCOMPARE(badPath.code, 2);
         QVERIFY2(badPath.err.contains("--paths"), badPath.err.constData());
     }
@@ -194,10 +194,9 @@ private slots:
         QString why;
         if (test::haveCudaDevice(&why))
             QSKIP(test::deviceIsPresent());
-        const auto kb = gpu::syntheticDecodeBooks({8, 2, 64}, 64, 4, 16, 1);
+        const auto kb = syntheticDecodeBooks({8, 2, 64}, 64, 4, 16, 1);
         try {
             const auto cache = gpu::makeDeviceDecodeCache({{8, 2, 64}, 1, 16}, kb, kb);
-            gpu::DeviceDecodeCache& c = *cache;
             QFAIL("a device cache was made without a device");
         } catch (const Error& e) {
             QVERIFY(e.kind() == ErrorKind::Runtime || e.kind() == ErrorKind::InvalidInput);
@@ -211,8 +210,8 @@ private slots:
             QSKIP(qPrintable(why));
         const DecodeShape s{8, 2, 128};
         const int D = 64, R = 6, K = 256, B = 3, n = 40;
-        const auto kb = gpu::syntheticDecodeBooks(s, D, R, K, 11);
-        const auto vb = gpu::syntheticDecodeBooks(s, D, R, K, 12);
+        const auto kb = syntheticDecodeBooks(s, D, R, K, 11);
+        const auto vb = syntheticDecodeBooks(s, D, R, K, 12);
         const auto cache = gpu::makeDeviceDecodeCache({s, B, 100}, kb, vb);
         gpu::DeviceDecodeCache& c = *cache;
         const MatrixRF keys = test::randomRows(B * n, 256, 5, 0.3f), values = test::randomRows(B * n, 256, 6, 0.3f);
@@ -255,8 +254,8 @@ private slots:
             {"gqa4 d128 sharp softmax", {8, 2, 128}, 128, 6, 256, 1, 3000, 0, 40.f},
         };
         for (const auto& cs : cases) {
-            const auto kb = gpu::syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 21);
-            const auto vb = gpu::syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 22);
+            const auto kb = syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 21);
+            const auto vb = syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 22);
             const auto cache = gpu::makeDeviceDecodeCache({cs.shape, cs.batch, cs.tokens + 8}, kb, vb);
             gpu::DeviceDecodeCache& c = *cache;
             const std::int64_t F = std::int64_t(cs.shape.kvHeads) * cs.shape.headDim;
@@ -275,12 +274,12 @@ private slots:
             std::vector<std::int64_t> pos(std::size_t(cs.tokens));
             for (std::size_t t = 0; t < pos.size(); ++t)
                 pos[t] = cs.positionOffset + std::int64_t(t);
-            const MatrixRF fp16 = c.decode(gpu::DecodePath::Fp16, q, cs.positionOffset);
-            const MatrixRF paper = c.decode(gpu::DecodePath::Paper, q, cs.positionOffset);
+            const MatrixRF fp16 = c.decode(DecodePath::Fp16, q, cs.positionOffset);
+            const MatrixRF paper = c.decode(DecodePath::Paper, q, cs.positionOffset);
             // Where the paper path's bins do not fit, the lookup path's twice-as-large tables do not either.
-            const bool lookupRuns = c.pathProblem(gpu::DecodePath::Lookup).empty();
+            const bool lookupRuns = c.pathProblem(DecodePath::Lookup).empty();
             QCOMPARE(lookupRuns, c.paperUsesBins());
-            const MatrixRF lookup = lookupRuns ? c.decode(gpu::DecodePath::Lookup, q, cs.positionOffset) : MatrixRF();
+            const MatrixRF lookup = lookupRuns ? c.decode(DecodePath::Lookup, q, cs.positionOffset) : MatrixRF();
             for (int b = 0; b < cs.batch; ++b) {
                 const Eigen::VectorXf qb = q.row(b).transpose();
                 const auto kc = c.keyCodes(b), vc = c.valueCodes(b);
@@ -302,8 +301,8 @@ private slots:
             }
             // The long case really ran split-K, so the combine steps were exercised.
             if (cs.tokens >= 9000)
-                QVERIFY(c.plan(gpu::DecodePath::Fp16).splits > 1 && c.plan(gpu::DecodePath::Lookup).splits > 1 &&
-                        c.plan(gpu::DecodePath::Paper).splits > 1);
+                QVERIFY(c.plan(DecodePath::Fp16).splits > 1 && c.plan(DecodePath::Lookup).splits > 1 &&
+                        c.plan(DecodePath::Paper).splits > 1);
             // Both ways of the paper path's values ran: bins where they fit, codewords where not.
             QCOMPARE(c.paperUsesBins(), std::string(cs.name).find("values by codewords") == std::string::npos);
         }
@@ -330,7 +329,7 @@ private slots:
             const QJsonObject p = v.toObject();
             paths.insert(p["path"].toString());
             QVERIFY(p["verified"].toBool());
-            QVERIFY(p["rel_error"].toDouble() < gpu::kDecodeTolerance);
+            QVERIFY(p["rel_error"].toDouble() < kDecodeTolerance);
             QVERIFY(p["seconds_per_layer"].toDouble() > 0);
             QVERIFY(p["bytes_read"].toDouble() > 0);
             const QJsonObject bytes = p["cache_bytes"].toObject();
@@ -353,17 +352,16 @@ private slots:
         // the same code paths (GQA 4, split-K, 20 timed repetitions) in seconds.
         const DecodeShape s = test::kEmulated ? DecodeShape{8, 2, 128} : DecodeShape{32, 8, 128};
         const std::int64_t context = test::kEmulated ? 1024 : 4096;
-        const auto kb = gpu::syntheticDecodeBooks(s, 128, 12, 256, 3),
-                   vb = gpu::syntheticDecodeBooks(s, 128, 12, 256, 4);
+        const auto kb = syntheticDecodeBooks(s, 128, 12, 256, 3), vb = syntheticDecodeBooks(s, 128, 12, 256, 4);
         const auto cache = gpu::makeDeviceDecodeCache({s, 2, context + 4}, kb, vb);
         gpu::DeviceDecodeCache& c = *cache;
         c.appendRandom(context, 9);
         const MatrixRF q = test::randomRows(2, std::int64_t(s.heads) * 128, 8);
-        for (auto path : {gpu::DecodePath::Fp16, gpu::DecodePath::Paper, gpu::DecodePath::Lookup}) {
+        for (auto path : {DecodePath::Fp16, DecodePath::Paper, DecodePath::Lookup}) {
             const MatrixRF a = c.decode(path, q), b = c.decode(path, q);
-            QVERIFY2((a - b).norm() <= 1e-6 * a.norm(), gpu::decodePathName(path));
+            QVERIFY2((a - b).norm() <= 1e-6 * a.norm(), decodePathName(path));
         }
-        gpu::DecodeBenchOptions o;
+        DecodeBenchOptions o;
         o.shape = s;
         o.contexts = {context / 2};
         o.batches = {2};
@@ -373,7 +371,7 @@ private slots:
         QCOMPARE(int(rep.points.size()), 3);
         for (const auto& p : rep.points) {
             QVERIFY2(p.skipped.empty(), p.skipped.c_str());
-            QVERIFY(p.verified && p.relError < gpu::kDecodeTolerance);
+            QVERIFY(p.verified && p.relError < kDecodeTolerance);
             QVERIFY(p.seconds > 0 && p.minSeconds <= p.seconds && p.seconds <= p.maxSeconds);
         }
         if (!test::kEmulated) // the emulator's copies are the CPU's memcpy

@@ -4,12 +4,12 @@
 #include "compare_page.h"
 #include "core/base/error.h"
 #include "core/cluster/codebook_file.h"
+#include "core/decode/decode_bench.h"
 #include "core/io/npy.h"
 #include "core/io/safetensors.h"
 #include "core/io/synth.h"
 #include "core/jobs/run_records.h"
 #include "dataset_page.h"
-#include "gpu/decode/bench.h"
 #include "gpu/decode/decode.h"
 #include "gpu_test_util.h"
 #include "latency_page.h"
@@ -47,6 +47,7 @@
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QTableView>
+#include <QTableWidget>
 #include <QTextBrowser>
 #include <QTreeWidget>
 #include <QtTest>
@@ -113,6 +114,7 @@ private slots:
     void weightsFollowTau();
     void latencyPageSaysHowToMeasure();
     void latencyPageShowsStoredRuns();
+    void latencyRunFillsTheChartOnTheCpu();
     void latencyRunFillsTheChartOnAGpu();
     void perplexityModelFollowsTheDump();
     void failedRunRecordsTheEnginesMessage();
@@ -1110,14 +1112,15 @@ void TestStudio::latencyPageSaysHowToMeasure()
     m_window->showPage("latency");
     page->refresh();
     QVERIFY(page->messageText().contains("No decode-latency results"));
+    // Run is there on every machine: the CPU is always a choice, CUDA only with a device.
+    QVERIFY(page->runButton()->isEnabled());
+    QCOMPARE(page->backendBox()->itemData(0).toString(), QString("cpu"));
     const bool device = !gpu::queryDevices().devices.empty();
-    // Run is there only with a CUDA device; without one the page says why and still shows results.
-    QCOMPARE(page->runButton()->isEnabled(), device);
+    QCOMPARE(page->backendBox()->count(), device ? 2 : 1);
+    QVERIFY(page->messageText().contains("Press <b>Run</b>"));
     if (!device) {
-        QVERIFY(page->runButton()->toolTip().contains("CUDA device"));
-        QVERIFY(page->messageText().contains("needs a CUDA device"));
-        // The empty chart does not ask for a Run that cannot be pressed.
-        QVERIFY2(!page->chart()->emptyText().contains("Press Run"), qPrintable(page->chart()->emptyText()));
+        QVERIFY(page->messageText().contains("No CUDA device here"));
+        QVERIFY2(page->chart()->emptyText().contains("this CPU"), qPrintable(page->chart()->emptyText()));
     }
 }
 
@@ -1131,9 +1134,9 @@ void TestStudio::latencyPageShowsStoredRuns()
         RunInfo info;
         info.kind = "bench-decode";
         id = store.beginRun(info);
-        for (auto [path, us] : {std::pair{gpu::DecodePath::Fp16, 40.0}, std::pair{gpu::DecodePath::Lookup, 10.0}})
+        for (auto [path, us] : {std::pair{DecodePath::Fp16, 40.0}, std::pair{DecodePath::Lookup, 10.0}})
             for (std::int64_t ctx : {1024, 32768}) {
-                gpu::DecodeBenchPoint p;
+                DecodeBenchPoint p;
                 p.context = ctx;
                 p.batch = 8;
                 p.path = path;
@@ -1158,13 +1161,52 @@ void TestStudio::latencyPageShowsStoredRuns()
     }
 }
 
+void TestStudio::latencyRunFillsTheChartOnTheCpu()
+{
+    // The form's sweep on the CPU, live: one point per path at batch 1, each verified, recorded as a
+    // cpu run, and listed in the speed–quality table with the attention error of the train run of
+    // the same D, R, K when there is one (none here: "no train run").
+    auto* page = m_window->latencyPage();
+    page->backendBox()->setCurrentIndex(0);
+    page->findChild<QLineEdit*>("contexts")->setText("300,2100");
+    page->findChild<QLineEdit*>("batches")->setText("1");
+    page->findChild<QSpinBox*>("heads")->setValue(8);
+    page->findChild<QSpinBox*>("kvHeads")->setValue(2);
+    page->findChild<QSpinBox*>("threads")->setValue(2);
+    QSignalSpy done(&m_window->context().runner(), &JobRunner::finished);
+    page->runButton()->click();
+    QVERIFY(done.wait(test::waitMs(120000)));
+    page->chart()->flush();
+    for (const char* path : {"fp16", "paper", "lookup"}) {
+        QCOMPARE(page->chart()->points(QString("%1 b=1").arg(path)).size(), 2);
+        QCOMPARE(page->chart()->points(QString("roofline %1 b=1").arg(path)).size(), 2);
+    }
+    RunStore store(m_store.toStdString());
+    const auto runs = store.listRuns({"bench-decode", RunStatus::Done, "", 1});
+    QCOMPARE(int(runs.size()), 1);
+    QCOMPARE(runs[0].backend, std::string("cpu"));
+    QVERIFY(QString::fromStdString(runs[0].device).contains("2 threads"));
+    const auto summary = nlohmann::json::parse(runs[0].summaryJson);
+    QVERIFY(summary["all_verified"].get<bool>());
+    QVERIFY(summary["read_bytes_per_second"].get<double>() > 0);
+    auto* table = page->speedQualityTable();
+    QCOMPARE(table->rowCount(), 3); // fp16, lookup, paper of the one run
+    QCOMPARE(table->columnCount(), 5 + 2);
+    QVERIFY(table->item(0, 3)->text().contains("no train run"));
+    for (int r = 0; r < 3; ++r)
+        QVERIFY2(table->item(r, 6)->text().contains("s"), qPrintable(table->item(r, 6)->text()));
+}
+
 void TestStudio::latencyRunFillsTheChartOnAGpu()
 {
     if (gpu::queryDevices().devices.empty())
-        QSKIP("no CUDA device: the Run button is off (checked in latencyPageSaysHowToMeasure)");
+        QSKIP("no CUDA device: the CPU is the only choice (checked in latencyPageSaysHowToMeasure)");
     auto* page = m_window->latencyPage();
+    page->backendBox()->setCurrentIndex(1);
     page->findChild<QLineEdit*>("contexts")->setText("2048");
     page->findChild<QLineEdit*>("batches")->setText("1");
+    page->findChild<QSpinBox*>("heads")->setValue(32);
+    page->findChild<QSpinBox*>("kvHeads")->setValue(8);
     if (test::kEmulated) { // every thread on one CPU core: a smaller model, the same steps
         page->findChild<QSpinBox*>("heads")->setValue(8);
         page->findChild<QSpinBox*>("kvHeads")->setValue(2);
@@ -1181,6 +1223,7 @@ void TestStudio::latencyRunFillsTheChartOnAGpu()
     RunStore store(m_store.toStdString());
     const auto runs = store.listRuns({"bench-decode", RunStatus::Done, "", 1});
     QCOMPARE(int(runs.size()), 1);
+    QCOMPARE(runs[0].backend, std::string("cuda"));
     QVERIFY(nlohmann::json::parse(runs[0].summaryJson)["all_verified"].get<bool>());
 }
 
@@ -1229,12 +1272,13 @@ void TestStudio::eachRunKindRecordsTheSameSettingsFromBothFaces()
          {"paper-check", "--rows", "1024", "--iters", "3", "--dims", "8,16", "--fixed-k", "16", "--ks", "8,16",
           "--fixed-dim", "8", "--bpas", "", "-q"}},
     };
-    if (!gpu::queryDevices().devices.empty()) // the Latency page ran (latencyRunFillsTheChartOnAGpu)
-        cases.push_back({"bench-decode",
-                         false,
-                         true,
-                         {"bench-decode", "--heads", "8", "--kv-heads", "2", "--ctx", "256", "--batch", "1", "--reps",
-                          "20", "--warmup", "1"}});
+    // The Latency page ran on the CPU (latencyRunFillsTheChartOnTheCpu) and, with a device, on it last
+    // (latencyRunFillsTheChartOnAGpu): the CLI's default backend picks the same.
+    cases.push_back({"bench-decode",
+                     false,
+                     true,
+                     {"bench-decode", "--heads", "8", "--kv-heads", "2", "--head-dim", "64", "--ctx", "256", "--batch",
+                      "1", "--reps", "20", "--warmup", "1", "--threads", "2"}});
 
     const auto keysOf = [](const std::string& json) {
         std::set<std::string> keys;

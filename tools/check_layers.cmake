@@ -8,16 +8,17 @@ set(allow_core_io      "core/base/;core/io/")
 set(allow_core_cluster "core/base/;core/io/;core/cluster/")
 set(allow_core_lm      "core/base/;core/io/;core/cluster/;core/lm/")
 set(allow_core_store   "core/base/;core/store/")
-# jobs build the runs' records, so they see the store, and the plain data of the GPU benchmark (not
-# the device cache nor the benchmark's runner: those are the CUDA library's).
-set(allow_core_jobs    "core/;gpu/decode/roofline.h;gpu/decode/bench.h")
+set(allow_core_decode  "core/base/;core/io/;core/cluster/;core/lm/;core/decode/")
+# jobs build the runs' records, so they see the store and every engine library, and nothing of the
+# GPU side: the decode benchmark's data is core/decode's, the same for both backends.
+set(allow_core_jobs    "core/")
 set(allow_gpu_device   "core/base/;gpu/device/")
 set(allow_gpu_cluster  "core/base/;core/io/;core/cluster/;gpu/device/;gpu/cluster/")
-set(allow_gpu_decode   "core/base/;core/io/;core/cluster/;core/lm/;gpu/device/;gpu/decode/")
+set(allow_gpu_decode   "core/base/;core/io/;core/cluster/;core/lm/;core/decode/;gpu/device/;gpu/decode/")
 set(allow_gpu_emulator "core/base/;gpu/")
 # The Qt views display what core produced and never reach the GPU side.
 set(allow_views        "core/;views/")
-set(layers core/base core/io core/cluster core/lm core/store core/jobs gpu/device gpu/cluster gpu/decode gpu/emulator
+set(layers core/base core/io core/cluster core/lm core/decode core/store core/jobs gpu/device gpu/cluster gpu/decode gpu/emulator
     views)
 
 if(NOT ROOT)

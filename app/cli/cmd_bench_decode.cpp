@@ -1,6 +1,7 @@
-// bench-decode: decode latency of the fused kernels over the compressed cache against our FP16
-// split-K kernel (and, given its timings, PyTorch's scaled_dot_product_attention), per layer and
-// decode step, after verifying every path against the CPU reference.
+// bench-decode: decode latency over the compressed cache against an FP16 baseline in the same run, per
+// layer and decode step, after verifying every path against the double reference: on the CPU
+// (flash-decoding with F16C as the baseline) or on a CUDA device (fused kernels against our FP16
+// split-K kernel and, given its timings, PyTorch's scaled_dot_product_attention).
 
 #include "cli_common.h"
 #include "commands.h"
@@ -8,8 +9,10 @@
 #include "core/base/version.h"
 #include "core/cluster/codebook_file.h"
 #include "core/cluster/quantizer.h"
+#include "core/decode/cpu_bench.h"
+#include "core/decode/cpu_decode.h"
+#include "core/decode/decode_bench.h"
 #include "core/jobs/run_records.h"
-#include "gpu/decode/bench.h"
 #include "gpu/decode/decode.h"
 #include "recording.h"
 
@@ -73,23 +76,29 @@ std::map<std::pair<std::int64_t, int>, double> readAnchor(const std::string& pat
 Command registerBenchDecode(CLI::App& root)
 {
     struct Opts {
-        int heads = 32, kvHeads = 8, headDim = 128, layers = 1, layer = 0, device = 0, reps = 25, warmup = 5;
-        std::string ctx = "1024,8192,32768,65536,131072", batch = "1,8,16,32", codebooks, anchor,
-                    paths = "fp16,paper,lookup";
+        int heads = 32, kvHeads = 8, headDim = 128, layers = 1, layer = 0, device = 0, reps = 25, warmup = 5,
+            threads = 0;
+        std::string ctx, batch, codebooks, anchor, paths = "fp16,paper,lookup", backend = "auto";
         double bpa = 0.75, theta = 10000, l2Rate = 0;
         int dim = 0, stages = 0, k = 0;
         std::uint64_t seed = 1;
         bool json = false, noVerify = false;
     };
     auto o = std::make_shared<Opts>();
-    auto* cmd = root.add_subcommand("bench-decode", "Decode latency over the compressed KV cache against FP16 (CUDA)");
+    auto* cmd =
+        root.add_subcommand("bench-decode", "Decode latency over the compressed KV cache against FP16 (CPU or CUDA)");
+    cmd->add_option("--backend", o->backend, "cpu, cuda, or auto (cuda where a device is present, else cpu)")
+        ->capture_default_str();
+    cmd->add_option("--threads", o->threads, "CPU threads (0: one per core)")->capture_default_str();
     cmd->add_option("--heads", o->heads, "Query heads")->capture_default_str();
     cmd->add_option("--kv-heads", o->kvHeads, "KV heads (GQA)")->capture_default_str();
     cmd->add_option("--head-dim", o->headDim, "Head dimension: 64, 128 or 256")->capture_default_str();
     cmd->add_option("--layers", o->layers, "Layers run back to back per step (latency is per layer)")
         ->capture_default_str();
-    cmd->add_option("--ctx", o->ctx, "Context lengths, comma-separated")->capture_default_str();
-    cmd->add_option("--batch", o->batch, "Batch sizes, comma-separated")->capture_default_str();
+    cmd->add_option("--ctx", o->ctx,
+                    "Context lengths, comma-separated (default: 4096,32768,131072 on the CPU, "
+                    "1024,8192,32768,65536,131072 on a GPU)");
+    cmd->add_option("--batch", o->batch, "Batch sizes, comma-separated (default: 1 on the CPU, 1,8,16,32 on a GPU)");
     cmd->add_option("--bpa", o->bpa, "Bits per activation (sets D = head_dim, K = 256, R)")->capture_default_str();
     cmd->add_option("--dim", o->dim, "Subspace width D (with --stages and --k, instead of --bpa)");
     cmd->add_option("--stages", o->stages, "Residual stages R");
@@ -106,15 +115,31 @@ Command registerBenchDecode(CLI::App& root)
     cmd->add_option("--l2-rate", o->l2Rate,
                     "The L2's read rate in GB/s for the rooflines, if measured (default: an estimate, 2.5 x the "
                     "measured HBM copy rate)");
-    cmd->add_flag("--no-verify", o->noVerify, "Skip the check against the CPU reference (figures are then unverified)");
+    cmd->add_flag("--no-verify", o->noVerify,
+                  "Skip the check against the double reference (figures are then unverified)");
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     return {
         cmd, [o] {
-            gpu::DecodeBenchOptions b;
+            DecodeBenchOptions b;
+            const auto devices = gpu::queryDevices();
+            if (o->backend == "auto")
+                b.backend = devices.devices.empty() ? DecodeBackend::Cpu : DecodeBackend::Cuda;
+            else if (o->backend == "cpu")
+                b.backend = DecodeBackend::Cpu;
+            else if (o->backend == "cuda")
+                b.backend = DecodeBackend::Cuda;
+            else
+                throwInvalid("--backend '", o->backend, "': cpu, cuda or auto");
+            const bool cpu = b.backend == DecodeBackend::Cpu;
+            if (o->threads < 0)
+                throwInvalid("--threads ", o->threads, ": 0 (one per core) or more");
+            b.threads = o->threads;
             b.shape = {o->heads, o->kvHeads, o->headDim};
             b.layers = o->layers;
-            b.contexts = parseContexts(o->ctx);
-            b.batches = parseIntList("--batch", o->batch);
+            b.contexts = parseContexts(!o->ctx.empty() ? o->ctx
+                                       : cpu           ? "4096,32768,131072"
+                                                       : "1024,8192,32768,65536,131072");
+            b.batches = parseIntList("--batch", !o->batch.empty() ? o->batch : cpu ? "1" : "1,8,16,32");
             for (int v : b.batches)
                 if (v < 1)
                     throwInvalid("--batch ", v, ": batch sizes must be ≥ 1");
@@ -132,11 +157,11 @@ Command registerBenchDecode(CLI::App& root)
                 std::stringstream ss(o->paths);
                 for (std::string item; std::getline(ss, item, ',');) {
                     if (item == "fp16")
-                        b.paths.push_back(gpu::DecodePath::Fp16);
+                        b.paths.push_back(DecodePath::Fp16);
                     else if (item == "paper")
-                        b.paths.push_back(gpu::DecodePath::Paper);
+                        b.paths.push_back(DecodePath::Paper);
                     else if (item == "lookup")
-                        b.paths.push_back(gpu::DecodePath::Lookup);
+                        b.paths.push_back(DecodePath::Lookup);
                     else
                         throwInvalid("--paths: '", item, "' is not fp16, paper or lookup");
                 }
@@ -146,12 +171,13 @@ Command registerBenchDecode(CLI::App& root)
             if (o->layers < 1 || o->warmup < 1)
                 throwInvalid("--layers and --warmup must be ≥ 1");
 
+            const auto shapeProblem = cpu ? cpuDecodeShapeProblem : gpu::decodeShapeProblem;
             Codebooks kb, vb;
             std::string source;
             if (!o->codebooks.empty()) {
                 std::tie(kb, vb) = booksFromFile(o->codebooks, o->layer);
                 source = o->codebooks;
-                if (const auto why = gpu::decodeShapeProblem(b.shape, kb.dim, kb.stages, kb.k); !why.empty())
+                if (const auto why = shapeProblem(b.shape, kb.dim, kb.stages, kb.k); !why.empty())
                     throwInvalid(o->codebooks, ": ", why);
             } else {
                 int D = o->dim, R = o->stages, K = o->k;
@@ -159,14 +185,14 @@ Command registerBenchDecode(CLI::App& root)
                     // K = 256 (one byte per code), D = head_dim: R = bpa · D / 8.
                     D = o->headDim;
                     K = 256;
-                    R = gpu::decodeStagesForBpa(o->bpa, D);
+                    R = decodeStagesForBpa(o->bpa, D);
                 } else if (D == 0 || R == 0 || K == 0) {
                     throwInvalid("--dim, --stages and --k go together (or use --bpa)");
                 }
-                if (const auto why = gpu::decodeShapeProblem(b.shape, D, R, K); !why.empty())
+                if (const auto why = shapeProblem(b.shape, D, R, K); !why.empty())
                     throwInvalid(why);
-                kb = gpu::syntheticDecodeBooks(b.shape, D, R, K, o->seed);
-                vb = gpu::syntheticDecodeBooks(b.shape, D, R, K, o->seed + 1);
+                kb = syntheticDecodeBooks(b.shape, D, R, K, o->seed);
+                vb = syntheticDecodeBooks(b.shape, D, R, K, o->seed + 1);
                 source = "synthetic";
             }
             if (kb.features() != std::int64_t(o->kvHeads) * o->headDim)
@@ -174,27 +200,31 @@ Command registerBenchDecode(CLI::App& root)
                              " features; --kv-heads × --head-dim = ", std::int64_t(o->kvHeads) * o->headDim);
             const auto anchor = o->anchor.empty() ? decltype(readAnchor("")){} : readAnchor(o->anchor);
             // Without a device this is an input error before anything is recorded.
-            const auto devices = gpu::queryDevices();
-            if (devices.devices.empty())
-                throwInvalid("bench-decode needs a CUDA device: ", devices.message);
+            if (!cpu && devices.devices.empty())
+                throwInvalid("bench-decode --backend cuda needs a CUDA device: ", devices.message,
+                             " (--backend cpu runs on this machine)");
+            if (!cpu && (o->device < 0 || std::size_t(o->device) >= devices.devices.size()))
+                throwInvalid("--device ", o->device, ": this machine has ", devices.devices.size(), " CUDA device(s)");
 
             const double bpa = bitsPerActivation(kb.dim, kb.stages, kb.k);
             const auto settings = benchDecodeRunSettings(b, kb, source);
-            const auto& dev = o->device >= 0 && std::size_t(o->device) < devices.devices.size()
-                                  ? devices.devices[std::size_t(o->device)]
-                                  : devices.devices.front();
-            CliRun run("bench-decode", settings.dump(), {}, {}, "cuda", decodeDeviceName(dev));
+            const int threads = cpuDecodeThreads(o->threads);
+            const std::string deviceName =
+                cpu ? cpuDecodeDeviceName(cpuModelName(), threads)
+                    : decodeDeviceName(devices.devices[std::size_t(o->device)].name, o->device);
+            CliRun run("bench-decode", settings.dump(), {}, {}, decodeBackendName(b.backend), deviceName);
             if (!o->json)
-                std::printf("bench-decode: %d heads / %d KV heads × %d, D=%d R=%d K=%d (%.3g bits per activation, "
-                            "%s codebooks), %d layer(s), median of %d\n",
-                            o->heads, o->kvHeads, o->headDim, kb.dim, kb.stages, kb.k, bpa, source.c_str(), o->layers,
-                            o->reps);
+                std::printf("bench-decode on %s: %d heads / %d KV heads × %d, D=%d R=%d K=%d (%.3g bits per "
+                            "activation, %s codebooks), %d layer(s), median of %d\n",
+                            deviceName.c_str(), o->heads, o->kvHeads, o->headDim, kb.dim, kb.stages, kb.k, bpa,
+                            source.c_str(), o->layers, o->reps);
             std::map<std::pair<std::int64_t, int>, double> fp16;
-            gpu::DecodeBenchReport rep;
+            DecodeBenchReport rep;
             run.guard([&] {
-                rep = gpu::runDecodeBench(
+                const auto runner = cpu ? runCpuDecodeBench : gpu::runDecodeBench;
+                rep = runner(
                     b, kb, vb, source,
-                    [&](const gpu::DecodeBenchPoint& p) {
+                    [&](const DecodeBenchPoint& p) {
                         if (run) { // as each point lands, so the app's Latency page can follow
                             run->recordMetrics(decodeMetrics(p));
                             run->recordSeries(decodeSeries(p));
@@ -203,12 +233,12 @@ Command registerBenchDecode(CLI::App& root)
                             return;
                         if (!p.skipped.empty()) {
                             std::printf("  ctx %7lld  batch %2d  %-6s  skipped: %s\n", (long long)p.context, p.batch,
-                                        gpu::decodePathName(p.path), p.skipped.c_str());
+                                        decodePathName(p.path), p.skipped.c_str());
                         } else {
                             std::printf("  ctx %7lld  batch %2d  %-6s  %9.2f µs  %7.1f GB/s  %s", (long long)p.context,
-                                        p.batch, gpu::decodePathName(p.path), p.seconds * 1e6, p.bytesPerSecond / 1e9,
+                                        p.batch, decodePathName(p.path), p.seconds * 1e6, p.bytesPerSecond / 1e9,
                                         p.verified ? cat("err ", p.relError).c_str() : "unverified");
-                            if (p.path != gpu::DecodePath::Fp16 && p.speedupVsFp16 > 0)
+                            if (p.path != DecodePath::Fp16 && p.speedupVsFp16 > 0)
                                 std::printf("  %.2f× vs fp16", p.speedupVsFp16);
                             if (p.roofline.seconds > 0)
                                 std::printf("  %.0f%% of its roofline (%.2f µs, %s-bound)", 100 * p.rooflineFraction,
@@ -222,7 +252,7 @@ Command registerBenchDecode(CLI::App& root)
             nlohmann::ordered_json points = nlohmann::ordered_json::array();
             for (const auto& p : rep.points) {
                 nlohmann::ordered_json j = {
-                    {"context", p.context}, {"batch", p.batch}, {"path", gpu::decodePathName(p.path)}};
+                    {"context", p.context}, {"batch", p.batch}, {"path", decodePathName(p.path)}};
                 if (!p.skipped.empty()) {
                     j["skipped"] = p.skipped;
                 } else {
@@ -231,16 +261,29 @@ Command registerBenchDecode(CLI::App& root)
                     j["max_seconds"] = p.maxSeconds;
                     j["bytes_read"] = p.bytes;
                     j["bytes_per_second"] = p.bytesPerSecond;
-                    j["fraction_of_copy_bandwidth"] =
-                        rep.copyBytesPerSecond > 0 ? nlohmann::ordered_json(p.bytesPerSecond / rep.copyBytesPerSecond)
-                                                   : nlohmann::ordered_json(nullptr);
+                    if (cpu)
+                        j["fraction_of_read_bandwidth"] =
+                            rep.readBytesPerSecond > 0
+                                ? nlohmann::ordered_json(p.bytesPerSecond / rep.readBytesPerSecond)
+                                : nlohmann::ordered_json(nullptr);
+                    else
+                        j["fraction_of_copy_bandwidth"] =
+                            rep.copyBytesPerSecond > 0
+                                ? nlohmann::ordered_json(p.bytesPerSecond / rep.copyBytesPerSecond)
+                                : nlohmann::ordered_json(nullptr);
                     j["splits"] = p.splits;
-                    if (p.path == gpu::DecodePath::Paper)
+                    if (p.path == DecodePath::Paper)
                         j["paper_values"] = p.paperBins ? "per-codeword weights" : "codeword sums";
-                    j["model"] = {{"hbm_bytes", p.costs.hbmBytes},
-                                  {"l2_bytes", p.costs.l2Bytes},
-                                  {"shared_bytes", p.costs.sharedBytes},
-                                  {"flops", p.costs.flops}};
+                    if (cpu)
+                        j["model"] = {{"dram_bytes", p.costs.memoryBytes},
+                                      {"l2_bytes", p.costs.l2Bytes},
+                                      {"lookups", p.costs.lookups},
+                                      {"flops", p.costs.flops}};
+                    else
+                        j["model"] = {{"hbm_bytes", p.costs.memoryBytes},
+                                      {"l2_bytes", p.costs.l2Bytes},
+                                      {"shared_bytes", p.costs.sharedBytes},
+                                      {"flops", p.costs.flops}};
                     j["roofline_seconds"] = p.roofline.seconds;
                     j["roofline_bound"] = p.roofline.bound;
                     j["fraction_of_roofline"] = p.rooflineFraction;
@@ -273,17 +316,23 @@ Command registerBenchDecode(CLI::App& root)
                            {"settings", settings},
                            {"summary", summary},
                            {"points", points}});
+            } else if (cpu) {
+                std::printf("%s, %d thread(s), %s kernels: DRAM read %.1f GB/s, L2 read %.0f GB/s, %.2f G "
+                            "lookups/s, %.0f GFLOP/s (measured in this run); quantize-and-pack of one token per "
+                            "sequence %.1f µs\n",
+                            rep.device.c_str(), rep.threads, rep.isa.c_str(), rep.readBytesPerSecond / 1e9,
+                            rep.rates.l2 / 1e9, rep.rates.lookups / 1e9, rep.rates.flops / 1e9,
+                            rep.appendSeconds * 1e6);
             } else {
-                const std::string nominal = rep.device.memoryBandwidth > 0
-                                                ? cat(int(rep.device.memoryBandwidth / 1e9 + 0.5), " GB/s nominal")
+                const std::string nominal = rep.nominalBandwidth > 0
+                                                ? cat(int(rep.nominalBandwidth / 1e9 + 0.5), " GB/s nominal")
                                                 : std::string("nominal unknown");
                 std::printf("device %s: copy %.0f GB/s measured (%s); quantize-and-pack of one token per sequence "
                             "%.1f µs\n",
-                            rep.device.name.c_str(), rep.copyBytesPerSecond / 1e9, nominal.c_str(),
-                            rep.appendSeconds * 1e6);
+                            rep.device.c_str(), rep.copyBytesPerSecond / 1e9, nominal.c_str(), rep.appendSeconds * 1e6);
             }
             if (!rep.allVerified())
-                throwRuntime("bench-decode: a path did not match the CPU reference (see the points above)");
+                throwRuntime("bench-decode: a path did not match the double reference (see the points above)");
         }};
 }
 

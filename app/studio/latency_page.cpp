@@ -1,37 +1,43 @@
 #include "latency_page.h"
 
 #include "core/base/error.h"
+#include "core/decode/cpu_bench.h"
+#include "core/decode/cpu_decode.h"
+#include "core/decode/decode_bench.h"
 #include "core/jobs/run_records.h"
-#include "gpu/decode/bench.h"
 #include "gpu/decode/decode.h"
 #include "views/chart_panel.h"
 
 #include <QComboBox>
 #include <QFormLayout>
 #include <QHBoxLayout>
+#include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSpinBox>
+#include <QTableWidget>
 #include <QVBoxLayout>
 
 #include <nlohmann/json.hpp>
+
+#include <set>
 
 namespace gsrq::studio {
 
 namespace {
 
-QString pointLine(const gpu::DecodeBenchPoint& p)
+QString pointLine(const DecodeBenchPoint& p)
 {
-    const QString head = QString("ctx %1  batch %2  %3").arg(p.context).arg(p.batch).arg(gpu::decodePathName(p.path));
+    const QString head = QString("ctx %1  batch %2  %3").arg(p.context).arg(p.batch).arg(decodePathName(p.path));
     if (!p.skipped.empty())
         return head + "  skipped: " + QString::fromStdString(p.skipped);
     QString s = head + QString("  %1 µs  %2 GB/s  %3")
                            .arg(p.seconds * 1e6, 0, 'f', 2)
                            .arg(p.bytesPerSecond / 1e9, 0, 'f', 0)
                            .arg(p.verified ? QString("err %1").arg(p.relError, 0, 'e', 1) : QString("unverified"));
-    if (p.path != gpu::DecodePath::Fp16 && p.speedupVsFp16 > 0)
+    if (p.path != DecodePath::Fp16 && p.speedupVsFp16 > 0)
         s += QString("  %1× vs fp16").arg(p.speedupVsFp16, 0, 'f', 2);
     return s;
 }
@@ -50,6 +56,12 @@ std::vector<std::int64_t> parseList(const QString& text, const QString& what)
         throwInvalid(what.toStdString(), ": give at least one value");
     return out;
 }
+
+// The sweep's defaults per backend: a CPU step at 128K tokens already takes tens of milliseconds.
+constexpr const char* kCpuContexts = "4096,32768,131072";
+constexpr const char* kCpuBatches = "1";
+constexpr const char* kGpuContexts = "1024,8192,32768,65536,131072";
+constexpr const char* kGpuBatches = "1,8,16,32";
 
 } // namespace
 
@@ -80,6 +92,23 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_layers = new QSpinBox(this);
     m_layers->setRange(1, 128);
     m_layers->setValue(1);
+    m_backend = new QComboBox(this);
+    m_backend->setObjectName("backend");
+    m_backend->addItem(tr("CPU"), "cpu");
+    m_threads = new QSpinBox(this);
+    m_threads->setObjectName("threads");
+    m_threads->setRange(0, 1024);
+    m_threads->setSpecialValueText(tr("one per core"));
+    m_threads->setToolTip(tr("CPU threads: over (sequence, KV head), and over tokens when they outnumber those"));
+    m_table = new QTableWidget(this);
+    m_table->setObjectName("speedQuality");
+    m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_table->verticalHeader()->setVisible(false);
+    m_table->setMaximumHeight(170);
+    m_table->setToolTip(tr("Per recorded run and path: latency per layer and decode step at each context, its "
+                           "speed-up over the FP16 path of the same run, and the attention-output error of the "
+                           "latest train run with the same D, R and K (its relative L2 over sampled queries of the "
+                           "dump it trained on)"));
     m_run = new QPushButton(tr("Run"), this);
     m_run->setObjectName("runDecodeBench");
     m_cancel = new QPushButton(tr("Cancel"), this);
@@ -95,6 +124,12 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_chart->setEmptyText(tr("Press Run to time each decode path at the context lengths above."));
 
     auto* form = new QFormLayout;
+    auto* where = new QHBoxLayout;
+    where->addWidget(m_backend);
+    where->addWidget(new QLabel(tr("threads"), this));
+    where->addWidget(m_threads);
+    where->addStretch(1);
+    form->addRow(tr("Run on"), where);
     form->addRow(tr("Context lengths"), m_contexts);
     form->addRow(tr("Batch sizes"), m_batches);
     auto* shape = new QHBoxLayout;
@@ -122,17 +157,19 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     layout->addLayout(buttons);
     layout->addWidget(m_log);
     layout->addWidget(m_chart, 1);
+    layout->addWidget(new QLabel(tr("Speed and quality at equal bits (recorded runs)"), this));
+    layout->addWidget(m_table);
 
     const auto devices = gpu::queryDevices();
-    if (devices.devices.empty())
+    if (devices.devices.empty()) {
         m_deviceProblem = QString::fromStdString(devices.message);
-    m_run->setEnabled(m_deviceProblem.isEmpty());
-    if (!m_deviceProblem.isEmpty()) {
-        m_run->setToolTip(tr("Needs a CUDA device: %1").arg(m_deviceProblem));
-        m_chart->setEmptyText(tr("Nothing can be timed here (%1). Recorded decode-latency runs appear here: "
-                                 "Show stored runs.")
-                                  .arg(m_deviceProblem));
+        m_backend->setToolTip(tr("The CPU decode paths; CUDA is not offered: %1").arg(m_deviceProblem));
+    } else {
+        m_backend->addItem(tr("CUDA: %1").arg(QString::fromStdString(devices.devices.front().name)), "cuda");
+        m_backend->setCurrentIndex(1);
     }
+    backendChanged();
+    connect(m_backend, &QComboBox::currentIndexChanged, this, &LatencyPage::backendChanged);
 
     connect(refreshButton, &QPushButton::clicked, this, &LatencyPage::refresh);
     connect(m_run, &QPushButton::clicked, this, &LatencyPage::start);
@@ -140,7 +177,7 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     auto onEnd = [this](int id) {
         if (id != m_job)
             return;
-        m_run->setEnabled(m_deviceProblem.isEmpty());
+        m_run->setEnabled(true);
         m_cancel->setEnabled(false);
     };
     connect(&m_ctx.runner(), &JobRunner::finished, this, onEnd);
@@ -178,33 +215,146 @@ void LatencyPage::refresh()
                               "of one decode step for each path and batch.")
                                .arg(shown)
                          : tr("<b>No decode-latency results in the run store yet.</b>");
+    text += tr(" Press <b>Run</b> to time the decode paths over the compressed cache (lookup, and the paper path for "
+               "reference) against FP16 flash-decoding, on this machine's CPU");
     if (m_deviceProblem.isEmpty())
-        text += tr(" Press <b>Run</b> to measure the fused decode kernels (paper path, lookup path) against the FP16 "
-                   "split-K kernel on this machine's GPU; each path is checked against the CPU reference first.");
-    else
-        text += tr(" Running the benchmark needs a CUDA device (%1); results recorded on another machine "
-                   "(<code>gsrq bench-decode</code> with the same run store) appear here.")
+        text += tr(" or its GPU (fused kernels against the FP16 split-K kernel)");
+    text += tr("; each path is checked against the double reference first, and each point's roofline is drawn "
+               "beside it.");
+    if (!m_deviceProblem.isEmpty())
+        text += tr(" No CUDA device here (%1): GPU runs recorded on another machine with the same run store "
+                   "appear here too.")
                     .arg(m_deviceProblem.toHtmlEscaped());
     m_message->setText(text);
     m_chart->flush();
+    fillSpeedQuality();
+}
+
+void LatencyPage::backendChanged()
+{
+    const bool cpu = m_backend->currentData().toString() == "cpu";
+    m_threads->setEnabled(cpu);
+    m_contexts->setText(cpu ? kCpuContexts : kGpuContexts);
+    m_batches->setText(cpu ? kCpuBatches : kGpuBatches);
+    m_chart->setEmptyText(cpu ? tr("Press Run to time each decode path on this CPU at the context lengths above.")
+                              : tr("Press Run to time each decode path on the GPU at the context lengths above."));
+}
+
+void LatencyPage::fillSpeedQuality()
+{
+    m_table->clear();
+    m_table->setRowCount(0);
+    try {
+        RunStore store(m_ctx.storePath().toStdString());
+        // Attention-output error per (D, R, K): the latest train run of that shape with attention fidelity.
+        std::map<std::tuple<int, int, int>, std::pair<double, std::int64_t>> quality;
+        for (const auto& run : store.listRuns({"train", RunStatus::Done, "", 200})) {
+            const auto set = nlohmann::json::parse(run.settingsJson, nullptr, false);
+            if (!set.is_object() || !set.contains("dim") || !set.contains("stages") || !set.contains("k"))
+                continue;
+            const auto key = std::tuple{set["dim"].get<int>(), set["stages"].get<int>(), set["k"].get<int>()};
+            if (quality.count(key))
+                continue; // runs come newest first
+            double sum = 0;
+            int n = 0;
+            for (const auto& m : store.metrics(run.id))
+                if (m.scope == "attention" && m.name == "relative_l2") {
+                    sum += m.value;
+                    ++n;
+                }
+            if (n)
+                quality[key] = {sum / n, run.id};
+        }
+        struct Row {
+            std::int64_t run;
+            QString backend, bpa, quality, path;
+            std::map<std::int64_t, QString> cells;
+        };
+        std::vector<Row> rows;
+        std::set<std::int64_t> contexts;
+        for (const auto& run : store.listRuns({"bench-decode", RunStatus::Done, "", 5})) {
+            const auto set = nlohmann::json::parse(run.settingsJson, nullptr, false);
+            if (!set.is_object() || !set.contains("dim") || !set.contains("stages") || !set.contains("k"))
+                continue;
+            const int D = set["dim"].get<int>(), R = set["stages"].get<int>(), K = set["k"].get<int>();
+            QString q = tr("no train run with D=%1 R=%2 K=%3").arg(D).arg(R).arg(K);
+            if (auto it = quality.find({D, R, K}); it != quality.end())
+                q = tr("%1 (train run %2)").arg(it->second.first, 0, 'f', 4).arg(it->second.second);
+            // Batch 1: per path, per context, the latency and the speed-up over the same run's FP16.
+            std::map<std::string, std::map<std::int64_t, std::pair<double, double>>> byPath;
+            for (const auto& m : store.metrics(run.id)) {
+                const auto at = m.tensor.find(" ctx=");
+                if (m.scope != "decode" || m.tensor.rfind("b=1 ", 0) != 0 || at == std::string::npos)
+                    continue;
+                const std::int64_t ctx = std::stoll(m.tensor.substr(at + 5));
+                if (m.name == "seconds")
+                    byPath[m.method][ctx].first = m.value;
+                else if (m.name == "speedup_vs_fp16")
+                    byPath[m.method][ctx].second = m.value;
+            }
+            for (const auto& [path, points] : byPath) {
+                Row r{run.id,
+                      QString::fromStdString(run.backend),
+                      QString("%1 (D=%2 R=%3 K=%4)").arg(set.value("bpa", 0.0), 0, 'g', 3).arg(D).arg(R).arg(K),
+                      q,
+                      QString::fromStdString(path),
+                      {}};
+                for (const auto& [ctx, v] : points) {
+                    if (v.first <= 0)
+                        continue;
+                    contexts.insert(ctx);
+                    QString cell = v.first >= 1e-3 ? QString("%1 ms").arg(v.first * 1e3, 0, 'f', 2)
+                                                   : QString("%1 µs").arg(v.first * 1e6, 0, 'f', 1);
+                    if (path != "fp16" && v.second > 0)
+                        cell += QString(" (%1×)").arg(v.second, 0, 'f', 2);
+                    r.cells[ctx] = cell;
+                }
+                rows.push_back(r);
+            }
+        }
+        QStringList headers{tr("run"), tr("backend"), tr("bits per activation"), tr("attention error"), tr("path")};
+        for (std::int64_t c : contexts)
+            headers << tr("ctx %1 (batch 1)").arg(c);
+        m_table->setColumnCount(int(headers.size()));
+        m_table->setHorizontalHeaderLabels(headers);
+        m_table->setRowCount(int(rows.size()));
+        for (int i = 0; i < int(rows.size()); ++i) {
+            const auto& r = rows[std::size_t(i)];
+            const QStringList fixed{QString::number(r.run), r.backend, r.bpa, r.quality, r.path};
+            for (int c = 0; c < int(fixed.size()); ++c)
+                m_table->setItem(i, c, new QTableWidgetItem(fixed[c]));
+            int c = int(fixed.size());
+            for (std::int64_t ctx : contexts) {
+                auto it = r.cells.find(ctx);
+                m_table->setItem(i, c++, new QTableWidgetItem(it == r.cells.end() ? QString("–") : it->second));
+            }
+        }
+        m_table->resizeColumnsToContents();
+    } catch (const std::exception& e) {
+        m_ctx.showMessage(QString::fromUtf8(e.what()));
+    }
 }
 
 void LatencyPage::start()
 {
-    gpu::DecodeBenchOptions o;
+    DecodeBenchOptions o;
     Codebooks kb, vb;
+    const bool cpu = m_backend->currentData().toString() == "cpu";
     try {
+        o.backend = cpu ? DecodeBackend::Cpu : DecodeBackend::Cuda;
+        o.threads = m_threads->value();
         o.contexts = parseList(m_contexts->text(), tr("Context lengths"));
         o.batches.clear(); // the form's batches replace the defaults
         for (auto b : parseList(m_batches->text(), tr("Batch sizes")))
             o.batches.push_back(int(b));
         o.shape = {m_heads->value(), m_kvHeads->value(), m_headDim->currentText().toInt()};
         o.layers = m_layers->value();
-        const int D = o.shape.headDim, R = gpu::decodeStagesForBpa(m_bpa->currentText().toDouble(), D);
-        if (const auto why = gpu::decodeShapeProblem(o.shape, D, R, 256); !why.empty())
+        const int D = o.shape.headDim, R = decodeStagesForBpa(m_bpa->currentText().toDouble(), D);
+        const auto why = cpu ? cpuDecodeShapeProblem(o.shape, D, R, 256) : gpu::decodeShapeProblem(o.shape, D, R, 256);
+        if (!why.empty())
             throwInvalid(why);
-        kb = gpu::syntheticDecodeBooks(o.shape, D, R, 256, o.seed);
-        vb = gpu::syntheticDecodeBooks(o.shape, D, R, 256, o.seed + 1);
+        kb = syntheticDecodeBooks(o.shape, D, R, 256, o.seed);
+        vb = syntheticDecodeBooks(o.shape, D, R, 256, o.seed + 1);
     } catch (const std::exception& e) {
         m_ctx.showMessage(QString::fromUtf8(e.what()));
         return;
@@ -220,16 +370,21 @@ void LatencyPage::start()
     m_job = m_ctx.runner().start(tr("Decode latency"), [=, this](const JobRunner::Context& job) {
         RunInfo info;
         info.kind = "bench-decode";
-        info.backend = "cuda";
-        const auto devices = gpu::queryDevices();
-        info.device = device >= 0 && std::size_t(device) < devices.devices.size()
-                          ? decodeDeviceName(devices.devices[std::size_t(device)])
-                          : cat("device ", device);
+        info.backend = decodeBackendName(o.backend);
+        if (cpu) {
+            info.device = cpuDecodeDeviceName(cpuModelName(), cpuDecodeThreads(o.threads));
+        } else {
+            const auto devices = gpu::queryDevices();
+            info.device = device >= 0 && std::size_t(device) < devices.devices.size()
+                              ? decodeDeviceName(devices.devices[std::size_t(device)].name, device)
+                              : cat("device ", device);
+        }
         info.settingsJson = benchDecodeRunSettings(o, kb, "synthetic").dump();
         WorkerRecording rec(storePath, info, "", job, &m_ctx, {});
-        const auto report = gpu::runDecodeBench(
+        const auto runner = cpu ? runCpuDecodeBench : gpu::runDecodeBench;
+        const auto report = runner(
             o, kb, vb, "synthetic",
-            [&](const gpu::DecodeBenchPoint& p) {
+            [&](const DecodeBenchPoint& p) {
                 if (rec) {
                     rec->recordMetrics(decodeMetrics(p));
                     rec->recordSeries(decodeSeries(p));
@@ -244,11 +399,25 @@ void LatencyPage::start()
         const auto summary = benchDecodeRunSummary(report);
         rec.finish(job.cancelled() ? RunStatus::Cancelled : RunStatus::Done, summary.dump());
         job.post([this, report] {
-            m_log->appendPlainText(tr("%1: copy %2 GB/s measured; %3")
-                                       .arg(QString::fromStdString(report.device.name))
-                                       .arg(report.copyBytesPerSecond / 1e9, 0, 'f', 0)
-                                       .arg(report.allVerified() ? tr("every path matched the CPU reference")
-                                                                 : tr("a path did NOT match the CPU reference")));
+            const QString verdict = report.allVerified() ? tr("every path matched the double reference")
+                                                         : tr("a path did NOT match the double reference");
+            if (report.backend == DecodeBackend::Cpu)
+                m_log->appendPlainText(tr("%1, %2 thread(s), %3 kernels: DRAM read %4 GB/s, L2 read %5 GB/s, %6 G "
+                                          "lookups/s, %7 GFLOP/s, measured in this run; %8")
+                                           .arg(QString::fromStdString(report.device))
+                                           .arg(report.threads)
+                                           .arg(QString::fromStdString(report.isa))
+                                           .arg(report.readBytesPerSecond / 1e9, 0, 'f', 1)
+                                           .arg(report.rates.l2 / 1e9, 0, 'f', 0)
+                                           .arg(report.rates.lookups / 1e9, 0, 'f', 2)
+                                           .arg(report.rates.flops / 1e9, 0, 'f', 0)
+                                           .arg(verdict));
+            else
+                m_log->appendPlainText(tr("%1: copy %2 GB/s measured; %3")
+                                           .arg(QString::fromStdString(report.device))
+                                           .arg(report.copyBytesPerSecond / 1e9, 0, 'f', 0)
+                                           .arg(verdict));
+            fillSpeedQuality();
         });
     });
 }

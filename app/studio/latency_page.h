@@ -1,7 +1,8 @@
 #pragma once
-// Decode latency: runs the decode-latency sweep of the fused CUDA kernels (gsrq bench-decode) when a
-// CUDA device is present, filling the chart point by point (context length against per-layer
-// latency for each path and batch), and shows the benchmark runs recorded in the run store.
+// Decode latency: runs the decode-latency sweep (gsrq bench-decode) on the CPU, on every machine, or
+// on a CUDA device where one is present, filling the chart point by point (context length against
+// per-layer latency for each path and batch, each path's roofline beside it), and shows the
+// benchmark runs recorded in the run store with a speed–quality table at equal bits.
 
 #include "studio_context.h"
 
@@ -13,6 +14,7 @@ class QLineEdit;
 class QPlainTextEdit;
 class QPushButton;
 class QSpinBox;
+class QTableWidget;
 
 namespace gsrq::views {
 class ChartPanel;
@@ -29,9 +31,13 @@ public:
     QString messageText() const;
     views::ChartPanel* chart() const { return m_chart; }
     QPushButton* runButton() const { return m_run; }
+    QComboBox* backendBox() const { return m_backend; }
+    QTableWidget* speedQualityTable() const { return m_table; }
 
 private:
     void start();
+    void backendChanged();
+    void fillSpeedQuality();
 
     StudioContext& m_ctx;
     QLabel* m_message;
@@ -42,12 +48,15 @@ private:
     QComboBox* m_headDim;
     QComboBox* m_bpa;
     QSpinBox* m_layers;
+    QComboBox* m_backend;
+    QSpinBox* m_threads;
+    QTableWidget* m_table;
     QPushButton* m_run;
     QPushButton* m_cancel;
     QPlainTextEdit* m_log;
     views::ChartPanel* m_chart;
     int m_job = 0;
-    QString m_deviceProblem; // why Run is off (empty when a device is there)
+    QString m_deviceProblem; // why there is no CUDA choice (empty when a device is there)
 };
 
 } // namespace gsrq::studio

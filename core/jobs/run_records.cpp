@@ -152,26 +152,25 @@ MetricRow pplMetric(const std::string& method, const std::string& codebooks, con
     return {"perplexity", method, codebooks + " layers " + layers, -1, -1, "perplexity", ppl};
 }
 
-std::vector<SeriesPoint> decodeSeries(const gpu::DecodeBenchPoint& p)
+std::vector<SeriesPoint> decodeSeries(const DecodeBenchPoint& p)
 {
     if (!p.skipped.empty() || p.seconds <= 0)
         return {};
-    std::vector<SeriesPoint> out = {
-        {cat(gpu::decodePathName(p.path), " b=", p.batch), double(p.context), p.seconds * 1e6}};
+    std::vector<SeriesPoint> out = {{cat(decodePathName(p.path), " b=", p.batch), double(p.context), p.seconds * 1e6}};
     if (p.roofline.seconds > 0)
-        out.push_back({cat("roofline ", gpu::decodePathName(p.path), " b=", p.batch), double(p.context),
-                       p.roofline.seconds * 1e6});
+        out.push_back(
+            {cat("roofline ", decodePathName(p.path), " b=", p.batch), double(p.context), p.roofline.seconds * 1e6});
     return out;
 }
 
-std::vector<MetricRow> decodeMetrics(const gpu::DecodeBenchPoint& p)
+std::vector<MetricRow> decodeMetrics(const DecodeBenchPoint& p)
 {
     if (!p.skipped.empty())
         return {};
     const std::string tensor = cat("b=", p.batch, " ctx=", p.context);
     std::vector<MetricRow> rows;
     auto add = [&](const char* name, double v) {
-        rows.push_back({"decode", gpu::decodePathName(p.path), tensor, -1, -1, name, v});
+        rows.push_back({"decode", decodePathName(p.path), tensor, -1, -1, name, v});
     };
     add("seconds", p.seconds);
     add("bytes", p.bytes);
@@ -195,44 +194,69 @@ std::vector<SeriesPoint> perplexitySeries(const std::string& method, double bpa,
     return {{method + ".perplexity_vs_bpa", bpa, ppl}, {"fp32.perplexity_vs_bpa", bpa, fp32}};
 }
 
-nlohmann::ordered_json benchDecodeRunSettings(const gpu::DecodeBenchOptions& o, const Codebooks& kb,
+nlohmann::ordered_json benchDecodeRunSettings(const DecodeBenchOptions& o, const Codebooks& kb,
                                               const std::string& codebookSource)
 {
-    return {{"heads", o.shape.heads},
-            {"kv_heads", o.shape.kvHeads},
-            {"head_dim", o.shape.headDim},
-            {"layers", o.layers},
-            {"dim", kb.dim},
-            {"stages", kb.stages},
-            {"k", kb.k},
-            {"bpa", bitsPerActivation(kb.dim, kb.stages, kb.k)},
-            {"codebooks", codebookSource},
-            {"reps", o.reps},
-            {"warmup", o.warmup},
-            {"seed", o.seed},
-            {"verify", o.verify},
-            {"ctx", o.contexts},
-            {"batch", o.batches}};
+    nlohmann::ordered_json paths = nlohmann::ordered_json::array();
+    for (DecodePath p : o.paths)
+        paths.push_back(decodePathName(p));
+    nlohmann::ordered_json j = {{"backend", decodeBackendName(o.backend)},
+                                {"heads", o.shape.heads},
+                                {"kv_heads", o.shape.kvHeads},
+                                {"head_dim", o.shape.headDim},
+                                {"layers", o.layers},
+                                {"dim", kb.dim},
+                                {"stages", kb.stages},
+                                {"k", kb.k},
+                                {"bpa", bitsPerActivation(kb.dim, kb.stages, kb.k)},
+                                {"codebooks", codebookSource},
+                                {"reps", o.reps},
+                                {"warmup", o.warmup},
+                                {"seed", o.seed},
+                                {"verify", o.verify},
+                                {"ctx", o.contexts},
+                                {"batch", o.batches},
+                                {"paths", paths}};
+    if (o.backend == DecodeBackend::Cpu)
+        j["threads"] = o.threads;
+    else
+        j["device"] = o.device;
+    return j;
 }
 
-nlohmann::ordered_json benchDecodeRunSummary(const gpu::DecodeBenchReport& rep)
+nlohmann::ordered_json benchDecodeRunSummary(const DecodeBenchReport& rep)
 {
-    return {{"device", rep.device.name},
-            {"copy_bytes_per_second", rep.copyBytesPerSecond},
-            {"memory_bandwidth_bytes_per_s", rep.device.memoryBandwidth},
-            {"append_seconds", rep.appendSeconds},
-            {"rates",
-             {{"hbm_bytes_per_second", rep.rates.hbm},
-              {"l2_bytes_per_second", rep.rates.l2},
-              {"l2_source", rep.rates.l2Source},
-              {"shared_bytes_per_second", rep.rates.shared},
-              {"fp32_flops", rep.rates.flops}}},
-            {"all_verified", rep.allVerified()}};
+    nlohmann::ordered_json j = {{"backend", decodeBackendName(rep.backend)}, {"device", rep.device}};
+    if (rep.backend == DecodeBackend::Cpu) {
+        j["threads"] = rep.threads;
+        j["isa"] = rep.isa;
+        j["read_bytes_per_second"] = rep.readBytesPerSecond;
+        j["rates"] = {{"dram_bytes_per_second", rep.rates.memory},
+                      {"l2_bytes_per_second", rep.rates.l2},
+                      {"lookups_per_second", rep.rates.lookups},
+                      {"fp32_flops", rep.rates.flops}};
+    } else {
+        j["copy_bytes_per_second"] = rep.copyBytesPerSecond;
+        j["memory_bandwidth_bytes_per_s"] = rep.nominalBandwidth;
+        j["rates"] = {{"hbm_bytes_per_second", rep.rates.memory},
+                      {"l2_bytes_per_second", rep.rates.l2},
+                      {"l2_source", rep.rates.l2Source},
+                      {"shared_bytes_per_second", rep.rates.shared},
+                      {"fp32_flops", rep.rates.flops}};
+    }
+    j["append_seconds"] = rep.appendSeconds;
+    j["all_verified"] = rep.allVerified();
+    return j;
 }
 
-std::string decodeDeviceName(const gpu::DeviceInfo& d)
+std::string decodeDeviceName(const std::string& name, int index)
 {
-    return cat(d.name, " (device ", d.index, ")");
+    return cat(name, " (device ", index, ")");
+}
+
+std::string cpuDecodeDeviceName(const std::string& model, int threads)
+{
+    return cat(model, " (", threads, threads == 1 ? " thread)" : " threads)");
 }
 
 nlohmann::ordered_json paperCheckRunSettings(const PaperCheckSettings& s, const ClusterBackend& backend)

@@ -6,12 +6,12 @@
 // with the face.
 
 #include "core/cluster/cluster_backend.h"
+#include "core/decode/decode_bench.h"
 #include "core/jobs/compare_job.h"
 #include "core/jobs/model_compare.h"
 #include "core/jobs/paper_check.h"
 #include "core/jobs/train_job.h"
 #include "core/store/run_store.h"
-#include "gpu/decode/bench.h"
 
 #include <nlohmann/json.hpp>
 
@@ -79,19 +79,20 @@ MetricRow pplMetric(const std::string& method, const std::string& codebooks, con
 // A decode-latency point: the series "<path> b=<batch>" (x: context, y: µs per layer and step) and
 // its roofline's, and its figures as metrics (scope "decode", method: the path, tensor:
 // "b=<batch> ctx=<context>"). Empty for a skipped point.
-std::vector<SeriesPoint> decodeSeries(const gpu::DecodeBenchPoint& p);
-std::vector<MetricRow> decodeMetrics(const gpu::DecodeBenchPoint& p);
+std::vector<SeriesPoint> decodeSeries(const DecodeBenchPoint& p);
+std::vector<MetricRow> decodeMetrics(const DecodeBenchPoint& p);
 
 // The run store's series of one evaluation, for the perplexity-against-bits chart:
 // <method>.perplexity_vs_bpa at (bpa, ppl) and fp32.perplexity_vs_bpa at (bpa, fp32).
 std::vector<SeriesPoint> perplexitySeries(const std::string& method, double bpa, double ppl, double fp32);
 
 // ---- bench-decode ----
-nlohmann::ordered_json benchDecodeRunSettings(const gpu::DecodeBenchOptions& o, const Codebooks& keyBooks,
+nlohmann::ordered_json benchDecodeRunSettings(const DecodeBenchOptions& o, const Codebooks& keyBooks,
                                               const std::string& codebookSource);
-nlohmann::ordered_json benchDecodeRunSummary(const gpu::DecodeBenchReport& r);
+nlohmann::ordered_json benchDecodeRunSummary(const DecodeBenchReport& r);
 // The run's device: "<name> (device <index>)".
-std::string decodeDeviceName(const gpu::DeviceInfo& d);
+std::string decodeDeviceName(const std::string& name, int index);       // a CUDA device's
+std::string cpuDecodeDeviceName(const std::string& model, int threads); // the CPU's, with the run's threads
 
 // ---- paper-check ----
 nlohmann::ordered_json paperCheckRunSettings(const PaperCheckSettings& s, const ClusterBackend& backend);

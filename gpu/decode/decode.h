@@ -3,9 +3,10 @@
 // device-resident cache for a batch of sequences (quantize-and-pack on the device, FP16 copies
 // for the baseline) and the three decode paths. The CPU references the paths are held to are in
 // core/lm/decode_cache.h; the kernels and layouts in decode_kernels.h; the cost model in
-// roofline.h; the benchmark in bench.h. A build without CUDA has only the factory, which says so.
+// roofline.h; the benchmark's data in core/decode/decode_bench.h. A build without CUDA has only the factory, which says
+// so.
 
-#include "gpu/decode/bench.h"
+#include "core/decode/decode_bench.h"
 #include "gpu/decode/roofline.h"
 
 #include <atomic>

@@ -1,6 +1,6 @@
 #include "gpu/decode/decode.h"
 
-#include "gpu/decode/bench.h"
+#include "core/decode/decode_bench.h"
 
 #include "core/base/error.h"
 #include "core/base/stats.h"
@@ -583,20 +583,6 @@ double relError(const Eigen::VectorXd& out, const Eigen::VectorXd& ref)
     return (out - ref).norm() / std::max(ref.norm(), 1e-300);
 }
 
-MatrixRF benchQuery(int batch, const DecodeShape& s, std::uint64_t seed)
-{
-    // Sequence b's query depends on (seed, b) only, so sequence 0's is the same in every batch size
-    // and its reference is computed once per context.
-    MatrixRF q(batch, std::int64_t(s.heads) * s.headDim);
-    for (int b = 0; b < batch; ++b) {
-        std::mt19937_64 rng(seed * 1000003 + std::uint64_t(b));
-        std::normal_distribution<float> normal;
-        for (Eigen::Index j = 0; j < q.cols(); ++j)
-            q(b, j) = normal(rng);
-    }
-    return q;
-}
-
 std::size_t freeDeviceBytes()
 {
     std::size_t f = 0, t = 0;
@@ -640,7 +626,10 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
     if (o.layers < 1 || o.reps < 20 || o.warmup < 1)
         throwInvalid("--layers ≥ 1, --reps ≥ 20 and --warmup ≥ 1 (got ", o.layers, ", ", o.reps, ", ", o.warmup, ")");
     DecodeBenchReport rep;
-    rep.device = devices.devices[std::size_t(o.device)];
+    const DeviceInfo& info = devices.devices[std::size_t(o.device)];
+    rep.backend = DecodeBackend::Cuda;
+    rep.device = cat(info.name, " (device ", info.index, ")"); // as decodeDeviceName names it
+    rep.nominalBandwidth = info.memoryBandwidth;
     rep.dim = keyBooks.dim;
     rep.stages = keyBooks.stages;
     rep.k = keyBooks.k;
@@ -653,7 +642,7 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
     } benchStream;
     cudaStream_t stream = benchStream.s;
     rep.copyBytesPerSecond = measureCopyBandwidth(stream);
-    rep.rates = decodeRates(rep.device, rep.copyBytesPerSecond, o.l2BytesPerSecond);
+    rep.rates = decodeRates(info, rep.copyBytesPerSecond, o.l2BytesPerSecond);
 
     const auto& s = o.shape;
     const int M = int(std::int64_t(s.kvHeads) * s.headDim / keyBooks.dim);
@@ -662,8 +651,8 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
     const auto invFreq = ropeInvFreq(o.ropeTheta, s.headDim);
     // L2 flush: writing twice its size evicts what the last run left there.
     DeviceArray<std::uint8_t> flush;
-    const std::size_t flushBytes = std::max<std::size_t>(2 * rep.device.l2Bytes, std::size_t(64) << 20);
-    flush.ensure(flushBytes, "L2 flush buffer", rep.device.name);
+    const std::size_t flushBytes = std::max<std::size_t>(2 * info.l2Bytes, std::size_t(64) << 20);
+    flush.ensure(flushBytes, "L2 flush buffer", rep.device);
 
     std::map<std::pair<std::int64_t, int>, Eigen::VectorXd> refs; // (context, path) → sequence 0's reference
     bool appendTimed = false;
@@ -676,7 +665,7 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
             const double need = o.layers * perLayer + (std::size_t(64) << 20);
             const double freeB = double(freeDeviceBytes()) * 0.9;
             std::vector<std::unique_ptr<DeviceDecodeCache>> layers;
-            const MatrixRF q = benchQuery(batch, s, o.seed);
+            const MatrixRF q = decodeBenchQuery(batch, s, o.seed);
             std::string skipped;
             if (need > freeB) {
                 skipped = cat("needs ", need / double(1 << 30), " GiB of device memory; ", freeB / double(1 << 30),

@@ -1,6 +1,6 @@
 // gsrq_gpu built without CUDA: the decode cache and the benchmark say so.
 
-#include "gpu/decode/bench.h"
+#include "core/decode/decode_bench.h"
 #include "gpu/decode/decode.h"
 
 #include "core/base/error.h"

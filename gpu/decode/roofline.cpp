@@ -1,30 +1,14 @@
-// The parts of decode that need no device: names, split planning, shape checks, the roofline
-// arithmetic, synthetic codebooks. Built with and without CUDA, and tested on the CPU.
-
+// The parts of GPU decode that need no device: split planning, shape checks, the cost model and
+// rates. Built with and without CUDA, and tested on the CPU.
 #include "gpu/decode/roofline.h"
-#include "gpu/decode/bench.h"
 
 #include "core/base/error.h"
 #include "gpu/decode/decode_math.h"
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 namespace gsrq::gpu {
-
-const char* decodePathName(DecodePath path)
-{
-    switch (path) {
-    case DecodePath::Fp16:
-        return "fp16";
-    case DecodePath::Paper:
-        return "paper";
-    case DecodePath::Lookup:
-        return "lookup";
-    }
-    return "?";
-}
 
 SplitPlan planSplits(std::int64_t tokens, int batch, int kvHeads, int multiprocessors, std::int64_t minTokens)
 {
@@ -65,15 +49,6 @@ std::string decodeShapeProblem(const DecodeShape& s, int dim, int stages, int k)
     return {};
 }
 
-int decodeStagesForBpa(double bpa, int dim)
-{
-    const double r = bpa * dim / 8.0;
-    const int R = int(std::lround(r));
-    if (R < 1 || std::abs(r - R) > 1e-9)
-        throwInvalid("--bpa ", bpa, " with D = ", dim, " and K = 256 needs a whole number of stages (bpa · D / 8)");
-    return R;
-}
-
 DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c)
 {
     const double d = c.shape.headDim, G = double(c.shape.heads) / c.shape.kvHeads, D = c.dim, R = c.stages, K = c.k;
@@ -84,21 +59,21 @@ DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c)
     const double io = heads * d * 4.0 * 2.0; // FP32 queries in, outputs out
     DecodeCosts k;
     if (path == DecodePath::Fp16) {
-        k.hbmBytes = tokens * 4.0 * d + io; // FP16 key and value
-        k.flops = tokens * G * 4.0 * d;     // q·k and p·v per query head
+        k.memoryBytes = tokens * 4.0 * d + io; // FP16 key and value
+        k.flops = tokens * G * 4.0 * d;        // q·k and p·v per query head
         if (c.splits > 1)
-            k.hbmBytes += heads * c.splits * (d + 2.0) * 4.0 * 2.0; // partials written, read back
+            k.memoryBytes += heads * c.splits * (d + 2.0) * 4.0 * 2.0; // partials written, read back
         return k;
     }
     const double books = double(c.shape.kvHeads) * S * R * K * D * 2.0; // FP16 codewords of one of keys, values
     const double perHeadBins = S * R * K;                               // bins (or table entries) per query head
-    k.hbmBytes = tokens * 2.0 * S * bpt + 2.0 * books + io;
+    k.memoryBytes = tokens * 2.0 * S * bpt + 2.0 * books + io;
     if (path == DecodePath::Lookup) {
         // Tables (q·codeword per head), then per token R lookups and R bin updates per subspace and head.
         k.l2Bytes = double(c.batch) * 2.0 * books;      // key books for the tables, value books at the end
         k.sharedBytes = tokens * S * R * G * 4.0 * 3.0; // table read; bin read and write
         k.flops = heads * perHeadBins * D * 2.0 * 2.0 + tokens * S * R * G * 2.0;
-        k.hbmBytes += heads * c.splits * perHeadBins * 4.0 * 2.0 + heads * perHeadBins * 4.0; // weights, tables
+        k.memoryBytes += heads * c.splits * perHeadBins * 4.0 * 2.0 + heads * perHeadBins * 4.0; // weights, tables
         return k;
     }
     // Paper path: the key's R codewords gathered per token (from the L2), RoPE, the score per head.
@@ -108,12 +83,12 @@ DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c)
         k.l2Bytes += double(c.batch) * books; // value books, once per query at the end
         k.sharedBytes = tokens * S * R * G * 4.0 * 2.0;
         k.flops += tokens * S * R * G + heads * perHeadBins * D * 2.0;
-        k.hbmBytes += heads * c.splits * perHeadBins * 4.0 * 2.0;
+        k.memoryBytes += heads * c.splits * perHeadBins * 4.0 * 2.0;
     } else {
         k.l2Bytes *= 2.0; // values' codewords too
         k.flops += tokens * (S * R * D + G * 2.0 * d);
         if (c.splits > 1)
-            k.hbmBytes += heads * c.splits * (d + 2.0) * 4.0 * 2.0;
+            k.memoryBytes += heads * c.splits * (d + 2.0) * 4.0 * 2.0;
     }
     return k;
 }
@@ -121,60 +96,17 @@ DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c)
 DecodeRates decodeRates(const DeviceInfo& device, double copyBytesPerSecond, double l2Rate)
 {
     DecodeRates r;
-    r.hbm = copyBytesPerSecond > 0 ? copyBytesPerSecond : device.memoryBandwidth;
+    r.memory = copyBytesPerSecond > 0 ? copyBytesPerSecond : device.memoryBandwidth;
     r.shared = double(device.multiprocessors) * 128.0 * device.clockHz;
     r.flops = device.peakFp32Flops;
     if (l2Rate > 0) {
         r.l2 = l2Rate;
         r.l2Source = "given";
     } else {
-        r.l2 = 2.5 * r.hbm;
+        r.l2 = 2.5 * r.memory;
         r.l2Source = "estimate: 2.5 x the HBM rate";
     }
     return r;
-}
-
-Roofline roofline(const DecodeCosts& c, const DecodeRates& r)
-{
-    Roofline out;
-    auto term = [&](double amount, double rate, const char* name) {
-        if (amount <= 0 || rate <= 0)
-            return;
-        const double t = amount / rate;
-        if (t > out.seconds) {
-            out.seconds = t;
-            out.bound = name;
-        }
-    };
-    term(c.hbmBytes, r.hbm, "hbm");
-    term(c.l2Bytes, r.l2, "l2");
-    term(c.sharedBytes, r.shared, "shared");
-    term(c.flops, r.flops, "flops");
-    return out;
-}
-
-bool DecodeBenchReport::allVerified() const
-{
-    for (const auto& p : points)
-        if (p.skipped.empty() && !p.verified)
-            return false;
-    return true;
-}
-
-Codebooks syntheticDecodeBooks(const DecodeShape& s, int dim, int stages, int k, std::uint64_t seed)
-{
-    Codebooks cb;
-    cb.allocate(dim, stages, k, int(std::int64_t(s.kvHeads) * s.headDim / dim));
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<float> normal(0.f, 1.f);
-    for (int m = 0; m < cb.subspaces; ++m)
-        for (int r = 0; r < stages; ++r) {
-            const float scale = std::ldexp(1.f, -(r / 2)) / std::sqrt(float(stages));
-            auto b = cb.book(m, r);
-            for (Eigen::Index i = 0; i < b.size(); ++i)
-                b.data()[i] = normal(rng) * scale;
-        }
-    return cb;
 }
 
 } // namespace gsrq::gpu

@@ -1,9 +1,11 @@
 #pragma once
-// What one decode step over the compressed KV cache is and costs, in pure arithmetic (no device,
-// no CUDA types): the decode paths, how a context is split across blocks, which shapes the kernels
-// take, and the roofline model (bytes moved from HBM, the L2 and shared memory, and FLOPs, divided
-// by the device's rates). Built into every gsrq and tested on the CPU.
+// What one decode step over the compressed KV cache costs on a CUDA device, in pure arithmetic (no
+// device, no CUDA types): how a context is split across blocks, which shapes the kernels take, and
+// the roofline model (bytes moved from HBM, the L2 and shared memory, and FLOPs, divided by the
+// device's rates; the paths and the roofline's types are core/decode/decode_bench.h's). Built into
+// every gsrq and tested on the CPU.
 
+#include "core/decode/decode_bench.h"
 #include "core/lm/decode_cache.h"
 #include "gpu/device/device.h"
 
@@ -11,9 +13,6 @@
 #include <string>
 
 namespace gsrq::gpu {
-
-enum class DecodePath { Fp16, Paper, Lookup };
-const char* decodePathName(DecodePath path); // "fp16", "paper", "lookup"
 
 // How a context is cut for split-K decode: enough blocks (batch × kvHeads × splits) for about two
 // per multiprocessor, but no split under minTokens (each split pays a fixed cost: the lookup
@@ -28,16 +27,10 @@ SplitPlan planSplits(std::int64_t tokens, int batch, int kvHeads, int multiproce
 // multiple of 8 that divides head_dim; at most 8 query heads per KV head; R·log2 K ≤ 256 bits.
 std::string decodeShapeProblem(const DecodeShape& shape, int dim, int stages, int k);
 
-// Stages R that give `bpa` bits per activation with K = 256 (a byte per code) and subspaces of
-// `dim` features: R = bpa · dim / 8. Error(InvalidInput) naming --bpa when that is not whole.
-int decodeStagesForBpa(double bpa, int dim);
-
-// What one decode step of a path moves and computes, for the whole batch and every KV head: bytes
-// from HBM (the cache, codebooks once, queries and outputs, split partials), bytes gathered from the
-// L2 (codewords), bytes through shared memory (tables and bins, read and written) and FLOPs.
-struct DecodeCosts {
-    double hbmBytes = 0, l2Bytes = 0, sharedBytes = 0, flops = 0;
-};
+// What one decode step of a path moves and computes on a CUDA device, for the whole batch and every
+// KV head: bytes from HBM (the cache, codebooks once, queries and outputs, split partials), bytes
+// gathered from the L2 (codewords), bytes through shared memory (tables and bins, read and written)
+// and FLOPs.
 struct DecodeCostCase {
     DecodeShape shape;
     int dim = 0, stages = 0, k = 0;
@@ -48,21 +41,10 @@ struct DecodeCostCase {
 };
 DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c);
 
-// The rates a roofline divides by (per second).
-struct DecodeRates {
-    double hbm = 0, l2 = 0, shared = 0, flops = 0;
-    std::string l2Source; // where the L2 rate comes from
-};
 // HBM: the measured device-to-device copy (bytes read + written per second); shared memory: 128
 // bytes per clock per SM (32 banks of 4 bytes, the CUDA programming guide) at the peak clock; FP32:
 // the device's peak; L2: `l2Rate` when given (bytes/s, measured), else an estimate of 2.5 × the
 // HBM rate, which l2Source says.
 DecodeRates decodeRates(const DeviceInfo& device, double copyBytesPerSecond, double l2Rate = 0);
-
-struct Roofline {
-    double seconds = 0;
-    std::string bound; // "hbm", "l2", "shared" or "flops": the term that sets the time
-};
-Roofline roofline(const DecodeCosts& costs, const DecodeRates& rates);
 
 } // namespace gsrq::gpu

@@ -1,0 +1,41 @@
+#pragma once
+// The decode-latency benchmark on the CPU: contexts × batches × paths, each point checked against the
+// double reference before it is timed (caches flushed between timed runs), with its roofline beside
+// it at rates measured in the same run: DRAM and L2 read bandwidth, the lookup loop's rate on tables
+// of the run's size, and FP32 fused multiply-adds, all with the run's threads.
+
+#include "core/decode/decode_bench.h"
+
+#include <functional>
+#include <string>
+
+namespace gsrq {
+
+struct CpuRates {
+    double readBytesPerSecond = 0; // DRAM: a buffer many times the last-level cache, read by every thread
+    double l2BytesPerSecond = 0;   // a buffer per thread that fits its L2, read over and over
+    double lookupsPerSecond = 0;   // the lookup loop's table loads and bin updates, tables of the run's size
+    double flops = 0;              // FP32 fused multiply-adds, 2 FLOPs each
+};
+// Each probe runs for a fraction of a second with `threads` threads; the codebook shape sizes the
+// lookup probe's tables.
+CpuRates measureCpuRates(int threads, const DecodeShape& shape, int dim, int stages, int k);
+DecodeRates cpuDecodeRates(const CpuRates& rates);
+
+// What one decode step of a path moves and computes on the CPU, for the whole batch and every KV head.
+struct CpuDecodeCostCase {
+    DecodeShape shape;
+    int dim = 0, stages = 0, k = 0;
+    std::int64_t context = 0;
+    int batch = 1;
+};
+DecodeCosts cpuDecodeCosts(DecodePath path, const CpuDecodeCostCase& c);
+
+// Runs the sweep with options.threads threads (options.device is ignored). onPoint sees each point as
+// it is measured; stop() returning true ends the sweep between points.
+DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& options, const Codebooks& keyBooks,
+                                    const Codebooks& valueBooks, const std::string& codebookSource,
+                                    const std::function<void(const DecodeBenchPoint&)>& onPoint = {},
+                                    const std::function<bool()>& stop = {});
+
+} // namespace gsrq

@@ -1,0 +1,64 @@
+#pragma once
+// The CPU decode paths' inner loops over one (sequence, KV head) and a run of tokens, built twice:
+// for the machine the build targets (AVX2 with FMA and F16C where the compiler may use them) and
+// portable C++ (every x86-64 and other CPUs; also what the tests hold the vector code to). The cache,
+// threads, splits and combine are cpu_decode.cpp's.
+//
+// Scores are in log2 units: the caller folds log2(e)/√head_dim into the queries (or tables), and
+// softmax weights are exp2(score − reference). The reference is raised only when a score exceeds it by
+// more than kLazyRescale (a factor of 2^8 in the weights, far from FP32's range), so the running sums
+// and bins are rescaled a few times per context instead of at every new maximum; the final division
+// by the weights' sum makes the result independent of the reference.
+
+#include <cstdint>
+
+namespace gsrq::cpudecode {
+
+inline constexpr float kLazyRescale = 8.0f;
+
+struct HeadDims {
+    int G = 1;  // query heads per KV head (1..8)
+    int Gp = 4; // lanes of a table entry or bin: 4 for G ≤ 4, else 8 (a group's entries in one load)
+    int hd = 0; // head_dim, a multiple of 8
+    int D = 0;  // subspace width, a multiple of 8 dividing head_dim
+    int P = 1;  // subspaces per head: hd / D
+    int R = 0;  // stages
+    int K = 0;  // codewords per stage, ≤ 256
+};
+
+// Codes of one KV head, one byte per code: code(t, p, r) = data[t·tokenStride + p·subspaceStride + r].
+struct CodeView {
+    const std::uint8_t* data = nullptr;
+    std::int64_t tokenStride = 0, subspaceStride = 0;
+};
+
+struct Kernels {
+    const char* isa; // "avx2+fma+f16c" or "portable"
+    // FP16 flash-decoding over n rows of keys and values (head_dim halves each, consecutive), for the
+    // G query heads of the group (q: G × hd, scaled); m, l (G) and acc (G × hd) carry the running
+    // reference, weight sum and unnormalised output (start: −inf, 0, 0).
+    void (*fp16)(const HeadDims& d, const std::uint16_t* keys, const std::uint16_t* values, std::int64_t n,
+                 const float* q, float* m, float* l, float* acc);
+    // Lookup tables of q · codeword for every (subspace of the head, stage, codeword): books are the
+    // head's P × R × K × D halves; T is P × R × K × Gp floats (lanes past G are zero).
+    void (*tables)(const HeadDims& d, const float* q, const std::uint16_t* books, float* T);
+    // Lookup path over n tokens: scores as sums of table entries, softmax weights binned by value
+    // codeword into W (P × R × K × Gp); m, l have Gp lanes.
+    void (*lookup)(const HeadDims& d, const float* T, CodeView keys, CodeView values, std::int64_t n, float* m,
+                   float* l, float* W);
+    // Paper path over n tokens: each key decoded from its R codewords (books: the head's key codebooks),
+    // rotated by RoPE (rope: n × hd/2 pairs of cos, sin), dotted with q (G × hd, rotated and scaled);
+    // values binned as in lookup.
+    void (*paper)(const HeadDims& d, const float* q, const std::uint16_t* books, const float* rope, CodeView keys,
+                  CodeView values, std::int64_t n, float* m, float* l, float* W);
+    // out (G × hd) = Σ over (subspace, stage, codeword) of W's weight times the value codeword.
+    void (*values)(const HeadDims& d, const float* W, const std::uint16_t* books, float* out);
+    // 12 independent chains of 8-wide fused multiply-adds, `iterations` long (2 · 96 FLOPs each): the
+    // FP32 rate a roofline divides by. Returns a sum so the work is not optimised away.
+    float (*fmaLoop)(std::int64_t iterations);
+};
+
+const Kernels& nativeKernels();   // vector code where the build's target has AVX2, FMA and F16C
+const Kernels& portableKernels(); // plain C++
+
+} // namespace gsrq::cpudecode

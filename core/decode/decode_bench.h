@@ -1,0 +1,110 @@
+#pragma once
+// The decode-latency benchmark's plain data, the same for every backend (the CPU's, core/decode/
+// cpu_decode.h; a CUDA device's, gpu/decode/decode.h): the decode paths, what a step moves and
+// computes, the rates a roofline divides by, and the sweep's options, points and report. Recorded by
+// core/jobs; drawn by the Latency page.
+
+#include "core/cluster/quantizer.h"
+#include "core/lm/decode_cache.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gsrq {
+
+enum class DecodePath { Fp16, Paper, Lookup };
+const char* decodePathName(DecodePath path); // "fp16", "paper", "lookup"
+
+enum class DecodeBackend { Cpu, Cuda };
+const char* decodeBackendName(DecodeBackend backend); // "cpu", "cuda"
+
+// What one decode step of a path moves and computes, for the whole batch and every KV head: bytes
+// from memory (HBM on a GPU, DRAM on the CPU: the cache, codebooks once, queries and outputs, split
+// partials), bytes from the L2 (codewords gathered), bytes through a GPU's shared memory, table
+// lookups (the CPU's lookup path: one load or read-modify-write of a group's table entry) and FLOPs.
+struct DecodeCosts {
+    double memoryBytes = 0, l2Bytes = 0, sharedBytes = 0, lookups = 0, flops = 0;
+};
+
+// The rates a roofline divides by (per second); a rate of 0 leaves its term out.
+struct DecodeRates {
+    double memory = 0, l2 = 0, shared = 0, lookups = 0, flops = 0;
+    std::string memoryName = "hbm"; // what the memory term is called in a bound: "hbm" or "dram"
+    std::string l2Source;           // where the L2 rate comes from
+};
+
+struct Roofline {
+    double seconds = 0;
+    std::string bound; // the term that sets the time: the memory's name, "l2", "shared", "lookups" or "flops"
+};
+Roofline roofline(const DecodeCosts& costs, const DecodeRates& rates);
+
+struct DecodeBenchOptions {
+    DecodeBackend backend = DecodeBackend::Cuda;
+    DecodeShape shape{32, 8, 128};
+    double ropeTheta = 10000;
+    int layers = 1;
+    std::vector<std::int64_t> contexts{1024, 8192, 32768, 65536, 131072};
+    std::vector<int> batches{1, 8, 16, 32};
+    int device = 0;            // CUDA device index
+    int threads = 0;           // CPU threads; 0: one per core
+    int reps = 25, warmup = 5; // timed runs (median) and untimed ones first
+    std::uint64_t seed = 1;
+    bool verify = true;
+    double l2BytesPerSecond = 0; // a GPU L2's rate for the rooflines, when measured (else estimated)
+    std::vector<DecodePath> paths{DecodePath::Fp16, DecodePath::Paper, DecodePath::Lookup};
+};
+
+struct DecodeBenchPoint {
+    std::int64_t context = 0;
+    int batch = 0;
+    DecodePath path = DecodePath::Fp16;
+    std::string skipped; // why the point did not run (memory, shape); the rest is then unset
+    double seconds = 0;  // median per layer and decode step
+    double minSeconds = 0, maxSeconds = 0;
+    double bytes = 0; // bytes the step must read at least (cache, codebooks, queries)
+    double bytesPerSecond = 0;
+    double relError = -1; // ‖out − ref‖ / ‖ref‖ against the double reference (sequence 0); −1: not verified
+    bool verified = false;
+    double speedupVsFp16 = 0; // the FP16 path's time over this path's (0 when not timed)
+    int splits = 0;
+    DecodeCosts costs;           // the path's model
+    Roofline roofline;           // its time at the machine's rates
+    double rooflineFraction = 0; // roofline time over the measured time (1: at the roofline)
+    bool paperBins = false;      // paper path: values through per-codeword weights
+};
+
+struct DecodeBenchReport {
+    DecodeBackend backend = DecodeBackend::Cuda;
+    std::string device;            // "NVIDIA H100 (device 0)", or the CPU's model name
+    double nominalBandwidth = 0;   // a GPU's nominal memory bandwidth (bytes/s), when known
+    double copyBytesPerSecond = 0; // GPU: measured device-to-device copy (bytes read + written per second)
+    double readBytesPerSecond = 0; // CPU: measured read bandwidth with the run's threads
+    int threads = 0;               // CPU threads
+    std::string isa;               // CPU: the instruction set the kernels were built for
+    double appendSeconds = 0;      // quantize-and-pack of one token per sequence (batch of the first point)
+    DecodeRates rates;             // the rooflines' rates
+    int dim = 0, stages = 0, k = 0;
+    std::string codebookSource; // the file, or "synthetic"
+    std::vector<DecodeBenchPoint> points;
+    bool allVerified() const; // no point that was checked failed (--no-verify checks none)
+};
+
+// Verification tolerance on the relative output error: FP32 accumulation over FP16 data lands near
+// 1e-6..1e-5; 1e-3 leaves room for a fast exp2 and long contexts, and catches any indexing error.
+inline constexpr double kDecodeTolerance = 1e-3;
+
+// Synthetic codebooks for the benchmark when none are given: Gaussian codewords whose scale halves
+// every two stages, like trained residual stages (the timing does not depend on their values).
+Codebooks syntheticDecodeBooks(const DecodeShape& shape, int dim, int stages, int k, std::uint64_t seed);
+
+// Stages R that give `bpa` bits per activation with K = 256 (a byte per code) and subspaces of
+// `dim` features: R = bpa · dim / 8. Error(InvalidInput) naming --bpa when that is not whole.
+int decodeStagesForBpa(double bpa, int dim);
+
+// The query of sequence b of a benchmark batch: depends on (seed, b) only, so sequence 0's is the
+// same in every batch size and its reference is computed once per context.
+MatrixRF decodeBenchQuery(int batch, const DecodeShape& shape, std::uint64_t seed);
+
+} // namespace gsrq
