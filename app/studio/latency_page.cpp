@@ -174,18 +174,19 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     connect(refreshButton, &QPushButton::clicked, this, &LatencyPage::refresh);
     connect(m_run, &QPushButton::clicked, this, &LatencyPage::start);
     connect(m_cancel, &QPushButton::clicked, this, [this] { m_ctx.runner().cancel(); });
-    auto onEnd = [this](int id) {
+    auto onEnd = [this](int id, bool ok) {
         if (id != m_job)
             return;
         m_run->setEnabled(true);
         m_cancel->setEnabled(false);
+        emit runFinished(ok);
     };
-    connect(&m_ctx.runner(), &JobRunner::finished, this, onEnd);
-    connect(&m_ctx.runner(), &JobRunner::cancelled, this, onEnd);
+    connect(&m_ctx.runner(), &JobRunner::finished, this, [onEnd](int id) { onEnd(id, true); });
+    connect(&m_ctx.runner(), &JobRunner::cancelled, this, [onEnd](int id) { onEnd(id, false); });
     connect(&m_ctx.runner(), &JobRunner::failed, this, [this, onEnd](int id, const QString& msg) {
         if (id == m_job)
             m_log->appendPlainText(tr("failed: %1").arg(msg));
-        onEnd(id);
+        onEnd(id, false);
     });
 }
 

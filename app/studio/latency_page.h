@@ -34,6 +34,9 @@ public:
     QComboBox* backendBox() const { return m_backend; }
     QTableWidget* speedQualityTable() const { return m_table; }
 
+signals:
+    void runFinished(bool ok); // the sweep Run started ended: finished (true), cancelled or failed
+
 private:
     void start();
     void backendChanged();

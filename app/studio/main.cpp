@@ -1,13 +1,14 @@
 // gsrq-studio: the desktop face of GSRQ Studio.
 //   gsrq-studio [DUMP]
 //   gsrq-studio --screenshot FILE.png [--page NAME] [--open DUMP] [--tensor NAME] [--store FILE]
-//               [--run model|compare|train|sweep|paper-check] [--select IDS] [--report FILE]
+//               [--run model|compare|train|sweep|paper-check|latency] [--select IDS] [--report FILE]
 // --screenshot renders a page (after a job, with --run) to a PNG and exits: 0 on success.
 // --report writes the report File ▸ Export report writes (.html, .pdf; .png: a picture of its top)
 // and exits; it goes with or without --screenshot.
 
 #include "compare_page.h"
 #include "dataset_page.h"
+#include "latency_page.h"
 #include "main_window.h"
 #include "model_page.h"
 #include "runs_page.h"
@@ -67,6 +68,10 @@ bool runAndWait(MainWindow& w, const QString& job, const QString& tensor)
             page->tensorBox()->setCurrentText(tensor);
         QObject::connect(page, &SweepsPage::runFinished, &loop, done);
         page->runButton()->click();
+    } else if (job == "latency") {
+        auto* page = w.latencyPage();
+        QObject::connect(page, &LatencyPage::runFinished, &loop, done);
+        page->runButton()->click();
     } else if (job == "paper-check") {
         auto* page = w.sweepsPage();
         QObject::connect(page, &SweepsPage::runFinished, &loop, done);
@@ -95,8 +100,8 @@ int main(int argc, char** argv)
     QCommandLineOption page("page", "Page to show: dataset, model, compare, sweeps, train, weights, runs, latency",
                             "NAME", "dataset");
     QCommandLineOption open("open", "KV dump to open", "DUMP");
-    QCommandLineOption run("run", "Run a job before the screenshot: model, compare, train, sweep or paper-check",
-                           "JOB");
+    QCommandLineOption run(
+        "run", "Run a job before the screenshot: model, compare, train, sweep, paper-check or latency", "JOB");
     QCommandLineOption tensor("tensor", "Tensor for --run compare, or tensor globs (model, train)", "NAME");
     QCommandLineOption store("store", "Run store to use instead of the configured one", "FILE");
     QCommandLineOption select("select", "Runs page: select these runs, e.g. 1,2", "IDS");

@@ -522,84 +522,103 @@ void CpuDecodeCache::Impl::step(DecodePath path)
     const Kernels& k = *kernels;
     const std::size_t booksPerHead = std::size_t(headBooks());
 
+    const auto buildTables = [&](std::int64_t i) {
+        const int b = int(i / H), h = int(i % H);
+        k.tables(d, qs.data() + (std::size_t(b) * s.heads + std::size_t(h) * G) * hd,
+                 kbh.data() + std::size_t(h) * booksPerHead, tables.data() + std::size_t(i) * binsPerItem());
+    };
+    const auto partial = [&](std::int64_t i) {
+        const std::int64_t head = i / S;
+        const int b = int(head / H), h = int(head % H), sp = int(i % S);
+        const std::int64_t t0 = sp * per, t1 = std::min(tokens, t0 + per);
+        if (t1 <= t0)
+            return;
+        const float* qh = qs.data() + (std::size_t(b) * s.heads + std::size_t(h) * G) * hd;
+        float* mi = pm.data() + std::size_t(i) * lanes;
+        float* li = pl.data() + std::size_t(i) * lanes;
+        float* ai = acc.data() + std::size_t(i) * accPer;
+        if (path == DecodePath::Fp16) {
+            const std::size_t base = (std::size_t(h) * cfg.capacity + std::size_t(t0)) * hd;
+            k.fp16(d, k16[std::size_t(b)].data() + base, v16[std::size_t(b)].data() + base, t1 - t0, qh, mi, li, ai);
+            return;
+        }
+        const CodeView vv = view(vc[std::size_t(b)], h, t0, t1, std::size_t(i), true);
+        const CodeView kv = view(kc[std::size_t(b)], h, t0, t1, std::size_t(i), false);
+        if (path == DecodePath::Lookup)
+            k.lookup(d, tables.data() + std::size_t(head) * binsPerItem(), kv, vv, t1 - t0, mi, li, ai);
+        else
+            k.paper(d, qh, kbh.data() + std::size_t(h) * booksPerHead, rope.data() + std::size_t(t0) * hd, kv, vv,
+                    t1 - t0, mi, li, ai);
+    };
+    // Combine: each split's sums and outputs (or bins) scaled to the largest reference; the binned
+    // paths then take their one product with the value codebooks.
+    const auto combine = [&](std::int64_t i) {
+        const int b = int(i / H), h = int(i % H);
+        const std::size_t first = std::size_t(i) * S;
+        float mx[8], total[8], f[8];
+        for (int g = 0; g < lanes; ++g) {
+            mx[g] = -std::numeric_limits<float>::infinity();
+            for (int sp = 0; sp < S; ++sp)
+                mx[g] = std::max(mx[g], pm[(first + sp) * lanes + g]);
+            total[g] = 0;
+        }
+        float* a0 = acc.data() + first * accPer;
+        if (S == 1) {
+            for (int g = 0; g < lanes; ++g)
+                total[g] = pl[first * lanes + g];
+        } else {
+            for (int sp = 0; sp < S; ++sp) {
+                const std::size_t it = first + sp;
+                for (int g = 0; g < lanes; ++g) {
+                    const float mv = pm[it * lanes + g];
+                    f[g] = mv == -std::numeric_limits<float>::infinity() ? 0.f : std::exp2(mv - mx[g]);
+                    total[g] += f[g] * pl[it * lanes + g];
+                }
+                const float* a = acc.data() + it * accPer;
+                // Bins hold a group's lanes innermost; FP16 outputs are head by head.
+                const std::size_t inner = bins ? std::size_t(lanes) : 1, run = bins ? 1 : std::size_t(hd);
+                for (std::size_t e = 0; e < accPer; ++e) {
+                    const float v = a[e] * f[bins ? e % inner : e / run];
+                    a0[e] = sp == 0 ? v : a0[e] + v;
+                }
+            }
+        }
+        float* o = out.data() + (std::size_t(b) * s.heads + std::size_t(h) * G) * hd;
+        if (bins)
+            k.values(d, a0, vbh.data() + std::size_t(h) * booksPerHead, o);
+        else
+            std::copy(a0, a0 + std::size_t(G) * hd, o);
+        for (int g = 0; g < G; ++g)
+            for (int j = 0; j < hd; ++j)
+                o[std::size_t(g) * hd + j] /= total[g];
+    };
+
+    if (S == 1) {
+        // One task per (sequence, KV head): its table, its tokens, its combine. Threads drift apart
+        // over the tasks, so one streams a head's codebooks from memory while another runs its
+        // tokens' lookups, instead of all waiting on memory at once between barriers.
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+        for (std::int64_t i = 0; i < heads; ++i) {
+            if (path == DecodePath::Lookup)
+                buildTables(i);
+            partial(i);
+            combine(i);
+        }
+        return;
+    }
 #pragma omp parallel num_threads(threads)
     {
         if (path == DecodePath::Lookup) {
 #pragma omp for schedule(static)
-            for (std::int64_t i = 0; i < heads; ++i) {
-                const int b = int(i / H), h = int(i % H);
-                k.tables(d, qs.data() + (std::size_t(b) * s.heads + std::size_t(h) * G) * hd,
-                         kbh.data() + std::size_t(h) * booksPerHead, tables.data() + std::size_t(i) * binsPerItem());
-            }
+            for (std::int64_t i = 0; i < heads; ++i)
+                buildTables(i);
         }
 #pragma omp for schedule(dynamic, 1)
-        for (std::int64_t i = 0; i < items; ++i) {
-            const std::int64_t head = i / S;
-            const int b = int(head / H), h = int(head % H), sp = int(i % S);
-            const std::int64_t t0 = sp * per, t1 = std::min(tokens, t0 + per);
-            if (t1 <= t0)
-                continue;
-            const float* qh = qs.data() + (std::size_t(b) * s.heads + std::size_t(h) * G) * hd;
-            float* mi = pm.data() + std::size_t(i) * lanes;
-            float* li = pl.data() + std::size_t(i) * lanes;
-            float* ai = acc.data() + std::size_t(i) * accPer;
-            if (path == DecodePath::Fp16) {
-                const std::size_t base = (std::size_t(h) * cfg.capacity + std::size_t(t0)) * hd;
-                k.fp16(d, k16[std::size_t(b)].data() + base, v16[std::size_t(b)].data() + base, t1 - t0, qh, mi, li,
-                       ai);
-                continue;
-            }
-            const CodeView vv = view(vc[std::size_t(b)], h, t0, t1, std::size_t(i), true);
-            const CodeView kv = view(kc[std::size_t(b)], h, t0, t1, std::size_t(i), false);
-            if (path == DecodePath::Lookup)
-                k.lookup(d, tables.data() + std::size_t(head) * binsPerItem(), kv, vv, t1 - t0, mi, li, ai);
-            else
-                k.paper(d, qh, kbh.data() + std::size_t(h) * booksPerHead, rope.data() + std::size_t(t0) * hd, kv, vv,
-                        t1 - t0, mi, li, ai);
-        }
-        // Combine: each split's sums and outputs (or bins) scaled to the largest reference.
+        for (std::int64_t i = 0; i < items; ++i)
+            partial(i);
 #pragma omp for schedule(static)
-        for (std::int64_t i = 0; i < heads; ++i) {
-            const int b = int(i / H), h = int(i % H);
-            const std::size_t first = std::size_t(i) * S;
-            float mx[8], total[8], f[8];
-            for (int g = 0; g < lanes; ++g) {
-                mx[g] = -std::numeric_limits<float>::infinity();
-                for (int sp = 0; sp < S; ++sp)
-                    mx[g] = std::max(mx[g], pm[(first + sp) * lanes + g]);
-                total[g] = 0;
-            }
-            float* a0 = acc.data() + first * accPer;
-            if (S == 1) {
-                for (int g = 0; g < lanes; ++g)
-                    total[g] = pl[first * lanes + g];
-            } else {
-                for (int sp = 0; sp < S; ++sp) {
-                    const std::size_t it = first + sp;
-                    for (int g = 0; g < lanes; ++g) {
-                        const float mv = pm[it * lanes + g];
-                        f[g] = mv == -std::numeric_limits<float>::infinity() ? 0.f : std::exp2(mv - mx[g]);
-                        total[g] += f[g] * pl[it * lanes + g];
-                    }
-                    const float* a = acc.data() + it * accPer;
-                    // Bins hold a group's lanes innermost; FP16 outputs are head by head.
-                    const std::size_t inner = bins ? std::size_t(lanes) : 1, run = bins ? 1 : std::size_t(hd);
-                    for (std::size_t e = 0; e < accPer; ++e) {
-                        const float v = a[e] * f[bins ? e % inner : e / run];
-                        a0[e] = sp == 0 ? v : a0[e] + v;
-                    }
-                }
-            }
-            float* o = out.data() + (std::size_t(b) * s.heads + std::size_t(h) * G) * hd;
-            if (bins) {
-                k.values(d, a0, vbh.data() + std::size_t(h) * booksPerHead, o);
-            } else {
-                std::copy(a0, a0 + std::size_t(G) * hd, o);
-            }
-            for (int g = 0; g < G; ++g)
-                for (int j = 0; j < hd; ++j)
-                    o[std::size_t(g) * hd + j] /= total[g];
-        }
+        for (std::int64_t i = 0; i < heads; ++i)
+            combine(i);
     }
 }
 

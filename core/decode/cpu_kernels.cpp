@@ -50,11 +50,12 @@ struct V8 {
         a = _mm_add_ss(a, _mm_movehdup_ps(a));
         return _mm_cvtss_f32(a);
     }
-    // The sums of eight vectors, as one vector (element i: the sum of a[i]'s elements).
-    static V8 sum8(const V8* a)
+    // The sums of eight vectors, as one vector (element i: the sum of ai's elements). By value: an
+    // array passed by address would keep the callers' accumulators in memory, not registers.
+    static V8 sum8(V8 a0, V8 a1, V8 a2, V8 a3, V8 a4, V8 a5, V8 a6, V8 a7)
     {
-        const __m256 t0 = _mm256_hadd_ps(a[0].v, a[1].v), t1 = _mm256_hadd_ps(a[2].v, a[3].v);
-        const __m256 t2 = _mm256_hadd_ps(a[4].v, a[5].v), t3 = _mm256_hadd_ps(a[6].v, a[7].v);
+        const __m256 t0 = _mm256_hadd_ps(a0.v, a1.v), t1 = _mm256_hadd_ps(a2.v, a3.v);
+        const __m256 t2 = _mm256_hadd_ps(a4.v, a5.v), t3 = _mm256_hadd_ps(a6.v, a7.v);
         const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
         return {_mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31))};
     }
@@ -172,8 +173,9 @@ template <int N> struct Arr {
             s += x;
         return s;
     }
-    static Arr sum8(const Arr* a)
+    static Arr sum8(Arr a0, Arr a1, Arr a2, Arr a3, Arr a4, Arr a5, Arr a6, Arr a7)
     {
+        const Arr a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
         Arr r;
         for (int i = 0; i < N; ++i)
             r.v[i] = a[i].sum();
@@ -235,7 +237,7 @@ template <int G> constexpr int chunksPerPass()
 // ---- FP16 flash-decoding ----
 
 constexpr int kFp16Block = 32;
-constexpr int kPrefetchRows = 160;
+constexpr int kPrefetchRows = 96;
 
 // Prefetches one FP16 row of n halves, a cache line (32 halves) at a time.
 inline void prefetchRow(const std::uint16_t* row, int n)
@@ -291,13 +293,16 @@ void fp16Group(const HeadDims& d, const std::uint16_t* keys, const std::uint16_t
                     prefetchRow(kb + std::size_t(t + i + kPrefetchRows) * hd, hd);
                 prefetchRow(vb + std::size_t(t + i) * hd, hd);
             }
+            const std::uint16_t* rows[TOK];
+            for (int i = 0; i < TOK; ++i) // past the block's end: its last row again, the sum unused
+                rows[i] = kb + std::size_t(t + std::min(i, nt - 1)) * hd;
             V8 a[8];
             for (int i = 0; i < 8; ++i)
                 a[i] = V8::zero();
             for (int c = 0; c < C; ++c) {
                 V8 kv[TOK];
                 for (int i = 0; i < TOK; ++i)
-                    kv[i] = V8::loadHalf(kb + std::size_t(t + std::min(i, nt - 1)) * hd + c * 8);
+                    kv[i] = V8::loadHalf(rows[i] + c * 8);
                 for (int g = 0; g < G; ++g) {
                     const V8 qg = V8::load(q + std::size_t(g) * hd + c * 8);
                     for (int i = 0; i < TOK; ++i)
@@ -305,7 +310,7 @@ void fp16Group(const HeadDims& d, const std::uint16_t* keys, const std::uint16_t
                 }
             }
             alignas(32) float sums[8];
-            V8::sum8(a).store(sums);
+            V8::sum8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]).store(sums);
             for (int i = 0; i < nt; ++i)
                 for (int g = 0; g < G; ++g)
                     s[g][t + i] = sums[i * G + g];
@@ -368,7 +373,7 @@ template <int G> void tablesGroup(const HeadDims& d, const float* q, const std::
             }
         }
         alignas(32) float sums[8];
-        V8::sum8(a).store(sums);
+        V8::sum8(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]).store(sums);
         for (int w = 0; w < nw; ++w) {
             float* t = T + std::size_t(i + w) * d.Gp;
             for (int g = 0; g < G; ++g)
