@@ -2,6 +2,7 @@
 
 #include "core/base/error.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -79,6 +80,18 @@ std::string selfExe(const std::string& fallback)
     std::error_code ec;
     const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
     return ec ? fallback : p.string();
+}
+
+double availableMemoryBytes()
+{
+    const long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? double(pages) * double(size) : 0.0;
+}
+
+std::size_t lastLevelCacheBytes()
+{
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return std::size_t(std::max({l3, l2, 8L << 20}));
 }
 
 } // namespace gsrq

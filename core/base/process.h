@@ -1,8 +1,9 @@
 #pragma once
 // This process and its host: the clock as the run store writes it, host and process identity (so a
 // store can tell a run whose process died from one still running), random ids, and the running
-// executable. Thread-safety: every function may be called from any thread.
+// executable, the memory and caches it has. Thread-safety: every function may be called from any thread.
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -21,5 +22,10 @@ std::string randomHex(int chars);
 
 // The absolute path of the running executable (/proc/self/exe), or `fallback` when unreadable.
 std::string selfExe(const std::string& fallback);
+
+// Memory the system has free now, in bytes (0 when it cannot tell).
+double availableMemoryBytes();
+// The largest data cache a core sees (the last level), in bytes; 8 MiB when the system does not say.
+std::size_t lastLevelCacheBytes();
 
 } // namespace gsrq

@@ -3,13 +3,13 @@
 #include "core/decode/cpu_bench.h"
 
 #include "core/base/error.h"
+#include "core/base/process.h"
 #include "core/base/stats.h"
 #include "core/decode/cpu_decode.h"
 #include "core/decode/cpu_kernels.h"
 #include "core/lm/rope.h"
 
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -26,12 +26,6 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0)
 {
     return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-std::size_t lastLevelCacheBytes()
-{
-    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    return std::size_t(std::max({l3, l2, 8L << 20}));
 }
 
 // Reads `bytes` of `buf` split across the threads, folding 64-bit words with XOR (which the compiler
@@ -203,23 +197,6 @@ DecodeCosts cpuDecodeCosts(DecodePath path, const CpuDecodeCostCase& c)
     return k;
 }
 
-namespace {
-
-double relError(const Eigen::VectorXd& out, const Eigen::VectorXd& ref)
-{
-    if (!out.allFinite())
-        return std::numeric_limits<double>::infinity();
-    return (out - ref).norm() / std::max(ref.norm(), 1e-300);
-}
-
-double availableMemoryBytes()
-{
-    const long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-    return pages > 0 && size > 0 ? double(pages) * double(size) : 0.0;
-}
-
-} // namespace
-
 DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks& keyBooks, const Codebooks& valueBooks,
                                     const std::string& source,
                                     const std::function<void(const DecodeBenchPoint&)>& onPoint,
@@ -247,7 +224,6 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
     const auto& s = o.shape;
     const int M = keyBooks.subspaces;
     const int bpt = PackedCodes::bytesFor(keyBooks.stages, PackedCodes::bitsFor(keyBooks.k));
-    const double bookBytes = 2.0 * double(keyBooks.data.size()) * 2.0; // keys and values, FP16
     const auto invFreq = ropeInvFreq(o.ropeTheta, s.headDim);
     // Cache flush: reading twice the last-level cache evicts what the last run left there. Read, not
     // written: dirty lines would have to be written back during the timed run, charging it for the flush.
@@ -302,26 +278,9 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
                 if (o.verify) {
                     const MatrixRF out = c0.decode(path, q);
                     auto& ref = refs[{ctx, int(path)}];
-                    if (ref.size() == 0) {
-                        const Eigen::VectorXf q0 = q.row(0).transpose();
-                        if (path == DecodePath::Fp16) {
-                            ref = naiveAttention(q0.cast<double>(), c0.fp16Keys(0).cast<double>(),
-                                                 c0.fp16Values(0).cast<double>(), s);
-                        } else if (path == DecodePath::Paper) {
-                            std::vector<std::int64_t> pos(std::size_t(c0.tokens()));
-                            for (std::size_t t = 0; t < pos.size(); ++t)
-                                pos[t] = std::int64_t(t);
-                            ref = decodeAttention(q0, c0.tokens(), c0.keyCodes(0), c0.keyBooks16(), c0.valueCodes(0),
-                                                  c0.valueBooks16(), pos, invFreq, s);
-                        } else {
-                            ref = lookupAttention(q0, c0.keyCodes(0), c0.keyBooks16(), c0.valueCodes(0),
-                                                  c0.valueBooks16(), s);
-                        }
-                    }
-                    p.relError = relError(out.row(0).transpose().cast<double>(), ref);
-                    p.verified = p.relError <= kDecodeTolerance;
-                    if (!p.verified) {
-                        p.skipped = cat("failed verification: relative error ", p.relError, " > ", kDecodeTolerance);
+                    if (ref.size() == 0)
+                        ref = decodeReference(c0, path, q.row(0).transpose(), s, invFreq);
+                    if (!verifyDecodePoint(p, out, ref)) {
                         rep.points.push_back(p);
                         if (onPoint)
                             onPoint(p);
@@ -344,18 +303,7 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
                     if (stop && stop())
                         break;
                 }
-                std::sort(t.begin(), t.end());
-                p.seconds = median(t);
-                p.minSeconds = t.front();
-                p.maxSeconds = t.back();
-                const double qo = 2.0 * batch * s.heads * s.headDim * 4.0;
-                p.bytes = path == DecodePath::Fp16 ? double(batch) * ctx * s.kvHeads * s.headDim * 4.0 + qo
-                                                   : double(batch) * ctx * M * bpt * 2.0 + bookBytes + qo;
-                p.bytesPerSecond = p.bytes / p.seconds;
-                if (path == DecodePath::Fp16)
-                    fp16Seconds = p.seconds;
-                if (fp16Seconds > 0)
-                    p.speedupVsFp16 = fp16Seconds / p.seconds;
+                timeDecodePoint(p, t, decodeStepBytes(path, s, keyBooks, ctx, batch), fp16Seconds);
                 p.paperBins = path == DecodePath::Paper;
                 p.costs = cpuDecodeCosts(path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch});
                 p.roofline = roofline(p.costs, rep.rates);

@@ -4,13 +4,13 @@
 #include "core/decode/cpu_decode.h"
 
 #include "core/base/error.h"
+#include "core/base/process.h"
 #include "core/base/stats.h"
 #include "core/decode/cpu_kernels.h"
 #include "core/lm/rope.h"
 
 #include <omp.h>
 #include <sched.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -37,14 +37,6 @@ float halfValue(std::uint16_t b)
     return float(Eigen::numext::bit_cast<Eigen::half>(b));
 }
 
-Codebooks roundedToHalf(const Codebooks& cb)
-{
-    Codebooks r = cb;
-    for (float& v : r.data)
-        v = float(Eigen::half(v));
-    return r;
-}
-
 std::vector<std::uint16_t> halves(const Codebooks& cb)
 {
     std::vector<std::uint16_t> h(cb.data.size());
@@ -56,12 +48,6 @@ std::vector<std::uint16_t> halves(const Codebooks& cb)
 // A split pays fixed costs (the lookup path's table, the bins zeroed and merged), so none is shorter.
 constexpr std::int64_t kMinFp16SplitTokens = 512;
 constexpr std::int64_t kMinBinSplitTokens = 2048;
-
-double availableMemoryBytes()
-{
-    const long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-    return pages > 0 && size > 0 ? double(pages) * double(size) : 0.0;
-}
 
 } // namespace
 
@@ -234,12 +220,8 @@ CpuDecodeCache::CpuDecodeCache(const CpuDecodeConfig& config, const Codebooks& k
     const DecodeShape& s = config.shape;
     if (const auto why = cpuDecodeShapeProblem(s, keyBooks.dim, keyBooks.stages, keyBooks.k); !why.empty())
         throwInvalid(why);
+    checkDecodeBooks(s, keyBooks, valueBooks);
     const std::int64_t F = std::int64_t(s.kvHeads) * s.headDim;
-    if (keyBooks.features() != F || valueBooks.features() != F)
-        throwInvalid("the codebooks cover ", keyBooks.features(), " (keys) and ", valueBooks.features(),
-                     " (values) features; kv-heads × head-dim = ", F);
-    if (valueBooks.dim != keyBooks.dim || valueBooks.stages != keyBooks.stages || valueBooks.k != keyBooks.k)
-        throwInvalid("key and value codebooks differ in D, R or K; the decode paths take one shape for both");
     if (config.batch < 1 || config.capacity < 1)
         throwInvalid("batch ", config.batch, " and capacity ", config.capacity, " must be positive");
     if (config.threads < 0)
@@ -269,8 +251,8 @@ CpuDecodeCache::CpuDecodeCache(const CpuDecodeConfig& config, const Codebooks& k
     m->valueBooks = valueBooks;
     m->keyNorms = codewordNorms(keyBooks);
     m->valueNorms = codewordNorms(valueBooks);
-    m->kb16 = roundedToHalf(keyBooks);
-    m->vb16 = roundedToHalf(valueBooks);
+    m->kb16 = codebooksRoundedToHalf(keyBooks);
+    m->vb16 = codebooksRoundedToHalf(valueBooks);
     m->kbh = halves(keyBooks);
     m->vbh = halves(valueBooks);
     PackedCodes empty;

@@ -396,10 +396,14 @@ constexpr int kBinBlock = 64;
 
 // s: bt × Gp scores of a block; turns them into weights against the lazily raised reference m, adds
 // them to l and to the bins of each token's value codewords.
-template <int Gp> void binBlock(const HeadDims& d, float* s, int bt, CodeView vc, float* m, float* l, float* W)
+// RC, KC: the stages and codewords when known at compile time (0: read from d), so the common shapes'
+// table and bin offsets become constants of the loads' addresses.
+template <int Gp, int RC = 0, int KC = 0>
+void binBlock(const HeadDims& d, float* s, int bt, CodeView vc, float* m, float* l, float* W)
 {
     using L = Lanes<Gp>;
-    const std::int64_t stage = std::int64_t(d.K) * Gp;
+    const int R = RC ? RC : d.R, K = KC ? KC : d.K;
+    const std::int64_t stage = std::int64_t(K) * Gp;
     L bmax = L::load(s);
     for (int t = 1; t < bt; ++t)
         bmax = L::max(bmax, L::load(s + std::size_t(t) * Gp));
@@ -417,7 +421,7 @@ template <int Gp> void binBlock(const HeadDims& d, float* s, int bt, CodeView vc
     }
     if (raise) {
         const L sv = L::load(scale);
-        const std::int64_t bins = std::int64_t(d.P) * d.R * d.K;
+        const std::int64_t bins = std::int64_t(d.P) * R * K;
         for (std::int64_t i = 0; i < bins; ++i)
             (L::load(W + i * Gp) * sv).store(W + i * Gp);
     }
@@ -436,8 +440,8 @@ template <int Gp> void binBlock(const HeadDims& d, float* s, int bt, CodeView vc
         const std::uint8_t* c = vc.data + t * vc.tokenStride;
         for (int p = 0; p < d.P; ++p) {
             const std::uint8_t* cp = c + p * vc.subspaceStride;
-            float* Wp = W + std::size_t(p) * d.R * stage;
-            for (int r = 0; r < d.R; ++r) {
+            float* Wp = W + std::size_t(p) * R * stage;
+            for (int r = 0; r < R; ++r) {
                 float* bin = Wp + r * stage + std::int64_t(cp[r]) * Gp;
                 (L::load(bin) + w).store(bin);
             }
@@ -446,12 +450,13 @@ template <int Gp> void binBlock(const HeadDims& d, float* s, int bt, CodeView vc
     (L::load(l) + sum).store(l);
 }
 
-template <int Gp>
+template <int Gp, int RC = 0, int KC = 0>
 void lookupLanes(const HeadDims& d, const float* T, CodeView kc, CodeView vc, std::int64_t n, float* m, float* l,
                  float* W)
 {
     using L = Lanes<Gp>;
-    const std::int64_t stage = std::int64_t(d.K) * Gp;
+    const int R = RC ? RC : d.R, K = KC ? KC : d.K;
+    const std::int64_t stage = std::int64_t(K) * Gp;
     alignas(32) float s[kBinBlock * Gp];
     for (std::int64_t t0 = 0; t0 < n; t0 += kBinBlock) {
         const int bt = int(std::min<std::int64_t>(kBinBlock, n - t0));
@@ -461,29 +466,53 @@ void lookupLanes(const HeadDims& d, const float* T, CodeView kc, CodeView vc, st
             L a0 = L::zero(), a1 = L::zero();
             for (int p = 0; p < d.P; ++p) {
                 const std::uint8_t* cp = c + p * kc.subspaceStride;
-                const float* Tp = T + std::size_t(p) * d.R * stage;
+                const float* Tp = T + std::size_t(p) * R * stage;
                 int r = 0;
-                for (; r + 1 < d.R; r += 2) {
+                for (; r + 1 < R; r += 2) {
                     a0 = a0 + L::load(Tp + r * stage + std::int64_t(cp[r]) * Gp);
                     a1 = a1 + L::load(Tp + (r + 1) * stage + std::int64_t(cp[r + 1]) * Gp);
                 }
-                if (r < d.R)
+                if (r < R)
                     a0 = a0 + L::load(Tp + r * stage + std::int64_t(cp[r]) * Gp);
             }
             (a0 + a1).store(s + std::size_t(t) * Gp);
         }
         CodeView vb = vc;
         vb.data = vc.data + t0 * vc.tokenStride;
-        binBlock<Gp>(d, s, bt, vb, m, l, W);
+        binBlock<Gp, RC, KC>(d, s, bt, vb, m, l, W);
     }
+}
+
+template <int Gp>
+void lookupGroup(const HeadDims& d, const float* T, CodeView kc, CodeView vc, std::int64_t n, float* m, float* l,
+                 float* W)
+{
+    // The shapes of 0.5, 0.75 and 1 bit per activation at D = 128 (R = 8, 12, 16 with K = 256), and
+    // of 0.25 and 2: compiled with their stage count known.
+    if (d.K == 256)
+        switch (d.R) {
+        case 4:
+            return lookupLanes<Gp, 4, 256>(d, T, kc, vc, n, m, l, W);
+        case 8:
+            return lookupLanes<Gp, 8, 256>(d, T, kc, vc, n, m, l, W);
+        case 12:
+            return lookupLanes<Gp, 12, 256>(d, T, kc, vc, n, m, l, W);
+        case 16:
+            return lookupLanes<Gp, 16, 256>(d, T, kc, vc, n, m, l, W);
+        case 32:
+            return lookupLanes<Gp, 32, 256>(d, T, kc, vc, n, m, l, W);
+        default:
+            break;
+        }
+    lookupLanes<Gp>(d, T, kc, vc, n, m, l, W);
 }
 
 void lookup(const HeadDims& d, const float* T, CodeView kc, CodeView vc, std::int64_t n, float* m, float* l, float* W)
 {
     if (d.Gp == 4)
-        lookupLanes<4>(d, T, kc, vc, n, m, l, W);
+        lookupGroup<4>(d, T, kc, vc, n, m, l, W);
     else
-        lookupLanes<8>(d, T, kc, vc, n, m, l, W);
+        lookupGroup<8>(d, T, kc, vc, n, m, l, W);
 }
 
 // ---- the paper path: keys decoded and rotated per token ----

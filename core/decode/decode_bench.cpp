@@ -3,8 +3,11 @@
 #include "core/decode/decode_bench.h"
 
 #include "core/base/error.h"
+#include "core/base/stats.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 namespace gsrq {
@@ -78,6 +81,64 @@ int decodeStagesForBpa(double bpa, int dim)
     if (R < 1 || std::abs(r - R) > 1e-9)
         throwInvalid("--bpa ", bpa, " with D = ", dim, " and K = 256 needs a whole number of stages (bpa · D / 8)");
     return R;
+}
+
+void checkDecodeBooks(const DecodeShape& s, const Codebooks& keyBooks, const Codebooks& valueBooks)
+{
+    const std::int64_t F = std::int64_t(s.kvHeads) * s.headDim;
+    if (keyBooks.features() != F || valueBooks.features() != F)
+        throwInvalid("the codebooks cover ", keyBooks.features(), " (keys) and ", valueBooks.features(),
+                     " (values) features; kv-heads × head-dim = ", F);
+    if (valueBooks.dim != keyBooks.dim || valueBooks.stages != keyBooks.stages || valueBooks.k != keyBooks.k)
+        throwInvalid("key and value codebooks differ in D, R or K; the decode paths take one shape for both");
+}
+
+double decodeStepBytes(DecodePath path, const DecodeShape& s, const Codebooks& kb, std::int64_t ctx, int batch)
+{
+    const double qo = 2.0 * batch * s.heads * s.headDim * 4.0;
+    if (path == DecodePath::Fp16)
+        return double(batch) * double(ctx) * s.kvHeads * s.headDim * 4.0 + qo;
+    const int bpt = PackedCodes::bytesFor(kb.stages, PackedCodes::bitsFor(kb.k));
+    const double books = 2.0 * double(kb.data.size()) * 2.0; // keys and values, FP16
+    return double(batch) * double(ctx) * kb.subspaces * bpt * 2.0 + books + qo;
+}
+
+bool verifyDecodePoint(DecodeBenchPoint& p, const MatrixRF& out, const Eigen::VectorXd& ref)
+{
+    p.relError = decodeRelativeError(out.row(0).transpose().cast<double>(), ref);
+    p.verified = p.relError <= kDecodeTolerance;
+    if (!p.verified)
+        p.skipped = cat("failed verification: relative error ", p.relError, " > ", kDecodeTolerance);
+    return p.verified;
+}
+
+void timeDecodePoint(DecodeBenchPoint& p, std::vector<double> t, double bytes, double& fp16Seconds)
+{
+    std::sort(t.begin(), t.end());
+    p.seconds = median(t);
+    p.minSeconds = t.front();
+    p.maxSeconds = t.back();
+    p.bytes = bytes;
+    p.bytesPerSecond = bytes / p.seconds;
+    if (p.path == DecodePath::Fp16)
+        fp16Seconds = p.seconds;
+    if (fp16Seconds > 0)
+        p.speedupVsFp16 = fp16Seconds / p.seconds;
+}
+
+Codebooks codebooksRoundedToHalf(const Codebooks& books)
+{
+    Codebooks r = books;
+    for (float& v : r.data)
+        v = float(Eigen::half(v));
+    return r;
+}
+
+double decodeRelativeError(const Eigen::VectorXd& out, const Eigen::VectorXd& ref)
+{
+    if (!out.allFinite())
+        return std::numeric_limits<double>::infinity();
+    return (out - ref).norm() / std::max(ref.norm(), 1e-300);
 }
 
 MatrixRF decodeBenchQuery(int batch, const DecodeShape& s, std::uint64_t seed)

@@ -103,6 +103,49 @@ Codebooks syntheticDecodeBooks(const DecodeShape& shape, int dim, int stages, in
 // `dim` features: R = bpa · dim / 8. Error(InvalidInput) naming --bpa when that is not whole.
 int decodeStagesForBpa(double bpa, int dim);
 
+// Why key and value codebooks cannot serve a decode cache of this shape (Error(InvalidInput)): they
+// must cover kv-heads × head-dim features and share D, R and K.
+void checkDecodeBooks(const DecodeShape& shape, const Codebooks& keyBooks, const Codebooks& valueBooks);
+
+// Bytes one step of `path` must read at least for a batch at a context: the FP16 rows, or the codes
+// plus both codebooks (FP16) once; and the FP32 queries and outputs.
+double decodeStepBytes(DecodePath path, const DecodeShape& shape, const Codebooks& keyBooks, std::int64_t context,
+                       int batch);
+
+// A point's check against the reference (sequence 0 of `out`): sets relError and verified, and
+// skipped when it fails. Returns whether it passed.
+bool verifyDecodePoint(DecodeBenchPoint& p, const MatrixRF& out, const Eigen::VectorXd& ref);
+
+// A point's timing from its timed runs (seconds per layer and step): median, extremes, bytes read
+// over time, and the speed-up over the FP16 path of the same context and batch (fp16Seconds, set
+// here when the point is the FP16 path's).
+void timeDecodePoint(DecodeBenchPoint& p, std::vector<double> seconds, double bytes, double& fp16Seconds);
+
+// Codebooks rounded to FP16, as floats: what the decode paths compute with (they store FP16).
+Codebooks codebooksRoundedToHalf(const Codebooks& books);
+
+// ‖out − ref‖ / ‖ref‖; infinite when out has a non-finite element.
+double decodeRelativeError(const Eigen::VectorXd& out, const Eigen::VectorXd& ref);
+
+// The double reference (core/lm/decode_cache.h) of `path` for sequence 0 of a decode cache (the CPU's
+// or a device's: anything with tokens(), fp16Keys/Values(0), key/valueCodes(0) and the FP16-rounded
+// codebooks), query q0, cached tokens at positions 0, 1, … and the query after them.
+template <typename Cache>
+Eigen::VectorXd decodeReference(const Cache& c, DecodePath path, const Eigen::VectorXf& q0, const DecodeShape& s,
+                                const std::vector<double>& invFreq)
+{
+    if (path == DecodePath::Fp16)
+        return naiveAttention(q0.cast<double>(), c.fp16Keys(0).template cast<double>(),
+                              c.fp16Values(0).template cast<double>(), s);
+    if (path == DecodePath::Lookup)
+        return lookupAttention(q0, c.keyCodes(0), c.keyBooks16(), c.valueCodes(0), c.valueBooks16(), s);
+    std::vector<std::int64_t> pos(std::size_t(c.tokens()));
+    for (std::size_t t = 0; t < pos.size(); ++t)
+        pos[t] = std::int64_t(t);
+    return decodeAttention(q0, c.tokens(), c.keyCodes(0), c.keyBooks16(), c.valueCodes(0), c.valueBooks16(), pos,
+                           invFreq, s);
+}
+
 // The query of sequence b of a benchmark batch: depends on (seed, b) only, so sequence 0's is the
 // same in every batch size and its reference is computed once per context.
 MatrixRF decodeBenchQuery(int batch, const DecodeShape& shape, std::uint64_t seed);

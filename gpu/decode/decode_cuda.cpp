@@ -28,15 +28,6 @@ std::uint16_t halfBits(float v)
     return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(v));
 }
 
-// Codebooks rounded to FP16, as floats (what the decode paths compute with).
-Codebooks roundedToHalf(const Codebooks& cb)
-{
-    Codebooks r = cb;
-    for (float& v : r.data)
-        v = float(Eigen::half(v));
-    return r;
-}
-
 constexpr std::int64_t kMinSplitTokens = 256;
 constexpr std::int64_t kMinLookupSplitTokens = 1024;
 
@@ -167,12 +158,7 @@ CudaDecodeCache::CudaDecodeCache(const DecodeCacheConfig& config, const Codebook
     const DecodeShape& s = config.shape;
     if (const auto why = decodeShapeProblem(s, keyBooks.dim, keyBooks.stages, keyBooks.k); !why.empty())
         throwInvalid(why);
-    const std::int64_t F = std::int64_t(s.kvHeads) * s.headDim;
-    if (keyBooks.features() != F || valueBooks.features() != F)
-        throwInvalid("the codebooks cover ", keyBooks.features(), " (keys) and ", valueBooks.features(),
-                     " (values) features; kv-heads × head-dim = ", F);
-    if (valueBooks.dim != keyBooks.dim || valueBooks.stages != keyBooks.stages || valueBooks.k != keyBooks.k)
-        throwInvalid("key and value codebooks differ in D, R or K; the decode kernels take one shape for both");
+    checkDecodeBooks(s, keyBooks, valueBooks);
     if (config.batch < 1 || config.capacity < 1)
         throwInvalid("batch ", config.batch, " and capacity ", config.capacity, " must be positive");
 
@@ -207,8 +193,8 @@ CudaDecodeCache::CudaDecodeCache(const DecodeCacheConfig& config, const Codebook
     d.bytesPerToken = PackedCodes::bytesFor(keyBooks.stages, d.bits);
     d.capacity = config.capacity;
 
-    m->kb16 = roundedToHalf(keyBooks);
-    m->vb16 = roundedToHalf(valueBooks);
+    m->kb16 = codebooksRoundedToHalf(keyBooks);
+    m->vb16 = codebooksRoundedToHalf(valueBooks);
     m->uploadBooks(keyBooks, m->kbh, m->kb32T, m->kn, "key codebooks");
     m->uploadBooks(valueBooks, m->vbh, m->vb32T, m->vn, "value codebooks");
     m->kc.ensure(m->codeBytes(), "packed key codes", m->device);
@@ -576,13 +562,6 @@ double CudaDecodeCache::timeAppend(int reps)
 
 namespace {
 
-double relError(const Eigen::VectorXd& out, const Eigen::VectorXd& ref)
-{
-    if (!out.allFinite())
-        return std::numeric_limits<double>::infinity();
-    return (out - ref).norm() / std::max(ref.norm(), 1e-300);
-}
-
 std::size_t freeDeviceBytes()
 {
     std::size_t f = 0, t = 0;
@@ -647,7 +626,6 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
     const auto& s = o.shape;
     const int M = int(std::int64_t(s.kvHeads) * s.headDim / keyBooks.dim);
     const int bpt = PackedCodes::bytesFor(keyBooks.stages, PackedCodes::bitsFor(keyBooks.k));
-    const double bookBytes = 2.0 * double(keyBooks.data.size()) * 2.0; // keys and values, FP16
     const auto invFreq = ropeInvFreq(o.ropeTheta, s.headDim);
     // L2 flush: writing twice its size evicts what the last run left there.
     DeviceArray<std::uint8_t> flush;
@@ -702,26 +680,9 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
                 if (o.verify) {
                     const MatrixRF out = c0.decode(path, q);
                     auto& ref = refs[{ctx, int(path)}];
-                    if (ref.size() == 0) {
-                        const Eigen::VectorXf q0 = q.row(0).transpose();
-                        if (path == DecodePath::Fp16) {
-                            ref = naiveAttention(q0.cast<double>(), c0.fp16Keys(0).cast<double>(),
-                                                 c0.fp16Values(0).cast<double>(), s);
-                        } else if (path == DecodePath::Paper) {
-                            std::vector<std::int64_t> pos(std::size_t(c0.tokens()));
-                            for (std::size_t t = 0; t < pos.size(); ++t)
-                                pos[t] = std::int64_t(t);
-                            ref = decodeAttention(q0, c0.tokens(), c0.keyCodes(0), c0.keyBooks16(), c0.valueCodes(0),
-                                                  c0.valueBooks16(), pos, invFreq, s);
-                        } else {
-                            ref = lookupAttention(q0, c0.keyCodes(0), c0.keyBooks16(), c0.valueCodes(0),
-                                                  c0.valueBooks16(), s);
-                        }
-                    }
-                    p.relError = relError(out.row(0).transpose().cast<double>(), ref);
-                    p.verified = p.relError <= kDecodeTolerance;
-                    if (!p.verified) {
-                        p.skipped = cat("failed verification: relative error ", p.relError, " > ", kDecodeTolerance);
+                    if (ref.size() == 0)
+                        ref = decodeReference(c0, path, q.row(0).transpose(), s, invFreq);
+                    if (!verifyDecodePoint(p, out, ref)) {
                         rep.points.push_back(p);
                         if (onPoint)
                             onPoint(p);
@@ -743,18 +704,7 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
                     check(cudaEventRecord(ev.b, stream), "cudaEventRecord");
                     t.push_back(ev.seconds() / o.layers);
                 }
-                std::sort(t.begin(), t.end());
-                p.seconds = median(t);
-                p.minSeconds = t.front();
-                p.maxSeconds = t.back();
-                const double qo = 2.0 * batch * s.heads * s.headDim * 4.0;
-                p.bytes = path == DecodePath::Fp16 ? double(batch) * ctx * s.kvHeads * s.headDim * 4.0 + qo
-                                                   : double(batch) * ctx * M * bpt * 2.0 + bookBytes + qo;
-                p.bytesPerSecond = p.bytes / p.seconds;
-                if (path == DecodePath::Fp16)
-                    fp16Seconds = p.seconds;
-                if (fp16Seconds > 0)
-                    p.speedupVsFp16 = fp16Seconds / p.seconds;
+                timeDecodePoint(p, t, decodeStepBytes(path, s, keyBooks, ctx, batch), fp16Seconds);
                 p.paperBins = path == DecodePath::Paper && c0.paperUsesBins();
                 p.costs = decodeCosts(
                     path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits, c0.paperUsesBins()});
