@@ -1192,7 +1192,11 @@ void TestStudio::latencyRunFillsTheChartOnTheCpu()
     auto* table = page->speedQualityTable();
     QCOMPARE(table->rowCount(), 3); // fp16, lookup, paper of the one run
     QCOMPARE(table->columnCount(), 5 + 2);
-    QVERIFY(table->item(0, 3)->text().contains("no train run"));
+    // The rows come per path in name order: fp16 (an FP16 cache: no attention error), lookup, paper.
+    QCOMPARE(table->item(0, 4)->text(), QString("fp16"));
+    QVERIFY(table->item(0, 3)->text().contains("FP16 cache"));
+    QVERIFY(table->item(1, 3)->text().contains("no train run"));
+    QVERIFY(page->messageText().contains("latest 1"));
     for (int r = 0; r < 3; ++r)
         QVERIFY2(table->item(r, 6)->text().contains("s"), qPrintable(table->item(r, 6)->text()));
 }

@@ -16,10 +16,13 @@ shot sweeps --page sweeps --run paper-check
 shot train --open "$sample" --page train --run train
 shot weights --open "$sample" --page weights
 shot runs --page runs --select 1,3
-# The Latency page after a CPU sweep (the default contexts, about a minute), with the train run of the
-# same D, R, K on the head_dim-128 sample that gives its speed–quality table's attention error.
-build/app/cli/gsrq --db "$store" train resources/samples/pydocs-hd128 --tensors 'layers.2.*' --dim 128 --stages 12 \
-  --k 256 --key-rope post -q >/dev/null
+# The Latency page after a CPU sweep (the default contexts, about a minute), with the train runs of the
+# same D, R, K on the head_dim-128 sample that give its speed–quality table's attention errors (keys
+# before RoPE for the paper path, after it for the lookup path).
+for rope in as-dumped post; do
+  build/app/cli/gsrq --db "$store" train resources/samples/pydocs-hd128 --tensors 'layers.2.*' --dim 128 \
+    --stages 12 --k 256 --key-rope "$rope" -q >/dev/null
+done
 shot latency --page latency --run latency
 shot model --open "$sample" --page model --run model
 "$studio" --store "$store" --open "$sample" --page model --run model --report "$out/report.png"

@@ -39,6 +39,10 @@ QString pointLine(const DecodeBenchPoint& p)
                            .arg(p.verified ? QString("err %1").arg(p.relError, 0, 'e', 1) : QString("unverified"));
     if (p.path != DecodePath::Fp16 && p.speedupVsFp16 > 0)
         s += QString("  %1× vs fp16").arg(p.speedupVsFp16, 0, 'f', 2);
+    if (p.roofline.seconds > 0)
+        s += QString("  %1% of its roofline (%2-bound)")
+                 .arg(100 * p.rooflineFraction, 0, 'f', 0)
+                 .arg(QString::fromStdString(p.roofline.bound));
     return s;
 }
 
@@ -107,8 +111,9 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_table->setMaximumHeight(170);
     m_table->setToolTip(tr("Per recorded run and path: latency per layer and decode step at each context, its "
                            "speed-up over the FP16 path of the same run, and the attention-output error of the "
-                           "latest train run with the same D, R and K (its relative L2 over sampled queries of the "
-                           "dump it trained on)"));
+                           "latest train run with the same D, R and K and the path's keys (after RoPE for the lookup "
+                           "path, before it for the paper path): its relative L2 over sampled queries of the dump it "
+                           "trained on"));
     m_run = new QPushButton(tr("Run"), this);
     m_run->setObjectName("runDecodeBench");
     m_cancel = new QPushButton(tr("Cancel"), this);
@@ -212,10 +217,17 @@ void LatencyPage::refresh()
     } catch (const std::exception& e) {
         m_ctx.showMessage(QString::fromUtf8(e.what()));
     }
-    QString text = shown ? tr("The latest %1 decode-latency benchmark run(s) from the run store: per-layer latency "
-                              "of one decode step for each path and batch.")
-                               .arg(shown)
-                         : tr("<b>No decode-latency results in the run store yet.</b>");
+    setMessage(shown);
+    m_chart->flush();
+    fillSpeedQuality();
+}
+
+void LatencyPage::setMessage(int storedRuns)
+{
+    QString text = storedRuns ? tr("The latest %1 decode-latency benchmark run(s) in the run store: per-layer "
+                                   "latency of one decode step for each path and batch.")
+                                    .arg(storedRuns)
+                              : tr("<b>No decode-latency results in the run store yet.</b>");
     text += tr(" Press <b>Run</b> to time the decode paths over the compressed cache (lookup, and the paper path for "
                "reference) against FP16 flash-decoding, on this machine's CPU");
     if (m_deviceProblem.isEmpty())
@@ -227,8 +239,6 @@ void LatencyPage::refresh()
                    "appear here too.")
                     .arg(m_deviceProblem.toHtmlEscaped());
     m_message->setText(text);
-    m_chart->flush();
-    fillSpeedQuality();
 }
 
 void LatencyPage::backendChanged()
@@ -247,13 +257,15 @@ void LatencyPage::fillSpeedQuality()
     m_table->setRowCount(0);
     try {
         RunStore store(m_ctx.storePath().toStdString());
-        // Attention-output error per (D, R, K): the latest train run of that shape with attention fidelity.
-        std::map<std::tuple<int, int, int>, std::pair<double, std::int64_t>> quality;
+        // Attention-output error per (D, R, K, keys after RoPE): the latest train run of that shape with
+        // attention fidelity. The lookup path reads keys stored after RoPE, the paper path before.
+        std::map<std::tuple<int, int, int, bool>, std::pair<double, std::int64_t>> quality;
         for (const auto& run : store.listRuns({"train", RunStatus::Done, "", 200})) {
             const auto set = nlohmann::json::parse(run.settingsJson, nullptr, false);
             if (!set.is_object() || !set.contains("dim") || !set.contains("stages") || !set.contains("k"))
                 continue;
-            const auto key = std::tuple{set["dim"].get<int>(), set["stages"].get<int>(), set["k"].get<int>()};
+            const auto key = std::tuple{set["dim"].get<int>(), set["stages"].get<int>(), set["k"].get<int>(),
+                                        set.value("key_rope", std::string()) == "post"};
             if (quality.count(key))
                 continue; // runs come newest first
             double sum = 0;
@@ -278,9 +290,18 @@ void LatencyPage::fillSpeedQuality()
             if (!set.is_object() || !set.contains("dim") || !set.contains("stages") || !set.contains("k"))
                 continue;
             const int D = set["dim"].get<int>(), R = set["stages"].get<int>(), K = set["k"].get<int>();
-            QString q = tr("no train run with D=%1 R=%2 K=%3").arg(D).arg(R).arg(K);
-            if (auto it = quality.find({D, R, K}); it != quality.end())
-                q = tr("%1 (train run %2)").arg(it->second.first, 0, 'f', 4).arg(it->second.second);
+            const auto qualityOf = [&](const std::string& path) {
+                if (path == "fp16")
+                    return tr("— (FP16 cache)");
+                const bool post = path == "lookup";
+                if (auto it = quality.find({D, R, K, post}); it != quality.end())
+                    return tr("%1 (train run %2)").arg(it->second.first, 0, 'f', 4).arg(it->second.second);
+                return tr("no train run with D=%1 R=%2 K=%3, keys %4 RoPE")
+                    .arg(D)
+                    .arg(R)
+                    .arg(K)
+                    .arg(post ? tr("after") : tr("before"));
+            };
             // Batch 1: per path, per context, the latency and the speed-up over the same run's FP16.
             std::map<std::string, std::map<std::int64_t, std::pair<double, double>>> byPath;
             for (const auto& m : store.metrics(run.id)) {
@@ -297,7 +318,7 @@ void LatencyPage::fillSpeedQuality()
                 Row r{run.id,
                       QString::fromStdString(run.backend),
                       QString("%1 (D=%2 R=%3 K=%4)").arg(set.value("bpa", 0.0), 0, 'g', 3).arg(D).arg(R).arg(K),
-                      q,
+                      qualityOf(path),
                       QString::fromStdString(path),
                       {}};
                 for (const auto& [ctx, v] : points) {
@@ -419,6 +440,12 @@ void LatencyPage::start()
                                            .arg(report.copyBytesPerSecond / 1e9, 0, 'f', 0)
                                            .arg(verdict));
             fillSpeedQuality();
+            try {
+                RunStore store(m_ctx.storePath().toStdString());
+                setMessage(int(store.listRuns({"bench-decode", RunStatus::Done, "", 5}).size()));
+            } catch (const std::exception& e) {
+                m_ctx.showMessage(QString::fromUtf8(e.what()));
+            }
         });
     });
 }

@@ -40,6 +40,7 @@ signals:
 private:
     void start();
     void backendChanged();
+    void setMessage(int storedRuns); // what the page shows and how to measure, over the chart
     void fillSpeedQuality();
 
     StudioContext& m_ctx;
