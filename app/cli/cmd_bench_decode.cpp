@@ -92,7 +92,9 @@ Command registerBenchDecode(CLI::App& root)
     cmd->add_option("--threads", o->threads, "CPU threads (0: one per core)")->capture_default_str();
     cmd->add_option("--heads", o->heads, "Query heads")->capture_default_str();
     cmd->add_option("--kv-heads", o->kvHeads, "KV heads (GQA)")->capture_default_str();
-    cmd->add_option("--head-dim", o->headDim, "Head dimension: 64, 128 or 256")->capture_default_str();
+    cmd->add_option("--head-dim", o->headDim,
+                    "Head dimension: 64, 128 or 256 on a GPU; a multiple of 16 up to 512 on the CPU")
+        ->capture_default_str();
     cmd->add_option("--layers", o->layers, "Layers run back to back per step (latency is per layer)")
         ->capture_default_str();
     cmd->add_option("--ctx", o->ctx,
@@ -108,13 +110,14 @@ Command registerBenchDecode(CLI::App& root)
     cmd->add_option("--paths", o->paths, "Paths to run: fp16, paper, lookup")->capture_default_str();
     cmd->add_option("--rope-theta", o->theta, "RoPE base of the paper path")->capture_default_str();
     cmd->add_option("--reps", o->reps, "Timed runs per point (median; at least 20)")->capture_default_str();
+    cmd->add_option("--anchor", o->anchor,
+                    "PyTorch SDPA timings (tools/bench/torch_decode.py --json) to compare with (cuda)");
     cmd->add_option("--warmup", o->warmup, "Untimed runs first")->capture_default_str();
     cmd->add_option("--seed", o->seed, "Seed of the synthetic cache and queries")->capture_default_str();
     cmd->add_option("--device", o->device, "CUDA device index")->capture_default_str();
-    cmd->add_option("--anchor", o->anchor, "PyTorch SDPA timings (tools/bench/torch_decode.py --json) to compare with");
     cmd->add_option("--l2-rate", o->l2Rate,
-                    "The L2's read rate in GB/s for the rooflines, if measured (default: an estimate, 2.5 x the "
-                    "measured HBM copy rate)");
+                    "A GPU L2's read rate in GB/s for the rooflines, if measured (default: an estimate, 2.5 x the "
+                    "measured HBM copy rate; the CPU backend measures its own)");
     cmd->add_flag("--no-verify", o->noVerify,
                   "Skip the check against the double reference (figures are then unverified)");
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
@@ -131,8 +134,14 @@ Command registerBenchDecode(CLI::App& root)
             else
                 throwInvalid("--backend '", o->backend, "': cpu, cuda or auto");
             const bool cpu = b.backend == DecodeBackend::Cpu;
-            if (o->threads < 0)
-                throwInvalid("--threads ", o->threads, ": 0 (one per core) or more");
+            if (o->threads < 0 || o->threads > kMaxDecodeThreads)
+                throwInvalid("--threads ", o->threads, ": 0 (one per core) to ", kMaxDecodeThreads);
+            if (!(o->theta > 0))
+                throwInvalid("--rope-theta ", o->theta, ": must be > 0");
+            if (cpu && !o->anchor.empty())
+                throwInvalid("--anchor: PyTorch's GPU timings compare with --backend cuda only");
+            if (cpu && o->l2Rate != 0)
+                throwInvalid("--l2-rate: the CPU backend measures its L2 rate itself (--backend cuda only)");
             b.threads = o->threads;
             b.shape = {o->heads, o->kvHeads, o->headDim};
             b.layers = o->layers;
@@ -172,6 +181,10 @@ Command registerBenchDecode(CLI::App& root)
                 throwInvalid("--layers and --warmup must be ≥ 1");
 
             const auto shapeProblem = cpu ? cpuDecodeShapeProblem : gpu::decodeShapeProblem;
+            // Heads and head_dim first (with D = head_dim and one stage), so a bad --head-dim is named
+            // as itself and not as the --bpa it makes impossible.
+            if (const auto why = shapeProblem(b.shape, o->headDim, 1, 256); !why.empty() && why.rfind("D = ", 0) != 0)
+                throwInvalid(why);
             Codebooks kb, vb;
             std::string source;
             if (!o->codebooks.empty()) {
@@ -198,6 +211,11 @@ Command registerBenchDecode(CLI::App& root)
             if (kb.features() != std::int64_t(o->kvHeads) * o->headDim)
                 throwInvalid("--codebooks ", o->codebooks, ": ", kb.features(),
                              " features; --kv-heads × --head-dim = ", std::int64_t(o->kvHeads) * o->headDim);
+            try {
+                checkDecodeBooks(b.shape, kb, vb);
+            } catch (const Error& e) {
+                throwInvalid("--codebooks ", o->codebooks, ": ", e.what());
+            }
             const auto anchor = o->anchor.empty() ? decltype(readAnchor("")){} : readAnchor(o->anchor);
             // Without a device this is an input error before anything is recorded.
             if (!cpu && devices.devices.empty())

@@ -260,24 +260,27 @@ void LatencyPage::fillSpeedQuality()
         // Attention-output error per (D, R, K, keys after RoPE): the latest train run of that shape with
         // attention fidelity. The lookup path reads keys stored after RoPE, the paper path before.
         std::map<std::tuple<int, int, int, bool>, std::pair<double, std::int64_t>> quality;
-        for (const auto& run : store.listRuns({"train", RunStatus::Done, "", 200})) {
-            const auto set = nlohmann::json::parse(run.settingsJson, nullptr, false);
-            if (!set.is_object() || !set.contains("dim") || !set.contains("stages") || !set.contains("k"))
-                continue;
-            const auto key = std::tuple{set["dim"].get<int>(), set["stages"].get<int>(), set["k"].get<int>(),
-                                        set.value("key_rope", std::string()) == "post"};
-            if (quality.count(key))
-                continue; // runs come newest first
-            double sum = 0;
-            int n = 0;
-            for (const auto& m : store.metrics(run.id))
-                if (m.scope == "attention" && m.name == "relative_l2") {
-                    sum += m.value;
-                    ++n;
-                }
-            if (n)
-                quality[key] = {sum / n, run.id};
-        }
+        for (const auto& run : store.listRuns({"train", RunStatus::Done, "", 200}))
+            try {
+                const auto set = nlohmann::json::parse(run.settingsJson, nullptr, false);
+                if (!set.is_object() || !set.contains("dim") || !set.contains("stages") || !set.contains("k"))
+                    continue;
+                const auto key = std::tuple{set["dim"].get<int>(), set["stages"].get<int>(), set["k"].get<int>(),
+                                            set.value("key_rope", std::string()) == "post"};
+                if (quality.count(key))
+                    continue; // runs come newest first
+                double sum = 0;
+                int n = 0;
+                for (const auto& m : store.metrics(run.id))
+                    if (m.scope == "attention" && m.name == "relative_l2") {
+                        sum += m.value;
+                        ++n;
+                    }
+                if (n)
+                    quality[key] = {sum / n, run.id};
+            } catch (const std::exception&) {
+                continue; // a run whose settings this page cannot read is left out, not the whole table
+            }
         struct Row {
             std::int64_t run;
             QString backend, bpa, quality, path;
@@ -285,55 +288,58 @@ void LatencyPage::fillSpeedQuality()
         };
         std::vector<Row> rows;
         std::set<std::int64_t> contexts;
-        for (const auto& run : store.listRuns({"bench-decode", RunStatus::Done, "", 5})) {
-            const auto set = nlohmann::json::parse(run.settingsJson, nullptr, false);
-            if (!set.is_object() || !set.contains("dim") || !set.contains("stages") || !set.contains("k"))
-                continue;
-            const int D = set["dim"].get<int>(), R = set["stages"].get<int>(), K = set["k"].get<int>();
-            const auto qualityOf = [&](const std::string& path) {
-                if (path == "fp16")
-                    return tr("— (FP16 cache)");
-                const bool post = path == "lookup";
-                if (auto it = quality.find({D, R, K, post}); it != quality.end())
-                    return tr("%1 (train run %2)").arg(it->second.first, 0, 'f', 4).arg(it->second.second);
-                return tr("no train run with D=%1 R=%2 K=%3, keys %4 RoPE")
-                    .arg(D)
-                    .arg(R)
-                    .arg(K)
-                    .arg(post ? tr("after") : tr("before"));
-            };
-            // Batch 1: per path, per context, the latency and the speed-up over the same run's FP16.
-            std::map<std::string, std::map<std::int64_t, std::pair<double, double>>> byPath;
-            for (const auto& m : store.metrics(run.id)) {
-                const auto at = m.tensor.find(" ctx=");
-                if (m.scope != "decode" || m.tensor.rfind("b=1 ", 0) != 0 || at == std::string::npos)
+        for (const auto& run : store.listRuns({"bench-decode", RunStatus::Done, "", 5}))
+            try {
+                const auto set = nlohmann::json::parse(run.settingsJson, nullptr, false);
+                if (!set.is_object() || !set.contains("dim") || !set.contains("stages") || !set.contains("k"))
                     continue;
-                const std::int64_t ctx = std::stoll(m.tensor.substr(at + 5));
-                if (m.name == "seconds")
-                    byPath[m.method][ctx].first = m.value;
-                else if (m.name == "speedup_vs_fp16")
-                    byPath[m.method][ctx].second = m.value;
-            }
-            for (const auto& [path, points] : byPath) {
-                Row r{run.id,
-                      QString::fromStdString(run.backend),
-                      QString("%1 (D=%2 R=%3 K=%4)").arg(set.value("bpa", 0.0), 0, 'g', 3).arg(D).arg(R).arg(K),
-                      qualityOf(path),
-                      QString::fromStdString(path),
-                      {}};
-                for (const auto& [ctx, v] : points) {
-                    if (v.first <= 0)
+                const int D = set["dim"].get<int>(), R = set["stages"].get<int>(), K = set["k"].get<int>();
+                const auto qualityOf = [&](const std::string& path) {
+                    if (path == "fp16")
+                        return tr("— (FP16 cache)");
+                    const bool post = path == "lookup";
+                    if (auto it = quality.find({D, R, K, post}); it != quality.end())
+                        return tr("%1 (train run %2)").arg(it->second.first, 0, 'f', 4).arg(it->second.second);
+                    return tr("no train run with D=%1 R=%2 K=%3, keys %4 RoPE")
+                        .arg(D)
+                        .arg(R)
+                        .arg(K)
+                        .arg(post ? tr("after") : tr("before"));
+                };
+                // Batch 1: per path, per context, the latency and the speed-up over the same run's FP16.
+                std::map<std::string, std::map<std::int64_t, std::pair<double, double>>> byPath;
+                for (const auto& m : store.metrics(run.id)) {
+                    const auto at = m.tensor.find(" ctx=");
+                    if (m.scope != "decode" || m.tensor.rfind("b=1 ", 0) != 0 || at == std::string::npos)
                         continue;
-                    contexts.insert(ctx);
-                    QString cell = v.first >= 1e-3 ? QString("%1 ms").arg(v.first * 1e3, 0, 'f', 2)
-                                                   : QString("%1 µs").arg(v.first * 1e6, 0, 'f', 1);
-                    if (path != "fp16" && v.second > 0)
-                        cell += QString(" (%1×)").arg(v.second, 0, 'f', 2);
-                    r.cells[ctx] = cell;
+                    const std::int64_t ctx = std::stoll(m.tensor.substr(at + 5));
+                    if (m.name == "seconds")
+                        byPath[m.method][ctx].first = m.value;
+                    else if (m.name == "speedup_vs_fp16")
+                        byPath[m.method][ctx].second = m.value;
                 }
-                rows.push_back(r);
+                for (const auto& [path, points] : byPath) {
+                    Row r{run.id,
+                          QString::fromStdString(run.backend),
+                          QString("%1 (D=%2 R=%3 K=%4)").arg(set.value("bpa", 0.0), 0, 'g', 3).arg(D).arg(R).arg(K),
+                          qualityOf(path),
+                          QString::fromStdString(path),
+                          {}};
+                    for (const auto& [ctx, v] : points) {
+                        if (v.first <= 0)
+                            continue;
+                        contexts.insert(ctx);
+                        QString cell = v.first >= 1e-3 ? QString("%1 ms").arg(v.first * 1e3, 0, 'f', 2)
+                                                       : QString("%1 µs").arg(v.first * 1e6, 0, 'f', 1);
+                        if (path != "fp16" && v.second > 0)
+                            cell += QString(" (%1×)").arg(v.second, 0, 'f', 2);
+                        r.cells[ctx] = cell;
+                    }
+                    rows.push_back(r);
+                }
+            } catch (const std::exception&) {
+                continue;
             }
-        }
         QStringList headers{tr("run"), tr("backend"), tr("bits per activation"), tr("attention error"), tr("path")};
         for (std::int64_t c : contexts)
             headers << tr("ctx %1 (batch 1)").arg(c);
@@ -379,6 +385,7 @@ void LatencyPage::start()
         vb = syntheticDecodeBooks(o.shape, D, R, 256, o.seed + 1);
     } catch (const std::exception& e) {
         m_ctx.showMessage(QString::fromUtf8(e.what()));
+        emit runFinished(false); // nothing started
         return;
     }
     const QString storePath = m_ctx.storePath();

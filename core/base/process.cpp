@@ -84,6 +84,14 @@ std::string selfExe(const std::string& fallback)
 
 double availableMemoryBytes()
 {
+    // MemAvailable counts the page cache the kernel would give back; free pages alone would not.
+    std::ifstream in("/proc/meminfo");
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("MemAvailable:", 0) == 0) {
+            const double kib = std::strtod(line.c_str() + 13, nullptr);
+            if (kib > 0)
+                return kib * 1024.0;
+        }
     const long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
     return pages > 0 && size > 0 ? double(pages) * double(size) : 0.0;
 }

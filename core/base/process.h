@@ -23,7 +23,7 @@ std::string randomHex(int chars);
 // The absolute path of the running executable (/proc/self/exe), or `fallback` when unreadable.
 std::string selfExe(const std::string& fallback);
 
-// Memory the system has free now, in bytes (0 when it cannot tell).
+// Memory the system could give a process now (MemAvailable), in bytes (0 when it cannot tell).
 double availableMemoryBytes();
 // The largest data cache a core sees (the last level), in bytes; 8 MiB when the system does not say.
 std::size_t lastLevelCacheBytes();

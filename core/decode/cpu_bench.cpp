@@ -193,7 +193,7 @@ DecodeCosts cpuDecodeCosts(DecodePath path, const CpuDecodeCostCase& c)
     k.memoryBytes += double(c.context) * d * 4.0;
     k.l2Bytes = tokens * S * R * D * 2.0;
     k.lookups = tokens * S * R;
-    k.flops = tokens * (S * R * D + 6.0 * d + G * 2.0 * d) + heads * S * R * K * D * 2.0;
+    k.flops = tokens * (S * R * D + 3.0 * d + G * 2.0 * d) + heads * S * R * K * D * 2.0; // rotation: 6 per pair
     return k;
 }
 
@@ -206,8 +206,11 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
         throwInvalid(why);
     if (o.layers < 1 || o.reps < 20 || o.warmup < 1)
         throwInvalid("--layers ≥ 1, --reps ≥ 20 and --warmup ≥ 1 (got ", o.layers, ", ", o.reps, ", ", o.warmup, ")");
-    if (o.threads < 0)
-        throwInvalid("--threads ", o.threads, ": 0 (one per core) or more");
+    if (o.threads < 0 || o.threads > kMaxDecodeThreads)
+        throwInvalid("--threads ", o.threads, ": 0 (one per core) to ", kMaxDecodeThreads);
+    if (!(o.ropeTheta > 0))
+        throwInvalid("--rope-theta ", o.ropeTheta, ": must be > 0");
+    checkDecodeBooks(o.shape, keyBooks, valueBooks);
     DecodeBenchReport rep;
     rep.backend = DecodeBackend::Cpu;
     rep.threads = cpuDecodeThreads(o.threads);
@@ -239,7 +242,11 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
             if (stop && stop())
                 return rep;
             const double perLayer = double(batch) * double(ctx + 1) * (2.0 * M * bpt + 4.0 * s.kvHeads * s.headDim);
-            const double need = o.layers * perLayer;
+            // The caches, the paper path's RoPE table, and the double references of sequence 0 (FP32 and
+            // double copies of its keys and values while they are built).
+            const double features = double(s.kvHeads) * s.headDim;
+            const double need =
+                o.layers * perLayer + double(ctx) * s.headDim * 4.0 + (o.verify ? 24.0 * double(ctx) * features : 0.0);
             const double avail = availableMemoryBytes() * 0.7;
             std::vector<std::unique_ptr<CpuDecodeCache>> layers;
             const MatrixRF q = decodeBenchQuery(batch, s, o.seed);

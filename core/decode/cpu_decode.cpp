@@ -64,7 +64,10 @@ std::string cpuDecodeShapeProblem(const DecodeShape& s, int dim, int stages, int
     if (k < 2 || k > 256 || (k & (k - 1)))
         return cat("K = ", k, ": the CPU decode paths take a power of two from 2 to 256 (a code in a byte)");
     if (stages < 1)
-        return cat("R = ", stages, ": at least one stage");
+        return cat("R = ", stages, " (--stages): at least one stage");
+    if (std::int64_t(stages) * PackedCodes::bitsFor(k) > 256)
+        return cat("R·log2 K = ", std::int64_t(stages) * PackedCodes::bitsFor(k),
+                   " bits per token (--stages, --k): the CPU decode paths take up to 256");
     return {};
 }
 
@@ -80,10 +83,9 @@ std::string cpuModelName()
         if (line.rfind("model name", 0) == 0) {
             const auto colon = line.find(':');
             if (colon != std::string::npos) {
-                auto name = line.substr(colon + 1);
-                name.erase(0, name.find_first_not_of(" \t"));
-                if (!name.empty())
-                    return name;
+                const auto start = line.find_first_not_of(" \t", colon + 1);
+                if (start != std::string::npos)
+                    return line.substr(start);
             }
         }
     return "CPU";
@@ -156,9 +158,12 @@ struct CpuDecodeCache::Impl {
         if (ropeOffset == positionOffset && ropeTokens == tokens)
             return;
         const int hd = cfg.shape.headDim, half = hd / 2;
-        rope.assign(std::size_t(tokens) * hd, 0.f);
+        // The same offset and more tokens (decode appends): only the new positions are computed.
+        const std::int64_t from =
+            ropeOffset == positionOffset && ropeTokens >= 0 && ropeTokens < tokens ? ropeTokens : 0;
+        rope.resize(std::size_t(tokens) * hd);
 #pragma omp parallel for num_threads(threads) schedule(static)
-        for (std::int64_t t = 0; t < tokens; ++t)
+        for (std::int64_t t = from; t < tokens; ++t)
             for (int i = 0; i < half; ++i) {
                 const double a = double(positionOffset + t) * invFreq[std::size_t(i)];
                 rope[std::size_t(t) * hd + i] = float(std::cos(a));
@@ -224,8 +229,8 @@ CpuDecodeCache::CpuDecodeCache(const CpuDecodeConfig& config, const Codebooks& k
     const std::int64_t F = std::int64_t(s.kvHeads) * s.headDim;
     if (config.batch < 1 || config.capacity < 1)
         throwInvalid("batch ", config.batch, " and capacity ", config.capacity, " must be positive");
-    if (config.threads < 0)
-        throwInvalid("--threads ", config.threads, ": 0 (one per core) or more");
+    if (config.threads < 0 || config.threads > kMaxDecodeThreads)
+        throwInvalid("--threads ", config.threads, ": 0 (one per core) to ", kMaxDecodeThreads);
     m->cfg = config;
     m->threads = cpuDecodeThreads(config.threads);
     m->kernels = config.portable ? &cpudecode::portableKernels() : &cpudecode::nativeKernels();

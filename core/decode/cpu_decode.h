@@ -9,7 +9,7 @@
 //           softmax weights binned by value codeword, then one product with the value codebooks;
 //   Paper   keys before RoPE: each key decoded from its codewords and rotated at its position (as
 //           the paper's decoder does), values binned as in Lookup. For reference: its per-token work
-//           costs as much as dense attention.
+//           costs more than dense attention.
 // The benchmark over these paths is runCpuDecodeBench (cpu_bench.h).
 
 #include "core/cluster/quantizer.h"
@@ -35,7 +35,8 @@ struct CpuDecodeConfig {
 
 // Why a shape cannot run on the CPU decode paths (empty when it can): head_dim a multiple of 16 up to
 // 512; D a multiple of 8 that divides head_dim; at most 8 query heads per KV head; K a power of two
-// up to 256 (a code fits a byte).
+// up to 256 (a code fits a byte); R·log2 K ≤ 256 bits per token.
+inline constexpr int kMaxDecodeThreads = 1024;
 std::string cpuDecodeShapeProblem(const DecodeShape& shape, int dim, int stages, int k);
 
 // The instruction set the vector kernels were built for ("avx2+fma+f16c"), or "portable".

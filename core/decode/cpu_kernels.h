@@ -1,8 +1,9 @@
 #pragma once
 // The CPU decode paths' inner loops over one (sequence, KV head) and a run of tokens, built twice:
-// for the machine the build targets (AVX2 with FMA and F16C where the compiler may use them) and
-// portable C++ (every x86-64 and other CPUs; also what the tests hold the vector code to). The cache,
-// threads, splits and combine are cpu_decode.cpp's.
+// with AVX2 registers (FMA, F16C) where the build targets them (-march=native, or the package's
+// x86-64-v3), and as plain C++ over arrays. The decode cache uses the first (which is the plain C++
+// too on a build for a target without AVX2); the tests hold it to the second. The cache, threads,
+// splits and combine are cpu_decode.cpp's.
 //
 // Scores are in log2 units: the caller folds log2(e)/√head_dim into the queries (or tables), and
 // softmax weights are exp2(score − reference). The reference is raised only when a score exceeds it by
@@ -19,7 +20,7 @@ inline constexpr float kLazyRescale = 8.0f;
 struct HeadDims {
     int G = 1;  // query heads per KV head (1..8)
     int Gp = 4; // lanes of a table entry or bin: 4 for G ≤ 4, else 8 (a group's entries in one load)
-    int hd = 0; // head_dim, a multiple of 8
+    int hd = 0; // head_dim, a multiple of 16 (the paper path rotates halves of 8-wide chunks)
     int D = 0;  // subspace width, a multiple of 8 dividing head_dim
     int P = 1;  // subspaces per head: hd / D
     int R = 0;  // stages
