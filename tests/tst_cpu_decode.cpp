@@ -73,6 +73,8 @@ private slots:
         QTest::newRow("GQA 8, four subspaces per head") << 2;
         QTest::newRow("no GQA, 1-bit codes, odd stages") << 3;
         QTest::newRow("token splits: more threads than heads") << 4;
+        QTest::newRow("GQA 2, token splits over two heads") << 5;
+        QTest::newRow("GQA 6 in 8 lanes, token splits") << 6;
     }
     void everyPathMatchesItsReference()
     {
@@ -85,6 +87,9 @@ private slots:
             // 4 threads over 1 × 1 (sequence, KV head): the FP16 path splits in 4 (≥ 512 tokens each),
             // the binned paths in 2 (≥ 2,048 each), and the combine merges them.
             {"splits", {4, 1, 64}, 64, 4, 256, 5000, 1, 4},
+            // 4 threads over 2 heads: 2 splits each; 3 threads over one head of 6 query heads (8 lanes).
+            {"gqa2 splits", {4, 2, 32}, 32, 3, 256, 4300, 1, 4},
+            {"gqa6 splits", {6, 1, 64}, 64, 2, 16, 4500, 1, 3},
         };
         const Case& cs = cases[index];
         const auto kb = syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 11);
@@ -112,6 +117,12 @@ private slots:
                 QCOMPARE(c.splits(DecodePath::Fp16), 4);
                 QCOMPARE(c.splits(DecodePath::Lookup), 2);
                 QCOMPARE(c.splits(DecodePath::Paper), 2);
+            } else if (index == 5) {
+                QCOMPARE(c.splits(DecodePath::Fp16), 2);
+                QCOMPARE(c.splits(DecodePath::Lookup), 2);
+            } else if (index == 6) {
+                QCOMPARE(c.splits(DecodePath::Fp16), 3);
+                QCOMPARE(c.splits(DecodePath::Lookup), 2);
             } else if (cs.threads <= cs.batch * cs.shape.kvHeads) {
                 QCOMPARE(c.splits(DecodePath::Lookup), 1);
             }
