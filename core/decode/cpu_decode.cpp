@@ -6,6 +6,7 @@
 #include "core/base/error.h"
 #include "core/base/process.h"
 #include "core/base/stats.h"
+#include "core/cluster/cluster_backend.h"
 #include "core/decode/cpu_kernels.h"
 #include "core/lm/rope.h"
 
@@ -108,7 +109,7 @@ struct CpuDecodeCache::Impl {
     HeadDims d;
     int M = 0, bits = 0, bpt = 0;
     Codebooks keyBooks, valueBooks;          // as given (FP32), for encoding new tokens
-    std::vector<float> keyNorms, valueNorms; // ‖codeword‖² per (subspace, stage, codeword)
+    std::unique_ptr<ClusterBackend> encoder; // the quantizer's greedy encode of new tokens, made once
     Codebooks kb16, vb16;                    // rounded to FP16, as floats (for references)
     std::vector<std::uint16_t> kbh, vbh;
     std::vector<PackedCodes> kc, vc;                  // per sequence, with room for `capacity` tokens
@@ -174,50 +175,7 @@ struct CpuDecodeCache::Impl {
     }
 
     void step(DecodePath path);
-
-    // Greedy residual encoding of rows (the quantizer's encode with a beam of 1): per subspace and
-    // stage the codeword nearest the residual, by ‖c‖² − 2 r·c.
-    Codes encodeRows(const MatrixRF& X, const Codebooks& cb, const std::vector<float>& norms) const
-    {
-        Codes codes(X.rows(), Eigen::Index(cb.subspaces) * cb.stages);
-#pragma omp parallel for num_threads(threads) schedule(static) if (X.rows() * cb.subspaces > 16)
-        for (Eigen::Index i = 0; i < X.rows(); ++i)
-            for (int sp = 0; sp < cb.subspaces; ++sp) {
-                Eigen::VectorXf res = X.row(i).segment(Eigen::Index(sp) * cb.dim, cb.dim).transpose();
-                for (int r = 0; r < cb.stages; ++r) {
-                    const auto C = cb.book(sp, r);
-                    const Eigen::VectorXf dots = C * res;
-                    const float* n = norms.data() + (std::size_t(sp) * cb.stages + r) * cb.k;
-                    int best = 0;
-                    float bestD = n[0] - 2.f * dots[0];
-                    for (int j = 1; j < cb.k; ++j)
-                        if (const float dj = n[j] - 2.f * dots[j]; dj < bestD) {
-                            bestD = dj;
-                            best = j;
-                        }
-                    codes(i, Eigen::Index(sp) * cb.stages + r) = best;
-                    res -= C.row(best).transpose();
-                }
-            }
-        return codes;
-    }
 };
-
-namespace {
-
-std::vector<float> codewordNorms(const Codebooks& cb)
-{
-    std::vector<float> n(std::size_t(cb.subspaces) * cb.stages * cb.k);
-    for (std::size_t i = 0; i < n.size(); ++i) {
-        float s = 0;
-        for (int j = 0; j < cb.dim; ++j)
-            s += cb.data[i * cb.dim + j] * cb.data[i * cb.dim + j];
-        n[i] = s;
-    }
-    return n;
-}
-
-} // namespace
 
 CpuDecodeCache::CpuDecodeCache(const CpuDecodeConfig& config, const Codebooks& keyBooks, const Codebooks& valueBooks)
     : m(std::make_unique<Impl>())
@@ -254,8 +212,7 @@ CpuDecodeCache::CpuDecodeCache(const CpuDecodeConfig& config, const Codebooks& k
 
     m->keyBooks = keyBooks;
     m->valueBooks = valueBooks;
-    m->keyNorms = codewordNorms(keyBooks);
-    m->valueNorms = codewordNorms(valueBooks);
+    m->encoder = makeCpuBackend(m->threads);
     m->kb16 = codebooksRoundedToHalf(keyBooks);
     m->vb16 = codebooksRoundedToHalf(valueBooks);
     m->kbh = halves(keyBooks);
@@ -329,8 +286,7 @@ std::pair<Codes, Codes> CpuDecodeCache::append(const MatrixRF& keys, const Matri
         throwInvalid("append: the cache holds ", m->cfg.capacity, " tokens; ", m->tokens, " + ", n, " do not fit");
     if (n == 0)
         return {};
-    const Codes ck = m->encodeRows(keys, m->keyBooks, m->keyNorms),
-                cv = m->encodeRows(values, m->valueBooks, m->valueNorms);
+    const Codes ck = encode(keys, m->keyBooks, 1, *m->encoder), cv = encode(values, m->valueBooks, 1, *m->encoder);
     for (int b = 0; b < B; ++b) {
         appendCodes(m->kc[std::size_t(b)], ck.middleRows(std::int64_t(b) * n, n));
         appendCodes(m->vc[std::size_t(b)], cv.middleRows(std::int64_t(b) * n, n));
