@@ -20,23 +20,139 @@
 
 namespace gsrq::cli {
 
+namespace {
+
+// KIVI needs no codebooks: quantize, measure, record.
+void runKiviEvalCommand(const std::string& dumpPath, const KiviEvalSettings& s, bool json)
+{
+    const KvDump dump = KvDump::open(dumpPath);
+    // Every tensor's settings are checked before the run is recorded.
+    for (const auto* t : selectTensors(dump, s.tensorPatterns, s.layers))
+        validateKivi(s.kivi, t->view.features(), t->kind == KvKind::Key ? KiviAxis::Key : KiviAxis::Value);
+    const auto settings = kiviEvalRunSettings(s);
+    CliRun run("eval", settings.dump(), dump.path(), dump.files(), "cpu", "");
+    run.guard([&] {
+        const auto r = runKiviEval(dump, s, [&](const ProgressEvent& e) {
+            run.progress(e);
+            return !stopRequested();
+        });
+        if (r.cancelled)
+            run.cancelled();
+        if (run)
+            run->recordKiviEval(r);
+        run.done(kiviEvalRunSummary(r).dump());
+        if (json) {
+            nlohmann::ordered_json ts = nlohmann::ordered_json::array();
+            for (const auto& t : r.tensors) {
+                nlohmann::ordered_json m = {{"tensor", t.tensor},
+                                            {"rows", t.rows},
+                                            {"features", t.features},
+                                            {"bpa", t.bits},
+                                            {"rope_applied", t.ropeApplied}};
+                for (const auto& [name, value] : namedMetrics(t.metrics))
+                    m[name] = value;
+                m["seconds"] = t.seconds;
+                ts.push_back(m);
+            }
+            nlohmann::ordered_json att = nlohmann::ordered_json::array();
+            for (const auto& a : r.attention)
+                att.push_back(toJson(a));
+            nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "eval"}};
+            if (run)
+                j["run_id"] = run->id();
+            j["input"] = {{"file", dump.path()}};
+            j["settings"] = settings;
+            j["tensors"] = ts;
+            j["attention"] = att;
+            j["notes"] = r.notes;
+            printJson(j);
+            return;
+        }
+        std::printf("%s with %s (KIVI: %d bits, groups of %d, last %d tokens in FP16; keys per channel, values per "
+                    "token)\n  %-24s %8s %12s %10s %11s %9s %10s\n",
+                    dump.path().c_str(), kiviName(s.kivi).c_str(), s.kivi.bits, s.kivi.group, s.kivi.residual, "tensor",
+                    "bits", "mse", "nmse", "gain_error", "cosine", "shrinkage");
+        for (const auto& t : r.tensors)
+            std::printf("  %-24s %8.4f %12.6g %10.6f %11.6g %9.6f %10.6f%s\n", t.tensor.c_str(), t.bits, t.metrics.mse,
+                        t.metrics.nmse, t.metrics.gainError, t.metrics.cosine, t.metrics.shrinkage,
+                        t.ropeApplied ? "  (after RoPE)" : "");
+        for (const auto& a : r.attention)
+            std::printf("attention, layer %d (%s keys, %s values, %d queries): relative L2 %.4f, top-8 overlap %.3f\n",
+                        a.layer, a.keys.c_str(), a.values.c_str(), a.fidelity.queries, a.fidelity.relativeL2,
+                        a.fidelity.top8Overlap);
+        for (const auto& n : r.notes)
+            std::printf("note: %s\n", n.c_str());
+        if (run)
+            std::printf("recorded as run %lld\n", static_cast<long long>(run->id()));
+    });
+}
+
+} // namespace
+
 Command registerEval(CLI::App& root)
 {
     struct Opts {
-        std::string dump, codebooks;
+        std::string dump, codebooks, method = "codebooks", tensors, layers, keyRope = "as-dumped";
         int beam = 0;
         bool json = false, dropNonFinite = false;
+        KiviEvalSettings kivi;
         BackendOptions backend;
     };
     auto o = std::make_shared<Opts>();
-    auto* cmd = root.add_subcommand("eval", "Encode a dump with a codebooks file and report the metrics");
+    auto* cmd = root.add_subcommand("eval", "Encode a dump with a codebooks file, or quantize it with KIVI, and "
+                                            "report the metrics");
     cmd->add_option("dump", o->dump, "KV dump with the tensors the codebooks were trained for")->required();
-    cmd->add_option("--codebooks,-c", o->codebooks, "Codebooks file from gsrq train")->required();
+    cmd->add_option("--codebooks,-c", o->codebooks, "Codebooks file from gsrq train");
+    cmd->add_option("--method", o->method, "codebooks (a --codebooks file), or kivi (no training)")
+        ->capture_default_str();
     cmd->add_option("--beam", o->beam, "Beam width (default: the one used in training)");
     cmd->add_flag("--drop-nonfinite", o->dropNonFinite, "Drop rows holding NaN/Inf");
+    auto* bits =
+        cmd->add_option("--bits", o->kivi.kivi.bits, "KIVI: bits per quantized value, 1-8")->capture_default_str();
+    auto* group = cmd->add_option("--group", o->kivi.kivi.group,
+                                  "KIVI: tokens (keys) or channels (values) sharing a scale and zero")
+                      ->capture_default_str();
+    auto* residual =
+        cmd->add_option("--residual", o->kivi.kivi.residual, "KIVI: the last N tokens of each sequence kept in FP16")
+            ->capture_default_str();
+    auto* tensors = cmd->add_option("--tensors", o->tensors, "KIVI: comma-separated globs (default: keys and values)");
+    auto* layers = cmd->add_option("--layers", o->layers, "KIVI: layers, e.g. 0-3,7 (default: all)");
+    auto* keyRope =
+        cmd->add_option("--key-rope", o->keyRope,
+                        "KIVI: as-dumped, or post: quantize pre-RoPE keys after RoPE, as a cache holds them")
+            ->capture_default_str();
+    auto* queries = cmd->add_option("--attention-queries", o->kivi.attentionQueries,
+                                    "KIVI: query rows sampled for attention fidelity (0: skip)")
+                        ->capture_default_str();
+    auto* seed = cmd->add_option("--seed", o->kivi.seed, "KIVI: seed of the attention sample")->capture_default_str();
     addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
-    return {cmd, [o] {
+    return {cmd, [o, bits, group, residual, tensors, layers, keyRope, queries, seed] {
+                if (o->method == "kivi") {
+                    if (!o->codebooks.empty())
+                        throwInvalid("--codebooks: KIVI needs no codebooks (--method kivi)");
+                    if (o->beam != 0)
+                        throwInvalid("--beam: KIVI encodes no codes (--method kivi)");
+                    if (o->dropNonFinite)
+                        throwInvalid("--drop-nonfinite: KIVI groups consecutive tokens and keeps every row");
+                    if (o->keyRope != "as-dumped" && o->keyRope != "post")
+                        throwInvalid("--key-rope: '", o->keyRope, "' is not as-dumped or post");
+                    if (o->kivi.attentionQueries < 0)
+                        throwInvalid("--attention-queries ", o->kivi.attentionQueries, ": must be 0 or more");
+                    o->kivi.keyRope = o->keyRope == "post" ? KeyRope::Post : KeyRope::AsDumped;
+                    o->kivi.tensorPatterns = splitList(o->tensors);
+                    o->kivi.layers = o->layers;
+                    validateKivi(o->kivi.kivi, o->kivi.kivi.group, KiviAxis::Key);
+                    runKiviEvalCommand(o->dump, o->kivi, o->json);
+                    return;
+                }
+                if (o->method != "codebooks")
+                    throwInvalid("--method: '", o->method, "' is not codebooks or kivi");
+                for (const auto* opt : {bits, group, residual, tensors, layers, keyRope, queries, seed})
+                    if (opt->count())
+                        throwInvalid(opt->get_name(), ": only with --method kivi");
+                if (o->codebooks.empty())
+                    throwInvalid("--codebooks: give the codebooks file to evaluate (or --method kivi)");
                 const auto file = readCodebookFile(o->codebooks);
                 const KvDump dump = KvDump::open(o->dump);
                 int beam = o->beam;

@@ -4,12 +4,15 @@
 #include "core/base/version.h"
 #include "core/cluster/cluster_backend.h"
 #include "core/io/kv_dump.h"
+#include "core/jobs/method_table.h"
 #include "core/jobs/run_records.h"
 #include "core/lm/perplexity.h"
+#include "progress_bar.h"
 #include "recording.h"
 
 #include <cmath>
 #include <cstdio>
+#include <iomanip>
 #include <memory>
 
 namespace gsrq::cli {
@@ -27,6 +30,117 @@ std::vector<int> parseLayers(const std::string& text, int layers)
     return {set.begin(), set.end()};
 }
 
+// gsrq ppl --methods: the paper's table on the model (core/jobs/method_table.h).
+template <class Opts> void runMethodTableCommand(const Opts& o)
+{
+    if (o.text.empty() && !o.generate)
+        throwInvalid("ppl: give --text FILE or --generate");
+    if (o.perLayer)
+        throwInvalid("--per-layer: not with --methods");
+    if (o.iterations < 0)
+        throwInvalid("--iters ", o.iterations, ": must be ≥ 0");
+    MethodTableSettings ts;
+    ts.methods = parseMethods(o.methods);
+    for (const auto& c : o.codebooks)
+        for (auto& m : parseMethods(c, "--codebooks"))
+            ts.methods.push_back(m);
+    ts.trainDump = o.trainDump;
+    ts.layers = o.layers;
+    ts.iterations = o.iterations;
+    ts.seed = o.trainSeed;
+    const auto model = Llama2cModel::load(o.model);
+    const auto& cfg = model.config();
+    const auto tok = Llama2cTokenizer::load(o.tokenizer, cfg.vocab);
+    parseLayers(o.layers, cfg.layers);
+    auto backend = openBackend(o.backend, true);
+    std::int64_t textTokens = 0;
+    const auto seqs = perplexitySequences(model, tok, o.generate ? std::string() : o.text, o.seqLen, o.sequences,
+                                          o.seed, &textTokens);
+    PplRunSettings ps;
+    ps.model = o.model;
+    ps.tokenizer = o.tokenizer;
+    ps.text = o.generate ? std::string() : o.text;
+    ps.seed = o.seed;
+    ps.seqLen = o.seqLen;
+    ps.sequences = o.sequences;
+    ps.codebooks = o.codebooks;
+    ps.layers = o.layers;
+    for (const auto& m : ts.methods)
+        ps.methods.push_back(m.name);
+    ps.trainDump = o.trainDump;
+    ps.trainIterations = o.iterations;
+    ps.trainSeed = o.trainSeed;
+    const auto settings = pplRunSettings(ps);
+    CliRun run("ppl", settings.dump(), o.trainDump.empty() ? o.model : o.trainDump, {o.model}, backend->name(),
+               backend->device());
+    run.guard([&] {
+        ProgressBar bar(!o.json);
+        const auto r = runMethodTable(model, seqs, ts, *backend, [&](const ProgressEvent& e) {
+            bar.update(e.fraction, e.what);
+            run.progress(e);
+            return !stopRequested();
+        });
+        bar.finish();
+        if (r.cancelled)
+            run.cancelled();
+        if (run) {
+            run->recordMetrics(methodTableMetrics(r));
+            run->recordSeries(methodTableSeries(r));
+        }
+        run.done(methodTableSummary(r).dump());
+        const double fp32 = r.rows.front().perplexity;
+        const std::int64_t predicted = std::int64_t(seqs.size()) * (o.seqLen - 1);
+        if (o.json) {
+            nlohmann::ordered_json rs = nlohmann::ordered_json::array();
+            for (const auto& row : r.rows) {
+                nlohmann::ordered_json j = {{"method", row.name},
+                                            {"family", row.family},
+                                            {"bits", row.bits},
+                                            {"effective_bits", row.effectiveBits},
+                                            {"perplexity", row.perplexity},
+                                            {"delta", row.perplexity - fp32},
+                                            {"delta_percent", 100 * (row.perplexity - fp32) / fp32}};
+                j["attention_rel_l2"] =
+                    row.attentionRelL2 ? nlohmann::ordered_json(*row.attentionRelL2) : nlohmann::ordered_json(nullptr);
+                j["settings"] = row.settings;
+                rs.push_back(j);
+            }
+            nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "ppl"}};
+            if (run)
+                j["run_id"] = run->id();
+            j["settings"] = settings;
+            j["text_tokens"] = textTokens;
+            j["predicted_tokens"] = predicted;
+            j["methods"] = rs;
+            j["notes"] = r.notes;
+            printJson(j);
+            return;
+        }
+        std::printf("%s: dim %d, %d layers, %d heads, %d KV heads × %d; %zu sequences × %d tokens (%s), %lld "
+                    "predictions; keys and values quantized in %s\n\n",
+                    o.model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, cfg.headDim(), seqs.size(), o.seqLen,
+                    o.generate ? cat("sampled from the model, seed ", o.seed).c_str()
+                               : cat(o.text, ", ", textTokens, " tokens").c_str(),
+                    static_cast<long long>(predicted),
+                    o.layers.empty() ? "every layer" : ("layers " + o.layers).c_str());
+        std::printf("  %-16s %7s %10s %11s %9s %8s %10s  %s\n", "method", "bits", "eff. bits", "perplexity", "Δ", "Δ%",
+                    "attn relL2", "as");
+        for (const auto& row : r.rows)
+            std::printf("  %-16s %7.4g %10.4g %11.4f %+9.4f %+7.2f%% %10s  %s\n", row.name.c_str(), row.bits,
+                        row.effectiveBits, row.perplexity, row.perplexity - fp32, 100 * (row.perplexity - fp32) / fp32,
+                        row.attentionRelL2 ? cat(std::fixed, std::setprecision(4), *row.attentionRelL2).c_str() : "-",
+                        row.settings.c_str());
+        std::printf("\nbits: per cached value (KIVI: with its FP16 scales, zeros and window); eff. bits: with the "
+                    "codewords (F16) spread over these %lld tokens; attn relL2: attention error on %s\n",
+                    static_cast<long long>(std::int64_t(seqs.size()) * o.seqLen),
+                    o.trainDump.empty() ? "(no dump)" : o.trainDump.c_str());
+        for (const auto& n : r.notes)
+            std::printf("note: %s\n", n.c_str());
+        if (run)
+            std::printf("recorded as run %lld\n", static_cast<long long>(run->id()));
+    });
+}
+
 } // namespace
 
 Command registerPerplexity(CLI::App& root)
@@ -37,6 +151,9 @@ Command registerPerplexity(CLI::App& root)
         std::uint64_t seed = 0;
         int seqLen = 256, sequences = 16;
         std::vector<std::string> codebooks;
+        std::string methods, trainDump;
+        int iterations = 25;
+        std::uint64_t trainSeed = 0;
         BackendOptions backend;
     };
     auto o = std::make_shared<Opts>();
@@ -53,9 +170,24 @@ Command registerPerplexity(CLI::App& root)
     cmd->add_option("--codebooks,-c", o->codebooks, "Codebooks files (gsrq train) to measure, one or more");
     cmd->add_option("--layers", o->layers, "Only these layers' KV cache is quantized, e.g. 0-4 or 1,3 (default: all)");
     cmd->add_flag("--per-layer", o->perLayer, "Also quantize one layer at a time: which layers are sensitive");
+    cmd->add_option("--methods", o->methods,
+                    "The paper's comparison: fp32, kivi-B[gG][rN], cq-<C>c<B>b, km-rq@BPA, gsrq@BPA, codebooks files, "
+                    "e.g. fp32,kivi-2,kivi-1,cq-2c8b,km-rq@1,gsrq@1,gsrq@0.75");
+    cmd->add_option("--train-dump", o->trainDump,
+                    "The model's KV dump on which --methods' trained methods learn (and attention is measured)");
+    cmd->add_option("--iters", o->iterations, "--methods: maximum iterations per stage of trained methods")
+        ->capture_default_str();
+    cmd->add_option("--train-seed", o->trainSeed, "--methods: seed of trained methods and the attention sample")
+        ->capture_default_str();
     addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     return {cmd, [o] {
+                if (!o->methods.empty()) {
+                    runMethodTableCommand(*o);
+                    return;
+                }
+                if (!o->trainDump.empty())
+                    throwInvalid("--train-dump: only with --methods");
                 if (o->text.empty() && !o->generate)
                     throwInvalid("ppl: give --text FILE or --generate");
                 const auto model = Llama2cModel::load(o->model);

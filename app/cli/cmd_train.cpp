@@ -33,7 +33,7 @@ Command registerTrain(CLI::App& root)
         std::string dump, tensors, layers, method = "gskm", weights = "none", eval, out, dtype = "f32",
                                            keyRope = "as-dumped";
         double bpa = 0, tau = 1, holdout = 0;
-        int dim = 0, stages = 0, k = 0, attentionQueries = 128;
+        int dim = 0, stages = 0, k = 0, attentionQueries = 128, channels = 0, bits = 0;
         BackendOptions backend;
         bool json = false, quiet = false, force = false, withCodes = false, dropNonFinite = false, holdoutTail = false;
         TrainSettings s;
@@ -47,12 +47,19 @@ Command registerTrain(CLI::App& root)
     cmd->add_option("--dim,-d", o->dim, "Subspace width D (with --stages and --k, instead of --bpa)");
     cmd->add_option("--stages,-r", o->stages, "Residual stages R");
     cmd->add_option("--k,-k", o->k, "Codewords per stage K (a power of two up to 65,536)");
-    cmd->add_option("--method", o->method, "gskm or km")->capture_default_str();
+    cmd->add_option("--method", o->method,
+                    "gskm, km, or cq (coupled quantization: --channels C coupled, 2^--bits centroids per block, one "
+                    "stage of K-means with grad-sq weights unless --weights says otherwise)")
+        ->capture_default_str();
+    cmd->add_option("--channels", o->channels, "cq: channels coupled into one block (C)");
+    cmd->add_option("--bits", o->bits, "cq: bits per block of C channels (2^bits centroids), 1-16");
     cmd->add_option("--iters", o->s.rq.iterations, "Maximum iterations per stage")->capture_default_str();
     cmd->add_option("--seed", o->s.rq.seed, "Seed")->capture_default_str();
     cmd->add_option("--beam", o->s.rq.beam, "Beam width of encoding (1 = greedy)")->capture_default_str();
     cmd->add_flag("--reseed-empty", o->s.rq.reseedEmpty, "Re-seed empty clusters by splitting the largest");
-    cmd->add_option("--weights", o->weights, "none, grad-raw or grad-log")->capture_default_str();
+    auto* weightsFlag =
+        cmd->add_option("--weights", o->weights, "none, grad-raw, grad-log or grad-sq (CQ's Fisher weights)")
+            ->capture_default_str();
     cmd->add_option("--tau", o->tau, "τ of grad-log weights")->capture_default_str();
     cmd->add_option("--eval", o->eval, "Held-out dump with the same tensors (a .npy pairs with a .npy)");
     cmd->add_option("--holdout", o->holdout, "Fraction of rows held out for evaluation (a seeded random subset)");
@@ -70,12 +77,17 @@ Command registerTrain(CLI::App& root)
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     cmd->add_flag("--quiet,-q", o->quiet, "No progress bar");
     return {
-        cmd, [o] {
+        cmd, [o, weightsFlag] {
             TrainSettings& s = o->s;
-            s.rq.method = parseMethod("--method", o->method);
+            const bool cq = o->method == "cq";
+            s.rq.method = cq ? Method::KMeans : parseMethod("--method", o->method);
+            if (cq && weightsFlag->count() == 0)
+                o->weights = "grad-sq"; // CQ's Fisher weighting
+            if (!cq && (o->channels || o->bits))
+                throwInvalid(o->channels ? "--channels" : "--bits", ": only with --method cq");
             const auto w = weightModeFromName(o->weights);
             if (!w)
-                throwInvalid("--weights: unknown mode '", o->weights, "' (none, grad-raw, grad-log)");
+                throwInvalid("--weights: unknown mode '", o->weights, "' (none, grad-raw, grad-log, grad-sq)");
             s.weights = *w;
             s.tau = o->tau;
             if (o->keyRope != "as-dumped" && o->keyRope != "post")
@@ -98,9 +110,24 @@ Command registerTrain(CLI::App& root)
             const auto selected = selectTensors(dump, s.tensorPatterns, s.layers);
             const std::int64_t F = selected.front()->view.features();
             const bool direct = o->dim || o->stages || o->k;
-            if (o->bpa > 0 && direct)
+            if (cq) {
+                if (o->bpa > 0 || direct)
+                    throwInvalid(
+                        "--method cq sets D, R and K from --channels and --bits; drop --bpa/--dim/--stages/--k");
+                if (o->channels < 1)
+                    throwInvalid("--channels: --method cq needs the channels coupled into a block (C ≥ 1)");
+                if (o->bits < 1 || o->bits > 16)
+                    throwInvalid("--bits ", o->bits, ": --method cq needs 1-16 bits per block");
+                if (F % o->channels != 0)
+                    throwInvalid("--channels ", o->channels, ": does not divide the ", F, " features of ",
+                                 selected.front()->view.name);
+                s.rq.dim = o->channels;
+                s.rq.stages = 1;
+                s.rq.k = 1 << o->bits;
+                s.methodLabel = "cq";
+            } else if (o->bpa > 0 && direct) {
                 throwInvalid("--bpa sets D, R and K; give either --bpa or --dim/--stages/--k");
-            if (o->bpa > 0) {
+            } else if (o->bpa > 0) {
                 auto c = paperBpa(o->bpa);
                 if (!c || F % c->dim != 0) {
                     std::string hint;

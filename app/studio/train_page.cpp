@@ -46,7 +46,7 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     for (Method m : {Method::GainShape, Method::KMeans})
         m_method->addItem(methodName(m));
     m_weights = new QComboBox(this);
-    m_weights->addItems({"none", "grad-raw", "grad-log"});
+    m_weights->addItems({"none", "grad-raw", "grad-log", "grad-sq"});
     m_tau = new QDoubleSpinBox(this);
     m_tau->setRange(0.001, 1000);
     m_tau->setValue(1.0);

@@ -16,6 +16,8 @@ std::optional<WeightMode> weightModeFromName(const std::string& s)
         return WeightMode::GradRaw;
     if (s == "grad-log")
         return WeightMode::GradLog;
+    if (s == "grad-sq")
+        return WeightMode::GradSq;
     return std::nullopt;
 }
 
@@ -28,6 +30,8 @@ const char* weightModeName(WeightMode m)
         return "grad-raw";
     case WeightMode::GradLog:
         return "grad-log";
+    case WeightMode::GradSq:
+        return "grad-sq";
     }
     return "?";
 }
@@ -51,6 +55,9 @@ Eigen::VectorXd weightsFromNorms(const Eigen::VectorXd& norms, WeightMode mode, 
     case WeightMode::GradLog:
         s.lambda = tau / (s.rawMedian + epsilon);
         w = (1.0 + s.lambda * norms.array()).log().matrix();
+        break;
+    case WeightMode::GradSq:
+        w = norms.array().square().matrix();
         break;
     }
     s.weightMax = w.size() ? w.maxCoeff() : 0;

@@ -3,6 +3,8 @@
 //   none      w_i = 1
 //   grad-raw  w_i = ‖∂L/∂x_i‖
 //   grad-log  w_i = log(1 + λ‖∂L/∂x_i‖),  λ = τ / (median‖∂L/∂x‖ + ε)
+//   grad-sq   w_i = ‖∂L/∂x_i‖²: the diagonal Fisher information summed over the row, the weighting
+//             of coupled quantization (CQ, Zhang et al. 2024)
 // The log compresses the raw spread (often > 400× max/median) to under 10×.
 
 #include "core/base/stats.h"
@@ -15,8 +17,8 @@
 
 namespace gsrq {
 
-enum class WeightMode { None, GradRaw, GradLog };
-std::optional<WeightMode> weightModeFromName(const std::string& s); // "none", "grad-raw", "grad-log"
+enum class WeightMode { None, GradRaw, GradLog, GradSq };
+std::optional<WeightMode> weightModeFromName(const std::string& s); // "none", "grad-raw", "grad-log", "grad-sq"
 const char* weightModeName(WeightMode m);
 
 struct WeightSummary {

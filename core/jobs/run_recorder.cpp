@@ -143,6 +143,22 @@ void RunRecorder::recordEval(const std::vector<EvalResult>& r)
     m_store.addMetrics(m_id, rows);
 }
 
+void RunRecorder::recordKiviEval(const KiviEvalResult& r)
+{
+    std::vector<MetricRow> rows;
+    for (const auto& t : r.tensors) {
+        addQuant(rows, "final", "kivi", t.tensor, -1, -1, t.metrics);
+        rows.push_back({"final", "kivi", t.tensor, -1, -1, "bpa", t.bits});
+        rows.push_back({"final", "kivi", t.tensor, -1, -1, "seconds", t.seconds});
+    }
+    for (const auto& a : r.attention) {
+        const std::string layer = cat("layers.", a.layer);
+        rows.push_back({"attention", "kivi", layer, -1, -1, "relative_l2", a.fidelity.relativeL2});
+        rows.push_back({"attention", "kivi", layer, -1, -1, "top8_overlap", a.fidelity.top8Overlap});
+    }
+    m_store.addMetrics(m_id, rows);
+}
+
 void RunRecorder::recordArtifact(const std::string& path, const std::string& kind)
 {
     std::error_code ec;

@@ -33,6 +33,7 @@ public:
     // Series <method>.<metric>_vs_dim and _vs_k, the RQ points and each claim (1 holds, 0 not).
     void recordPaperCheck(const PaperCheckResult& r);
     void recordEval(const std::vector<EvalResult>& r);
+    void recordKiviEval(const KiviEvalResult& r);
     void recordArtifact(const std::string& path, const std::string& kind);
     void recordMetrics(const std::vector<MetricRow>& rows) { m_store.addMetrics(m_id, rows); }
     void recordSeries(const std::vector<SeriesPoint>& points) { m_store.addSeries(m_id, points); }

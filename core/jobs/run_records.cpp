@@ -77,7 +77,7 @@ nlohmann::ordered_json trainRunSettings(const TrainSettings& s, const std::strin
             {"stages", s.rq.stages},
             {"k", s.rq.k},
             {"bpa", bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k)},
-            {"method", methodName(s.rq.method)},
+            {"method", s.methodLabel.empty() ? std::string(methodName(s.rq.method)) : s.methodLabel},
             {"iters", s.rq.iterations},
             {"seed", s.rq.seed},
             {"beam", s.rq.beam},
@@ -116,6 +116,33 @@ nlohmann::ordered_json evalRunSettings(const std::string& codebooks, int beam, b
             {"codebook_settings", codebookMetadata}};
 }
 
+nlohmann::ordered_json kiviEvalRunSettings(const KiviEvalSettings& s)
+{
+    return {{"method", "kivi"},
+            {"name", kiviName(s.kivi)},
+            {"bits", s.kivi.bits},
+            {"group", s.kivi.group},
+            {"residual", s.kivi.residual},
+            {"tensors", s.tensorPatterns},
+            {"layers", s.layers},
+            {"key_rope", s.keyRope == KeyRope::Post ? "post" : "as-dumped"},
+            {"attention_queries", s.attentionQueries},
+            {"seed", s.seed}};
+}
+
+nlohmann::ordered_json kiviEvalRunSummary(const KiviEvalResult& r)
+{
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    for (const auto& t : r.tensors) {
+        nlohmann::ordered_json m = nlohmann::ordered_json::object();
+        for (const auto& [name, value] : namedMetrics(t.metrics))
+            m[name] = value;
+        m["bpa"] = t.bits;
+        j[t.tensor] = m;
+    }
+    return j;
+}
+
 nlohmann::ordered_json benchClusterRunSettings(const std::string& data, std::int64_t rows, std::int64_t dim, int k,
                                                int iterations, std::uint64_t seed)
 {
@@ -136,7 +163,46 @@ nlohmann::ordered_json pplRunSettings(const PplRunSettings& s)
             {"sequences", s.sequences},
             {"codebooks", s.codebooks},
             {"layers", s.layers},
-            {"codebook_settings", books}};
+            {"codebook_settings", books},
+            {"methods", s.methods},
+            {"train_dump", s.trainDump},
+            {"train_iterations", s.trainIterations},
+            {"train_seed", s.trainSeed}};
+}
+
+nlohmann::ordered_json methodTableSummary(const MethodTableResult& r)
+{
+    nlohmann::ordered_json j = {{"fp32_perplexity", r.rows.empty() ? 0.0 : r.rows.front().perplexity}};
+    nlohmann::ordered_json ms = nlohmann::ordered_json::object();
+    for (const auto& row : r.rows)
+        ms[row.name] = {{"bits", row.bits}, {"perplexity", row.perplexity}};
+    j["methods"] = ms;
+    return j;
+}
+
+std::vector<MetricRow> methodTableMetrics(const MethodTableResult& r)
+{
+    std::vector<MetricRow> out;
+    for (const auto& row : r.rows) {
+        out.push_back({"ppl", row.family, row.name, -1, -1, "perplexity", row.perplexity});
+        out.push_back({"ppl", row.family, row.name, -1, -1, "bits", row.bits});
+        out.push_back({"ppl", row.family, row.name, -1, -1, "effective_bits", row.effectiveBits});
+        if (row.attentionRelL2)
+            out.push_back({"ppl", row.family, row.name, -1, -1, "attention_rel_l2", *row.attentionRelL2});
+    }
+    return out;
+}
+
+std::vector<SeriesPoint> methodTableSeries(const MethodTableResult& r)
+{
+    std::vector<SeriesPoint> out;
+    if (r.rows.empty())
+        return out;
+    const double fp32 = r.rows.front().perplexity;
+    for (std::size_t i = 1; i < r.rows.size(); ++i)
+        for (auto& p : perplexitySeries(r.rows[i].family, r.rows[i].bits, r.rows[i].perplexity, fp32))
+            out.push_back(std::move(p));
+    return out;
 }
 
 nlohmann::ordered_json pplRunSummary(double fp32, std::optional<double> withCodebooks)

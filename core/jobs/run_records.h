@@ -8,6 +8,7 @@
 #include "core/cluster/cluster_backend.h"
 #include "core/decode/decode_bench.h"
 #include "core/jobs/compare_job.h"
+#include "core/jobs/method_table.h"
 #include "core/jobs/model_compare.h"
 #include "core/jobs/paper_check.h"
 #include "core/jobs/train_job.h"
@@ -55,6 +56,12 @@ nlohmann::ordered_json trainRunSummary(const TrainJobResult& r);
 nlohmann::ordered_json evalRunSettings(const std::string& codebooks, int beam, bool dropNonFinite,
                                        const std::map<std::string, std::string>& codebookMetadata);
 
+// KIVI's evaluation (no codebooks): "method": "kivi", its bits, group and FP16 window, the tensors,
+// layers, where keys were quantized and the attention sample.
+nlohmann::ordered_json kiviEvalRunSettings(const KiviEvalSettings& s);
+// {<tensor>: metrics with "bpa"} of the tensors evaluated.
+nlohmann::ordered_json kiviEvalRunSummary(const KiviEvalResult& r);
+
 // ---- bench-cluster ----
 nlohmann::ordered_json benchClusterRunSettings(const std::string& data, std::int64_t rows, std::int64_t dim, int k,
                                                int iterations, std::uint64_t seed);
@@ -69,10 +76,23 @@ struct PplRunSettings {
     std::string layers;                 // "" for all
     // Each measured file's metadata (the app's in-memory codebooks: theirs).
     std::vector<std::map<std::string, std::string>> codebookSettings;
+    // The comparison table (core/jobs/method_table.h): the methods as named, the dump trained
+    // methods learn from, and their iterations and seed; empty and 0 when no table ran.
+    std::vector<std::string> methods;
+    std::string trainDump;
+    int trainIterations = 0;
+    std::uint64_t trainSeed = 0;
 };
 nlohmann::ordered_json pplRunSettings(const PplRunSettings& s);
 // {"fp32_perplexity": x} and, where one set of codebooks was measured, "perplexity": its value.
 nlohmann::ordered_json pplRunSummary(double fp32, std::optional<double> withCodebooks);
+// The comparison table's summary: {"fp32_perplexity": x, "methods": {name: {bits, perplexity}}}.
+nlohmann::ordered_json methodTableSummary(const MethodTableResult& r);
+// Its rows in the store: per method "perplexity", "bits", "effective_bits", "attention_rel_l2"
+// (scope "ppl", method: the family, tensor: the name), and the perplexity-against-bits series of
+// each family.
+std::vector<MetricRow> methodTableMetrics(const MethodTableResult& r);
+std::vector<SeriesPoint> methodTableSeries(const MethodTableResult& r);
 // A metric row of one perplexity: label "FP32 layers -" or "<file> layers <list>".
 MetricRow pplMetric(const std::string& method, const std::string& codebooks, const std::string& layers, double ppl);
 

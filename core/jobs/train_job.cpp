@@ -112,6 +112,59 @@ QuantMetrics metricsOf(const MatrixRF& x, const Codebooks& cb, int beam, Cluster
     return m;
 }
 
+// Attention fidelity per layer with queries, positions and sequence ids, the reconstructions of a
+// layer's keys and values in `recon` (keys after RoPE where `keysReconPost`, as the dump otherwise).
+std::vector<LayerAttention> layerAttentions(const KvDump& dump, std::map<int, std::map<KvKind, MatrixRF>>& recon,
+                                            bool keysReconPost, int queries, std::uint64_t seed,
+                                            std::vector<std::string>& notes)
+{
+    std::vector<LayerAttention> out;
+    for (auto& [layer, parts] : recon) {
+        const auto* q = dump.find(cat("layers.", layer, ".query"));
+        const auto* k = dump.find(cat("layers.", layer, ".key"));
+        const auto* v = dump.find(cat("layers.", layer, ".value"));
+        const auto* pos = dump.find("positions");
+        const auto* seq = dump.find("sequence_ids");
+        if (!q || !k || !v || !pos || !seq) {
+            notes.push_back(cat("attention fidelity of layer ", layer,
+                                " skipped: the dump needs query, key, value, positions and sequence_ids"));
+            continue;
+        }
+        const int hd = headDimOf(dump, *k);
+        AttentionInputs in;
+        MatrixRF qx = toMatrix(q->view), kx = toMatrix(k->view), vx = toMatrix(v->view);
+        in.positions = toInt64(pos->view);
+        in.sequenceIds = toInt64(seq->view);
+        in.headDim = hd;
+        in.heads = int(qx.cols() / hd);
+        in.kvHeads = int(kx.cols() / hd);
+        const bool keysPre = !keysStoredPost(dump);
+        MatrixRF kHat = parts.count(KvKind::Key) ? parts[KvKind::Key] : kx;
+        const MatrixRF vHat = parts.count(KvKind::Value) ? parts[KvKind::Value] : vx;
+        if (keysPre) {
+            // Attention sees rotated queries and keys; keys reconstructed after RoPE are already rotated.
+            const bool keyReconPost = keysReconPost && parts.count(KvKind::Key);
+            MatrixRF qr = ropeKeys(dump, *q, qx), kr = ropeKeys(dump, *k, kx);
+            if (!keyReconPost)
+                kHat = ropeKeys(dump, *k, kHat);
+            qx = std::move(qr);
+            kx = std::move(kr);
+        }
+        in.q = &qx;
+        in.k = &kx;
+        in.v = &vx;
+        in.kHat = &kHat;
+        in.vHat = &vHat;
+        LayerAttention la;
+        la.layer = layer;
+        la.keys = parts.count(KvKind::Key) ? "quantized" : "exact";
+        la.values = parts.count(KvKind::Value) ? "quantized" : "exact";
+        la.fidelity = attentionFidelity(in, queries, seed);
+        out.push_back(la);
+    }
+    return out;
+}
+
 } // namespace
 
 std::vector<const KvTensor*> selectTensors(const KvDump& dump, const std::vector<std::string>& patterns,
@@ -190,7 +243,7 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
         {"dim", std::to_string(D)},
         {"stages", std::to_string(s.rq.stages)},
         {"k", std::to_string(s.rq.k)},
-        {"method", methodName(s.rq.method)},
+        {"method", s.methodLabel.empty() ? std::string(methodName(s.rq.method)) : s.methodLabel},
         {"weights", weightModeName(s.weights)},
         {"tau", cat(s.tau)},
         {"beam", std::to_string(s.rq.beam)},
@@ -286,50 +339,7 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
         out.tensors.push_back(std::move(r));
     }
 
-    // Attention fidelity per layer with queries, positions and sequence ids.
-    for (auto& [layer, parts] : recon) {
-        const auto* q = dump.find(cat("layers.", layer, ".query"));
-        const auto* k = dump.find(cat("layers.", layer, ".key"));
-        const auto* v = dump.find(cat("layers.", layer, ".value"));
-        const auto* pos = dump.find("positions");
-        const auto* seq = dump.find("sequence_ids");
-        if (!q || !k || !v || !pos || !seq) {
-            out.notes.push_back(cat("attention fidelity of layer ", layer,
-                                    " skipped: the dump needs query, key, value, positions and sequence_ids"));
-            continue;
-        }
-        const int hd = headDimOf(dump, *k);
-        AttentionInputs in;
-        MatrixRF qx = toMatrix(q->view), kx = toMatrix(k->view), vx = toMatrix(v->view);
-        in.positions = toInt64(pos->view);
-        in.sequenceIds = toInt64(seq->view);
-        in.headDim = hd;
-        in.heads = int(qx.cols() / hd);
-        in.kvHeads = int(kx.cols() / hd);
-        const bool keysPre = !keysStoredPost(dump);
-        MatrixRF kHat = parts.count(KvKind::Key) ? parts[KvKind::Key] : kx;
-        const MatrixRF vHat = parts.count(KvKind::Value) ? parts[KvKind::Value] : vx;
-        if (keysPre) {
-            // Attention sees rotated queries and keys; keys trained after RoPE are already rotated.
-            const bool keyTrainedPost = s.keyRope == KeyRope::Post && parts.count(KvKind::Key);
-            MatrixRF qr = ropeKeys(dump, *q, qx), kr = ropeKeys(dump, *k, kx);
-            if (!keyTrainedPost)
-                kHat = ropeKeys(dump, *k, kHat);
-            qx = std::move(qr);
-            kx = std::move(kr);
-        }
-        in.q = &qx;
-        in.k = &kx;
-        in.v = &vx;
-        in.kHat = &kHat;
-        in.vHat = &vHat;
-        LayerAttention la;
-        la.layer = layer;
-        la.keys = parts.count(KvKind::Key) ? "quantized" : "exact";
-        la.values = parts.count(KvKind::Value) ? "quantized" : "exact";
-        la.fidelity = attentionFidelity(in, s.attentionQueries, s.rq.seed);
-        out.attention.push_back(la);
-    }
+    out.attention = layerAttentions(dump, recon, s.keyRope == KeyRope::Post, s.attentionQueries, s.rq.seed, out.notes);
     return out;
 }
 
@@ -353,6 +363,56 @@ std::vector<EvalResult> runEval(const KvDump& dump, const CodebookFile& file, in
         r.metrics = metricsOf(x, e.codebooks, beam, backend, &r.seconds);
         out.push_back(r);
     }
+    return out;
+}
+
+} // namespace gsrq
+
+namespace gsrq {
+
+KiviEvalResult runKiviEval(const KvDump& dump, const KiviEvalSettings& s, const ProgressFn& progress)
+{
+    const auto selected = selectTensors(dump, s.tensorPatterns, s.layers);
+    for (const auto* t : selected)
+        validateKivi(s.kivi, t->view.features(), t->kind == KvKind::Key ? KiviAxis::Key : KiviAxis::Value);
+    std::vector<std::int64_t> seqIds;
+    if (const auto* seq = dump.find("sequence_ids"))
+        seqIds = toInt64(seq->view);
+    KiviEvalResult out;
+    std::map<int, std::map<KvKind, MatrixRF>> recon;
+    for (std::size_t ti = 0; ti < selected.size(); ++ti) {
+        const KvTensor& t = *selected[ti];
+        if (progress) {
+            ProgressEvent ev;
+            ev.fraction = double(ti) / double(selected.size());
+            ev.what = cat(t.view.name, " KIVI");
+            ev.tensor = t.view.name;
+            if (!progress(ev)) {
+                out.cancelled = true;
+                break;
+            }
+        }
+        KiviTensorResult r;
+        r.tensor = t.view.name;
+        const auto t0 = std::chrono::steady_clock::now();
+        const MatrixRF x = preparedRows(dump, t, s.keyRope, false, nullptr, &r.ropeApplied);
+        if (!seqIds.empty() && std::int64_t(seqIds.size()) != x.rows())
+            throwInvalid(dump.path(), ": sequence_ids has ", seqIds.size(), " entries but ", t.view.where(), " has ",
+                         x.rows(), " rows");
+        // Keys are quantized per channel, everything else (values, a .npy of one tensor) per token.
+        const auto axis = t.kind == KvKind::Key ? KiviAxis::Key : KiviAxis::Value;
+        auto q = kiviQuantize(x, axis, s.kivi, seqIds);
+        r.rows = x.rows();
+        r.features = x.cols();
+        r.bits = q.bits;
+        r.metrics = computeMetrics(x, q.reconstruction);
+        r.seconds = elapsed(t0);
+        if (s.attentionQueries > 0 && t.layer >= 0 && (t.kind == KvKind::Key || t.kind == KvKind::Value))
+            recon[t.layer][t.kind] = std::move(q.reconstruction);
+        out.tensors.push_back(std::move(r));
+    }
+    if (!out.cancelled && s.attentionQueries > 0)
+        out.attention = layerAttentions(dump, recon, s.keyRope == KeyRope::Post, s.attentionQueries, s.seed, out.notes);
     return out;
 }
 

@@ -4,6 +4,7 @@
 // metrics and attention fidelity per layer, and produce the codebooks file.
 
 #include "core/cluster/codebook_file.h"
+#include "core/cluster/kivi.h"
 #include "core/cluster/quantizer.h"
 #include "core/cluster/weights.h"
 #include "core/io/kv_dump.h"
@@ -40,6 +41,7 @@ struct TrainSettings {
     DType exportDType = DType::F32; // counts the codebook bytes as exported
     bool keepCodes = false;         // store training codes in the file
     std::string sourceSha256;       // the dump's hash when already known (else computed)
+    std::string methodLabel;        // the file's "method" when not the clustering's (cq)
 };
 
 struct TensorTrainResult {
@@ -84,5 +86,33 @@ struct EvalResult {
 };
 std::vector<EvalResult> runEval(const KvDump& dump, const CodebookFile& file, int beam, ClusterBackend& backend,
                                 bool dropNonFinite = false);
+
+// KIVI over a dump's keys and values (core/cluster/kivi.h): no training, so the same metrics as a
+// codebooks' evaluation on every row, and attention fidelity per layer. Keys are quantized as they
+// are stored, or after RoPE with KeyRope::Post (as a model's cache holds them).
+struct KiviEvalSettings {
+    KiviSettings kivi;
+    std::vector<std::string> tensorPatterns; // empty: every key and value
+    std::string layers;
+    KeyRope keyRope = KeyRope::AsDumped;
+    int attentionQueries = 128;
+    std::uint64_t seed = 0; // of the attention queries
+};
+struct KiviTensorResult {
+    std::string tensor;
+    std::int64_t rows = 0, features = 0;
+    double bits = 0; // honest bits per value: B, scales and zeros, the FP16 window
+    bool ropeApplied = false;
+    QuantMetrics metrics;
+    double seconds = 0;
+};
+struct KiviEvalResult {
+    std::vector<KiviTensorResult> tensors;
+    std::vector<LayerAttention> attention;
+    std::vector<std::string> notes;
+    bool cancelled = false;
+};
+// Throws Error(InvalidInput) naming --bits, --group or --residual for settings a tensor cannot take.
+KiviEvalResult runKiviEval(const KvDump& dump, const KiviEvalSettings& s, const ProgressFn& progress = {});
 
 } // namespace gsrq

@@ -240,4 +240,38 @@ KvHook codebookHook(const CodebookFile& file, const std::string& path, const Lla
     };
 }
 
+double KiviCounts::bitsPerValue() const
+{
+    const double values = double(quantizedValues + fp16Values);
+    return values > 0 ? (double(quantizedValues) * bits + double(groups) * 32 + double(fp16Values) * 16) / values
+                      : std::nan("");
+}
+
+KvHook kiviHook(const KiviSettings& s, const Llama2cConfig& cfg, const std::vector<int>& layers,
+                std::shared_ptr<KiviCounts> counts, const std::string& flag)
+{
+    validateKivi(s, cfg.kvDim(), KiviAxis::Value, flag + " " + kiviName(s) + ": --");
+    if (counts)
+        counts->bits = s.bits;
+    const int hd = cfg.headDim();
+    const auto invFreq = ropeInvFreq(10000.0, hd);
+    return [s, layers, counts, hd, invFreq](int layer, MatrixRF& keys, MatrixRF& values,
+                                            const std::vector<std::int64_t>& positions) {
+        if (!layers.empty() && std::find(layers.begin(), layers.end(), layer) == layers.end())
+            return;
+        const MatrixRF rotated = applyRope(keys, hd, positions, invFreq, RopePairing::Interleaved);
+        const auto k = kiviQuantize(rotated, KiviAxis::Key, s);
+        std::vector<std::int64_t> back(positions.size());
+        std::transform(positions.begin(), positions.end(), back.begin(), [](std::int64_t p) { return -p; });
+        keys = applyRope(k.reconstruction, hd, back, invFreq, RopePairing::Interleaved); // rotated again after
+        auto v = kiviQuantize(values, KiviAxis::Value, s);
+        values = std::move(v.reconstruction);
+        if (counts) {
+            counts->quantizedValues += k.quantizedValues + v.quantizedValues;
+            counts->fp16Values += k.fp16Values + v.fp16Values;
+            counts->groups += k.groups + v.groups;
+        }
+    };
+}
+
 } // namespace gsrq

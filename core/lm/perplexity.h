@@ -3,9 +3,11 @@
 // replaced by reconstructions from codebooks: the measure the paper judges compression by.
 
 #include "core/cluster/codebook_file.h"
+#include "core/cluster/kivi.h"
 #include "core/lm/llama2c.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,5 +63,20 @@ KvHook codebookHook(const CodebookFile& file, const std::string& path, const Lla
 
 // The codebooks file's layers that the hook would quantize (sorted).
 std::vector<int> quantizedLayers(const CodebookFile& file, const std::vector<int>& layers);
+
+// What a KIVI hook has quantized so far, for its honest bits (core/cluster/kivi.h).
+struct KiviCounts {
+    std::int64_t quantizedValues = 0, fp16Values = 0, groups = 0;
+    int bits = 0;
+    double bitsPerValue() const;
+};
+
+// A hook that quantizes layer L's keys and values with KIVI (where L is in `layers`, all when
+// empty): keys after RoPE, as the model's cache holds them (rotated, quantized per channel over
+// groups of tokens, rotated back), values per token. A forward call is one sequence. Counts, when
+// given, accumulate what was quantized. Throws Error(InvalidInput) naming `flag` when the group
+// does not divide the model's kv_dim.
+KvHook kiviHook(const KiviSettings& s, const Llama2cConfig& cfg, const std::vector<int>& layers,
+                std::shared_ptr<KiviCounts> counts = {}, const std::string& flag = "--methods");
 
 } // namespace gsrq

@@ -1,0 +1,289 @@
+#include "core/jobs/method_table.h"
+
+#include "core/base/error.h"
+#include "core/cluster/codebook_file.h"
+#include "core/cluster/quantizer.h"
+#include "core/lm/perplexity.h"
+
+#include <cmath>
+#include <filesystem>
+#include <regex>
+#include <set>
+
+namespace gsrq {
+
+namespace {
+
+std::string trim(const std::string& s)
+{
+    const auto b = s.find_first_not_of(" \t");
+    if (b == std::string::npos)
+        return {};
+    const auto e = s.find_last_not_of(" \t");
+    return s.substr(b, e - b + 1);
+}
+
+const char* familyOf(TableMethod k)
+{
+    switch (k) {
+    case TableMethod::Fp32:
+        return "fp32";
+    case TableMethod::Kivi:
+        return "kivi";
+    case TableMethod::Cq:
+        return "cq";
+    case TableMethod::KmRq:
+        return "km-rq";
+    case TableMethod::Gsrq:
+        return "gsrq";
+    case TableMethod::File:
+        return "codebooks";
+    }
+    return "?";
+}
+
+double mean(const std::vector<LayerAttention>& a)
+{
+    double s = 0;
+    for (const auto& l : a)
+        s += l.fidelity.relativeL2;
+    return a.empty() ? std::nan("") : s / double(a.size());
+}
+
+} // namespace
+
+std::vector<MethodSpec> parseMethods(const std::string& list, const std::string& flag)
+{
+    static const std::regex cq(R"(cq-(\d{1,4})c(\d{1,2})b)");
+    static const std::regex rq(R"((km-rq|gsrq)@([0-9]*\.?[0-9]+))");
+    std::vector<MethodSpec> out;
+    std::set<std::string> seen;
+    std::string item;
+    for (std::size_t i = 0; i <= list.size(); ++i) {
+        if (i < list.size() && list[i] != ',') {
+            item += list[i];
+            continue;
+        }
+        const std::string name = trim(item);
+        item.clear();
+        if (name.empty())
+            continue;
+        if (!seen.insert(name).second)
+            throwInvalid(flag, ": '", name, "' is listed twice");
+        MethodSpec m;
+        m.name = name;
+        std::smatch g;
+        if (name == "fp32") {
+            m.kind = TableMethod::Fp32;
+        } else if (name.rfind("kivi-", 0) == 0) {
+            m.kind = TableMethod::Kivi;
+            m.kivi = parseKiviName(name, flag);
+        } else if (std::regex_match(name, g, cq)) {
+            m.kind = TableMethod::Cq;
+            m.channels = std::stoi(g[1]);
+            m.blockBits = std::stoi(g[2]);
+            if (m.channels < 1)
+                throwInvalid(flag, ": '", name, "': CQ couples at least one channel");
+            if (m.blockBits < 1 || m.blockBits > 16)
+                throwInvalid(flag, ": '", name, "': CQ's bits per block must be between 1 and 16");
+        } else if (std::regex_match(name, g, rq)) {
+            m.kind = g[1] == "gsrq" ? TableMethod::Gsrq : TableMethod::KmRq;
+            m.bpa = std::stod(g[2]);
+            if (!(m.bpa > 0) || m.bpa > 16)
+                throwInvalid(flag, ": '", name, "': the bits per activation must be above 0 and at most 16");
+        } else if (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") {
+            m.kind = TableMethod::File;
+            if (!std::filesystem::exists(name))
+                throwInvalid(flag, ": codebooks file '", name, "' does not exist");
+        } else {
+            throwInvalid(
+                flag, ": unknown method '", name,
+                "' (fp32, kivi-B[gG][rN], cq-<C>c<B>b, km-rq@BPA, gsrq@BPA, or a codebooks .safetensors file)");
+        }
+        out.push_back(m);
+    }
+    if (out.empty())
+        throwInvalid(flag, ": names no method");
+    return out;
+}
+
+TrainSettings methodTrainSettings(const MethodSpec& m, std::int64_t features, bool hasGradients, int iterations,
+                                  std::uint64_t seed, std::string* note, const std::string& flag)
+{
+    TrainSettings s;
+    s.rq.iterations = iterations;
+    s.rq.seed = seed;
+    s.attentionQueries = 0;
+    switch (m.kind) {
+    case TableMethod::Cq:
+        if (features % m.channels != 0)
+            throwInvalid(flag, ": '", m.name, "': ", m.channels, " coupled channels do not divide the ", features,
+                         " features of the keys and values");
+        s.rq.dim = m.channels;
+        s.rq.stages = 1;
+        s.rq.k = 1 << m.blockBits;
+        s.rq.method = Method::KMeans;
+        s.weights = WeightMode::GradSq;
+        s.methodLabel = "cq";
+        break;
+    case TableMethod::KmRq:
+    case TableMethod::Gsrq: {
+        std::optional<BpaChoice> c = paperBpa(m.bpa);
+        if (!c || features % c->dim != 0) {
+            const auto sg = suggestBpa(m.bpa, features, 1);
+            if (sg.empty())
+                throwInvalid(flag, ": '", m.name, "': no D, R, K reach ", m.bpa, " bits per activation on ", features,
+                             " features");
+            c = sg.front();
+        }
+        s.rq.dim = c->dim;
+        s.rq.stages = c->stages;
+        s.rq.k = c->k;
+        s.rq.method = m.kind == TableMethod::Gsrq ? Method::GainShape : Method::KMeans;
+        s.weights = m.kind == TableMethod::Gsrq ? WeightMode::GradLog : WeightMode::None;
+        break;
+    }
+    default:
+        throwInvalid(flag, ": '", m.name, "' is not trained");
+    }
+    if (s.weights != WeightMode::None && !hasGradients) {
+        if (note)
+            *note = cat(m.name, ": the dump has no gradients, so it was trained without weights (",
+                        weightModeName(s.weights), " needs layers.L.key_grad and value_grad)");
+        s.weights = WeightMode::None;
+    }
+    return s;
+}
+
+MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<std::vector<std::int32_t>>& sequences,
+                                 const MethodTableSettings& s, ClusterBackend& backend, const ProgressFn& progress)
+{
+    const auto& cfg = model.config();
+    std::vector<int> layers;
+    if (!s.layers.empty()) {
+        const auto set = parseLayerList(s.layers);
+        if (*set.rbegin() >= cfg.layers)
+            throwInvalid("--layers ", s.layers, ": the model has layers 0-", cfg.layers - 1);
+        layers.assign(set.begin(), set.end());
+    }
+    std::string layerGlob;
+    for (int l = 0; l < cfg.layers; ++l)
+        if (layers.empty() || std::find(layers.begin(), layers.end(), l) != layers.end())
+            layerGlob += cat(layerGlob.empty() ? "" : ",", l);
+
+    bool trained = false;
+    for (const auto& m : s.methods)
+        trained = trained || m.kind == TableMethod::Cq || m.kind == TableMethod::KmRq || m.kind == TableMethod::Gsrq;
+    std::optional<KvDump> dump;
+    if (!s.trainDump.empty())
+        dump = KvDump::open(s.trainDump);
+    else if (trained)
+        throwInvalid("--train-dump: trained methods (cq, km-rq, gsrq) need a dump of the model's keys and values");
+    bool hasGradients = true;
+    if (dump) {
+        const auto selected = selectTensors(*dump, {}, layerGlob);
+        for (const auto* t : selected) {
+            if (t->view.features() != cfg.kvDim())
+                throwInvalid("--train-dump ", t->view.where(), ": has ", t->view.features(),
+                             " features; the model's keys and values have ", cfg.kvDim(),
+                             " (kv_heads × head_dim): a dump of another model?");
+            hasGradients = hasGradients && dump->gradientOf(*t);
+        }
+    }
+    // KIVI on the dump quantizes keys as the cache holds them (after RoPE) where the dump says how.
+    const bool dumpRopes =
+        dump && dump->find("positions") && (dump->find("rope.inv_freq") || dump->metadata().count("rope_theta"));
+
+    const std::int64_t tokens = [&] {
+        std::int64_t n = 0;
+        for (const auto& q : sequences)
+            n += std::int64_t(q.size());
+        return n;
+    }();
+    MethodTableResult out;
+    const double fp32 = perplexity(model, sequences).perplexity();
+    out.rows.push_back({"fp32", "fp32", 32, 32, fp32, std::nullopt, "the model as it is"});
+    const double step = 1.0 / double(s.methods.size());
+    for (std::size_t mi = 0; mi < s.methods.size(); ++mi) {
+        const auto& m = s.methods[mi];
+        if (m.kind == TableMethod::Fp32)
+            continue;
+        const auto report = [&](double within, const std::string& what) {
+            if (!progress)
+                return true;
+            ProgressEvent ev;
+            ev.fraction = (double(mi) + within) * step;
+            ev.what = cat(m.name, " ", what);
+            return progress(ev);
+        };
+        if (!report(0, "starting")) {
+            out.cancelled = true;
+            return out;
+        }
+        MethodTableRow row;
+        row.name = m.name;
+        row.family = familyOf(m.kind);
+        if (m.kind == TableMethod::Kivi) {
+            auto counts = std::make_shared<KiviCounts>();
+            row.perplexity = perplexity(model, sequences, kiviHook(m.kivi, cfg, layers, counts)).perplexity();
+            row.bits = counts->bitsPerValue(); // what a cached token costs: B, scales, zeros, FP16 window
+            row.effectiveBits = row.bits;
+            row.settings = cat(m.kivi.bits, " bits, groups of ", m.kivi.group, ", last ", m.kivi.residual,
+                               " tokens in FP16; keys per channel after RoPE, values per token");
+            if (dump && s.attentionQueries > 0) {
+                KiviEvalSettings ks;
+                ks.kivi = m.kivi;
+                ks.layers = layerGlob;
+                ks.keyRope = dumpRopes ? KeyRope::Post : KeyRope::AsDumped;
+                ks.attentionQueries = s.attentionQueries;
+                ks.seed = s.seed;
+                const auto r = runKiviEval(*dump, ks);
+                if (!r.attention.empty())
+                    row.attentionRelL2 = mean(r.attention);
+            }
+        } else {
+            CodebookFile file;
+            std::string path = m.name;
+            if (m.kind == TableMethod::File) {
+                file = readCodebookFile(m.name);
+            } else {
+                std::string note;
+                TrainSettings ts = methodTrainSettings(m, cfg.kvDim(), hasGradients, s.iterations, s.seed, &note);
+                if (!note.empty())
+                    out.notes.push_back(note);
+                ts.layers = layerGlob;
+                ts.attentionQueries = s.attentionQueries;
+                const auto r = runTrain(*dump, ts, backend,
+                                        [&](const ProgressEvent& e) { return report(0.9 * e.fraction, e.what); });
+                if (r.cancelled) {
+                    out.cancelled = true;
+                    return out;
+                }
+                file = r.file;
+                path = cat(m.name, " (trained on ", s.trainDump, ")");
+                if (!r.attention.empty())
+                    row.attentionRelL2 = mean(r.attention);
+                row.settings = cat("D=", ts.rq.dim, " R=", ts.rq.stages, " K=", ts.rq.k, " ", methodName(ts.rq.method),
+                                   " ", weightModeName(ts.weights));
+            }
+            const auto quantized = quantizedLayers(file, layers);
+            if (quantized.empty())
+                throwInvalid(m.name, ": has no codebooks for layers.L.key or layers.L.value",
+                             layers.empty() ? std::string() : " of --layers " + s.layers);
+            const auto cost = codebookCost(file, quantized, tokens, cfg.kvDim());
+            row.bits = cost.bpa;
+            row.effectiveBits = cost.effectiveBpa;
+            if (row.settings.empty())
+                row.settings = cat("codebooks file, method ", cost.method);
+            if (!report(0.9, "perplexity")) {
+                out.cancelled = true;
+                return out;
+            }
+            row.perplexity = perplexity(model, sequences, codebookHook(file, path, cfg, layers, backend)).perplexity();
+        }
+        out.rows.push_back(row);
+    }
+    return out;
+}
+
+} // namespace gsrq

@@ -1,0 +1,418 @@
+// The paper's baselines: KIVI (core/cluster/kivi.h), CQ through the product quantizer, and the
+// comparison table of gsrq ppl --methods (core/jobs/method_table.h), in the engine and end to end.
+
+#include "core/base/error.h"
+#include "core/cluster/kivi.h"
+#include "core/io/safetensors.h"
+#include "core/jobs/method_table.h"
+#include "test_util.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QtTest>
+
+#include <Eigen/Core>
+
+#include <cmath>
+
+using namespace gsrq;
+
+namespace {
+
+using test::gsrqRun;
+using test::Run;
+
+const QString kSample = QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors");
+const QString kModel = QStringLiteral(GSRQ_SOURCE_DIR "/resources/models/stories260K/stories260K.bin");
+const QString kTokenizer = QStringLiteral(GSRQ_SOURCE_DIR "/resources/models/stories260K/tok512.bin");
+
+QJsonObject json(const Run& r)
+{
+    return QJsonDocument::fromJson(r.out).object();
+}
+
+float half(float v)
+{
+    return float(Eigen::half(v));
+}
+
+template <class F> QString invalidMessage(F&& f)
+{
+    try {
+        f();
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::InvalidInput)
+            return QString::fromUtf8(e.what());
+        return QStringLiteral("runtime error: ") + QString::fromUtf8(e.what());
+    }
+    return QStringLiteral("no error");
+}
+
+} // namespace
+
+class TestBaselines : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase() { qputenv("XDG_DATA_HOME", m_dir.filePath("xdg").toUtf8()); }
+    void kiviKeysShareAChannelValuesShareATokenGroup();
+    void kiviErrorWithinHalfAStepAndFallsWithBits();
+    void kiviWindowAndSequences();
+    void kiviRefusesBadSettings();
+    void methodNames();
+    void methodsTrainAsThePapersSay();
+    void kiviEvalEndToEnd();
+    void evalBadFlags_data();
+    void evalBadFlags();
+    void cqIsTheProductQuantizerWithFisherWeights();
+    void pplMethodTable();
+    void pplMethodTableBadInput_data();
+    void pplMethodTableBadInput();
+
+private:
+    QTemporaryDir m_dir;
+};
+
+void TestBaselines::kiviKeysShareAChannelValuesShareATokenGroup()
+{
+    // 4 tokens × 2 channels, 2 bits (levels 0..3), groups of 2, every range a multiple of 3 so that
+    // the FP16 scale is exact.
+    MatrixRF x(4, 2);
+    x << 0, 10, //
+        3, 40,  //
+        1, 10,  //
+        4, 70;
+    KiviSettings s;
+    s.bits = 2;
+    s.group = 2;
+    // Keys, per channel over 2 tokens: [0, 3] step 1, [10, 40] step 10, [1, 4] step 1, [10, 70]
+    // step 20: every value is a range end.
+    const auto k = kiviQuantize(x, KiviAxis::Key, s);
+    QCOMPARE(k.reconstruction, x);
+    QCOMPARE(k.groups, std::int64_t(4)); // 2 token groups × 2 channels
+    // Values, per token over its 2 channels: both are the row's range ends.
+    MatrixRF xv(4, 2);
+    xv << 0, 30, //
+        3, 6,    //
+        1, 4,    //
+        4, 70;
+    const auto v = kiviQuantize(xv, KiviAxis::Value, s);
+    QCOMPARE(v.reconstruction, xv);
+    QCOMPARE(v.groups, std::int64_t(4)); // 4 tokens × 1 channel group
+    // A value inside a range snaps to the nearest of the 4 levels, with the FP16 scale and zero.
+    MatrixRF y(2, 2);
+    y << 0, 0.9f, //
+        3, 3;
+    const auto q = kiviQuantize(y, KiviAxis::Value, s);
+    const float scale = half(0.9f / 3);
+    QCOMPARE(q.reconstruction(0, 1), 3 * scale); // 0.9 is level 3 (the max) of [0, 0.9]
+    QCOMPARE(q.reconstruction(1, 0), 3.0f);      // a constant group: its zero
+    // Keys group per channel: channel 1's outlier does not widen channel 0's steps.
+    MatrixRF z = test::randomRows(64, 4, 3);
+    MatrixRF z2 = z;
+    z2.col(1) *= 100;
+    s.group = 16;
+    const auto a = kiviQuantize(z, KiviAxis::Key, s), b = kiviQuantize(z2, KiviAxis::Key, s);
+    QCOMPARE(a.reconstruction.col(0), b.reconstruction.col(0));
+    // Values group per token: the same outlier coarsens its row's other channels.
+    const auto c = kiviQuantize(z, KiviAxis::Value, {2, 4, 0}), d = kiviQuantize(z2, KiviAxis::Value, {2, 4, 0});
+    QVERIFY((c.reconstruction.col(0) - z.col(0)).norm() < (d.reconstruction.col(0) - z.col(0)).norm());
+}
+
+void TestBaselines::kiviErrorWithinHalfAStepAndFallsWithBits()
+{
+    const MatrixRF x = test::randomRows(256, 64, 7);
+    double last = 1e300;
+    for (int bits = 1; bits <= 8; ++bits) {
+        for (auto axis : {KiviAxis::Key, KiviAxis::Value}) {
+            KiviSettings s{bits, 32, 0};
+            const auto r = kiviQuantize(x, axis, s);
+            // Each value is within half a step of its group's grid, plus the FP16 rounding of the scale
+            // and zero (relative 2^-11 each; the top level is levels × scale away from the zero).
+            double worst = 0;
+            const auto check = [&](const auto& block, const auto& rec) {
+                const double lo = block.minCoeff(), range = block.maxCoeff() - lo;
+                const double bound = range / ((1 << bits) - 1) / 2 + (range + std::abs(lo)) / 1024 + 1e-30;
+                worst = std::max(worst, double((rec - block).cwiseAbs().maxCoeff()) / bound);
+            };
+            for (Eigen::Index g = 0; g < x.rows(); g += 32)
+                for (Eigen::Index c = 0; c < x.cols(); ++c)
+                    if (axis == KiviAxis::Key)
+                        check(x.block(g, c, 32, 1), r.reconstruction.block(g, c, 32, 1));
+            for (Eigen::Index t = 0; t < x.rows(); ++t)
+                for (Eigen::Index c = 0; c < x.cols(); c += 32)
+                    if (axis == KiviAxis::Value)
+                        check(x.block(t, c, 1, 32), r.reconstruction.block(t, c, 1, 32));
+            QVERIFY2(worst <= 1.0, qPrintable(QStringLiteral("bits %1: %2 of the bound").arg(bits).arg(worst)));
+            QCOMPARE(r.bits, bits + 32.0 / 32); // B plus an FP16 scale and zero per 32 values
+        }
+        const double nmse =
+            (kiviQuantize(x, KiviAxis::Key, {bits, 32, 0}).reconstruction - x).squaredNorm() / x.squaredNorm();
+        QVERIFY2(nmse < last,
+                 qPrintable(QStringLiteral("bits %1: nmse %2 not below %3").arg(bits).arg(nmse).arg(last)));
+        last = nmse;
+    }
+    QVERIFY(last < 1e-4); // 8 bits: 255 levels over about 5σ of Gaussian rows, nmse ≈ (5/255)²/12 ≈ 3e-5
+}
+
+void TestBaselines::kiviWindowAndSequences()
+{
+    // Two sequences of 10 tokens (ids 4 and 9), groups of 4, the last 3 tokens in FP16.
+    const MatrixRF x = test::randomRows(20, 8, 11);
+    std::vector<std::int64_t> ids(20, 4);
+    std::fill(ids.begin() + 10, ids.end(), 9);
+    const KiviSettings s{2, 4, 3};
+    const auto k = kiviQuantize(x, KiviAxis::Key, s, ids);
+    // Keys: 10 − 3 = 7 tokens before the window, one full group of 4 quantized; tokens 4-9 in FP16.
+    for (int seq : {0, 10}) {
+        for (int t = 4; t < 10; ++t)
+            for (int c = 0; c < 8; ++c)
+                QCOMPARE(k.reconstruction(seq + t, c), half(x(seq + t, c)));
+        QVERIFY((k.reconstruction.middleRows(seq, 4) - x.middleRows(seq, 4)).norm() > 1e-3);
+    }
+    QCOMPARE(k.quantizedValues, std::int64_t(2 * 4 * 8));
+    QCOMPARE(k.fp16Values, std::int64_t(2 * 6 * 8));
+    QCOMPARE(k.groups, std::int64_t(2 * 8));
+    QCOMPARE(k.bits, (64.0 * 2 + 16 * 32 + 96 * 16) / 160);
+    // The second sequence starts its own groups: quantizing it alone gives the same rows.
+    const auto alone = kiviQuantize(x.bottomRows(10), KiviAxis::Key, s);
+    QCOMPARE(MatrixRF(k.reconstruction.bottomRows(10)), alone.reconstruction);
+    // Values: every token before the window, 7 per sequence, each in 8/4 = 2 groups.
+    const auto v = kiviQuantize(x, KiviAxis::Value, s, ids);
+    QCOMPARE(v.quantizedValues, std::int64_t(2 * 7 * 8));
+    QCOMPARE(v.groups, std::int64_t(2 * 7 * 2));
+    for (int c = 0; c < 8; ++c)
+        QCOMPARE(v.reconstruction(7, c), half(x(7, c)));
+    // No ids: one sequence of 20.
+    QCOMPARE(kiviQuantize(x, KiviAxis::Value, s).quantizedValues, std::int64_t(17 * 8));
+}
+
+void TestBaselines::kiviRefusesBadSettings()
+{
+    const MatrixRF x = test::randomRows(8, 12, 1);
+    QVERIFY(invalidMessage([&] { kiviQuantize(x, KiviAxis::Key, {0, 4, 0}); }).contains("--bits 0"));
+    QVERIFY(invalidMessage([&] { kiviQuantize(x, KiviAxis::Key, {9, 4, 0}); }).contains("--bits 9"));
+    QVERIFY(invalidMessage([&] { kiviQuantize(x, KiviAxis::Value, {2, 5, 0}); }).contains("--group 5"));
+    QVERIFY(invalidMessage([&] { kiviQuantize(x, KiviAxis::Key, {2, 0, 0}); }).contains("--group 0"));
+    QVERIFY(invalidMessage([&] { kiviQuantize(x, KiviAxis::Key, {2, 4, -1}); }).contains("--residual -1"));
+    // Keys group tokens, so any group size works for them.
+    QCOMPARE(kiviQuantize(x, KiviAxis::Key, {2, 5, 0}).quantizedValues, std::int64_t(5 * 12));
+}
+
+void TestBaselines::methodNames()
+{
+    const auto ms = parseMethods("fp32, kivi-2,kivi-1g128r64,cq-2c8b,km-rq@1,gsrq@0.75");
+    QCOMPARE(ms.size(), std::size_t(6));
+    QCOMPARE(int(ms[1].kind), int(TableMethod::Kivi));
+    QCOMPARE(ms[1].kivi.bits, 2);
+    QCOMPARE(ms[1].kivi.group, 32);
+    QCOMPARE(ms[2].kivi.group, 128);
+    QCOMPARE(ms[2].kivi.residual, 64);
+    QCOMPARE(kiviName(ms[2].kivi), std::string("kivi-1g128r64"));
+    QCOMPARE(ms[3].channels, 2);
+    QCOMPARE(ms[3].blockBits, 8);
+    QCOMPARE(int(ms[4].kind), int(TableMethod::KmRq));
+    QCOMPARE(ms[5].bpa, 0.75);
+    for (const char* bad : {"kivi-0", "kivi-9", "kivi-2x", "cq-0c8b", "cq-2c17b", "gsrq@0", "gsrq@x", "pq@1",
+                            "fp32,fp32", "missing.safetensors", ""}) {
+        const QString m = invalidMessage([&] { parseMethods(bad); });
+        QVERIFY2(m.startsWith("--methods"), qPrintable(QStringLiteral("%1: %2").arg(bad, m)));
+    }
+}
+
+void TestBaselines::methodsTrainAsThePapersSay()
+{
+    std::string note;
+    // CQ-2c8b: 2 channels, 256 centroids, one stage of K-means with squared-gradient weights.
+    auto s = methodTrainSettings(parseMethods("cq-2c8b")[0], 256, true, 10, 1, &note);
+    QCOMPARE(s.rq.dim, 2);
+    QCOMPARE(s.rq.stages, 1);
+    QCOMPARE(s.rq.k, 256);
+    QCOMPARE(int(s.rq.method), int(Method::KMeans));
+    QCOMPARE(int(s.weights), int(WeightMode::GradSq));
+    QCOMPARE(s.methodLabel, std::string("cq"));
+    // GSRQ@1 on whole heads of 128: the paper's D = 128, R = 16, K = 256, GSKM, grad-log.
+    s = methodTrainSettings(parseMethods("gsrq@1")[0], 256, true, 10, 1, &note);
+    QCOMPARE(s.rq.dim, 128);
+    QCOMPARE(s.rq.stages, 16);
+    QCOMPARE(int(s.rq.method), int(Method::GainShape));
+    QCOMPARE(int(s.weights), int(WeightMode::GradLog));
+    QVERIFY(note.empty());
+    // 32 features: the paper's D does not divide; the closest exact setting (D = 32, R = 4, K = 256).
+    s = methodTrainSettings(parseMethods("km-rq@1")[0], 32, false, 10, 1, &note);
+    QCOMPARE(s.rq.dim, 32);
+    QCOMPARE(s.rq.stages, 4);
+    QCOMPARE(s.rq.k, 256);
+    QCOMPARE(int(s.weights), int(WeightMode::None));
+    // Without gradients a weighted method trains unweighted, and says so.
+    s = methodTrainSettings(parseMethods("gsrq@1")[0], 32, false, 10, 1, &note);
+    QCOMPARE(int(s.weights), int(WeightMode::None));
+    QVERIFY(note.find("no gradients") != std::string::npos);
+    QVERIFY(invalidMessage([&] {
+                methodTrainSettings(parseMethods("cq-3c8b")[0], 32, true, 10, 1, nullptr);
+            }).contains("do not divide"));
+}
+
+void TestBaselines::kiviEvalEndToEnd()
+{
+    auto r = gsrqRun({"eval", kSample, "--method", "kivi", "--bits", "2", "--group", "32", "--residual", "64",
+                      "--layers", "1", "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto j = json(r);
+    QCOMPARE(j["settings"].toObject()["method"].toString(), QStringLiteral("kivi"));
+    const auto ts = j["tensors"].toArray();
+    QCOMPARE(ts.size(), 2);
+    for (const auto& tv : ts) {
+        const auto t = tv.toObject();
+        // 4 sequences of 512: 448 quantized tokens (14 key groups of 32), 64 in FP16; 32 channels.
+        const bool key = t["tensor"].toString().endsWith("key");
+        const double groups = key ? 4.0 * 14 * 32 : 4.0 * 448 * 1;
+        const double want = (4.0 * 448 * 32 * 2 + groups * 32 + 4.0 * 64 * 32 * 16) / (2048.0 * 32);
+        QVERIFY2(std::abs(t["bpa"].toDouble() - want) < 1e-12, qPrintable(t["tensor"].toString()));
+        QVERIFY(t["nmse"].toDouble() > 0 && t["nmse"].toDouble() < 0.5);
+        QVERIFY(t["cosine"].toDouble() > 0.8);
+    }
+    const auto att = j["attention"].toArray();
+    QCOMPARE(att.size(), 1);
+    QVERIFY(att[0].toObject()["relative_l2"].toDouble() > 0);
+    // More bits, less error: 4 bits against 2 on the same tensors.
+    r = gsrqRun({"eval", kSample, "--method", "kivi", "--bits", "4", "--layers", "1", "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    QVERIFY(json(r)["tensors"].toArray()[0].toObject()["nmse"].toDouble() < ts[0].toObject()["nmse"].toDouble());
+}
+
+void TestBaselines::evalBadFlags_data()
+{
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("phrase");
+    QTest::newRow("bits") << QStringList{"eval", kSample, "--method", "kivi", "--bits", "9"} << "--bits 9";
+    QTest::newRow("group") << QStringList{"eval", kSample, "--method", "kivi", "--group", "5"} << "--group 5";
+    QTest::newRow("residual") << QStringList{"eval", kSample, "--method", "kivi", "--residual", "-2"}
+                              << "--residual -2";
+    QTest::newRow("method") << QStringList{"eval", kSample, "--method", "kiwi"} << "--method";
+    QTest::newRow("codebooks with kivi") << QStringList{"eval", kSample, "--method", "kivi", "-c", kSample}
+                                         << "--codebooks";
+    QTest::newRow("kivi flag without kivi") << QStringList{"eval", kSample, "-c", kSample, "--group", "8"} << "--group";
+    QTest::newRow("no codebooks") << QStringList{"eval", kSample} << "--codebooks";
+    QTest::newRow("cq without channels") << QStringList{"train", kSample, "--method", "cq", "--bits", "4"}
+                                         << "--channels";
+    QTest::newRow("cq channels") << QStringList{"train", kSample, "--method", "cq", "--channels", "5", "--bits", "4"}
+                                 << "--channels 5";
+    QTest::newRow("cq bits") << QStringList{"train", kSample, "--method", "cq", "--channels", "4", "--bits", "17"}
+                             << "--bits 17";
+    QTest::newRow("cq with dim") << QStringList{"train", kSample,  "--method", "cq",    "--channels",
+                                                "4",     "--bits", "4",        "--dim", "4"}
+                                 << "--method cq";
+    QTest::newRow("channels without cq") << QStringList{"train", kSample, "--channels", "4", "--bpa", "1"}
+                                         << "--channels";
+}
+
+void TestBaselines::evalBadFlags()
+{
+    QFETCH(QStringList, args);
+    QFETCH(QString, phrase);
+    const auto r = gsrqRun(QStringList{"--no-db"} + args);
+    QCOMPARE(r.code, 2);
+    QVERIFY2(QString::fromUtf8(r.err).contains(phrase), r.err.constData());
+    QCOMPARE(r.err.count('\n'), 1); // one line
+}
+
+void TestBaselines::cqIsTheProductQuantizerWithFisherWeights()
+{
+    // CQ with C channels and B bits is the product quantizer with D = C, one stage, K = 2^B, K-means
+    // and squared-gradient weights: the same training gives the same metrics to the last digit.
+    const QString a = m_dir.filePath("cq.safetensors"), b = m_dir.filePath("pq.safetensors");
+    auto r = gsrqRun({"--no-db", "train", kSample, "--layers", "3", "--method", "cq", "--channels", "4", "--bits", "6",
+                      "--iters", "8", "--out", a, "--json", "-q"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto cq = json(r);
+    r = gsrqRun({"--no-db", "train",   kSample,    "--layers", "3",   "--method", "km",
+                 "--dim",   "4",       "--stages", "1",        "--k", "64",       "--weights",
+                 "grad-sq", "--iters", "8",        "--out",    b,     "--json",   "-q"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto pq = json(r);
+    QCOMPARE(cq["settings"].toObject()["method"].toString(), QStringLiteral("cq"));
+    QCOMPARE(cq["settings"].toObject()["weights"].toString(), QStringLiteral("grad-sq"));
+    QCOMPARE(cq["tensors"].toArray().size(), 2);
+    for (int i = 0; i < 2; ++i) {
+        const auto x = cq["tensors"].toArray()[i].toObject(), y = pq["tensors"].toArray()[i].toObject();
+        QCOMPARE(x["bpa"].toDouble(), 1.5); // 6 bits per 4 channels
+        for (const char* m : {"mse", "nmse", "cosine", "gain_error", "shrinkage"})
+            QCOMPARE(x["train"].toObject()[m].toDouble(), y["train"].toObject()[m].toDouble());
+    }
+    // The codebooks file says it is CQ; gsrq eval reproduces its training metrics.
+    r = gsrqRun({"codebooks", "info", a, "--json"});
+    QCOMPARE(json(r)["metadata"].toObject()["method"].toString(), QStringLiteral("cq"));
+    // Squared-gradient weights differ from none: the training is weighted.
+    r = gsrqRun({"--no-db", "train", kSample, "--layers", "3", "--method", "cq", "--channels", "4", "--bits", "6",
+                 "--iters", "8", "--weights", "none", "--json", "-q"});
+    QVERIFY(json(r)["tensors"].toArray()[0].toObject()["train"].toObject()["mse"].toDouble() !=
+            cq["tensors"].toArray()[0].toObject()["train"].toObject()["mse"].toDouble());
+}
+
+void TestBaselines::pplMethodTable()
+{
+    auto r = gsrqRun({"ppl", kModel, "--tokenizer", kTokenizer, "--generate", "--seq-len", "128", "--sequences", "4",
+                      "--methods", "fp32,kivi-8,kivi-2,kivi-1,cq-4c8b,km-rq@1,gsrq@1", "--train-dump", kSample,
+                      "--iters", "6", "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto j = json(r);
+    const auto ms = j["methods"].toArray();
+    QCOMPARE(ms.size(), 7);
+    QMap<QString, QJsonObject> by;
+    for (const auto& m : ms)
+        by[m.toObject()["method"].toString()] = m.toObject();
+    QCOMPARE(ms[0].toObject()["method"].toString(), QStringLiteral("fp32"));
+    const double fp32 = by["fp32"]["perplexity"].toDouble();
+    QVERIFY(fp32 > 1 && std::isfinite(fp32));
+    // 8-bit KIVI is close to lossless: 255 levels per group of 32 keep perplexity within 1%.
+    QVERIFY2(std::abs(by["kivi-8"]["perplexity"].toDouble() / fp32 - 1) < 0.01,
+             qPrintable(QString::number(by["kivi-8"]["perplexity"].toDouble())));
+    // Fewer bits cost more: 8 > 2 > 1 in perplexity order for KIVI.
+    QVERIFY(by["kivi-2"]["perplexity"].toDouble() > by["kivi-8"]["perplexity"].toDouble());
+    QVERIFY(by["kivi-1"]["perplexity"].toDouble() > by["kivi-2"]["perplexity"].toDouble());
+    // Honest bits: B + one FP16 scale and zero per 32 values (keys: 32 tokens of a channel, the model's
+    // 128-token sequences hold 4 such groups; values: the 32 channels of a token).
+    QCOMPARE(by["kivi-2"]["bits"].toDouble(), 3.0);
+    QCOMPARE(by["cq-4c8b"]["bits"].toDouble(), 2.0);
+    QCOMPARE(by["gsrq@1"]["bits"].toDouble(), 1.0);
+    QVERIFY(by["gsrq@1"]["effective_bits"].toDouble() > 1.0); // codewords spread over 512 tokens
+    QCOMPARE(by["gsrq@1"]["family"].toString(), QStringLiteral("gsrq"));
+    for (const char* m : {"kivi-2", "cq-4c8b", "km-rq@1", "gsrq@1"})
+        QVERIFY2(by[m]["attention_rel_l2"].toDouble() > 0, m);
+    // Recorded as a ppl run whose summary names every method.
+    QVERIFY(j.contains("run_id"));
+    r = gsrqRun({"runs", "show", QString::number(j["run_id"].toInt()), "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    QVERIFY2(r.out.contains("gsrq.perplexity_vs_bpa") || r.out.contains("kivi-2"), r.out.left(400).constData());
+}
+
+void TestBaselines::pplMethodTableBadInput_data()
+{
+    QTest::addColumn<QStringList>("extra");
+    QTest::addColumn<QString>("phrase");
+    QTest::newRow("unknown") << QStringList{"--methods", "fp32,pq@1"} << "--methods: unknown method 'pq@1'";
+    QTest::newRow("no dump") << QStringList{"--methods", "gsrq@1"} << "--train-dump";
+    QTest::newRow("kivi group") << QStringList{"--methods", "kivi-2g5"} << "--group 5";
+    QTest::newRow("cq channels") << QStringList{"--methods", "cq-3c8b", "--train-dump", kSample} << "cq-3c8b";
+    QTest::newRow("dump without methods") << QStringList{"--train-dump", kSample} << "--train-dump";
+    QTest::newRow("other model's dump") << QStringList{"--methods", "gsrq@1", "--train-dump",
+                                                       QStringLiteral(GSRQ_SOURCE_DIR
+                                                                      "/resources/samples/pydocs-hd128")}
+                                        << "--train-dump";
+}
+
+void TestBaselines::pplMethodTableBadInput()
+{
+    QFETCH(QStringList, extra);
+    QFETCH(QString, phrase);
+    const auto r = gsrqRun(QStringList{"--no-db", "ppl", kModel, "--tokenizer", kTokenizer, "--generate", "--seq-len",
+                                       "32", "--sequences", "1"} +
+                           extra);
+    QCOMPARE(r.code, 2);
+    QVERIFY2(QString::fromUtf8(r.err).contains(phrase), r.err.constData());
+}
+
+QTEST_GUILESS_MAIN(TestBaselines)
+#include "tst_baselines.moc"
