@@ -66,7 +66,7 @@ WeightMode parseMethodOptions(RunOptions& o)
         throwInvalid("--methods: name at least one of km, gskm");
     const auto mode = weightModeFromName(o.weights);
     if (!mode)
-        throwInvalid("--weights: unknown mode '", o.weights, "' (none, grad-raw, grad-log)");
+        throwInvalid("--weights: unknown mode '", o.weights, "' (none, grad-raw, grad-log, grad-sq)");
     gpu::parseBackendKind(o.backend.backend); // a bad --backend is refused before the dump is read
     return *mode;
 }
