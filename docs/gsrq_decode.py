@@ -2,7 +2,7 @@
 import json, struct, sys
 import numpy as np
 
-DTYPES = {"F32": np.float32, "F16": np.float16, "U8": np.uint8, "U16": np.uint16}
+DTYPES = {"F32": np.float32, "F16": np.float16, "U8": np.uint8, "U16": np.uint16, "I32": np.int32}
 
 def load(path):
     raw = open(path, "rb").read()
@@ -13,15 +13,18 @@ def load(path):
     def tensor(name):
         h = header[name]; a, b = h["data_offsets"]
         return np.frombuffer(raw[8 + n + a:8 + n + b], DTYPES[h["dtype"]]).reshape(h["shape"])
-    return meta, tensor
+    return meta, tensor, header
 
 def decode(path, name):
-    meta, tensor = load(path)
+    meta, tensor, header = load(path)
     books = tensor(name + ".codebooks").astype(np.float32)            # [M, R, K, D]
     codes = tensor(name + ".codes").astype(np.int64)                  # [N, M, R]
     M, R = books.shape[:2]
     parts = [sum(books[m, r][codes[:, m, r]] for r in range(R)) for m in range(M)]
-    return np.concatenate(parts, axis=1)                              # [N, M*D]
+    x = np.concatenate(parts, axis=1)                                 # [N, M*D], the books' order
+    if name + ".order" in header:                                     # strided groups: back to the data's
+        out = np.empty_like(x); out[:, tensor(name + ".order")] = x; return out
+    return x
 
 if __name__ == "__main__":   # python3 gsrq_decode.py codebooks.safetensors layers.2.value out.npy
     np.save(sys.argv[3], decode(sys.argv[1], sys.argv[2]))

@@ -2,7 +2,11 @@
 // comparison table of gsrq ppl --methods (core/jobs/method_table.h), in the engine and end to end.
 
 #include "core/base/error.h"
+#include "core/cluster/cluster_backend.h"
+#include "core/cluster/codebook_file.h"
 #include "core/cluster/kivi.h"
+#include "core/cluster/quantizer.h"
+#include "core/decode/decode_bench.h"
 #include "core/io/safetensors.h"
 #include "core/jobs/method_table.h"
 #include "test_util.h"
@@ -66,6 +70,9 @@ private slots:
     void evalBadFlags_data();
     void evalBadFlags();
     void cqIsTheProductQuantizerWithFisherWeights();
+    void emaUpdateStartsAsLloydAndZeroDecayIsLloyd();
+    void stridedCodebooksRoundTrip();
+    void vqllmTrainsDeterministicallyAndEvalsInItsOrder();
     void pplMethodTable();
     void pplMethodTableBadInput_data();
     void pplMethodTableBadInput();
@@ -351,15 +358,116 @@ void TestBaselines::cqIsTheProductQuantizerWithFisherWeights()
             cq["tensors"].toArray()[0].toObject()["train"].toObject()["mse"].toDouble());
 }
 
+void TestBaselines::emaUpdateStartsAsLloydAndZeroDecayIsLloyd()
+{
+    const MatrixRF x = test::randomRows(2000, 8, 21);
+    auto be = makeCpuBackend(1);
+    ClusteringParams p;
+    p.k = 16;
+    p.seed = 3;
+    p.maxIterations = 12;
+    const auto lloyd = cluster(x, nullptr, Method::KMeans, p, *be);
+    p.emaDecay = 0.0; // explicit zero: the same update
+    QCOMPARE(cluster(x, nullptr, Method::KMeans, p, *be).centroids, lloyd.centroids);
+    // After one update the moving average has one pass: Lloyd's mean.
+    p.maxIterations = 1;
+    const auto lloyd1 = cluster(x, nullptr, Method::KMeans, p, *be);
+    p.emaDecay = 0.5;
+    QCOMPARE(cluster(x, nullptr, Method::KMeans, p, *be).centroids, lloyd1.centroids);
+    // Later updates remember earlier passes: the centroids differ from Lloyd's, and the moving
+    // average still lowers the objective from the first pass to the last.
+    p.maxIterations = 12;
+    const auto ema = cluster(x, nullptr, Method::KMeans, p, *be);
+    QVERIFY(ema.centroids != lloyd.centroids);
+    QVERIFY(ema.history.back().objective < ema.history.front().objective);
+    // A decay outside [0, 1) is refused by name.
+    p.emaDecay = 1.0;
+    QVERIFY(invalidMessage([&] { cluster(x, nullptr, Method::KMeans, p, *be); }).contains("--ema-decay 1"));
+}
+
+void TestBaselines::stridedCodebooksRoundTrip()
+{
+    // 2 subspaces of 3: subspace 0 takes features 0, 2, 4 and subspace 1 features 1, 3, 5.
+    QCOMPARE(stridedOrder(3, 2), (std::vector<std::int32_t>{0, 2, 4, 1, 3, 5}));
+    const MatrixRF x = test::randomRows(600, 6, 5);
+    auto be = makeCpuBackend(1);
+    RqSettings s;
+    s.dim = 3;
+    s.stages = 2;
+    s.k = 16;
+    s.method = Method::KMeans;
+    s.stridedGroups = true;
+    const auto r = trainResidualQuantizer(x, nullptr, s, *be);
+    QCOMPARE(r.codebooks.order, stridedOrder(3, 2));
+    // Encoding the rows again gives the training codes, and decoding puts the features back in
+    // the data's order (the metrics of the round trip are the training's).
+    const Codes c = encode(x, r.codebooks, 1, *be);
+    QCOMPARE(c, r.codes);
+    const auto m = computeMetrics(x, decode(c, r.codebooks));
+    QCOMPARE(m.mse, r.metrics.mse);
+    // Subspace 0's first stage sees only features 0, 2, 4: changing feature 1 leaves its code alone.
+    MatrixRF y = x;
+    y.col(1).array() += 50;
+    QCOMPARE(encode(y, r.codebooks, 1, *be).col(0), c.col(0));
+    // The file keeps the order; a file whose order is not a permutation is refused by name.
+    const std::string path = test::pathIn(m_dir, "strided.safetensors");
+    CodebookFile f;
+    f.metadata = {{"dim", "3"}, {"stages", "2"}, {"k", "16"}, {"method", "vqllm"}};
+    f.entries.push_back({"t", r.codebooks, {}});
+    writeCodebookFile(path, f, DType::F32);
+    QCOMPARE(readCodebookFile(path).entries[0].codebooks.order, r.codebooks.order);
+    f.entries[0].codebooks.order = {0, 0, 4, 1, 3, 5};
+    writeCodebookFile(path, f, DType::F32);
+    const QString why = invalidMessage([&] { readCodebookFile(path); });
+    QVERIFY2(why.contains("t.order") && why.contains("not a permutation"), qPrintable(why));
+}
+
+void TestBaselines::vqllmTrainsDeterministicallyAndEvalsInItsOrder()
+{
+    const QString a = m_dir.filePath("vq-a.safetensors"), b = m_dir.filePath("vq-b.safetensors");
+    for (const QString& out : {a, b}) {
+        const auto r = gsrqRun({"--no-db", "train", kSample, "--layers", "1", "--method", "vqllm", "--dim", "8",
+                                "--stages", "3", "--k", "32", "--seed", "4", "--out", out, "--force", "-q"});
+        QVERIFY2(r.code == 0, r.err.constData());
+    }
+    // The same seed, the same file, byte for byte.
+    QFile fa(a), fb(b);
+    QVERIFY(fa.open(QIODevice::ReadOnly) && fb.open(QIODevice::ReadOnly));
+    QCOMPARE(fa.readAll(), fb.readAll());
+    const auto f = readCodebookFile(a.toStdString());
+    QCOMPARE(f.metadata.at("method"), std::string("vqllm"));
+    QCOMPARE(f.entries[0].codebooks.order, stridedOrder(8, 4));
+    QVERIFY(f.metadata.at("settings").find("\"ema_decay\":0.5") != std::string::npos);
+    // gsrq eval encodes in the file's order: its metrics are the training's.
+    auto r = gsrqRun({"--no-db", "train", kSample, "--layers", "1", "--method", "vqllm", "--dim", "8", "--stages", "3",
+                      "--k", "32", "--seed", "4", "--json", "-q"});
+    const auto train = json(r)["tensors"].toArray()[1].toObject()["train"].toObject();
+    r = gsrqRun({"--no-db", "eval", kSample, "-c", a, "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto ev = json(r)["tensors"].toArray()[1].toObject();
+    QCOMPARE(ev["nmse"].toDouble(), train["nmse"].toDouble());
+    // The decode paths take contiguous subspaces only, and say so.
+    const auto& books = f.entries[0].codebooks;
+    QVERIFY(invalidMessage([&] { checkDecodeBooks(DecodeShape{8, 4, 8}, books, books); }).contains("strided"));
+    // --ema-decay belongs to vqllm, and must be below 1.
+    r = gsrqRun({"--no-db", "train", kSample, "--layers", "1", "--method", "vqllm", "--bpa", "1", "--ema-decay", "1"});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("--ema-decay 1"), r.err.constData());
+    r = gsrqRun({"--no-db", "train", kSample, "--layers", "1", "--dim", "8", "--stages", "1", "--k", "8", "--ema-decay",
+                 "0.5"});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("--ema-decay"), r.err.constData());
+}
+
 void TestBaselines::pplMethodTable()
 {
     auto r = gsrqRun({"ppl", kModel, "--tokenizer", kTokenizer, "--generate", "--seq-len", "128", "--sequences", "4",
-                      "--methods", "fp32,kivi-8,kivi-2,kivi-1,cq-4c8b,km-rq@1,gsrq@1", "--train-dump", kSample,
+                      "--methods", "fp32,kivi-8,kivi-2,kivi-1,cq-4c8b,km-rq@1,gsrq@1,vqllm@1", "--train-dump", kSample,
                       "--iters", "6", "--json"});
     QVERIFY2(r.code == 0, r.err.constData());
     const auto j = json(r);
     const auto ms = j["methods"].toArray();
-    QCOMPARE(ms.size(), 7);
+    QCOMPARE(ms.size(), 8);
     QMap<QString, QJsonObject> by;
     for (const auto& m : ms)
         by[m.toObject()["method"].toString()] = m.toObject();
@@ -379,7 +487,9 @@ void TestBaselines::pplMethodTable()
     QCOMPARE(by["gsrq@1"]["bits"].toDouble(), 1.0);
     QVERIFY(by["gsrq@1"]["effective_bits"].toDouble() > 1.0); // codewords spread over 512 tokens
     QCOMPARE(by["gsrq@1"]["family"].toString(), QStringLiteral("gsrq"));
-    for (const char* m : {"kivi-2", "cq-4c8b", "km-rq@1", "gsrq@1"})
+    QCOMPARE(by["vqllm@1"]["bits"].toDouble(), 1.0);
+    QCOMPARE(by["vqllm@1"]["family"].toString(), QStringLiteral("vqllm"));
+    for (const char* m : {"kivi-2", "cq-4c8b", "km-rq@1", "gsrq@1", "vqllm@1"})
         QVERIFY2(by[m]["attention_rel_l2"].toDouble() > 0, m);
     // Recorded as a ppl run whose summary names every method.
     QVERIFY(j.contains("run_id"));

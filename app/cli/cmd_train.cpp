@@ -34,6 +34,7 @@ Command registerTrain(CLI::App& root)
                                            keyRope = "as-dumped";
         double bpa = 0, tau = 1, holdout = 0;
         int dim = 0, stages = 0, k = 0, attentionQueries = 128, channels = 0, bits = 0;
+        double emaDecay = 0.5;
         BackendOptions backend;
         bool json = false, quiet = false, force = false, withCodes = false, dropNonFinite = false, holdoutTail = false;
         TrainSettings s;
@@ -48,9 +49,13 @@ Command registerTrain(CLI::App& root)
     cmd->add_option("--stages,-r", o->stages, "Residual stages R");
     cmd->add_option("--k,-k", o->k, "Codewords per stage K (a power of two up to 65,536)");
     cmd->add_option("--method", o->method,
-                    "gskm, km, or cq (coupled quantization: --channels C coupled, 2^--bits centroids per block, one "
-                    "stage of K-means with grad-sq weights unless --weights says otherwise)")
+                    "gskm, km, cq (coupled quantization: --channels C coupled, 2^--bits centroids per block, one "
+                    "stage of K-means with grad-sq weights unless --weights says otherwise), or vqllm (VQLLM-style "
+                    "residual K-means: strided channel groups, moving-average codebook updates)")
         ->capture_default_str();
+    auto* emaFlag = cmd->add_option("--ema-decay", o->emaDecay,
+                                    "vqllm: decay γ of the moving-average update over passes, in [0, 1)")
+                        ->capture_default_str();
     cmd->add_option("--channels", o->channels, "cq: channels coupled into one block (C)");
     cmd->add_option("--bits", o->bits, "cq: bits per block of C channels (2^bits centroids), 1-16");
     cmd->add_option("--iters", o->s.rq.iterations, "Maximum iterations per stage")->capture_default_str();
@@ -77,10 +82,19 @@ Command registerTrain(CLI::App& root)
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     cmd->add_flag("--quiet,-q", o->quiet, "No progress bar");
     return {
-        cmd, [o, weightsFlag] {
+        cmd, [o, weightsFlag, emaFlag] {
             TrainSettings& s = o->s;
-            const bool cq = o->method == "cq";
-            s.rq.method = cq ? Method::KMeans : parseMethod("--method", o->method);
+            const bool cq = o->method == "cq", vqllm = o->method == "vqllm";
+            s.rq.method = cq || vqllm ? Method::KMeans : parseMethod("--method", o->method);
+            if (vqllm) {
+                if (!(o->emaDecay >= 0 && o->emaDecay < 1))
+                    throwInvalid("--ema-decay ", o->emaDecay, ": must be in [0, 1)");
+                s.rq.stridedGroups = true;
+                s.rq.emaDecay = o->emaDecay;
+                s.methodLabel = "vqllm";
+            } else if (emaFlag->count()) {
+                throwInvalid("--ema-decay: only with --method vqllm");
+            }
             if (cq && weightsFlag->count() == 0)
                 o->weights = "grad-sq"; // CQ's Fisher weighting
             if (!cq && (o->channels || o->bits))

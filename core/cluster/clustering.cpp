@@ -195,6 +195,11 @@ ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const C
     AssignStats st;
     if (method == Method::GainShape)
         initGainShape(backend, r.centroids, gs, st);
+    if (!(p.emaDecay >= 0 && p.emaDecay < 1))
+        throwInvalid("--ema-decay ", p.emaDecay, ": must be in [0, 1)");
+    const bool ema = method == Method::KMeans && p.emaDecay > 0;
+    Eigen::VectorXd emaWeight; // Σ_t γ^(T−t) W_k
+    MatrixRD emaSum;           // Σ_t γ^(T−t) Sx_k
 
     auto passStart = Clock::now();
     for (;;) {
@@ -212,7 +217,20 @@ ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const C
         const bool last = converged || r.iterations >= p.maxIterations;
         it.last = last;
         if (!last) {
-            updateCentroids(method, st, p.shapeEpsilon, r.centroids, gs);
+            if (ema) {
+                if (emaWeight.size() == 0) {
+                    emaWeight = st.weightSum;
+                    emaSum = st.sumX;
+                } else {
+                    emaWeight = p.emaDecay * emaWeight + st.weightSum;
+                    emaSum = p.emaDecay * emaSum + st.sumX;
+                }
+                for (Eigen::Index k = 0; k < r.centroids.rows(); ++k)
+                    if (emaWeight[k] > 0)
+                        r.centroids.row(k) = (emaSum.row(k) / emaWeight[k]).cast<float>();
+            } else {
+                updateCentroids(method, st, p.shapeEpsilon, r.centroids, gs);
+            }
             if (p.reseedEmpty && it.emptyClusters > 0) {
                 const auto touched = reseedEmptyClusters(st, r.centroids);
                 it.reseeded = static_cast<int>(touched.size() / 2);

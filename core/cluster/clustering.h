@@ -36,6 +36,11 @@ struct ClusteringParams {
     double shapeEpsilon = 1e-6; // GSKM: a mean direction shorter than this keeps the old shape
     bool reseedEmpty = false;   // split the heaviest cluster into an empty one
     bool passMetrics = true;    // cosine, gain error and shrinkage of every pass (a few flops a row)
+    // K-means only: 0 for Lloyd's update (the members' mean); γ in (0, 1) moves each centroid to an
+    // exponential moving average of the passes' sums, c = Σ_t γ^(T−t) Σw·x / Σ_t γ^(T−t) Σw (the
+    // EMA codebook update of VQ-VAE and VQLLM, over whole passes; its bias correction cancels in the
+    // ratio). A cluster empty in every pass so far keeps its centroid.
+    double emaDecay = 0;
 };
 
 // One assignment pass. iteration = updates done before it (0: the initial centroids).

@@ -40,6 +40,15 @@ void writeCodebookFile(const std::string& path, const CodebookFile& f, DType dty
         b.bytes = encodeFloats(cb.data.data(), cb.data.size(), dtype);
         blobs.push_back(std::move(b));
         names += (names.empty() ? "" : ",") + e.tensor;
+        if (!cb.order.empty()) {
+            TensorBlob o;
+            o.name = e.tensor + ".order";
+            o.dtype = DType::I32;
+            o.shape = {std::int64_t(cb.order.size())};
+            o.bytes.resize(cb.order.size() * 4);
+            std::memcpy(o.bytes.data(), cb.order.data(), o.bytes.size());
+            blobs.push_back(std::move(o));
+        }
         if (e.codes) {
             const bool small = cb.k <= 256;
             TensorBlob c;
@@ -99,11 +108,12 @@ CodebookFile readCodebookFile(const std::string& path)
     f.metadata = st.metadata;
     const int D = metaInt(st.metadata, "dim", path), R = metaInt(st.metadata, "stages", path),
               K = metaInt(st.metadata, "k", path);
-    std::map<std::string, const TensorView*> codes;
+    std::map<std::string, const TensorView*> codes, orders;
     for (const auto& t : st.tensors) {
-        const auto suffix = std::string(".codes");
-        if (t.name.size() > suffix.size() && t.name.ends_with(suffix))
-            codes[t.name.substr(0, t.name.size() - suffix.size())] = &t;
+        for (auto [suffix, into] :
+             {std::pair{std::string(".codes"), &codes}, std::pair{std::string(".order"), &orders}})
+            if (t.name.size() > suffix.size() && t.name.ends_with(suffix))
+                (*into)[t.name.substr(0, t.name.size() - suffix.size())] = &t;
     }
     for (const auto& t : st.tensors) {
         const std::string suffix = ".codebooks";
@@ -118,6 +128,20 @@ CodebookFile readCodebookFile(const std::string& path)
         const MatrixRF flat = toMatrix(t); // [M, R·K·D]
         if (!e.codebooks.data.empty())     // an empty vector's data() may be null, even for 0 bytes
             std::memcpy(e.codebooks.data.data(), flat.data(), e.codebooks.data.size() * sizeof(float));
+        if (auto it = orders.find(e.tensor); it != orders.end()) {
+            const TensorView& o = *it->second;
+            const std::int64_t F = e.codebooks.features();
+            if (o.shape.size() != 1 || o.shape[0] != F || o.dtype != DType::I32)
+                throwInvalid(o.where(), ": shape ", o.shapeString(), " ", dtypeName(o.dtype), " is not [", F, "] I32");
+            const auto v = toInt64(o);
+            std::vector<char> seen(std::size_t(F), 0);
+            for (std::size_t i = 0; i < v.size(); ++i) {
+                if (v[i] < 0 || v[i] >= F || seen[std::size_t(v[i])])
+                    throwInvalid(o.where(), ": is not a permutation of 0..", F - 1, " (element ", i, " is ", v[i], ")");
+                seen[std::size_t(v[i])] = 1;
+                e.codebooks.order.push_back(std::int32_t(v[i]));
+            }
+        }
         if (auto it = codes.find(e.tensor); it != codes.end()) {
             const TensorView& c = *it->second;
             if (c.shape.size() != 3 || c.shape[1] != t.shape[0] || c.shape[2] != R ||

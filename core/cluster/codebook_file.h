@@ -2,6 +2,7 @@
 // The codebooks file (docs/formats.md): a safetensors file holding, per trained tensor T,
 //   T.codebooks  [M, R, K, D]  F16 or F32
 //   T.codes      [N, M, R]     U8 for K ≤ 256, else U16   (optional)
+//   T.order      [M·D]         I32: the feature order of the subspaces (optional; strided groups)
 // and metadata: format "gsrq-codebooks", format_version "1", dim, stages, k, method, weights,
 // tau, beam, bpa, key_rope, source_sha256, source, tensors, settings (JSON).
 // Every tensor of one file shares D, R, K and the training settings.

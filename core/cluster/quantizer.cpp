@@ -66,6 +66,10 @@ void validateRq(const RqSettings& s, std::int64_t rows, std::int64_t features)
         throwInvalid("--beam ", s.beam, ": must be between 1 and 256");
     if (s.iterations < 0)
         throwInvalid("--iters ", s.iterations, ": must be ≥ 0");
+    if (!(s.emaDecay >= 0 && s.emaDecay < 1))
+        throwInvalid("--ema-decay ", s.emaDecay, ": must be in [0, 1)");
+    if (s.emaDecay > 0 && s.method != Method::KMeans)
+        throwInvalid("--ema-decay: the moving-average update is K-means'; GSKM updates gains and shapes");
 }
 
 void Codebooks::allocate(int d, int r, int kk, int m)
@@ -150,12 +154,39 @@ Codes beamEncodeSubspace(const MatrixRF& Xm, const Codebooks& cb, int m, int R, 
 
 } // namespace
 
+std::vector<std::int32_t> stridedOrder(int dim, int subspaces)
+{
+    std::vector<std::int32_t> order(std::size_t(dim) * std::size_t(subspaces));
+    for (int m = 0; m < subspaces; ++m)
+        for (int j = 0; j < dim; ++j)
+            order[std::size_t(m) * std::size_t(dim) + std::size_t(j)] = j * subspaces + m;
+    return order;
+}
+
+namespace {
+
+// The rows in the codebooks' feature order.
+MatrixRF inBookOrder(const MatrixRF& X, const Codebooks& cb)
+{
+    MatrixRF out(X.rows(), X.cols());
+    for (Eigen::Index j = 0; j < X.cols(); ++j)
+        out.col(j) = X.col(cb.order[std::size_t(j)]);
+    return out;
+}
+
+} // namespace
+
 Codes encode(const MatrixRF& X, const Codebooks& cb, int beam, ClusterBackend& backend, int stages)
 {
     const int R = stages < 0 ? cb.stages : stages;
     if (X.cols() != cb.features())
         throwInvalid("data has ", X.cols(), " features but the codebooks cover ", cb.features(), " (", cb.subspaces,
                      " subspaces × D=", cb.dim, ")");
+    if (!cb.order.empty()) {
+        Codebooks plain = cb;
+        plain.order.clear();
+        return encode(inBookOrder(X, cb), plain, beam, backend, stages);
+    }
     Codes codes = Codes::Zero(X.rows(), Eigen::Index(cb.subspaces) * cb.stages);
     if (beam > 1) {
         for (int m = 0; m < cb.subspaces; ++m) {
@@ -184,6 +215,15 @@ Codes encode(const MatrixRF& X, const Codebooks& cb, int beam, ClusterBackend& b
 MatrixRF decode(const Codes& codes, const Codebooks& cb, int stages)
 {
     const int R = stages < 0 ? cb.stages : stages;
+    if (!cb.order.empty()) {
+        Codebooks plain = cb;
+        plain.order.clear();
+        const MatrixRF y = decode(codes, plain, stages);
+        MatrixRF out(y.rows(), y.cols());
+        for (Eigen::Index j = 0; j < y.cols(); ++j)
+            out.col(cb.order[std::size_t(j)]) = y.col(j);
+        return out;
+    }
     MatrixRF out = MatrixRF::Zero(codes.rows(), cb.features());
     for (int m = 0; m < cb.subspaces; ++m)
         for (int r = 0; r < R; ++r) {
@@ -198,9 +238,21 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
                                      ClusterBackend& backend, const ProgressFn& progress)
 {
     validateRq(s, X.rows(), X.cols());
-    const auto start = std::chrono::steady_clock::now();
     const int D = s.dim == 0 ? int(X.cols()) : s.dim;
     const int M = int(X.cols() / D), R = s.stages;
+    if (s.stridedGroups) {
+        // Train on the rows in strided order; the codebooks keep the order, the metrics are of whole
+        // rows (the same in any order) and the codes are the rows'.
+        RqSettings inner = s;
+        inner.stridedGroups = false;
+        Codebooks ordered;
+        ordered.order = stridedOrder(D, M);
+        const MatrixRF orderedRows = inBookOrder(X, ordered); // the backend is bound to these; callers bind anew
+        auto out = trainResidualQuantizer(orderedRows, weights, inner, backend, progress);
+        out.codebooks.order = std::move(ordered.order);
+        return out;
+    }
+    const auto start = std::chrono::steady_clock::now();
     RqTrainResult out;
     out.codebooks.allocate(D, R, s.k, M);
     out.codes = Codes::Zero(X.rows(), Eigen::Index(M) * R);
@@ -220,6 +272,7 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
             p.maxIterations = s.iterations;
             p.seed = s.seed + 7919ull * std::uint64_t(r * M + m); // each stage samples its own rows
             p.reseedEmpty = s.reseedEmpty;
+            p.emaDecay = s.emaDecay;
             const std::string what = cat("stage ", r + 1, "/", R, " subspace ", m + 1, "/", M);
             backend.selectBlock(m * D, D, p.epsilon);
             auto c = clusterSelected(backend, s.method, p, [&](const IterationStats& it) {

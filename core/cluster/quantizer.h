@@ -27,6 +27,11 @@ struct RqSettings {
     std::uint64_t seed = 0;
     int beam = 1; // 1 = greedy
     bool reseedEmpty = false;
+    // VQLLM-style training (Kumar, 2024): subspace m takes the strided channels m, m + M, m + 2M, …
+    // instead of a contiguous block (the codebooks keep the order), and K-means centroids move by
+    // an exponential moving average of the passes' member sums (ClusteringParams::emaDecay).
+    bool stridedGroups = false;
+    double emaDecay = 0;
 };
 
 double bitsPerActivation(int dim, int stages, int k); // R·log2(K)/D
@@ -40,13 +45,20 @@ std::optional<BpaChoice> paperBpa(double bpa);
 // closest to the paper's D=128, K=256 first.
 std::vector<BpaChoice> suggestBpa(double bpa, std::int64_t features, std::size_t count = 4);
 
-// Throws Error(InvalidInput) naming the flag (--dim, --stages, --k, --beam, --iters).
+// The strided order of M subspaces of D: subspace m holds features m, m + M, …, m + (D − 1)·M.
+std::vector<std::int32_t> stridedOrder(int dim, int subspaces);
+
+// Throws Error(InvalidInput) naming the flag (--dim, --stages, --k, --beam, --iters, --ema-decay).
 void validateRq(const RqSettings& s, std::int64_t rows, std::int64_t features);
 
 // Codewords, [M, R, K, D] row-major: book(m, r) is K × D.
 struct Codebooks {
     int dim = 0, stages = 0, k = 0, subspaces = 0;
     std::vector<float> data;
+    // The feature order the codebooks quantize: column j of the quantized row is feature order[j]
+    // of the data (a permutation of 0..F−1); empty for the data's own order (contiguous subspaces).
+    // encode and decode apply it, so callers see rows in the data's order.
+    std::vector<std::int32_t> order;
 
     void allocate(int dim, int stages, int k, int subspaces);
     std::int64_t features() const { return std::int64_t(dim) * subspaces; }

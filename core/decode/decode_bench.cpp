@@ -91,6 +91,9 @@ void checkDecodeBooks(const DecodeShape& s, const Codebooks& keyBooks, const Cod
                      " (values) features; kv-heads × head-dim = ", F);
     if (valueBooks.dim != keyBooks.dim || valueBooks.stages != keyBooks.stages || valueBooks.k != keyBooks.k)
         throwInvalid("key and value codebooks differ in D, R or K; the decode paths take one shape for both");
+    if (!keyBooks.order.empty() || !valueBooks.order.empty())
+        throwInvalid("the codebooks quantize channels in another order (strided groups, as VQLLM-style training "
+                     "makes them); the decode paths take contiguous subspaces");
 }
 
 double decodeStepBytes(DecodePath path, const DecodeShape& s, const Codebooks& kb, std::int64_t ctx, int batch)

@@ -36,6 +36,8 @@ const char* familyOf(TableMethod k)
         return "km-rq";
     case TableMethod::Gsrq:
         return "gsrq";
+    case TableMethod::Vqllm:
+        return "vqllm";
     case TableMethod::File:
         return "codebooks";
     }
@@ -55,7 +57,7 @@ double mean(const std::vector<LayerAttention>& a)
 std::vector<MethodSpec> parseMethods(const std::string& list, const std::string& flag)
 {
     static const std::regex cq(R"(cq-(\d{1,4})c(\d{1,2})b)");
-    static const std::regex rq(R"((km-rq|gsrq)@([0-9]*\.?[0-9]+))");
+    static const std::regex rq(R"((km-rq|gsrq|vqllm)@([0-9]*\.?[0-9]+))");
     std::vector<MethodSpec> out;
     std::set<std::string> seen;
     std::string item;
@@ -87,7 +89,7 @@ std::vector<MethodSpec> parseMethods(const std::string& list, const std::string&
             if (m.blockBits < 1 || m.blockBits > 16)
                 throwInvalid(flag, ": '", name, "': CQ's bits per block must be between 1 and 16");
         } else if (std::regex_match(name, g, rq)) {
-            m.kind = g[1] == "gsrq" ? TableMethod::Gsrq : TableMethod::KmRq;
+            m.kind = g[1] == "gsrq" ? TableMethod::Gsrq : g[1] == "vqllm" ? TableMethod::Vqllm : TableMethod::KmRq;
             m.bpa = std::stod(g[2]);
             if (!(m.bpa > 0) || m.bpa > 16)
                 throwInvalid(flag, ": '", name, "': the bits per activation must be above 0 and at most 16");
@@ -96,9 +98,9 @@ std::vector<MethodSpec> parseMethods(const std::string& list, const std::string&
             if (!std::filesystem::exists(name))
                 throwInvalid(flag, ": codebooks file '", name, "' does not exist");
         } else {
-            throwInvalid(
-                flag, ": unknown method '", name,
-                "' (fp32, kivi-B[gG][rN], cq-<C>c<B>b, km-rq@BPA, gsrq@BPA, or a codebooks .safetensors file)");
+            throwInvalid(flag, ": unknown method '", name,
+                         "' (fp32, kivi-B[gG][rN], cq-<C>c<B>b, km-rq@BPA, gsrq@BPA, vqllm@BPA, or a codebooks "
+                         ".safetensors file)");
         }
         out.push_back(m);
     }
@@ -127,7 +129,8 @@ TrainSettings methodTrainSettings(const MethodSpec& m, std::int64_t features, bo
         s.methodLabel = "cq";
         break;
     case TableMethod::KmRq:
-    case TableMethod::Gsrq: {
+    case TableMethod::Gsrq:
+    case TableMethod::Vqllm: {
         std::optional<BpaChoice> c = paperBpa(m.bpa);
         if (!c || features % c->dim != 0) {
             const auto sg = suggestBpa(m.bpa, features, 1);
@@ -141,6 +144,11 @@ TrainSettings methodTrainSettings(const MethodSpec& m, std::int64_t features, bo
         s.rq.k = c->k;
         s.rq.method = m.kind == TableMethod::Gsrq ? Method::GainShape : Method::KMeans;
         s.weights = m.kind == TableMethod::Gsrq ? WeightMode::GradLog : WeightMode::None;
+        if (m.kind == TableMethod::Vqllm) {
+            s.rq.stridedGroups = true;
+            s.rq.emaDecay = 0.5;
+            s.methodLabel = "vqllm";
+        }
         break;
     }
     default:
@@ -173,12 +181,14 @@ MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<st
 
     bool trained = false;
     for (const auto& m : s.methods)
-        trained = trained || m.kind == TableMethod::Cq || m.kind == TableMethod::KmRq || m.kind == TableMethod::Gsrq;
+        trained =
+            trained || (m.kind != TableMethod::Fp32 && m.kind != TableMethod::Kivi && m.kind != TableMethod::File);
     std::optional<KvDump> dump;
     if (!s.trainDump.empty())
         dump = KvDump::open(s.trainDump);
     else if (trained)
-        throwInvalid("--train-dump: trained methods (cq, km-rq, gsrq) need a dump of the model's keys and values");
+        throwInvalid(
+            "--train-dump: trained methods (cq, km-rq, gsrq, vqllm) need a dump of the model's keys and values");
     bool hasGradients = true;
     if (dump) {
         const auto selected = selectTensors(*dump, {}, layerGlob);
@@ -264,7 +274,8 @@ MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<st
                 if (!r.attention.empty())
                     row.attentionRelL2 = mean(r.attention);
                 row.settings = cat("D=", ts.rq.dim, " R=", ts.rq.stages, " K=", ts.rq.k, " ", methodName(ts.rq.method),
-                                   " ", weightModeName(ts.weights));
+                                   " ", weightModeName(ts.weights),
+                                   ts.rq.stridedGroups ? cat(", strided groups, EMA γ ", ts.rq.emaDecay) : "");
             }
             const auto quantized = quantizedLayers(file, layers);
             if (quantized.empty())

@@ -8,6 +8,8 @@
 //                        stage), K-means weighted by squared gradients (CQ's Fisher weighting)
 //   km-rq@BPA            residual quantization with plain K-means, no weights
 //   gsrq@BPA             GSRQ: GSKM, grad-log weights
+//   vqllm@BPA            VQLLM-style RQ: K-means with moving-average updates (γ = 0.5 over whole
+//                        passes), subspaces of strided channels, no weights
 //   <file>.safetensors   a codebooks file trained before (gsrq train)
 // Trained methods are trained on the keys and values of a dump of the model (--train-dump) with
 // every row (the perplexity text is the held-out set); BPA takes the paper's D = 128, K = 256 where
@@ -27,7 +29,7 @@
 
 namespace gsrq {
 
-enum class TableMethod { Fp32, Kivi, Cq, KmRq, Gsrq, File };
+enum class TableMethod { Fp32, Kivi, Cq, KmRq, Gsrq, Vqllm, File };
 
 struct MethodSpec {
     TableMethod kind = TableMethod::Fp32;
@@ -35,7 +37,7 @@ struct MethodSpec {
     KiviSettings kivi; // Kivi
     int channels = 0;  // Cq: C
     int blockBits = 0; // Cq: B
-    double bpa = 0;    // KmRq, Gsrq
+    double bpa = 0;    // KmRq, Gsrq, Vqllm
 };
 
 // A comma-separated list. Throws Error(InvalidInput) naming `flag` and the entry for an unknown or

@@ -78,6 +78,8 @@ nlohmann::ordered_json trainRunSettings(const TrainSettings& s, const std::strin
             {"k", s.rq.k},
             {"bpa", bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k)},
             {"method", s.methodLabel.empty() ? std::string(methodName(s.rq.method)) : s.methodLabel},
+            {"strided_groups", s.rq.stridedGroups},
+            {"ema_decay", s.rq.emaDecay},
             {"iters", s.rq.iterations},
             {"seed", s.rq.seed},
             {"beam", s.rq.beam},

@@ -261,6 +261,8 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
                                             {"seed", s.rq.seed},
                                             {"beam", s.rq.beam},
                                             {"reseed_empty", s.rq.reseedEmpty},
+                                            {"strided_groups", s.rq.stridedGroups},
+                                            {"ema_decay", s.rq.emaDecay},
                                             {"weights", weightModeName(s.weights)},
                                             {"tau", s.tau},
                                             {"tensors", s.tensorPatterns},
