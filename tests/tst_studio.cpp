@@ -33,6 +33,8 @@
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QGuiApplication>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
 #include <QLineSeries>
@@ -99,6 +101,7 @@ private slots:
     void firstWindowFillsTheScreenThenRemembers();
     void trainFillsTableAndExports();
     void perplexityOfTrainedCodebooks();
+    void compareMethodsOnTheModel();
     void cancelMidTraining();
     void runsPageListsAndOverlays();
     void runsPageImportsStoresAndGroupsThem();
@@ -613,6 +616,43 @@ void TestStudio::perplexityOfTrainedCodebooks()
     QCOMPARE(fp32[0].x(), 1.0);                                                      // R·log2(K)/D = 2·4/8
     QVERIFY(std::abs(fp32[0].y() - m.captured(1).toDouble()) <= 1e-3 * fp32[0].y()); // printed to 3 decimals
     runs->overlayMetric()->setCurrentText("nmse");
+}
+
+// The paper's table on the bundled model from the GSRQ page: KIVI at two bit widths and GSRQ trained
+// on the open dump (the model's own), a row each beside FP32, a series per method on the chart, and
+// one ppl run in the store with the methods' perplexities.
+void TestStudio::compareMethodsOnTheModel()
+{
+    auto* page = m_window->trainPage();
+    m_window->showPage("train");
+    page->compareMethodsEdit()->setText("fp32,kivi-4,kivi-2,gsrq@1");
+    QSignalSpy done(page, &TrainPage::compareFinished);
+    QTest::mouseClick(page->compareButton(), Qt::LeftButton);
+    QVERIFY(done.wait(test::waitMs(120000)));
+    QVERIFY2(done.first().first().toBool(), qPrintable(page->pplResultText()));
+    auto* model = page->compareModel();
+    QCOMPARE(model->rowCount(), 4);
+    QCOMPARE(model->index(0, 0).data().toString(), QString("fp32"));
+    const auto ppl = [&](int row) { return model->index(row, 2).data().toString().toDouble(); };
+    QVERIFY(ppl(2) > ppl(1));                                     // KIVI: 2 bits cost more than 4
+    QCOMPARE(model->index(3, 1).data().toString(), QString("1")); // gsrq@1's bits
+    QVERIFY(model->index(3, 4).data().toString().toDouble() > 0); // its attention error on the dump
+    page->compareChart()->flush();
+    const auto names = page->compareChart()->seriesNames();
+    QVERIFY2(names.contains("kivi") && names.contains("gsrq") && names.contains("fp32"), qPrintable(names.join(" | ")));
+    QCOMPARE(page->compareChart()->points("kivi").size(), 2);
+    QVERIFY(page->pplResultText().contains("recorded as run"));
+    RunStore store(m_store.toStdString());
+    const auto runs = store.listRuns({"ppl", std::nullopt, "", 1});
+    QVERIFY(!runs.empty());
+    const auto summary = QJsonDocument::fromJson(QByteArray::fromStdString(runs.front().summaryJson)).object();
+    QCOMPARE(summary["methods"].toObject().size(), 4);
+    // A bad method is named, and nothing runs.
+    page->compareMethodsEdit()->setText("fp32,pq@1");
+    QSignalSpy refused(page, &TrainPage::compareFinished);
+    QTest::mouseClick(page->compareButton(), Qt::LeftButton);
+    QCOMPARE(refused.size(), 1);
+    QVERIFY(!refused.first().first().toBool());
 }
 
 // The GSRQ page's perplexity runs the model the open dump was made from when it is bundled (the
@@ -1242,7 +1282,7 @@ void TestStudio::eachRunKindRecordsTheSameSettingsFromBothFaces()
     QVERIFY(QFile::exists(books));
     struct Case {
         const char* kind;
-        bool many;        // compare: over many tensors (settings with "tensors")
+        bool many;        // compare: over many tensors (settings with "tensors"); ppl: a table of --methods
         bool summaryKeys; // the summary's keys do not depend on the data: compared too
         QStringList args;
     };
@@ -1270,6 +1310,12 @@ void TestStudio::eachRunKindRecordsTheSameSettingsFromBothFaces()
          true,
          {"ppl", models + "stories260K.bin", "--tokenizer", models + "tok512.bin", "--generate", "--seq-len", "32",
           "--sequences", "2", "--codebooks", books}},
+        // The comparison table (compareMethodsOnTheModel): `many` marks a ppl run with methods.
+        {"ppl",
+         true,
+         true,
+         {"ppl", models + "stories260K.bin", "--tokenizer", models + "tok512.bin", "--generate", "--seq-len", "32",
+          "--sequences", "2", "--methods", "fp32,kivi-2", "--train-dump", kSample}},
         {"paper-check",
          false,
          true,
@@ -1302,7 +1348,9 @@ void TestStudio::eachRunKindRecordsTheSameSettingsFromBothFaces()
         RunStore store(db.toStdString());
         for (const auto& r : store.listRuns({c.kind, RunStatus::Done, "", 0}))
             if ((r.command == "gsrq-studio") == app &&
-                (std::string_view(c.kind) != "compare" || keysOf(r.settingsJson).count("tensors") == c.many))
+                (std::string_view(c.kind) != "compare" || keysOf(r.settingsJson).count("tensors") == c.many) &&
+                (std::string_view(c.kind) != "ppl" ||
+                 nlohmann::json::parse(r.settingsJson)["methods"].empty() != c.many))
                 return r;
         return std::nullopt;
     };

@@ -2,6 +2,7 @@
 
 #include "core/base/error.h"
 #include "core/cluster/codebook_file.h"
+#include "core/jobs/method_table.h"
 #include "core/jobs/result_json.h"
 #include "core/jobs/run_records.h"
 #include "core/lm/perplexity.h"
@@ -19,6 +20,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSpinBox>
+#include <QStandardItemModel>
 #include <QTableView>
 #include <QVBoxLayout>
 
@@ -103,6 +105,15 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     form->addRow(tr("On"), m_pplText);
     form->addRow(m_ppl);
     form->addRow(m_pplResult);
+    m_compareMethods = new QLineEdit(QStringLiteral("fp32,kivi-2,kivi-1,cq-2c8b,km-rq@1,gsrq@1,gsrq@0.75"), this);
+    m_compareMethods->setToolTip(
+        tr("fp32, kivi-B[gG][rN], cq-<C>c<B>b, km-rq@BPA, gsrq@BPA, vqllm@BPA, or codebooks files: the trained "
+           "methods learn on the open dump, which must be the model's"));
+    m_compare = new QPushButton(tr("Compare methods on the model"), this);
+    m_compare->setToolTip(tr("The paper's table: every method's bits, perplexity and attention error, on the model "
+                             "of Settings ▸ Preferences and the text above"));
+    form->addRow(tr("Methods"), m_compareMethods);
+    form->addRow(m_compare);
 
     m_live = new views::ChartPanel(tr("Clustering in progress"), tr("iteration"), tr("nmse"), this);
     m_stageChart = new views::ChartPanel(tr("After each stage"), tr("stage"), tr("nmse"), this);
@@ -117,12 +128,25 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     table->setMaximumHeight(160);
 
+    m_compareModel = new QStandardItemModel(this);
+    m_compareTable = new QTableView(this);
+    m_compareTable->setModel(m_compareModel);
+    m_compareTable->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_compareTable->setMaximumHeight(220);
+    m_compareTable->setVisible(false);
+    m_compareChart =
+        new views::ChartPanel(tr("Perplexity against bits"), tr("bits per cached value"), tr("perplexity"), this);
+    m_compareChart->setLogX(true);
+    m_compareChart->setVisible(false);
+
     auto* charts = new QHBoxLayout();
     charts->addWidget(m_live, 1);
     charts->addWidget(m_stageChart, 1);
+    charts->addWidget(m_compareChart, 1);
     auto* right = new QVBoxLayout();
     right->addLayout(charts, 1);
     right->addWidget(table);
+    right->addWidget(m_compareTable);
     auto* formBox = new QWidget(this);
     formBox->setLayout(form);
     formBox->setMaximumWidth(360);
@@ -134,6 +158,7 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     connect(m_stageMetric, &QComboBox::currentIndexChanged, this, &TrainPage::drawStages);
     connect(m_run, &QPushButton::clicked, this, &TrainPage::start);
     connect(m_ppl, &QPushButton::clicked, this, &TrainPage::evaluatePerplexity);
+    connect(m_compare, &QPushButton::clicked, this, &TrainPage::compareMethods);
     connect(m_export, &QPushButton::clicked, this, [this] {
         const QString path = QFileDialog::getSaveFileName(this, tr("Export codebooks"), "codebooks.safetensors",
                                                           tr("Codebooks (*.safetensors)"));
@@ -385,6 +410,145 @@ void TrainPage::evaluatePerplexity()
             });
         }
     });
+}
+
+QAbstractItemModel* TrainPage::compareModel() const
+{
+    return m_compareModel;
+}
+
+void TrainPage::compareMethods()
+{
+    const QString modelPath = m_ctx.pplModelPath(), tokPath = m_ctx.pplTokenizerPath();
+    if (modelPath.isEmpty() || tokPath.isEmpty()) {
+        m_ctx.showMessage(tr("Set a llama2.c model and its tokenizer in Settings ▸ Preferences to compare methods."));
+        emit compareFinished(false);
+        return;
+    }
+    MethodTableSettings ts;
+    try {
+        ts.methods = parseMethods(m_compareMethods->text().trimmed().toStdString(), "Methods");
+    } catch (const std::exception& e) {
+        m_ctx.showMessage(QString::fromUtf8(e.what()));
+        emit compareFinished(false);
+        return;
+    }
+    const auto dump = m_ctx.dump();
+    if (dump)
+        ts.trainDump = dump->path();
+    const QString textPath = m_pplText->text().trimmed();
+    const QString storePath = m_ctx.storePath();
+    const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
+    m_compare->setEnabled(false);
+    m_pplResult->setText(tr("Comparing %1 methods…").arg(ts.methods.size()));
+    m_ctx.runner().start(tr("method comparison"), [=, this](const JobRunner::Context& job) {
+        try {
+            constexpr int kSeqLen = 256, kSequences = 16;
+            const auto model = Llama2cModel::load(modelPath.toStdString());
+            const auto tok = Llama2cTokenizer::load(tokPath.toStdString(), model.config().vocab);
+            const auto seqs = perplexitySequences(model, tok, textPath.toStdString(), kSeqLen, kSequences, /*seed=*/0);
+            auto backend = gpu::makeBackend(backendRequest).backend;
+            RunInfo info;
+            info.kind = "ppl";
+            info.backend = backend->name();
+            info.device = backend->device();
+            info.dumpPath = ts.trainDump.empty() ? modelPath.toStdString() : ts.trainDump;
+            PplRunSettings ps;
+            ps.model = modelPath.toStdString();
+            ps.tokenizer = tokPath.toStdString();
+            ps.text = textPath.toStdString();
+            ps.seqLen = kSeqLen;
+            ps.sequences = kSequences;
+            for (const auto& m : ts.methods)
+                ps.methods.push_back(m.name);
+            ps.trainDump = ts.trainDump;
+            ps.trainIterations = ts.iterations;
+            ps.trainSeed = ts.seed;
+            info.settingsJson = pplRunSettings(ps).dump();
+            WorkerRecording rec(storePath, info, "", job, &m_ctx, {modelPath.toStdString()});
+            ProgressBatcher progress(job, [this](const std::vector<ProgressEvent>& es) {
+                if (es.empty())
+                    return;
+                m_pplResult->setText(tr("Comparing: %1 (%2%)")
+                                         .arg(QString::fromStdString(es.back().what))
+                                         .arg(int(100 * es.back().fraction)));
+            });
+            const auto r = runMethodTable(model, seqs, ts, *backend, [&](const ProgressEvent& e) {
+                rec.progress(e);
+                return progress.add(e);
+            });
+            if (r.cancelled) {
+                rec.finish(RunStatus::Cancelled);
+                job.post([this] {
+                    m_compare->setEnabled(true);
+                    emit compareFinished(false);
+                });
+                return;
+            }
+            if (rec) {
+                rec->recordMetrics(methodTableMetrics(r));
+                rec->recordSeries(methodTableSeries(r));
+            }
+            rec.finish(RunStatus::Done, methodTableSummary(r).dump());
+            const QString where = textPath.isEmpty() ? tr("the model's own samples") : textPath;
+            const QString recorded = rec ? tr("; recorded as run %1").arg(rec->id()) : QString();
+            job.post([this, r, where, recorded] {
+                showComparison(r);
+                m_pplResult->setText(tr("%1 methods, %2 sequences × %3 tokens of %4%5")
+                                         .arg(r.rows.size())
+                                         .arg(kSequences)
+                                         .arg(kSeqLen)
+                                         .arg(where, recorded));
+                m_compare->setEnabled(true);
+                emit compareFinished(true);
+            });
+        } catch (const std::exception& e) {
+            const QString why = QString::fromUtf8(e.what());
+            job.post([this, why] {
+                m_pplResult->setText(why);
+                m_compare->setEnabled(true);
+                m_ctx.showMessage(why);
+                emit compareFinished(false);
+            });
+        }
+    });
+}
+
+void TrainPage::showComparison(const MethodTableResult& r)
+{
+    m_compareModel->clear();
+    m_compareModel->setHorizontalHeaderLabels(
+        {tr("method"), tr("bits"), tr("perplexity"), tr("Δ%"), tr("attention rel. L2"), tr("as")});
+    const double fp32 = r.rows.empty() ? 0 : r.rows.front().perplexity;
+    std::map<std::string, QList<QPointF>> series;
+    double lo = 32, hi = 0;
+    for (const auto& row : r.rows) {
+        const double dp = 100 * (row.perplexity - fp32) / fp32;
+        QList<QStandardItem*> items{
+            new QStandardItem(QString::fromStdString(row.name)),
+            new QStandardItem(QString::number(row.bits, 'g', 4)),
+            new QStandardItem(QString::number(row.perplexity, 'f', 3)),
+            new QStandardItem(QStringLiteral("%1%2%").arg(dp >= 0 ? "+" : "").arg(dp, 0, 'f', 2)),
+            new QStandardItem(row.attentionRelL2 ? QString::number(*row.attentionRelL2, 'f', 4) : QStringLiteral("-")),
+            new QStandardItem(QString::fromStdString(row.settings))};
+        for (auto* it : items)
+            it->setEditable(false);
+        m_compareModel->appendRow(items);
+        if (row.family != "fp32" && std::isfinite(row.bits)) {
+            series[row.family] << QPointF(row.bits, row.perplexity);
+            lo = std::min(lo, row.bits);
+            hi = std::max(hi, row.bits);
+        }
+    }
+    m_compareChart->clear();
+    for (auto& [family, points] : series) {
+        std::sort(points.begin(), points.end(), [](const QPointF& a, const QPointF& b) { return a.x() < b.x(); });
+        m_compareChart->setSeries(QString::fromStdString(family), points);
+    }
+    if (hi > 0)
+        m_compareChart->setSeries(QStringLiteral("fp32"), {QPointF(lo, fp32), QPointF(hi, fp32)});
+    m_compareTable->setVisible(true);
+    m_compareChart->setVisible(true);
 }
 
 } // namespace gsrq::studio

@@ -4,6 +4,7 @@
 // convergence of the clustering in progress, nmse/cosine/gain error after each stage per tensor,
 // a results table with the bits and the effective bits once codebooks are counted, and export.
 
+#include "core/jobs/method_table.h"
 #include "core/jobs/train_job.h"
 #include "studio_context.h"
 
@@ -12,6 +13,7 @@
 
 #include <memory>
 
+class QAbstractItemModel;
 class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
@@ -19,6 +21,8 @@ class QLineEdit;
 class QProgressBar;
 class QPushButton;
 class QSpinBox;
+class QStandardItemModel;
+class QTableView;
 
 namespace gsrq::views {
 class ChartPanel;
@@ -50,17 +54,28 @@ public:
     // and values, against FP32: on the model's own samples (seed 0), or on pplTextEdit()'s file.
     void evaluatePerplexity();
     QPushButton* pplButton() const { return m_ppl; }
+    // The paper's table on the Preferences' model (core/jobs/method_table.h): the methods of
+    // compareMethodsEdit() (FP32, KIVI, CQ, KM-RQ, GSRQ, VQLLM-style at their bits), trained methods
+    // learnt on the open dump (the model's own), on pplTextEdit()'s text or the model's samples; a
+    // table of bits, perplexity, Δ% and attention error, and perplexity against bits per method.
+    void compareMethods();
+    QPushButton* compareButton() const { return m_compare; }
+    QLineEdit* compareMethodsEdit() const { return m_compareMethods; }
+    QAbstractItemModel* compareModel() const;
+    views::ChartPanel* compareChart() const { return m_compareChart; }
     QLineEdit* pplTextEdit() const { return m_pplText; }
     QString pplResultText() const;
 
 signals:
     void runFinished(bool ok);
     void pplFinished(bool ok);
+    void compareFinished(bool ok);
 
 private:
     void start();
     void applyPreset();
     void showResult(const TrainJobResult& r);
+    void showComparison(const MethodTableResult& r);
     void drawStages();
 
     StudioContext& m_ctx;
@@ -69,7 +84,11 @@ private:
     QComboBox *m_method, *m_weights, *m_stageMetric;
     QDoubleSpinBox *m_tau, *m_holdout;
     QLineEdit* m_tensors;
-    QPushButton *m_run, *m_cancel, *m_export, *m_ppl;
+    QPushButton *m_run, *m_cancel, *m_export, *m_ppl, *m_compare;
+    QLineEdit* m_compareMethods;
+    QStandardItemModel* m_compareModel;
+    QTableView* m_compareTable;
+    views::ChartPanel* m_compareChart;
     QLineEdit* m_pplText;
     QLabel* m_pplResult;
     QProgressBar* m_progress;
