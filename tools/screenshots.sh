@@ -14,6 +14,10 @@ shot dataset --open "$sample" --page dataset --tensor layers.2.key
 shot compare --open "$sample" --page compare --run compare --tensor layers.2.value
 shot sweeps --page sweeps --run paper-check
 shot train --open "$sample" --page train --run train
+# The GSRQ page's comparison of methods on the head_dim-128 model (its Preferences default for that
+# dump), the trained methods learnt on the sample's layer 2 (about a minute on 2 cores).
+shot methods --open resources/samples/pydocs-hd128 --page train --run methods \
+  --tensor fp32,kivi-2,kivi-2g128,kivi-1,cq-2c8b,cq-8c8b,km-rq@1,gsrq@1,km-rq@0.75,gsrq@0.75
 shot weights --open "$sample" --page weights
 shot runs --page runs --select 1,3
 # The Latency page after a CPU sweep (the default contexts, about a minute), with the train runs of the

@@ -68,10 +68,11 @@ void runKiviEvalCommand(const std::string& dumpPath, const KiviEvalSettings& s, 
             printJson(j);
             return;
         }
-        std::printf("%s with %s (KIVI: %d bits, groups of %d, last %d tokens in FP16; keys per channel, values per "
-                    "token)\n  %-24s %8s %12s %10s %11s %9s %10s\n",
-                    dump.path().c_str(), kiviName(s.kivi).c_str(), s.kivi.bits, s.kivi.group, s.kivi.residual, "tensor",
-                    "bits", "mse", "nmse", "gain_error", "cosine", "shrinkage");
+        std::printf("%s with %s (KIVI: %d bit%s, groups of %d, the last %d tokens of each sequence in FP16; keys per "
+                    "channel, values per token)\n  %-24s %8s %12s %10s %11s %9s %10s\n",
+                    dump.path().c_str(), kiviName(s.kivi).c_str(), s.kivi.bits, s.kivi.bits == 1 ? "" : "s",
+                    s.kivi.group, s.kivi.residual, "tensor", "bits", "mse", "nmse", "gain_error", "cosine",
+                    "shrinkage");
         for (const auto& t : r.tensors)
             std::printf("  %-24s %8.4f %12.6g %10.6f %11.6g %9.6f %10.6f%s\n", t.tensor.c_str(), t.bits, t.metrics.mse,
                         t.metrics.nmse, t.metrics.gainError, t.metrics.cosine, t.metrics.shrinkage,

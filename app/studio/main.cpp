@@ -62,6 +62,12 @@ bool runAndWait(MainWindow& w, const QString& job, const QString& tensor)
             page->tensorsEdit()->setText(tensor);
         QObject::connect(page, &TrainPage::runFinished, &loop, done);
         page->runButton()->click();
+    } else if (job == "methods") {
+        auto* page = w.trainPage();
+        if (!tensor.isEmpty())
+            page->compareMethodsEdit()->setText(tensor);
+        QObject::connect(page, &TrainPage::compareFinished, &loop, done);
+        page->compareButton()->click();
     } else if (job == "sweep") {
         auto* page = w.sweepsPage();
         if (!tensor.isEmpty())
@@ -101,8 +107,12 @@ int main(int argc, char** argv)
                             "NAME", "dataset");
     QCommandLineOption open("open", "KV dump to open", "DUMP");
     QCommandLineOption run(
-        "run", "Run a job before the screenshot: model, compare, train, sweep, paper-check or latency", "JOB");
-    QCommandLineOption tensor("tensor", "Tensor for --run compare, or tensor globs (model, train)", "NAME");
+        "run",
+        "Run a job before the screenshot: model, compare, train, methods (the GSRQ page's comparison), sweep, "
+        "paper-check or latency",
+        "JOB");
+    QCommandLineOption tensor(
+        "tensor", "Tensor for --run compare, tensor globs (model, train), or the methods (methods)", "NAME");
     QCommandLineOption store("store", "Run store to use instead of the configured one", "FILE");
     QCommandLineOption select("select", "Runs page: select these runs, e.g. 1,2", "IDS");
     QCommandLineOption report("report",

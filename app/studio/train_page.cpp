@@ -127,16 +127,21 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     table->setModel(m_model);
     table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     table->setMaximumHeight(160);
+    // Shown once a training has results, so that a comparison alone gets the room.
+    table->setVisible(false);
+    connect(m_model, &QAbstractItemModel::modelReset, table,
+            [this, table] { table->setVisible(m_model->rowCount() > 0); });
 
     m_compareModel = new QStandardItemModel(this);
     m_compareTable = new QTableView(this);
     m_compareTable->setModel(m_compareModel);
     m_compareTable->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    m_compareTable->setMaximumHeight(220);
+    m_compareTable->setMinimumHeight(200);
     m_compareTable->setVisible(false);
     m_compareChart =
         new views::ChartPanel(tr("Perplexity against bits"), tr("bits per cached value"), tr("perplexity"), this);
     m_compareChart->setLogX(true);
+    m_compareChart->setLogY(true); // KIVI at 1 bit sits far above the rest
     m_compareChart->setVisible(false);
 
     auto* charts = new QHBoxLayout();

@@ -238,8 +238,9 @@ MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<st
             row.perplexity = perplexity(model, sequences, kiviHook(m.kivi, cfg, layers, counts)).perplexity();
             row.bits = counts->bitsPerValue(); // what a cached token costs: B, scales, zeros, FP16 window
             row.effectiveBits = row.bits;
-            row.settings = cat(m.kivi.bits, " bits, groups of ", m.kivi.group, ", last ", m.kivi.residual,
-                               " tokens in FP16; keys per channel after RoPE, values per token");
+            row.settings = cat(m.kivi.bits, m.kivi.bits == 1 ? " bit" : " bits", ", groups of ", m.kivi.group,
+                               m.kivi.residual > 0 ? cat(", the last ", m.kivi.residual, " tokens in FP16") : "",
+                               "; keys per channel after RoPE, values per token");
             if (dump && s.attentionQueries > 0) {
                 KiviEvalSettings ks;
                 ks.kivi = m.kivi;
