@@ -30,6 +30,21 @@ std::vector<int> parseLayers(const std::string& text, int layers)
     return {set.begin(), set.end()};
 }
 
+// What every ppl run records of its options (the table adds its methods and training).
+template <class Opts> PplRunSettings pplSettingsOf(const Opts& o)
+{
+    PplRunSettings ps;
+    ps.model = o.model;
+    ps.tokenizer = o.tokenizer;
+    ps.text = o.generate ? std::string() : o.text;
+    ps.seed = o.seed;
+    ps.seqLen = o.seqLen;
+    ps.sequences = o.sequences;
+    ps.codebooks = o.codebooks;
+    ps.layers = o.layers;
+    return ps;
+}
+
 // gsrq ppl --methods: the paper's table on the model (core/jobs/method_table.h).
 template <class Opts> void runMethodTableCommand(const Opts& o)
 {
@@ -56,15 +71,7 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
     std::int64_t textTokens = 0;
     const auto seqs = perplexitySequences(model, tok, o.generate ? std::string() : o.text, o.seqLen, o.sequences,
                                           o.seed, &textTokens);
-    PplRunSettings ps;
-    ps.model = o.model;
-    ps.tokenizer = o.tokenizer;
-    ps.text = o.generate ? std::string() : o.text;
-    ps.seed = o.seed;
-    ps.seqLen = o.seqLen;
-    ps.sequences = o.sequences;
-    ps.codebooks = o.codebooks;
-    ps.layers = o.layers;
+    PplRunSettings ps = pplSettingsOf(o);
     for (const auto& m : ts.methods)
         ps.methods.push_back(m.name);
     ps.trainDump = o.trainDump;
@@ -203,15 +210,7 @@ Command registerPerplexity(CLI::App& root)
                 const auto seqs = perplexitySequences(model, tok, o->generate ? std::string() : o->text, o->seqLen,
                                                       o->sequences, o->seed, &textTokens);
 
-                PplRunSettings ps;
-                ps.model = o->model;
-                ps.tokenizer = o->tokenizer;
-                ps.text = o->generate ? std::string() : o->text;
-                ps.seed = o->seed;
-                ps.seqLen = o->seqLen;
-                ps.sequences = o->sequences;
-                ps.codebooks = o->codebooks;
-                ps.layers = o->layers;
+                PplRunSettings ps = pplSettingsOf(*o);
                 for (const auto& f : files)
                     ps.codebookSettings.push_back(f.metadata);
                 const auto settings = pplRunSettings(ps);
