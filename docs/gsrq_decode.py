@@ -9,20 +9,21 @@ def load(path):
     n = struct.unpack("<Q", raw[:8])[0]
     header = json.loads(raw[8:8 + n])
     meta = header.pop("__metadata__", {})
-    assert meta.get("format") == "gsrq-codebooks" and meta.get("format_version") == "1", "not a GSRQ codebooks file"
+    assert meta.get("format") == "gsrq-codebooks" and meta.get("format_version") in ("1", "2"), "not a GSRQ codebooks file"
     def tensor(name):
         h = header[name]; a, b = h["data_offsets"]
         return np.frombuffer(raw[8 + n + a:8 + n + b], DTYPES[h["dtype"]]).reshape(h["shape"])
-    return meta, tensor, header
+    tensor.names = set(header)                                       # T.codebooks, T.codes, T.order (version 2)
+    return meta, tensor
 
 def decode(path, name):
-    meta, tensor, header = load(path)
+    meta, tensor = load(path)
     books = tensor(name + ".codebooks").astype(np.float32)            # [M, R, K, D]
     codes = tensor(name + ".codes").astype(np.int64)                  # [N, M, R]
     M, R = books.shape[:2]
     parts = [sum(books[m, r][codes[:, m, r]] for r in range(R)) for m in range(M)]
     x = np.concatenate(parts, axis=1)                                 # [N, M*D], the books' order
-    if name + ".order" in header:                                     # strided groups: back to the data's
+    if name + ".order" in tensor.names:                               # strided groups: back to the data's
         out = np.empty_like(x); out[:, tensor(name + ".order")] = x; return out
     return x
 

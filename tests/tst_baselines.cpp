@@ -9,6 +9,7 @@
 #include "core/decode/decode_bench.h"
 #include "core/io/safetensors.h"
 #include "core/jobs/method_table.h"
+#include "core/store/run_store.h"
 #include "test_util.h"
 
 #include <QJsonArray>
@@ -18,7 +19,10 @@
 
 #include <Eigen/Core>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
+#include <map>
 
 using namespace gsrq;
 
@@ -351,6 +355,11 @@ void TestBaselines::cqIsTheProductQuantizerWithFisherWeights()
     // The codebooks file says it is CQ; gsrq eval reproduces its training metrics.
     r = gsrqRun({"codebooks", "info", a, "--json"});
     QCOMPARE(json(r)["metadata"].toObject()["method"].toString(), QStringLiteral("cq"));
+    r = gsrqRun({"--no-db", "eval", kSample, "-c", a, "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    for (int i = 0; i < 2; ++i)
+        QCOMPARE(json(r)["tensors"].toArray()[i].toObject()["mse"].toDouble(),
+                 cq["tensors"].toArray()[i].toObject()["train"].toObject()["mse"].toDouble());
     // Squared-gradient weights differ from none: the training is weighted.
     r = gsrqRun({"--no-db", "train", kSample, "--layers", "3", "--method", "cq", "--channels", "4", "--bits", "6",
                  "--iters", "8", "--weights", "none", "--json", "-q"});
@@ -380,6 +389,47 @@ void TestBaselines::emaUpdateStartsAsLloydAndZeroDecayIsLloyd()
     const auto ema = cluster(x, nullptr, Method::KMeans, p, *be);
     QVERIFY(ema.centroids != lloyd.centroids);
     QVERIFY(ema.history.back().objective < ema.history.front().objective);
+    // Two updates by hand: pass 0 assigns the rows to the sampled starting rows and Lloyd's mean
+    // follows; pass 1 assigns to those means; the moving average then weighs pass 0's sums by γ:
+    // c = (γ·S0 + S1) / (γ·W0 + W1).
+    {
+        const MatrixRF y = test::randomRows(400, 3, 31);
+        const int K = 6;
+        const double g = 0.5;
+        const auto sums = [&](const MatrixRD& c, MatrixRD& S, Eigen::VectorXd& W) {
+            S = MatrixRD::Zero(K, 3);
+            W = Eigen::VectorXd::Zero(K);
+            for (Eigen::Index i = 0; i < y.rows(); ++i) {
+                Eigen::Index best = 0;
+                (c.rowwise() - y.row(i).cast<double>()).rowwise().squaredNorm().minCoeff(&best);
+                S.row(best) += y.row(i).cast<double>();
+                W[best] += 1;
+            }
+        };
+        MatrixRD c0(K, 3);
+        const auto start = sampleRows(y.rows(), K, 2);
+        for (int k = 0; k < K; ++k)
+            c0.row(k) = y.row(start[std::size_t(k)]).cast<double>();
+        MatrixRD S0, S1;
+        Eigen::VectorXd W0, W1;
+        sums(c0, S0, W0);
+        MatrixRD c1 = c0;
+        for (int k = 0; k < K; ++k)
+            if (W0[k] > 0)
+                c1.row(k) = S0.row(k) / W0[k];
+        sums(c1, S1, W1);
+        ClusteringParams q;
+        q.k = K;
+        q.seed = 2;
+        q.maxIterations = 2;
+        q.emaDecay = g;
+        const auto got = cluster(y, nullptr, Method::KMeans, q, *be);
+        for (int k = 0; k < K; ++k) {
+            const Eigen::RowVector3d want = (g * S0.row(k) + S1.row(k)) / (g * W0[k] + W1[k]);
+            QVERIFY2((got.centroids.row(k).cast<double>() - want).norm() <= 1e-5 * (1 + want.norm()),
+                     qPrintable(QStringLiteral("centroid %1").arg(k)));
+        }
+    }
     // A decay outside [0, 1) is refused by name.
     p.emaDecay = 1.0;
     QVERIFY(invalidMessage([&] { cluster(x, nullptr, Method::KMeans, p, *be); }).contains("--ema-decay 1"));
@@ -491,11 +541,18 @@ void TestBaselines::pplMethodTable()
     QCOMPARE(by["vqllm@1"]["family"].toString(), QStringLiteral("vqllm"));
     for (const char* m : {"kivi-2", "cq-4c8b", "km-rq@1", "gsrq@1", "vqllm@1"})
         QVERIFY2(by[m]["attention_rel_l2"].toDouble() > 0, m);
-    // Recorded as a ppl run whose summary names every method.
+    // Recorded as a ppl run: every method's perplexity, and a perplexity-against-bits series per
+    // family (the Runs page's chart of it), KIVI's two points at its honest bits.
     QVERIFY(j.contains("run_id"));
-    r = gsrqRun({"runs", "show", QString::number(j["run_id"].toInt()), "--json"});
-    QVERIFY2(r.code == 0, r.err.constData());
-    QVERIFY2(r.out.contains("gsrq.perplexity_vs_bpa") || r.out.contains("kivi-2"), r.out.left(400).constData());
+    RunStore store(m_dir.filePath("xdg/gsrq/runs.db").toStdString());
+    const auto run = store.requireRun(j["run_id"].toInteger());
+    QCOMPARE(nlohmann::json::parse(run.summaryJson)["methods"].size(), std::size_t(8));
+    std::map<std::string, int> points;
+    for (const auto& p : store.series(run.id))
+        ++points[p.name];
+    QCOMPARE(points["kivi.perplexity_vs_bpa"], 3); // kivi-8, kivi-2, kivi-1
+    QCOMPARE(points["gsrq.perplexity_vs_bpa"], 1);
+    QCOMPARE(points["cq.perplexity_vs_bpa"], 1);
 }
 
 void TestBaselines::pplMethodTableBadInput_data()

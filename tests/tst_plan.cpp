@@ -198,6 +198,7 @@ void TestPlan::trainOptionsAreChecked()
             }).find("give --tensors to gsrq plan") != std::string::npos);
     QVERIFY(errorOf([] { checkTrainArgs({"--bpa=1"}); }).empty());
     QVERIFY(errorOf([] { checkTrainArgs({"-d", "8", "--stages", "2", "--k", "256"}); }).empty());
+    QVERIFY(errorOf([] { checkTrainArgs({"--method", "cq", "--channels", "4", "--bits", "8"}); }).empty());
     QCOMPARE(dtypeOf({"--bpa", "1"}), std::string("f32"));
     QCOMPARE(dtypeOf({"--dtype", "f16"}), std::string("f16"));
     QCOMPARE(dtypeOf({"--dtype=f16", "--bpa", "1"}), std::string("f16"));

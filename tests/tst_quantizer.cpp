@@ -323,15 +323,15 @@ void TestQuantizer::otherFormatVersionRefused()
     QTemporaryDir dir;
     Codebooks cb;
     cb.allocate(2, 1, 2, 1);
-    const auto path = test::pathIn(dir, "v2.safetensors");
+    const auto path = test::pathIn(dir, "v3.safetensors");
     writeSafetensors(
         path, {makeFloatBlob("x.codebooks", MatrixRF::Zero(1, 4), DType::F32, {1, 1, 2, 2})},
-        {{"format", "gsrq-codebooks"}, {"format_version", "2"}, {"dim", "2"}, {"stages", "1"}, {"k", "2"}});
+        {{"format", "gsrq-codebooks"}, {"format_version", "3"}, {"dim", "2"}, {"stages", "1"}, {"k", "2"}});
     try {
         readCodebookFile(path);
-        QFAIL("version 2 must be refused");
+        QFAIL("version 3 must be refused");
     } catch (const Error& e) {
-        QVERIFY2(std::string(e.what()).find("version 2") != std::string::npos, e.what());
+        QVERIFY2(std::string(e.what()).find("version 3") != std::string::npos, e.what());
     }
     writeSafetensors(path, {makeFloatBlob("x", MatrixRF::Zero(1, 4), DType::F32)});
     QVERIFY_THROWS_EXCEPTION(Error, readCodebookFile(path)); // a dump is not a codebooks file
@@ -352,28 +352,36 @@ void TestQuantizer::numpyDecoderMatches()
         QSKIP("no Python with NumPy found (python3-numpy); the decoder in docs/ was not run");
     const MatrixRF X = test::randomRows(300, 8, 45);
     auto be = makeCpuBackend(2);
-    RqSettings s;
-    s.dim = 4;
-    s.stages = 3;
-    s.k = 16;
-    const auto r = trainResidualQuantizer(X, nullptr, s, *be);
-    QTemporaryDir dir;
-    CodebookFile f;
-    f.metadata = {{"dim", "4"}, {"stages", "3"}, {"k", "16"}};
-    f.entries.push_back({"layers.3.value", r.codebooks, r.codes});
-    const auto cbPath = test::pathIn(dir, "cb.safetensors"), outPath = test::pathIn(dir, "xhat.npy");
-    writeCodebookFile(cbPath, f, DType::F16);
-    QProcess p;
-    p.start(python, {GSRQ_SOURCE_DIR "/docs/gsrq_decode.py", QString::fromStdString(cbPath), "layers.3.value",
-                     QString::fromStdString(outPath)});
-    QVERIFY(p.waitForFinished(60000));
-    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
-    const MatrixRF py = toMatrix(readNpy(outPath));
-    const auto g = readCodebookFile(cbPath);
-    const MatrixRF cpp = decode(*g.find("layers.3.value")->codes, g.find("layers.3.value")->codebooks);
-    QCOMPARE(py.rows(), cpp.rows());
-    // The same F16 codewords summed in float32 in the same order: equal to float rounding.
-    QVERIFY((py - cpp).cwiseAbs().maxCoeff() <= 1e-6f * cpp.cwiseAbs().maxCoeff());
+    // Contiguous subspaces, and strided ones whose file carries the order (format version 2).
+    for (bool strided : {false, true}) {
+        RqSettings s;
+        s.dim = 4;
+        s.stages = 3;
+        s.k = 16;
+        s.stridedGroups = strided;
+        const auto r = trainResidualQuantizer(X, nullptr, s, *be);
+        QCOMPARE(r.codebooks.order.empty(), !strided);
+        QTemporaryDir dir;
+        CodebookFile f;
+        f.metadata = {{"dim", "4"}, {"stages", "3"}, {"k", "16"}};
+        f.entries.push_back({"layers.3.value", r.codebooks, r.codes});
+        const auto cbPath = test::pathIn(dir, "cb.safetensors"), outPath = test::pathIn(dir, "xhat.npy");
+        writeCodebookFile(cbPath, f, DType::F16);
+        QProcess p;
+        p.start(python, {GSRQ_SOURCE_DIR "/docs/gsrq_decode.py", QString::fromStdString(cbPath), "layers.3.value",
+                         QString::fromStdString(outPath)});
+        QVERIFY(p.waitForFinished(60000));
+        QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+        const MatrixRF py = toMatrix(readNpy(outPath));
+        const auto g = readCodebookFile(cbPath);
+        QCOMPARE(g.metadata.at("format_version"), std::string(strided ? "2" : "1"));
+        const MatrixRF cpp = decode(*g.find("layers.3.value")->codes, g.find("layers.3.value")->codebooks);
+        QCOMPARE(py.rows(), cpp.rows());
+        // The same F16 codewords summed in float32 in the same order: equal to float rounding.
+        QVERIFY((py - cpp).cwiseAbs().maxCoeff() <= 1e-6f * cpp.cwiseAbs().maxCoeff());
+        // And both are the rows' reconstruction in the data's order (NMSE well below 1 at 12 bits/row).
+        QVERIFY((cpp - X).squaredNorm() < 0.5 * X.squaredNorm());
+    }
 }
 
 void TestQuantizer::ropeMatchesComplexRotation()

@@ -37,6 +37,10 @@ def load_codebooks(path):
     except (OSError, AssertionError, ValueError, KeyError) as e:
         raise InputError(f"--codebooks {path}: not a GSRQ codebooks file ({e})")
     names = [n.strip() for n in meta.get("tensors", "").split(",") if n.strip()]
+    strided = [n for n in names if n + ".order" in tensor.names]
+    if strided:
+        raise InputError(f"--codebooks {path}: {strided[0]} quantizes strided channel groups (T.order, gsrq train "
+                         "--method vqllm), which hf_ppl.py does not apply; measure it with gsrq ppl")
     books = {}
     for n in names:
         try:

@@ -67,6 +67,7 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
     const auto& cfg = model.config();
     const auto tok = Llama2cTokenizer::load(o.tokenizer, cfg.vocab);
     parseLayers(o.layers, cfg.layers);
+    validateMethods(ts.methods, cfg);
     auto backend = openBackend(o.backend, true);
     std::int64_t textTokens = 0;
     const auto seqs = perplexitySequences(model, tok, o.generate ? std::string() : o.text, o.seqLen, o.sequences,

@@ -85,6 +85,8 @@ Command registerTrain(CLI::App& root)
         cmd, [o, weightsFlag, emaFlag] {
             TrainSettings& s = o->s;
             const bool cq = o->method == "cq", vqllm = o->method == "vqllm";
+            if (!cq && !vqllm && !methodFromName(o->method))
+                throwInvalid("--method: '", o->method, "' is not gskm, km, cq or vqllm");
             s.rq.method = cq || vqllm ? Method::KMeans : parseMethod("--method", o->method);
             if (vqllm) {
                 if (!(o->emaDecay >= 0 && o->emaDecay < 1))
@@ -135,6 +137,13 @@ Command registerTrain(CLI::App& root)
                 if (F % o->channels != 0)
                     throwInvalid("--channels ", o->channels, ": does not divide the ", F, " features of ",
                                  selected.front()->view.name);
+                if (!weightsFlag->count())
+                    for (const auto* t : selected)
+                        if (!dump.gradientOf(*t))
+                            throwInvalid(
+                                "--method cq weights rows by their squared gradients (--weights grad-sq), and ",
+                                dump.path(), " has no gradient for '", t->view.name,
+                                "'; give --weights none to train CQ unweighted");
                 s.rq.dim = o->channels;
                 s.rq.stages = 1;
                 s.rq.k = 1 << o->bits;

@@ -265,6 +265,9 @@ void LatencyPage::fillSpeedQuality()
                 const auto set = nlohmann::json::parse(run.settingsJson, nullptr, false);
                 if (!set.is_object() || !set.contains("dim") || !set.contains("stages") || !set.contains("k"))
                     continue;
+                // Codebooks the decode paths refuse (strided channel groups) time nothing here.
+                if (set.value("strided_groups", false))
+                    continue;
                 const auto key = std::tuple{set["dim"].get<int>(), set["stages"].get<int>(), set["k"].get<int>(),
                                             set.value("key_rope", std::string()) == "post"};
                 if (quality.count(key))
@@ -292,6 +295,9 @@ void LatencyPage::fillSpeedQuality()
             try {
                 const auto set = nlohmann::json::parse(run.settingsJson, nullptr, false);
                 if (!set.is_object() || !set.contains("dim") || !set.contains("stages") || !set.contains("k"))
+                    continue;
+                // Codebooks the decode paths refuse (strided channel groups) time nothing here.
+                if (set.value("strided_groups", false))
                     continue;
                 const int D = set["dim"].get<int>(), R = set["stages"].get<int>(), K = set["k"].get<int>();
                 const auto qualityOf = [&](const std::string& path) {

@@ -451,6 +451,7 @@ void TrainPage::compareMethods()
             constexpr int kSeqLen = 256, kSequences = 16;
             const auto model = Llama2cModel::load(modelPath.toStdString());
             const auto tok = Llama2cTokenizer::load(tokPath.toStdString(), model.config().vocab);
+            validateMethods(ts.methods, model.config(), "Methods");
             const auto seqs = perplexitySequences(model, tok, textPath.toStdString(), kSeqLen, kSequences, /*seed=*/0);
             auto backend = gpu::makeBackend(backendRequest).backend;
             RunInfo info;

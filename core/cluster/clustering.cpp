@@ -234,6 +234,11 @@ ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const C
             if (p.reseedEmpty && it.emptyClusters > 0) {
                 const auto touched = reseedEmptyClusters(st, r.centroids);
                 it.reseeded = static_cast<int>(touched.size() / 2);
+                if (ema)
+                    for (auto k : touched) { // the split halves start their averages afresh
+                        emaWeight[k] = 0;
+                        emaSum.row(k).setZero();
+                    }
                 if (method == Method::GainShape) {
                     // Split clusters get their own gain and shape from the nudged centroids.
                     GainShapeState fresh;

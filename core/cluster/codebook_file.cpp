@@ -70,7 +70,10 @@ void writeCodebookFile(const std::string& path, const CodebookFile& f, DType dty
     }
     auto meta = f.metadata;
     meta["format"] = kCodebookFormat;
-    meta["format_version"] = std::to_string(kCodebookFormatVersion);
+    bool ordered = false;
+    for (const auto& e : f.entries)
+        ordered = ordered || !e.codebooks.order.empty();
+    meta["format_version"] = ordered ? "2" : "1";
     meta["tensors"] = names;
     meta["codebook_dtype"] = dtypeName(dtype);
     writeSafetensors(path, blobs, meta);
@@ -101,8 +104,8 @@ CodebookFile readCodebookFile(const std::string& path)
                      fmt == st.metadata.end() ? std::string("missing") : fmt->second, "', expected '", kCodebookFormat,
                      "')");
     const int version = metaInt(st.metadata, "format_version", path);
-    if (version != kCodebookFormatVersion)
-        throwInvalid(path, ": codebooks format version ", version, " is not supported (this tool reads version ",
+    if (version < 1 || version > kCodebookFormatVersion)
+        throwInvalid(path, ": codebooks format version ", version, " is not supported (this tool reads versions 1 to ",
                      kCodebookFormatVersion, ")");
     CodebookFile f;
     f.metadata = st.metadata;
@@ -130,6 +133,8 @@ CodebookFile readCodebookFile(const std::string& path)
             std::memcpy(e.codebooks.data.data(), flat.data(), e.codebooks.data.size() * sizeof(float));
         if (auto it = orders.find(e.tensor); it != orders.end()) {
             const TensorView& o = *it->second;
+            if (version < 2)
+                throwInvalid(o.where(), ": a channel order needs format_version 2; the file says ", version);
             const std::int64_t F = e.codebooks.features();
             if (o.shape.size() != 1 || o.shape[0] != F || o.dtype != DType::I32)
                 throwInvalid(o.where(), ": shape ", o.shapeString(), " ", dtypeName(o.dtype), " is not [", F, "] I32");

@@ -3,7 +3,7 @@
 //   T.codebooks  [M, R, K, D]  F16 or F32
 //   T.codes      [N, M, R]     U8 for K ≤ 256, else U16   (optional)
 //   T.order      [M·D]         I32: the feature order of the subspaces (optional; strided groups)
-// and metadata: format "gsrq-codebooks", format_version "1", dim, stages, k, method, weights,
+// and metadata: format "gsrq-codebooks", format_version "1" ("2" with an order), dim, stages, k, method, weights,
 // tau, beam, bpa, key_rope, source_sha256, source, tensors, settings (JSON).
 // Every tensor of one file shares D, R, K and the training settings.
 
@@ -17,7 +17,10 @@
 namespace gsrq {
 
 inline constexpr const char* kCodebookFormat = "gsrq-codebooks";
-inline constexpr int kCodebookFormatVersion = 1;
+// Version 2 adds T.order (strided channel groups); files without one are written as version 1, so
+// that readers of version 1 still read them, and readers of version 1 refuse a file with an order
+// rather than decoding its features in the wrong places.
+inline constexpr int kCodebookFormatVersion = 2;
 
 struct CodebookEntry {
     std::string tensor; // the dump's tensor, e.g. layers.2.value

@@ -240,7 +240,7 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
     validateRq(s, X.rows(), X.cols());
     const int D = s.dim == 0 ? int(X.cols()) : s.dim;
     const int M = int(X.cols() / D), R = s.stages;
-    if (s.stridedGroups) {
+    if (s.stridedGroups && M > 1) { // one subspace: the strided order is the data's own
         // Train on the rows in strided order; the codebooks keep the order, the metrics are of whole
         // rows (the same in any order) and the codes are the rows'.
         RqSettings inner = s;

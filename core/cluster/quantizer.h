@@ -29,7 +29,8 @@ struct RqSettings {
     bool reseedEmpty = false;
     // VQLLM-style training (Kumar, 2024): subspace m takes the strided channels m, m + M, m + 2M, …
     // instead of a contiguous block (the codebooks keep the order), and K-means centroids move by
-    // an exponential moving average of the passes' member sums (ClusteringParams::emaDecay).
+    // an exponential moving average of the passes' member sums (ClusteringParams::emaDecay). With one
+    // subspace the order is the data's own and none is kept.
     bool stridedGroups = false;
     double emaDecay = 0;
 };

@@ -163,10 +163,21 @@ TrainSettings methodTrainSettings(const MethodSpec& m, std::int64_t features, bo
     return s;
 }
 
+void validateMethods(const std::vector<MethodSpec>& methods, const Llama2cConfig& cfg, const std::string& flag)
+{
+    for (const auto& m : methods) {
+        if (m.kind == TableMethod::Kivi)
+            validateKivi(m.kivi, cfg.kvDim(), KiviAxis::Value, cat(flag, " ", m.name, ": --"));
+        else if (m.kind != TableMethod::Fp32 && m.kind != TableMethod::File)
+            methodTrainSettings(m, cfg.kvDim(), true, 1, 0, nullptr, flag);
+    }
+}
+
 MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<std::vector<std::int32_t>>& sequences,
                                  const MethodTableSettings& s, ClusterBackend& backend, const ProgressFn& progress)
 {
     const auto& cfg = model.config();
+    validateMethods(s.methods, cfg);
     std::vector<int> layers;
     if (!s.layers.empty()) {
         const auto set = parseLayerList(s.layers);

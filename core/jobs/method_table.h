@@ -51,6 +51,12 @@ std::vector<MethodSpec> parseMethods(const std::string& list, const std::string&
 TrainSettings methodTrainSettings(const MethodSpec& m, std::int64_t features, bool hasGradients, int iterations,
                                   std::uint64_t seed, std::string* note, const std::string& flag = "--methods");
 
+// Checks every method against the model before anything runs: KIVI's group against kv_dim, CQ's
+// channels and a BPA's D, R, K against the keys' and values' width. Throws Error(InvalidInput)
+// naming `flag` and the method.
+void validateMethods(const std::vector<MethodSpec>& methods, const Llama2cConfig& cfg,
+                     const std::string& flag = "--methods");
+
 struct MethodTableSettings {
     std::vector<MethodSpec> methods;
     std::string trainDump; // the model's dump for trained methods (and attention fidelity)

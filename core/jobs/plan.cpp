@@ -78,9 +78,12 @@ void checkTrainArgs(const std::vector<std::string>& args)
                          "tensors' layers over the tasks");
         rates = rates || a == "--bpa" || a.rfind("--bpa=", 0) == 0;
         direct = direct || a == "--dim" || a == "-d" || a.rfind("--dim=", 0) == 0;
+        // CQ's rate is its coupled channels and bits per block.
+        direct = direct || a == "--channels" || a.rfind("--channels=", 0) == 0;
     }
     if (!rates && !direct)
-        throwInvalid("gsrq plan: give the training's rate after --, e.g. -- --bpa 1, or -- --dim 8 --stages 2 --k 256");
+        throwInvalid("gsrq plan: give the training's rate after --, e.g. -- --bpa 1, -- --dim 8 --stages 2 --k 256, "
+                     "or -- --method cq --channels 4 --bits 8");
 }
 
 std::string dtypeOf(const std::vector<std::string>& args)

@@ -335,3 +335,11 @@ def test_hf_ppl_with_codebooks_of_the_dump(tmp_path, capsys):
     rc = hf_ppl.main(["--model", "mini", "--text", str(text), "--sequences", "1", "--seq-len", "8", "-c",
                       books["exact"]], loaded=(wide, CharTokenizer(), "cpu", "f32"))
     assert rc == 2 and "kv_heads × head_dim" in capsys.readouterr().err
+    # Strided channel groups (gsrq train --method vqllm) are named and refused, not decoded out of order.
+    strided = str(tmp_path / "strided.safetensors")
+    r = subprocess.run([GSRQ, "--no-db", "train", out, "--method", "vqllm", "--dim", "4", "--stages", "1", "--k", "2",
+                        "--out", strided, "-q"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rc = hf_ppl.main(["--model", "mini", "--text", str(text), "--sequences", "1", "--seq-len", "8", "-c", strided],
+                     loaded=loaded)
+    assert rc == 2 and "strided channel groups" in capsys.readouterr().err
