@@ -647,6 +647,19 @@ void TestStudio::compareMethodsOnTheModel()
     QVERIFY(!runs.empty());
     const auto summary = QJsonDocument::fromJson(QByteArray::fromStdString(runs.front().summaryJson)).object();
     QCOMPARE(summary["methods"].toObject().size(), 4);
+    // The Runs page: the run's Result names the table, and selecting it alone draws perplexity
+    // against bits, a series per method.
+    auto* runsPage = m_window->runsPage();
+    runsPage->refresh();
+    runsPage->overlayMetric()->setCurrentText("nmse");
+    runsPage->selectRuns({runs.front().id});
+    runsPage->overlayChart()->flush();
+    QCOMPARE(runsPage->overlayMetric()->currentText(), QString("perplexity"));
+    const auto overlay = runsPage->overlayChart()->seriesNames();
+    QVERIFY2(overlay.filter("kivi vs bpa").size() == 1 && overlay.filter("gsrq vs bpa").size() == 1,
+             qPrintable(overlay.join(" | ")));
+    QCOMPARE(runsPage->overlayChart()->points(overlay.filter("kivi vs bpa").first()).size(), 2);
+    runsPage->overlayMetric()->setCurrentText("nmse");
     // A bad method is named, and nothing runs.
     page->compareMethodsEdit()->setText("fp32,pq@1");
     QSignalSpy refused(page, &TrainPage::compareFinished);

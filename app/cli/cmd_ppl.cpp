@@ -83,9 +83,10 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
                backend->device());
     run.guard([&] {
         ProgressBar bar(!o.json);
+        // The trainings' passes are not recorded: the run is the table, and its methods' clusterings
+        // (K-means for CQ, KM-RQ and VQLLM-style alike) would mix in the pass curves.
         const auto r = runMethodTable(model, seqs, ts, *backend, [&](const ProgressEvent& e) {
             bar.update(e.fraction, e.what);
-            run.progress(e);
             return !stopRequested();
         });
         bar.finish();

@@ -266,10 +266,28 @@ QString RunsPage::metricDeltasText(const std::vector<std::int64_t>& ids,
 void RunsPage::onSelectionChanged()
 {
     const auto ids = selectedIds();
+    // Perplexity runs have no passes: a selection of only those shows perplexity against bits, and
+    // one without any of them leaves perplexity for nmse.
+    if (!ids.empty()) {
+        int ppl = 0;
+        try {
+            RunStore store(m_ctx.storePath().toStdString());
+            for (auto id : ids)
+                ppl += store.requireRun(id).kind == "ppl";
+        } catch (const std::exception&) {
+            ppl = -1; // the details below say what went wrong
+        }
+        const bool onPerplexity = m_overlayMetric->currentText() == QStringLiteral("perplexity");
+        const QSignalBlocker block(m_overlayMetric);
+        if (ppl == int(ids.size()) && !onPerplexity)
+            m_overlayMetric->setCurrentText(QStringLiteral("perplexity"));
+        else if (ppl == 0 && onPerplexity)
+            m_overlayMetric->setCurrentText(QStringLiteral("nmse"));
+    }
     const std::string metric = m_overlayMetric->currentText().toStdString();
     m_overlay->clear();
-    // Errors span decades; cosine and shrinkage sit near 1.
-    m_overlay->setLogY(metric == "nmse" || metric == "objective");
+    // Errors (and perplexities across methods) span decades; cosine and shrinkage sit near 1.
+    m_overlay->setLogY(metric == "nmse" || metric == "objective" || metric == "perplexity"); // a 1-bit KIVI's too
     m_overlay->setTitle(tr("Selected runs: %1").arg(QString::fromStdString(metric)));
     if (ids.empty()) {
         m_details->setPlainText(tr("Select a run for its details; select two or more to compare them."));
@@ -319,7 +337,7 @@ void RunsPage::onSelectionChanged()
             settings.push_back(flattenSettings(r.settingsJson));
             auto& final = finals.emplace_back();
             for (const auto& m : store.metrics(id))
-                if (m.scope == "final" && m.name != "seconds" && m.name != "iterations")
+                if ((m.scope == "final" || m.scope == "perplexity") && m.name != "seconds" && m.name != "iterations")
                     final[cat(m.tensor.empty() ? "" : m.tensor + " ", m.method, " ", m.name)] = m.value;
             if (ids.size() == 1) {
                 text += tr("Run %1: %2, %3\nstarted %4, finished %5\n%6 (%7)\ndump %8\nsha256 %9\n")
@@ -332,7 +350,7 @@ void RunsPage::onSelectionChanged()
                     text += tr("error: %1\n").arg(QString::fromStdString(r.error));
                 text += tr("\nsettings %1\n\nfinal metrics\n").arg(QString::fromStdString(r.settingsJson));
                 for (const auto& m : store.metrics(id))
-                    if (m.scope == "final" || m.scope == "heldout" || m.scope == "attention")
+                    if (m.scope == "final" || m.scope == "heldout" || m.scope == "attention" || m.scope == "perplexity")
                         text += QStringLiteral("  %1 %2 %3 %4 = %5\n")
                                     .arg(QString::fromStdString(m.scope), QString::fromStdString(m.tensor),
                                          QString::fromStdString(m.method), QString::fromStdString(m.name))

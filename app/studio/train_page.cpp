@@ -479,10 +479,9 @@ void TrainPage::compareMethods()
                                          .arg(QString::fromStdString(es.back().what))
                                          .arg(int(100 * es.back().fraction)));
             });
-            const auto r = runMethodTable(model, seqs, ts, *backend, [&](const ProgressEvent& e) {
-                rec.progress(e);
-                return progress.add(e);
-            });
+            // As gsrq ppl --methods: the table is recorded, not its trainings' passes.
+            const auto r =
+                runMethodTable(model, seqs, ts, *backend, [&](const ProgressEvent& e) { return progress.add(e); });
             if (r.cancelled) {
                 rec.finish(RunStatus::Cancelled);
                 job.post([this] {

@@ -206,6 +206,26 @@ std::string runHeadline(const std::string& summaryJson)
     const auto number = [](const nlohmann::ordered_json& o, const char* key) {
         return o.contains(key) && o[key].is_number();
     };
+    if (number(j, "fp32_perplexity") && j.contains("methods") && j["methods"].is_object() && j["methods"].size() > 1) {
+        // The comparison table: how many methods, and the lowest perplexity at 1 bit or less.
+        std::string best;
+        double bestPpl = 0;
+        for (auto it = j["methods"].begin(); it != j["methods"].end(); ++it)
+            if (number(it.value(), "bits") && number(it.value(), "perplexity") &&
+                it.value()["bits"].get<double>() <= 1 &&
+                (best.empty() || it.value()["perplexity"].get<double>() < bestPpl)) {
+                best = it.key();
+                bestPpl = it.value()["perplexity"].get<double>();
+            }
+        char buf[256];
+        if (best.empty())
+            std::snprintf(buf, sizeof buf, "%zu methods, FP32 perplexity %.4g", j["methods"].size() - 1,
+                          j["fp32_perplexity"].get<double>());
+        else
+            std::snprintf(buf, sizeof buf, "%zu methods, FP32 perplexity %.4g; at ≤ 1 bit %s %.4g",
+                          j["methods"].size() - 1, j["fp32_perplexity"].get<double>(), best.c_str(), bestPpl);
+        return buf;
+    }
     if (number(j, "fp32_perplexity")) { // a ppl run: FP32, and with the codebooks where one file was measured
         char buf[128];
         if (number(j, "perplexity"))

@@ -186,11 +186,11 @@ std::vector<MetricRow> methodTableMetrics(const MethodTableResult& r)
 {
     std::vector<MetricRow> out;
     for (const auto& row : r.rows) {
-        out.push_back({"ppl", row.family, row.name, -1, -1, "perplexity", row.perplexity});
-        out.push_back({"ppl", row.family, row.name, -1, -1, "bits", row.bits});
-        out.push_back({"ppl", row.family, row.name, -1, -1, "effective_bits", row.effectiveBits});
+        out.push_back({"perplexity", row.family, row.name, -1, -1, "perplexity", row.perplexity});
+        out.push_back({"perplexity", row.family, row.name, -1, -1, "bits", row.bits});
+        out.push_back({"perplexity", row.family, row.name, -1, -1, "effective_bits", row.effectiveBits});
         if (row.attentionRelL2)
-            out.push_back({"ppl", row.family, row.name, -1, -1, "attention_rel_l2", *row.attentionRelL2});
+            out.push_back({"perplexity", row.family, row.name, -1, -1, "attention_rel_l2", *row.attentionRelL2});
     }
     return out;
 }

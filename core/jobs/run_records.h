@@ -89,7 +89,7 @@ nlohmann::ordered_json pplRunSummary(double fp32, std::optional<double> withCode
 // The comparison table's summary: {"fp32_perplexity": x, "methods": {name: {bits, perplexity}}}.
 nlohmann::ordered_json methodTableSummary(const MethodTableResult& r);
 // Its rows in the store: per method "perplexity", "bits", "effective_bits", "attention_rel_l2"
-// (scope "ppl", method: the family, tensor: the name), and the perplexity-against-bits series of
+// (scope "perplexity", method: the family, tensor: the name), and the perplexity-against-bits series of
 // each family.
 std::vector<MetricRow> methodTableMetrics(const MethodTableResult& r);
 std::vector<SeriesPoint> methodTableSeries(const MethodTableResult& r);
