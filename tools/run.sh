@@ -2,7 +2,7 @@
 # Installs what is missing, builds, and runs the main job on the bundled sample (or on the dump
 # given as the first argument). With a display: the desktop app on that dump. Without one: the
 # tensors of the dump, KM against GSKM on a key and a value tensor of a middle layer, then GSRQ
-# codebooks for that layer with held-out rows.
+# codebooks for that layer with held-out rows, their perplexity, and the paper's comparison of methods.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -34,6 +34,12 @@ if [[ $# -eq 0 ]]; then
   echo
   "$gsrq" ppl "$model/model.bin" --tokenizer "$model/tokenizer.bin" --text "$model/heldout.txt" \
     --seq-len 512 --sequences 4 -c build/sample-codebooks.safetensors
+  echo
+  # The paper's comparison on this model (docs/baselines.md): KIVI, CQ, KM-RQ and GSRQ at matched
+  # bits, layer 2's cache compressed, the trained methods learnt on the sample's layer 2.
+  "$gsrq" ppl "$model/model.bin" --tokenizer "$model/tokenizer.bin" --text "$model/heldout.txt" \
+    --seq-len 512 --sequences 4 --layers 2 --train-dump "$dump" \
+    --methods fp32,kivi-2,kivi-1,cq-2c8b,cq-8c8b,km-rq@1,gsrq@1,gsrq@0.75
   echo
   "$gsrq" runs list --limit 4
 else
