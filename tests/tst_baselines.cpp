@@ -561,7 +561,7 @@ void TestBaselines::pplMethodTableBadInput_data()
     QTest::addColumn<QString>("phrase");
     QTest::newRow("unknown") << QStringList{"--methods", "fp32,pq@1"} << "--methods: unknown method 'pq@1'";
     QTest::newRow("no dump") << QStringList{"--methods", "gsrq@1"} << "--train-dump";
-    QTest::newRow("kivi group") << QStringList{"--methods", "kivi-2g5"} << "--group 5";
+    QTest::newRow("kivi group") << QStringList{"--methods", "kivi-2g5"} << "--methods kivi-2g5: group 5";
     QTest::newRow("cq channels") << QStringList{"--methods", "cq-3c8b", "--train-dump", kSample} << "cq-3c8b";
     QTest::newRow("dump without methods") << QStringList{"--train-dump", kSample} << "--train-dump";
     QTest::newRow("other model's dump") << QStringList{"--methods", "gsrq@1", "--train-dump",

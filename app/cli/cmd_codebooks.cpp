@@ -68,15 +68,19 @@ void runKiviEvalCommand(const std::string& dumpPath, const KiviEvalSettings& s, 
             printJson(j);
             return;
         }
-        std::printf("%s with %s (KIVI: %d bit%s, groups of %d, the last %d tokens of each sequence in FP16; keys per "
-                    "channel, values per token)\n  %-24s %8s %12s %10s %11s %9s %10s\n",
-                    dump.path().c_str(), kiviName(s.kivi).c_str(), s.kivi.bits, s.kivi.bits == 1 ? "" : "s",
-                    s.kivi.group, s.kivi.residual, "tensor", "bits", "mse", "nmse", "gain_error", "cosine",
-                    "shrinkage");
-        for (const auto& t : r.tensors)
-            std::printf("  %-24s %8.4f %12.6g %10.6f %11.6g %9.6f %10.6f%s\n", t.tensor.c_str(), t.bits, t.metrics.mse,
-                        t.metrics.nmse, t.metrics.gainError, t.metrics.cosine, t.metrics.shrinkage,
-                        t.ropeApplied ? "  (after RoPE)" : "");
+        std::printf(
+            "%s with %s (KIVI: %d bit%s, groups of %d%s; keys per channel, everything else per token)\n  "
+            "%-24s %-12s %8s %12s %10s %11s %9s %10s\n",
+            dump.path().c_str(), kiviName(s.kivi).c_str(), s.kivi.bits, s.kivi.bits == 1 ? "" : "s", s.kivi.group,
+            s.kivi.residual > 0 ? cat(", the last ", s.kivi.residual, " tokens of each sequence in FP16").c_str() : "",
+            "tensor", "axis", "bits", "mse", "nmse", "gain_error", "cosine", "shrinkage");
+        for (const auto& t : r.tensors) {
+            const bool key = t.tensor.ends_with(".key");
+            std::printf("  %-24s %-12s %8.4f %12.6g %10.6f %11.6g %9.6f %10.6f%s\n", t.tensor.c_str(),
+                        key ? "per channel" : "per token", t.bits, t.metrics.mse, t.metrics.nmse, t.metrics.gainError,
+                        t.metrics.cosine, t.metrics.shrinkage,
+                        t.ropeApplied ? "  (after RoPE)" : (key ? "  (as dumped)" : ""));
+        }
         for (const auto& a : r.attention)
             std::printf("attention, layer %d (%s keys, %s values, %d queries): relative L2 %.4f, top-8 overlap %.3f\n",
                         a.layer, a.keys.c_str(), a.values.c_str(), a.fidelity.queries, a.fidelity.relativeL2,
@@ -93,7 +97,7 @@ void runKiviEvalCommand(const std::string& dumpPath, const KiviEvalSettings& s, 
 Command registerEval(CLI::App& root)
 {
     struct Opts {
-        std::string dump, codebooks, method = "codebooks", tensors, layers, keyRope = "as-dumped";
+        std::string dump, codebooks, method = "codebooks", tensors, layers, keyRope = "auto";
         int beam = 0;
         bool json = false, dropNonFinite = false;
         KiviEvalSettings kivi;
@@ -136,11 +140,18 @@ Command registerEval(CLI::App& root)
                         throwInvalid("--beam: KIVI encodes no codes (--method kivi)");
                     if (o->dropNonFinite)
                         throwInvalid("--drop-nonfinite: KIVI groups consecutive tokens and keeps every row");
-                    if (o->keyRope != "as-dumped" && o->keyRope != "post")
-                        throwInvalid("--key-rope: '", o->keyRope, "' is not as-dumped or post");
+                    if (o->keyRope != "as-dumped" && o->keyRope != "post" && o->keyRope != "auto")
+                        throwInvalid("--key-rope: '", o->keyRope, "' is not auto, post or as-dumped");
                     if (o->kivi.attentionQueries < 0)
                         throwInvalid("--attention-queries ", o->kivi.attentionQueries, ": must be 0 or more");
-                    o->kivi.keyRope = o->keyRope == "post" ? KeyRope::Post : KeyRope::AsDumped;
+                    if (o->keyRope == "auto") {
+                        const KvDump probe = KvDump::open(o->dump);
+                        const bool canRotate = probe.find("positions") &&
+                                               (probe.find("rope.inv_freq") || probe.metadata().count("rope_theta"));
+                        o->kivi.keyRope = canRotate ? KeyRope::Post : KeyRope::AsDumped;
+                    } else {
+                        o->kivi.keyRope = o->keyRope == "post" ? KeyRope::Post : KeyRope::AsDumped;
+                    }
                     o->kivi.tensorPatterns = splitList(o->tensors);
                     o->kivi.layers = o->layers;
                     validateKivi(o->kivi.kivi, o->kivi.kivi.group, KiviAxis::Key);

@@ -79,8 +79,8 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
     ps.trainIterations = o.iterations;
     ps.trainSeed = o.trainSeed;
     const auto settings = pplRunSettings(ps);
-    CliRun run("ppl", settings.dump(), o.trainDump.empty() ? o.model : o.trainDump, {o.model}, backend->name(),
-               backend->device());
+    // As every ppl run: the model is the run's input (the training dump is in the settings).
+    CliRun run("ppl", settings.dump(), o.model, {o.model}, backend->name(), backend->device());
     run.guard([&] {
         ProgressBar bar(!o.json);
         // The trainings' passes are not recorded: the run is the table, and its methods' clusterings
@@ -126,23 +126,28 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
             return;
         }
         std::printf("%s: dim %d, %d layers, %d heads, %d KV heads × %d; %zu sequences × %d tokens (%s), %lld "
-                    "predictions; keys and values quantized in %s\n\n",
+                    "predictions; keys and values quantized: %s\n\n",
                     o.model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, cfg.headDim(), seqs.size(), o.seqLen,
                     o.generate ? cat("sampled from the model, seed ", o.seed).c_str()
                                : cat(o.text, ", ", textTokens, " tokens").c_str(),
                     static_cast<long long>(predicted),
                     o.layers.empty() ? "every layer" : ("layers " + o.layers).c_str());
-        std::printf("  %-16s %7s %10s %11s %9s %8s %10s  %s\n", "method", "bits", "eff. bits", "perplexity", "Δ", "Δ%",
-                    "attn relL2", "as");
+        int width = 6;
         for (const auto& row : r.rows)
-            std::printf("  %-16s %7.4g %10.4g %11.4f %+9.4f %+7.2f%% %10s  %s\n", row.name.c_str(), row.bits,
+            width = std::max(width, int(row.name.size()));
+        std::printf("  %-*s %7s %10s %11s %10s %10s %10s  %s\n", width, "method", "bits", "eff. bits", "perplexity",
+                    "Δ", "Δ%", "attn relL2", "as");
+        for (const auto& row : r.rows)
+            std::printf("  %-*s %7.4g %10.4g %11.4f %+10.4f %+9.2f%% %10s  %s\n", width, row.name.c_str(), row.bits,
                         row.effectiveBits, row.perplexity, row.perplexity - fp32, 100 * (row.perplexity - fp32) / fp32,
                         row.attentionRelL2 ? cat(std::fixed, std::setprecision(4), *row.attentionRelL2).c_str() : "-",
                         row.settings.c_str());
         std::printf("\nbits: per cached value (KIVI: with its FP16 scales, zeros and window); eff. bits: with the "
-                    "codewords (F16) spread over these %lld tokens; attn relL2: attention error on %s\n",
-                    static_cast<long long>(std::int64_t(seqs.size()) * o.seqLen),
-                    o.trainDump.empty() ? "(no dump)" : o.trainDump.c_str());
+                    "codewords (F16) spread over these %lld tokens",
+                    static_cast<long long>(std::int64_t(seqs.size()) * o.seqLen));
+        if (!o.trainDump.empty())
+            std::printf("; attn relL2: attention error on %s (codebooks files: not measured)", o.trainDump.c_str());
+        std::printf("\n");
         for (const auto& n : r.notes)
             std::printf("note: %s\n", n.c_str());
         if (run)
@@ -179,24 +184,30 @@ Command registerPerplexity(CLI::App& root)
     cmd->add_option("--codebooks,-c", o->codebooks, "Codebooks files (gsrq train) to measure, one or more");
     cmd->add_option("--layers", o->layers, "Only these layers' KV cache is quantized, e.g. 0-4 or 1,3 (default: all)");
     cmd->add_flag("--per-layer", o->perLayer, "Also quantize one layer at a time: which layers are sensitive");
-    cmd->add_option("--methods", o->methods,
-                    "The paper's comparison: fp32, kivi-B[gG][rN], cq-<C>c<B>b, km-rq@BPA, gsrq@BPA, codebooks files, "
-                    "e.g. fp32,kivi-2,kivi-1,cq-2c8b,km-rq@1,gsrq@1,gsrq@0.75");
+    cmd->add_option(
+        "--methods", o->methods,
+        "The paper's comparison: fp32, kivi-B[gG][rN], cq-<C>c<B>b, km-rq@BPA, gsrq@BPA, vqllm@BPA, codebooks "
+        "files, e.g. fp32,kivi-2,kivi-1,cq-2c8b,km-rq@1,gsrq@1,gsrq@0.75");
     cmd->add_option("--train-dump", o->trainDump,
                     "The model's KV dump on which --methods' trained methods learn (and attention is measured)");
-    cmd->add_option("--iters", o->iterations, "--methods: maximum iterations per stage of trained methods")
-        ->capture_default_str();
-    cmd->add_option("--train-seed", o->trainSeed, "--methods: seed of trained methods and the attention sample")
-        ->capture_default_str();
+    auto* iters =
+        cmd->add_option("--iters", o->iterations, "--methods: maximum iterations per stage of trained methods")
+            ->capture_default_str();
+    auto* trainSeed =
+        cmd->add_option("--train-seed", o->trainSeed, "--methods: seed of trained methods and the attention sample")
+            ->capture_default_str();
     addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
-    return {cmd, [o] {
+    return {cmd, [o, iters, trainSeed] {
                 if (!o->methods.empty()) {
                     runMethodTableCommand(*o);
                     return;
                 }
                 if (!o->trainDump.empty())
                     throwInvalid("--train-dump: only with --methods");
+                for (const auto* opt : {iters, trainSeed})
+                    if (opt->count())
+                        throwInvalid(opt->get_name(), ": only with --methods");
                 if (o->text.empty() && !o->generate)
                     throwInvalid("ppl: give --text FILE or --generate");
                 const auto model = Llama2cModel::load(o->model);

@@ -132,6 +132,8 @@ Command registerTrain(CLI::App& root)
                         "--method cq sets D, R and K from --channels and --bits; drop --bpa/--dim/--stages/--k");
                 if (o->channels < 1)
                     throwInvalid("--channels: --method cq needs the channels coupled into a block (C ≥ 1)");
+                if (o->bits == 0)
+                    throwInvalid("--bits: --method cq needs the bits per block of --channels (1-16)");
                 if (o->bits < 1 || o->bits > 16)
                     throwInvalid("--bits ", o->bits, ": --method cq needs 1-16 bits per block");
                 if (F % o->channels != 0)
@@ -224,8 +226,9 @@ Command registerTrain(CLI::App& root)
                 std::printf(
                     "%s: D=%d, R=%d, K=%d (%.4g bits per activation), %s, weights %s, beam %d, backend %s (%s)\n",
                     dump.path().c_str(), s.rq.dim, s.rq.stages, s.rq.k,
-                    bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k), o->method.c_str(), o->weights.c_str(), s.rq.beam,
-                    backend->name().c_str(), backend->device().c_str());
+                    bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k),
+                    vqllm ? cat("vqllm (EMA γ ", s.rq.emaDecay, ", strided groups)").c_str() : o->method.c_str(),
+                    o->weights.c_str(), s.rq.beam, backend->name().c_str(), backend->device().c_str());
                 for (const auto& t : r.tensors) {
                     std::printf("\n%s  [%lld rows × %lld]  codebooks %s, effective %.4g bits per activation%s\n",
                                 t.tensor.c_str(), static_cast<long long>(t.rows), static_cast<long long>(t.features),

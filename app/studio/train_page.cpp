@@ -458,7 +458,7 @@ void TrainPage::compareMethods()
             info.kind = "ppl";
             info.backend = backend->name();
             info.device = backend->device();
-            info.dumpPath = ts.trainDump.empty() ? modelPath.toStdString() : ts.trainDump;
+            info.dumpPath = modelPath.toStdString(); // as every ppl run; the training dump is in the settings
             PplRunSettings ps;
             ps.model = modelPath.toStdString();
             ps.tokenizer = tokPath.toStdString();

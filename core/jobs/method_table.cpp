@@ -167,7 +167,7 @@ void validateMethods(const std::vector<MethodSpec>& methods, const Llama2cConfig
 {
     for (const auto& m : methods) {
         if (m.kind == TableMethod::Kivi)
-            validateKivi(m.kivi, cfg.kvDim(), KiviAxis::Value, cat(flag, " ", m.name, ": --"));
+            validateKivi(m.kivi, cfg.kvDim(), KiviAxis::Value, cat(flag, " ", m.name, ": "));
         else if (m.kind != TableMethod::Fp32 && m.kind != TableMethod::File)
             methodTrainSettings(m, cfg.kvDim(), true, 1, 0, nullptr, flag);
     }
@@ -285,9 +285,10 @@ MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<st
                 path = cat(m.name, " (trained on ", s.trainDump, ")");
                 if (!r.attention.empty())
                     row.attentionRelL2 = mean(r.attention);
-                row.settings = cat("D=", ts.rq.dim, " R=", ts.rq.stages, " K=", ts.rq.k, " ", methodName(ts.rq.method),
-                                   " ", weightModeName(ts.weights),
-                                   ts.rq.stridedGroups ? cat(", strided groups, EMA γ ", ts.rq.emaDecay) : "");
+                row.settings =
+                    cat("D=", ts.rq.dim, " R=", ts.rq.stages, " K=", ts.rq.k, " ", methodName(ts.rq.method), " ",
+                        weightModeName(ts.weights), ts.rq.emaDecay > 0 ? cat(", EMA γ ", ts.rq.emaDecay) : "",
+                        ts.rq.stridedGroups && ts.rq.dim < cfg.kvDim() ? ", strided groups" : "");
             }
             const auto quantized = quantizedLayers(file, layers);
             if (quantized.empty())
@@ -296,8 +297,12 @@ MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<st
             const auto cost = codebookCost(file, quantized, tokens, cfg.kvDim());
             row.bits = cost.bpa;
             row.effectiveBits = cost.effectiveBpa;
-            if (row.settings.empty())
-                row.settings = cat("codebooks file, method ", cost.method);
+            if (row.settings.empty()) {
+                std::string ls;
+                for (int l : quantized)
+                    ls += cat(ls.empty() ? "" : ",", l);
+                row.settings = cat("codebooks file, method ", cost.method, ", layers ", ls);
+            }
             if (!report(0.9, "perplexity")) {
                 out.cancelled = true;
                 return out;

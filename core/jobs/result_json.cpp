@@ -219,11 +219,11 @@ std::string runHeadline(const std::string& summaryJson)
             }
         char buf[256];
         if (best.empty())
-            std::snprintf(buf, sizeof buf, "%zu methods, FP32 perplexity %.4g", j["methods"].size() - 1,
+            std::snprintf(buf, sizeof buf, "%zu methods beside FP32 %.4g", j["methods"].size() - 1,
                           j["fp32_perplexity"].get<double>());
         else
-            std::snprintf(buf, sizeof buf, "%zu methods, FP32 perplexity %.4g; at ≤ 1 bit %s %.4g",
-                          j["methods"].size() - 1, j["fp32_perplexity"].get<double>(), best.c_str(), bestPpl);
+            std::snprintf(buf, sizeof buf, "%zu methods beside FP32 %.4g; at ≤ 1 bit %s %.4g", j["methods"].size() - 1,
+                          j["fp32_perplexity"].get<double>(), best.c_str(), bestPpl);
         return buf;
     }
     if (number(j, "fp32_perplexity")) { // a ppl run: FP32, and with the codebooks where one file was measured

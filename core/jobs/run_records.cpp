@@ -4,6 +4,7 @@
 #include "core/jobs/result_json.h"
 
 #include <cmath>
+#include <set>
 
 namespace gsrq {
 
@@ -201,9 +202,11 @@ std::vector<SeriesPoint> methodTableSeries(const MethodTableResult& r)
     if (r.rows.empty())
         return out;
     const double fp32 = r.rows.front().perplexity;
+    std::set<double> fp32At; // FP32's line: one point per distinct bits
     for (std::size_t i = 1; i < r.rows.size(); ++i)
         for (auto& p : perplexitySeries(r.rows[i].family, r.rows[i].bits, r.rows[i].perplexity, fp32))
-            out.push_back(std::move(p));
+            if (p.name.rfind("fp32.", 0) != 0 || fp32At.insert(p.x).second)
+                out.push_back(std::move(p));
     return out;
 }
 

@@ -250,7 +250,7 @@ double KiviCounts::bitsPerValue() const
 KvHook kiviHook(const KiviSettings& s, const Llama2cConfig& cfg, const std::vector<int>& layers,
                 std::shared_ptr<KiviCounts> counts, const std::string& flag)
 {
-    validateKivi(s, cfg.kvDim(), KiviAxis::Value, flag + " " + kiviName(s) + ": --");
+    validateKivi(s, cfg.kvDim(), KiviAxis::Value, flag + " " + kiviName(s) + ": ");
     if (counts)
         counts->bits = s.bits;
     const int hd = cfg.headDim();

@@ -113,9 +113,10 @@ def metrics(x, xh):
 
 
 def gsrq_kivi(dump, bits, group, residual, layers):
+    # Keys as dumped: the reference quantizes the stored rows (by default gsrq rotates pre-RoPE keys first).
     r = subprocess.run([GSRQ, "--no-db", "eval", dump, "--method", "kivi", "--bits", str(bits), "--group",
                         str(group), "--residual", str(residual), "--layers", layers, "--attention-queries", "0",
-                        "--json"], capture_output=True, text=True, timeout=300)
+                        "--key-rope", "as-dumped", "--json"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return {t["tensor"]: t for t in json.loads(r.stdout)["tensors"]}
 
