@@ -7,6 +7,7 @@
 #include "core/cluster/kivi.h"
 #include "core/cluster/quantizer.h"
 #include "core/decode/decode_bench.h"
+#include "core/io/kv_dump.h"
 #include "core/io/safetensors.h"
 #include "core/jobs/method_table.h"
 #include "core/store/run_store.h"
@@ -83,6 +84,7 @@ private slots:
 
 private:
     QTemporaryDir m_dir;
+    QString m_oneLayer;
 };
 
 void TestBaselines::kiviKeysShareAChannelValuesShareATokenGroup()
@@ -557,6 +559,16 @@ void TestBaselines::pplMethodTable()
 
 void TestBaselines::pplMethodTableBadInput_data()
 {
+    // Layer 2 of the sample alone, as a dump of its own.
+    if (m_oneLayer.isEmpty()) {
+        m_oneLayer = m_dir.filePath("one-layer.safetensors");
+        std::vector<TensorBlob> blobs;
+        for (const char* name : {"layers.2.key", "layers.2.value", "layers.2.key_grad", "layers.2.value_grad"}) {
+            const auto sample = KvDump::open(kSample.toStdString());
+            blobs.push_back(makeFloatBlob(name, toMatrix(sample.get(name).view), DType::F32));
+        }
+        writeSafetensors(m_oneLayer.toStdString(), blobs);
+    }
     QTest::addColumn<QStringList>("extra");
     QTest::addColumn<QString>("phrase");
     QTest::newRow("unknown") << QStringList{"--methods", "fp32,pq@1"} << "--methods: unknown method 'pq@1'";
@@ -564,6 +576,9 @@ void TestBaselines::pplMethodTableBadInput_data()
     QTest::newRow("kivi group") << QStringList{"--methods", "kivi-2g5"} << "--methods kivi-2g5: group 5";
     QTest::newRow("cq channels") << QStringList{"--methods", "cq-3c8b", "--train-dump", kSample} << "cq-3c8b";
     QTest::newRow("dump without methods") << QStringList{"--train-dump", kSample} << "--train-dump";
+    // The sample holds every layer of stories260K; one layer's dump of it would leave four exact.
+    QTest::newRow("dump of fewer layers")
+        << QStringList{"--methods", "gsrq@1", "--train-dump", m_oneLayer} << "has no keys and values of layers 0,1,3,4";
     QTest::newRow("other model's dump") << QStringList{"--methods", "gsrq@1", "--train-dump",
                                                        QStringLiteral(GSRQ_SOURCE_DIR
                                                                       "/resources/samples/pydocs-hd128")}

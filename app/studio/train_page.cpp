@@ -25,6 +25,7 @@
 #include <QVBoxLayout>
 
 #include <cmath>
+#include <set>
 
 namespace gsrq::studio {
 
@@ -141,7 +142,6 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     m_compareChart =
         new views::ChartPanel(tr("Perplexity against bits"), tr("bits per cached value"), tr("perplexity"), this);
     m_compareChart->setLogX(true);
-    m_compareChart->setLogY(true); // KIVI at 1 bit sits far above the rest
     m_compareChart->setVisible(false);
 
     auto* charts = new QHBoxLayout();
@@ -439,8 +439,16 @@ void TrainPage::compareMethods()
         return;
     }
     const auto dump = m_ctx.dump();
-    if (dump)
+    if (dump) {
         ts.trainDump = dump->path();
+        // The layers the open dump has keys and values of: every method compresses those.
+        std::set<int> both;
+        for (const auto& t : dump->tensors())
+            if (t.kind == KvKind::Key && dump->find(cat("layers.", t.layer, ".value")))
+                both.insert(t.layer);
+        for (int l : both)
+            ts.layers += cat(ts.layers.empty() ? "" : ",", l);
+    }
     const QString textPath = m_pplText->text().trimmed();
     const QString storePath = m_ctx.storePath();
     const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
@@ -468,6 +476,7 @@ void TrainPage::compareMethods()
             for (const auto& m : ts.methods)
                 ps.methods.push_back(m.name);
             ps.trainDump = ts.trainDump;
+            ps.layers = ts.layers;
             ps.trainIterations = ts.iterations;
             ps.trainSeed = ts.seed;
             info.settingsJson = pplRunSettings(ps).dump();
@@ -497,13 +506,15 @@ void TrainPage::compareMethods()
             rec.finish(RunStatus::Done, methodTableSummary(r).dump());
             const QString where = textPath.isEmpty() ? tr("the model's own samples") : textPath;
             const QString recorded = rec ? tr("; recorded as run %1").arg(rec->id()) : QString();
-            job.post([this, r, where, recorded] {
+            const QString layersText =
+                ts.layers.empty() ? tr("every layer") : tr("layers %1").arg(QString::fromStdString(ts.layers));
+            job.post([this, r, where, recorded, layersText] {
                 showComparison(r);
-                m_pplResult->setText(tr("%1 methods, %2 sequences × %3 tokens of %4%5")
+                m_pplResult->setText(tr("%1 methods, %2 sequences × %3 tokens of %4, %5 compressed%6")
                                          .arg(r.rows.size())
                                          .arg(kSequences)
                                          .arg(kSeqLen)
-                                         .arg(where, recorded));
+                                         .arg(where, layersText, recorded));
                 m_compare->setEnabled(true);
                 emit compareFinished(true);
             });
@@ -546,6 +557,15 @@ void TrainPage::showComparison(const MethodTableResult& r)
         }
     }
     m_compareChart->clear();
+    // Log-scaled when the perplexities span a decade (a 1-bit KIVI far above the rest), else linear,
+    // whose ticks read better over a narrow range.
+    double pLo = fp32, pHi = fp32;
+    for (const auto& [family, points] : series)
+        for (const auto& p : points) {
+            pLo = std::min(pLo, p.y());
+            pHi = std::max(pHi, p.y());
+        }
+    m_compareChart->setLogY(pLo > 0 && pHi / pLo > 10);
     for (auto& [family, points] : series) {
         std::sort(points.begin(), points.end(), [](const QPointF& a, const QPointF& b) { return a.x() < b.x(); });
         m_compareChart->setSeries(QString::fromStdString(family), points);

@@ -56,7 +56,8 @@ public:
     QPushButton* pplButton() const { return m_ppl; }
     // The paper's table on the Preferences' model (core/jobs/method_table.h): the methods of
     // compareMethodsEdit() (FP32, KIVI, CQ, KM-RQ, GSRQ, VQLLM-style at their bits), trained methods
-    // learnt on the open dump (the model's own), on pplTextEdit()'s text or the model's samples; a
+    // learnt on the open dump (the model's own; the layers it holds keys and values of are the ones
+    // compressed), on pplTextEdit()'s text or the model's samples; a
     // table of bits, perplexity, Δ% and attention error, and perplexity against bits per method.
     void compareMethods();
     QPushButton* compareButton() const { return m_compare; }

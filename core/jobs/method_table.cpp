@@ -201,6 +201,18 @@ MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<st
         throwInvalid(
             "--train-dump: trained methods (cq, km-rq, gsrq, vqllm) need a dump of the model's keys and values");
     bool hasGradients = true;
+    if (dump && trained) {
+        // Every method compresses the same layers: a dump without some of them would leave those
+        // layers exact for the trained methods while KIVI quantizes them.
+        std::string missing;
+        for (int l = 0; l < cfg.layers; ++l)
+            if ((layers.empty() || std::find(layers.begin(), layers.end(), l) != layers.end()) &&
+                (!dump->find(cat("layers.", l, ".key")) || !dump->find(cat("layers.", l, ".value"))))
+                missing += cat(missing.empty() ? "" : ",", l);
+        if (!missing.empty())
+            throwInvalid("--train-dump ", s.trainDump, ": has no keys and values of layers ", missing,
+                         " for the trained methods; give --layers with the dump's layers, or a dump of every layer");
+    }
     if (dump) {
         const auto selected = selectTensors(*dump, {}, layerGlob);
         for (const auto* t : selected) {
