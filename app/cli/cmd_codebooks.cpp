@@ -23,12 +23,13 @@ namespace gsrq::cli {
 namespace {
 
 // KIVI needs no codebooks: quantize, measure, record.
-void runKiviEvalCommand(const std::string& dumpPath, const KiviEvalSettings& s, bool json)
+// --key-rope auto: after RoPE where the dump can rotate its keys.
+void runKiviEvalCommand(const std::string& dumpPath, KiviEvalSettings s, bool autoKeyRope, bool json)
 {
     const KvDump dump = KvDump::open(dumpPath);
-    // Every tensor's settings are checked before the run is recorded.
-    for (const auto* t : selectTensors(dump, s.tensorPatterns, s.layers))
-        validateKivi(s.kivi, t->view.features(), t->kind == KvKind::Key ? KiviAxis::Key : KiviAxis::Value);
+    if (autoKeyRope)
+        s.keyRope = keysCanBeRotated(dump) ? KeyRope::Post : KeyRope::AsDumped;
+    checkKiviEval(dump, s); // before the run is recorded
     const auto settings = kiviEvalRunSettings(s);
     CliRun run("eval", settings.dump(), dump.path(), dump.files(), "cpu", "");
     run.guard([&] {
@@ -144,18 +145,10 @@ Command registerEval(CLI::App& root)
                         throwInvalid("--key-rope: '", o->keyRope, "' is not auto, post or as-dumped");
                     if (o->kivi.attentionQueries < 0)
                         throwInvalid("--attention-queries ", o->kivi.attentionQueries, ": must be 0 or more");
-                    if (o->keyRope == "auto") {
-                        const KvDump probe = KvDump::open(o->dump);
-                        const bool canRotate = probe.find("positions") &&
-                                               (probe.find("rope.inv_freq") || probe.metadata().count("rope_theta"));
-                        o->kivi.keyRope = canRotate ? KeyRope::Post : KeyRope::AsDumped;
-                    } else {
-                        o->kivi.keyRope = o->keyRope == "post" ? KeyRope::Post : KeyRope::AsDumped;
-                    }
+                    o->kivi.keyRope = o->keyRope == "post" ? KeyRope::Post : KeyRope::AsDumped;
                     o->kivi.tensorPatterns = splitList(o->tensors);
                     o->kivi.layers = o->layers;
-                    validateKivi(o->kivi.kivi, o->kivi.kivi.group, KiviAxis::Key);
-                    runKiviEvalCommand(o->dump, o->kivi, o->json);
+                    runKiviEvalCommand(o->dump, o->kivi, o->keyRope == "auto", o->json);
                     return;
                 }
                 if (o->method != "codebooks")

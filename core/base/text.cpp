@@ -6,13 +6,21 @@
 
 namespace gsrq {
 
-std::vector<int> parseIntList(const std::string& flag, const std::string& text, int atLeast)
+std::vector<std::string> splitTrimmed(const std::string& text)
 {
-    std::vector<int> out;
+    std::vector<std::string> out;
     std::stringstream ss(text);
     for (std::string item; std::getline(ss, item, ',');) {
         const auto first = item.find_first_not_of(" \t"), last = item.find_last_not_of(" \t");
-        item = first == std::string::npos ? std::string() : item.substr(first, last - first + 1);
+        out.push_back(first == std::string::npos ? std::string() : item.substr(first, last - first + 1));
+    }
+    return out;
+}
+
+std::vector<int> parseIntList(const std::string& flag, const std::string& text, int atLeast)
+{
+    std::vector<int> out;
+    for (const std::string& item : splitTrimmed(text)) {
         std::size_t used = 0;
         int v = 0;
         try {

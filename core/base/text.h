@@ -7,6 +7,10 @@
 
 namespace gsrq {
 
+// The items of a comma-separated list, each without the spaces and tabs around it, in order (an
+// empty item stays, as ""): what every list below and the comparison's methods are read from.
+std::vector<std::string> splitTrimmed(const std::string& text);
+
 // Comma-separated integers, spaces around each allowed; Error(InvalidInput) naming `flag` (the
 // flag or the field) for an item that is not an integer or is below `atLeast`, or for no items.
 std::vector<int> parseIntList(const std::string& flag, const std::string& text,

@@ -1,6 +1,7 @@
 #include "core/jobs/method_table.h"
 
 #include "core/base/error.h"
+#include "core/base/text.h"
 #include "core/cluster/codebook_file.h"
 #include "core/cluster/quantizer.h"
 #include "core/lm/perplexity.h"
@@ -13,15 +14,6 @@
 namespace gsrq {
 
 namespace {
-
-std::string trim(const std::string& s)
-{
-    const auto b = s.find_first_not_of(" \t");
-    if (b == std::string::npos)
-        return {};
-    const auto e = s.find_last_not_of(" \t");
-    return s.substr(b, e - b + 1);
-}
 
 const char* familyOf(TableMethod k)
 {
@@ -60,14 +52,7 @@ std::vector<MethodSpec> parseMethods(const std::string& list, const std::string&
     static const std::regex rq(R"((km-rq|gsrq|vqllm)@([0-9]*\.?[0-9]+))");
     std::vector<MethodSpec> out;
     std::set<std::string> seen;
-    std::string item;
-    for (std::size_t i = 0; i <= list.size(); ++i) {
-        if (i < list.size() && list[i] != ',') {
-            item += list[i];
-            continue;
-        }
-        const std::string name = trim(item);
-        item.clear();
+    for (const std::string& name : splitTrimmed(list)) {
         if (name.empty())
             continue;
         if (!seen.insert(name).second)
@@ -224,8 +209,7 @@ MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<st
         }
     }
     // KIVI on the dump quantizes keys as the cache holds them (after RoPE) where the dump says how.
-    const bool dumpRopes =
-        dump && dump->find("positions") && (dump->find("rope.inv_freq") || dump->metadata().count("rope_theta"));
+    const bool dumpRopes = dump && keysCanBeRotated(*dump);
 
     const std::int64_t tokens = [&] {
         std::int64_t n = 0;

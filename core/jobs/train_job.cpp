@@ -372,11 +372,21 @@ std::vector<EvalResult> runEval(const KvDump& dump, const CodebookFile& file, in
 
 namespace gsrq {
 
+bool keysCanBeRotated(const KvDump& dump)
+{
+    return dump.find("positions") && (dump.find("rope.inv_freq") || dump.metadata().count("rope_theta"));
+}
+
+void checkKiviEval(const KvDump& dump, const KiviEvalSettings& s)
+{
+    for (const auto* t : selectTensors(dump, s.tensorPatterns, s.layers))
+        validateKivi(s.kivi, t->view.features(), t->kind == KvKind::Key ? KiviAxis::Key : KiviAxis::Value);
+}
+
 KiviEvalResult runKiviEval(const KvDump& dump, const KiviEvalSettings& s, const ProgressFn& progress)
 {
+    checkKiviEval(dump, s);
     const auto selected = selectTensors(dump, s.tensorPatterns, s.layers);
-    for (const auto* t : selected)
-        validateKivi(s.kivi, t->view.features(), t->kind == KvKind::Key ? KiviAxis::Key : KiviAxis::Value);
     std::vector<std::int64_t> seqIds;
     if (const auto* seq = dump.find("sequence_ids"))
         seqIds = toInt64(seq->view);

@@ -112,7 +112,13 @@ struct KiviEvalResult {
     std::vector<std::string> notes;
     bool cancelled = false;
 };
-// Throws Error(InvalidInput) naming --bits, --group or --residual for settings a tensor cannot take.
+// Whether the dump can put its keys after RoPE (positions, and rope.inv_freq or rope_theta): where
+// it can, KIVI quantizes them there, as a model's cache holds them.
+bool keysCanBeRotated(const KvDump& dump);
+// The tensors' settings checked before anything runs (or a run is recorded): throws
+// Error(InvalidInput) naming --bits, --group or --residual for settings a tensor cannot take.
+void checkKiviEval(const KvDump& dump, const KiviEvalSettings& s);
+// Checks as checkKiviEval does, then quantizes and measures.
 KiviEvalResult runKiviEval(const KvDump& dump, const KiviEvalSettings& s, const ProgressFn& progress = {});
 
 } // namespace gsrq
