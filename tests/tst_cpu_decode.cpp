@@ -1,8 +1,8 @@
 // Decode over the compressed cache on the CPU (core/decode): every path against the double
 // references of core/lm/decode_cache.h on shapes with GQA (1 to 8 query heads per KV head), several
 // subspaces per head, codes narrower than a byte, token splits, a sharp softmax and far positions;
-// the vector kernels against the portable ones; appending real rows as the quantizer encodes them;
-// the cost model; and `gsrq bench-decode --backend cpu` end to end into the run store.
+// every kernel build (AVX2, and AVX-512 where the CPU has it) against the plain C++ one; appending real rows as the
+// quantizer encodes them; the cost model; and `gsrq bench-decode --backend cpu` end to end into the run store.
 
 #include "core/base/error.h"
 #include "core/cluster/cluster_backend.h"
@@ -94,8 +94,8 @@ private slots:
         const Case& cs = cases[index];
         const auto kb = syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 11);
         const auto vb = syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 12);
-        for (bool portable : {false, true}) {
-            CpuDecodeConfig cfg{cs.shape, cs.batch, cs.tokens + 3, true, 10000, cs.threads, portable};
+        for (const std::string& isa : cpuDecodeIsas()) { // every kernel build this CPU runs
+            CpuDecodeConfig cfg{cs.shape, cs.batch, cs.tokens + 3, true, 10000, cs.threads, isa};
             CpuDecodeCache c(cfg, kb, vb);
             c.appendRandom(cs.tokens, 5);
             QCOMPARE(c.tokens(), cs.tokens);
@@ -107,7 +107,7 @@ private slots:
                     const double e = relErr(out.row(b).transpose().cast<double>(), reference(c, path, q, b, offset));
                     QVERIFY2(e < kTol, qPrintable(QString("%1 %2 %3 sequence %4: relative error %5")
                                                       .arg(cs.name)
-                                                      .arg(portable ? "portable" : c.isa())
+                                                      .arg(c.isa())
                                                       .arg(decodePathName(path))
                                                       .arg(b)
                                                       .arg(e)));
@@ -131,22 +131,35 @@ private slots:
 
     void vectorKernelsAgreeWithPortableOnes()
     {
-        // The same cache through both kernel builds: the vector code (where the build has AVX2) and
-        // the plain C++ differ only in rounding (summation order, 2^x), far below 1e-6.
-        if (std::string(cpuDecodeIsa()) == "portable")
-            QSKIP("this build's target has no AVX2: both kernel builds are the plain C++");
+        // The same cache through every kernel build: the vector code (AVX2, and AVX-512 where the CPU
+        // has it) and the plain C++ differ only in rounding (summation order, 2^x), far below 1e-6.
+        const auto isas = cpuDecodeIsas();
+        QCOMPARE(isas.front(), std::string("portable"));
+        QCOMPARE(isas.back(), std::string(cpuDecodeIsa())); // the default is the widest
+        if (isas.size() == 1)
+            QSKIP("this CPU runs no vector build (not x86-64, or no AVX2): only the plain C++ runs");
         const DecodeShape s{8, 2, 128};
         const auto kb = syntheticDecodeBooks(s, 128, 8, 256, 1), vb = syntheticDecodeBooks(s, 128, 8, 256, 2);
-        CpuDecodeCache native({s, 2, 2100, true, 10000, 2, false}, kb, vb),
-            plain({s, 2, 2100, true, 10000, 2, true}, kb, vb);
-        native.appendRandom(2049, 3);
+        CpuDecodeCache plain({s, 2, 2100, true, 10000, 2, "portable"}, kb, vb);
         plain.appendRandom(2049, 3);
         QCOMPARE(plain.isa(), "portable");
         const MatrixRF q = decodeBenchQuery(2, s, 4);
-        for (DecodePath path : {DecodePath::Fp16, DecodePath::Paper, DecodePath::Lookup}) {
-            const MatrixRF a = native.decode(path, q), b = plain.decode(path, q);
-            const double e = (a - b).norm() / b.norm();
-            QVERIFY2(e < 1e-6, qPrintable(QString("%1: %2").arg(decodePathName(path)).arg(e)));
+        for (std::size_t i = 1; i < isas.size(); ++i) {
+            CpuDecodeCache vec({s, 2, 2100, true, 10000, 2, isas[i]}, kb, vb);
+            vec.appendRandom(2049, 3);
+            QCOMPARE(std::string(vec.isa()), isas[i]);
+            for (DecodePath path : {DecodePath::Fp16, DecodePath::Paper, DecodePath::Lookup}) {
+                const MatrixRF a = vec.decode(path, q), b = plain.decode(path, q);
+                const double e = (a - b).norm() / b.norm();
+                QVERIFY2(e < 1e-6, qPrintable(QString("%1 %2: %3").arg(vec.isa()).arg(decodePathName(path)).arg(e)));
+            }
+        }
+        // A build this CPU cannot run (or that does not exist) is refused by name.
+        try {
+            CpuDecodeCache bad({s, 1, 10, true, 10000, 1, "neon"}, kb, vb);
+            QFAIL("an unknown kernel build was accepted");
+        } catch (const Error& e) {
+            QVERIFY2(std::string(e.what()).find("--isa neon") != std::string::npos, e.what());
         }
     }
 
@@ -169,8 +182,8 @@ private slots:
         const Eigen::VectorXf k0 = q0 * (40.f * 8.f / q0.squaredNorm()); // q0·k0 / √64 = 40
         kb.book(0, 0).row(0) = k0.transpose();
         kb.book(0, 1).row(0).setZero();
-        for (bool portable : {false, true}) {
-            CpuDecodeCache c({s, 1, 3000, true, 10000, 1, portable}, kb, vb);
+        for (const std::string& isa : cpuDecodeIsas()) {
+            CpuDecodeCache c({s, 1, 3000, true, 10000, 1, isa}, kb, vb);
             MatrixRF keys = test::randomRows(2500, 64, 31, 0.3f);
             const MatrixRF values = test::randomRows(2500, 64, 32);
             keys.row(2200) = k0.transpose();
@@ -202,7 +215,7 @@ private slots:
         // copies the rows rounded, and the lookup path then reads exactly those.
         const DecodeShape s{4, 2, 32};
         Codebooks kb = syntheticDecodeBooks(s, 16, 3, 16, 5), vb = syntheticDecodeBooks(s, 16, 3, 16, 6);
-        CpuDecodeCache c({s, 2, 40, true, 10000, 2, false}, kb, vb);
+        CpuDecodeCache c({s, 2, 40, true, 10000, 2, ""}, kb, vb);
         const MatrixRF k1 = test::randomRows(2 * 7, 64, 1, 0.5f), v1 = test::randomRows(2 * 7, 64, 2, 0.5f);
         const MatrixRF k2 = test::randomRows(2 * 5, 64, 3, 0.5f), v2 = test::randomRows(2 * 5, 64, 4, 0.5f);
         const auto [ck1, cv1] = c.append(k1, v1);
@@ -305,7 +318,18 @@ private slots:
             QVERIFY(p["fraction_of_read_bandwidth"].toDouble() > 0);
             QVERIFY(!p["roofline_bound"].toString().isEmpty());
             QVERIFY(p["model"].toObject().contains("lookups"));
+            // Every FP16 point has its Eigen FP32 sanity check beside it (run only when it matched the
+            // same reference), and only FP16 points have one.
+            QCOMPARE(p.contains("eigen_fp32_seconds"), p["path"].toString() == "fp16");
+            if (p["path"].toString() == "fp16") {
+                QVERIFY(p["eigen_fp32_seconds"].toDouble() > 0);
+                // And the plain read of its rows, timed beside it.
+                QVERIFY(p["read_rows_seconds"].toDouble() > 0);
+                QCOMPARE(p["fraction_of_read_rows"].toDouble(),
+                         p["read_rows_seconds"].toDouble() / p["seconds_per_layer"].toDouble());
+            }
         }
+        QCOMPARE(summary["isa"].toString().toStdString(), std::string(cpuDecodeIsa())); // the widest by default
         RunStore store(db.toStdString());
         const auto runs = store.listRuns({"bench-decode", RunStatus::Done, "", 5});
         QCOMPARE(int(runs.size()), 1);
@@ -318,6 +342,23 @@ private slots:
             if (p.name == "lookup b=2")
                 ++lookupPoints;
         QCOMPARE(lookupPoints, 2);
+    }
+
+    void benchDecodeRunsTheNamedKernels()
+    {
+        // --isa picks a build: the run says which kernels it timed, in its summary and its settings.
+        QTemporaryDir dir;
+        const QString db = dir.filePath("runs.db");
+        const auto r =
+            test::gsrqRun({"--db",      db,      "bench-decode", "--backend",   "cpu",        "--isa",  "portable",
+                           "--threads", "1",     "--heads",      "4",           "--kv-heads", "1",      "--head-dim",
+                           "32",        "--ctx", "200",          "--bpa",       "1",          "--reps", "20",
+                           "--warmup",  "1",     "--paths",      "fp16,lookup", "--json"});
+        QVERIFY2(r.code == 0, r.err.constData());
+        const QJsonObject j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["summary"].toObject()["isa"].toString(), QString("portable"));
+        QCOMPARE(j["settings"].toObject()["isa"].toString(), QString("portable"));
+        QVERIFY(j["summary"].toObject()["all_verified"].toBool());
     }
 
     void benchDecodeBadFlagsExitTwo()
@@ -335,6 +376,8 @@ private slots:
             {{"--backend", "cpu", "--threads", "5000"}, "--threads"},
             {{"--backend", "cpu", "--rope-theta", "0"}, "--rope-theta"},
             {{"--backend", "cpu", "--anchor", "timings.json"}, "--anchor"},
+            {{"--backend", "cpu", "--isa", "neon"}, "--isa"},
+            {{"--backend", "cuda", "--isa", "avx2"}, "--isa"},
         };
         for (const auto& [args, flag] : cases) {
             const auto r = test::gsrqRun(QStringList{"--no-db", "bench-decode"} + args);

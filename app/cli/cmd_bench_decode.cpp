@@ -78,7 +78,7 @@ Command registerBenchDecode(CLI::App& root)
     struct Opts {
         int heads = 32, kvHeads = 8, headDim = 128, layers = 1, layer = 0, device = 0, reps = 25, warmup = 5,
             threads = 0;
-        std::string ctx, batch, codebooks, anchor, paths = "fp16,paper,lookup", backend = "auto";
+        std::string ctx, batch, codebooks, anchor, paths = "fp16,paper,lookup", backend = "auto", isa;
         double bpa = 0.75, theta = 10000, l2Rate = 0;
         int dim = 0, stages = 0, k = 0;
         std::uint64_t seed = 1;
@@ -90,6 +90,8 @@ Command registerBenchDecode(CLI::App& root)
     cmd->add_option("--backend", o->backend, "cpu, cuda, or auto (cuda where a device is present, else cpu)")
         ->capture_default_str();
     cmd->add_option("--threads", o->threads, "CPU threads (0: one per core)")->capture_default_str();
+    cmd->add_option("--isa", o->isa,
+                    "CPU kernels: best (the widest this CPU runs), avx512, avx2 or portable (default: best)");
     cmd->add_option("--heads", o->heads, "Query heads")->capture_default_str();
     cmd->add_option("--kv-heads", o->kvHeads, "KV heads (GQA)")->capture_default_str();
     cmd->add_option("--head-dim", o->headDim,
@@ -140,6 +142,12 @@ Command registerBenchDecode(CLI::App& root)
                 throwInvalid("--rope-theta ", o->theta, ": must be > 0");
             if (cpu && !o->anchor.empty())
                 throwInvalid("--anchor: PyTorch's GPU timings compare with --backend cuda only");
+            if (!cpu && !o->isa.empty())
+                throwInvalid("--isa: the kernels' instruction set is chosen with --backend cpu only");
+            if (cpu)
+                if (const auto why = cpuDecodeIsaProblem(o->isa); !why.empty())
+                    throwInvalid(why);
+            b.isa = o->isa == "best" ? std::string() : o->isa;
             if (cpu && o->l2Rate != 0)
                 throwInvalid("--l2-rate: the CPU backend measures its L2 rate itself (--backend cuda only)");
             b.threads = o->threads;
@@ -261,6 +269,12 @@ Command registerBenchDecode(CLI::App& root)
                             if (p.roofline.seconds > 0)
                                 std::printf("  %.0f%% of its roofline (%.2f µs, %s-bound)", 100 * p.rooflineFraction,
                                             p.roofline.seconds * 1e6, p.roofline.bound.c_str());
+                            if (p.readRowsSeconds > 0)
+                                std::printf("  %.0f%% of a plain read of its rows (%.2f µs)",
+                                            100 * p.readRowsSeconds / p.seconds, p.readRowsSeconds * 1e6);
+                            if (p.eigenFp32Seconds > 0)
+                                std::printf("  (Eigen FP32 sanity check: %.2f µs, fp16 %.2f× faster)",
+                                            p.eigenFp32Seconds * 1e6, p.eigenFp32Seconds / p.seconds);
                             std::printf("\n");
                         }
                         std::fflush(stdout);
@@ -310,6 +324,12 @@ Command registerBenchDecode(CLI::App& root)
                         j["rel_error"] = p.relError;
                     if (p.speedupVsFp16 > 0)
                         j["speedup_vs_fp16"] = p.speedupVsFp16;
+                    if (p.readRowsSeconds > 0) {
+                        j["read_rows_seconds"] = p.readRowsSeconds;
+                        j["fraction_of_read_rows"] = p.readRowsSeconds / p.seconds;
+                    }
+                    if (p.eigenFp32Seconds > 0)
+                        j["eigen_fp32_seconds"] = p.eigenFp32Seconds;
                     if (auto it = anchor.find({p.context, p.batch}); it != anchor.end() && p.seconds > 0) {
                         j["torch_sdpa_seconds"] = it->second;
                         j["speedup_vs_torch"] = it->second / p.seconds;

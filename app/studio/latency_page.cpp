@@ -43,6 +43,10 @@ QString pointLine(const DecodeBenchPoint& p)
         s += QString("  %1% of its roofline (%2-bound)")
                  .arg(100 * p.rooflineFraction, 0, 'f', 0)
                  .arg(QString::fromStdString(p.roofline.bound));
+    if (p.readRowsSeconds > 0)
+        s += QString("  %1% of a plain read of its rows").arg(100 * p.readRowsSeconds / p.seconds, 0, 'f', 0);
+    if (p.eigenFp32Seconds > 0)
+        s += QString("  (Eigen FP32 %1 µs)").arg(p.eigenFp32Seconds * 1e6, 0, 'f', 0);
     return s;
 }
 

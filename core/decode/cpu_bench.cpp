@@ -64,11 +64,61 @@ double readRate(const std::vector<std::uint64_t>& buf, int threads, int passes, 
     return median(rates);
 }
 
+// The sanity check beside the FP16 path: dense attention in Eigen FP32 over the same cache (its FP16
+// rows converted once), per (sequence, KV head) scores = K·Qᵀ for the group's query heads, a softmax
+// and out = Vᵀ·P, threads over (sequence, KV head). It reads twice the FP16 path's bytes; a strong
+// FP16 loop must beat it, or its ratios mean nothing.
+class EigenAttention {
+public:
+    EigenAttention(const CpuDecodeCache& c, const DecodeShape& s, int batch) : s_(s), batch_(batch)
+    {
+        for (int b = 0; b < batch; ++b) {
+            const MatrixRF keys = c.fp16Keys(b), values = c.fp16Values(b);
+            for (int h = 0; h < s.kvHeads; ++h) {
+                k_.emplace_back(keys.middleCols(Eigen::Index(h) * s.headDim, s.headDim));
+                v_.emplace_back(values.middleCols(Eigen::Index(h) * s.headDim, s.headDim));
+            }
+        }
+        out_.resize(batch, Eigen::Index(s.heads) * s.headDim);
+    }
+    const MatrixRF& run(const MatrixRF& q, int threads)
+    {
+        const int H = s_.kvHeads, G = s_.heads / s_.kvHeads, hd = s_.headDim;
+        const float scale = 1.f / std::sqrt(float(hd));
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+        for (int i = 0; i < batch_ * H; ++i) {
+            const int b = i / H, h = i % H;
+            MatrixRF qg(G, hd);
+            for (int g = 0; g < G; ++g)
+                qg.row(g) = q.block(b, Eigen::Index(h * G + g) * hd, 1, hd) * scale;
+            Eigen::MatrixXf p = k_[std::size_t(i)] * qg.transpose(); // tokens × G
+            for (int g = 0; g < G; ++g) {
+                const float mx = p.col(g).maxCoeff();
+                p.col(g) = (p.col(g).array() - mx).exp().matrix();
+                p.col(g) /= p.col(g).sum();
+            }
+            const Eigen::MatrixXf o = v_[std::size_t(i)].transpose() * p; // hd × G
+            for (int g = 0; g < G; ++g)
+                out_.block(b, Eigen::Index(h * G + g) * hd, 1, hd) = o.col(g).transpose();
+        }
+        return out_;
+    }
+
+private:
+    DecodeShape s_;
+    int batch_;
+    std::vector<MatrixRF> k_, v_;
+    MatrixRF out_;
+};
+
 } // namespace
 
-CpuRates measureCpuRates(int threads, const DecodeShape& shape, int dim, int stages, int k)
+CpuRates measureCpuRates(int threads, const DecodeShape& shape, int dim, int stages, int k, const std::string& isa)
 {
     threads = cpuDecodeThreads(threads);
+    const cpudecode::Kernels* kernels = cpudecode::kernelsNamed(isa);
+    if (!kernels)
+        throwInvalid(cpuDecodeIsaProblem(isa));
     CpuRates r;
     {
         // DRAM: 8 × the last-level cache (at least 256 MiB), first touched by the threads that read it.
@@ -98,7 +148,7 @@ CpuRates measureCpuRates(int threads, const DecodeShape& shape, int dim, int sta
         d.R = stages;
         d.K = std::min(k, 256);
         const std::int64_t n = 4096, entries = std::int64_t(d.P) * d.R * d.K * d.Gp;
-        const auto& kern = cpudecode::nativeKernels();
+        const auto& kern = *kernels;
         std::vector<double> rates;
         for (int rep = 0; rep < 5; ++rep) {
             double seconds = 0;
@@ -131,7 +181,7 @@ CpuRates measureCpuRates(int threads, const DecodeShape& shape, int dim, int sta
         r.lookupsPerSecond = median(rates);
     }
     {
-        const auto& kern = cpudecode::nativeKernels();
+        const auto& kern = *kernels;
         const std::int64_t iters = 20'000'000;
         std::vector<double> rates;
         volatile float sink = 0;
@@ -145,7 +195,7 @@ CpuRates measureCpuRates(int threads, const DecodeShape& shape, int dim, int sta
                 seconds = since(t0);
             }
             sink = sink + s;
-            rates.push_back(double(threads) * double(iters) * 12.0 * 8.0 * 2.0 / seconds);
+            rates.push_back(double(threads) * double(iters) * 12.0 * kern.lanes * 2.0 / seconds);
         }
         (void)sink;
         r.flops = median(rates);
@@ -215,12 +265,14 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
     rep.backend = DecodeBackend::Cpu;
     rep.threads = cpuDecodeThreads(o.threads);
     rep.device = cpuModelName();
-    rep.isa = cpuDecodeIsa();
+    if (const auto why = cpuDecodeIsaProblem(o.isa); !why.empty())
+        throwInvalid(why);
+    rep.isa = cpudecode::kernelsNamed(o.isa)->isa;
     rep.dim = keyBooks.dim;
     rep.stages = keyBooks.stages;
     rep.k = keyBooks.k;
     rep.codebookSource = source;
-    const CpuRates rates = measureCpuRates(rep.threads, o.shape, keyBooks.dim, keyBooks.stages, keyBooks.k);
+    const CpuRates rates = measureCpuRates(rep.threads, o.shape, keyBooks.dim, keyBooks.stages, keyBooks.k, o.isa);
     rep.readBytesPerSecond = rates.readBytesPerSecond;
     rep.rates = cpuDecodeRates(rates);
 
@@ -245,8 +297,12 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
             // The caches, the paper path's RoPE table, and the double references of sequence 0 (FP32 and
             // double copies of its keys and values while they are built).
             const double features = double(s.kvHeads) * s.headDim;
-            const double need =
-                o.layers * perLayer + double(ctx) * s.headDim * 4.0 + (o.verify ? 24.0 * double(ctx) * features : 0.0);
+            const bool eigen = std::find(o.paths.begin(), o.paths.end(), DecodePath::Fp16) != o.paths.end();
+            // The Eigen FP32 sanity check: FP32 keys and values of the batch, and one sequence's
+            // full-width copy while they are built.
+            const double eigenNeed = eigen ? 8.0 * double(batch + 1) * double(ctx) * features : 0.0;
+            const double need = o.layers * perLayer + double(ctx) * s.headDim * 4.0 +
+                                (o.verify ? 24.0 * double(ctx) * features : 0.0) + eigenNeed;
             const double avail = availableMemoryBytes() * 0.7;
             std::vector<std::unique_ptr<CpuDecodeCache>> layers;
             const MatrixRF q = decodeBenchQuery(batch, s, o.seed);
@@ -254,7 +310,7 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
             if (avail > 0 && need > avail) {
                 skipped = cat("needs ", need / 1e9, " GB of memory; ", avail / 0.7 / 1e9, " GB available");
             } else {
-                CpuDecodeConfig cfg{s, batch, ctx + 1, true, o.ropeTheta, o.threads, false};
+                CpuDecodeConfig cfg{s, batch, ctx + 1, true, o.ropeTheta, o.threads, o.isa};
                 for (int l = 0; l < o.layers; ++l) {
                     layers.push_back(std::make_unique<CpuDecodeCache>(cfg, keyBooks, valueBooks));
                     layers.back()->appendRandom(ctx, o.seed + std::uint64_t(l));
@@ -297,20 +353,54 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
                 for (int w = 0; w < o.warmup; ++w)
                     for (auto& l : layers)
                         l->run(path);
-                std::vector<double> t;
-                for (int r = 0; r < o.reps; ++r) {
+                std::vector<double> t, tr;
+                const auto flushCaches = [&] {
                     std::uint64_t x = 0;
                     for (std::uint64_t v : flush)
                         x ^= v;
                     flushSink = flushSink ^ x;
+                };
+                for (int r = 0; r < o.reps; ++r) {
+                    flushCaches();
                     const auto t0 = Clock::now();
                     for (auto& l : layers) // one after another, like a model's layers
                         l->run(path);
                     t.push_back(since(t0) / o.layers);
+                    if (path == DecodePath::Fp16) {
+                        // The same rows read and nothing else, in alternation with the steps, so the
+                        // fraction compares the two at the same moments of a shared machine.
+                        flushCaches();
+                        const auto t1 = Clock::now();
+                        for (auto& l : layers)
+                            flushSink = flushSink ^ l->readFp16Rows();
+                        tr.push_back(since(t1) / o.layers);
+                    }
                     if (stop && stop())
                         break;
                 }
+                if (!tr.empty())
+                    p.readRowsSeconds = median(tr);
                 timeDecodePoint(p, t, decodeStepBytes(path, s, keyBooks, ctx, batch), fp16Seconds);
+                if (path == DecodePath::Fp16 && eigen) {
+                    EigenAttention sanity(c0, s, batch);
+                    const MatrixRF& out = sanity.run(q, rep.threads);
+                    const double e = o.verify ? decodeRelativeError(out.row(0).transpose().cast<double>(),
+                                                                    refs[{ctx, int(DecodePath::Fp16)}])
+                                              : -1;
+                    if (e <= kDecodeTolerance) { // unverified (−1) or within the tolerance
+                        std::vector<double> te;
+                        for (int r = 0; r < std::max(5, o.reps / 5); ++r) {
+                            std::uint64_t x = 0;
+                            for (std::uint64_t v : flush)
+                                x ^= v;
+                            flushSink = flushSink ^ x;
+                            const auto t0 = Clock::now();
+                            sanity.run(q, rep.threads);
+                            te.push_back(since(t0));
+                        }
+                        p.eigenFp32Seconds = median(te);
+                    }
+                }
                 p.paperBins = path == DecodePath::Paper;
                 p.costs = cpuDecodeCosts(path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch});
                 p.roofline = roofline(p.costs, rep.rates);

@@ -18,8 +18,9 @@ struct CpuRates {
     double flops = 0;              // FP32 fused multiply-adds, 2 FLOPs each
 };
 // Each probe runs for a fraction of a second with `threads` threads; the codebook shape sizes the
-// lookup probe's tables.
-CpuRates measureCpuRates(int threads, const DecodeShape& shape, int dim, int stages, int k);
+// lookup probe's tables; `isa` names the kernel build whose loops are timed (empty: the widest).
+CpuRates measureCpuRates(int threads, const DecodeShape& shape, int dim, int stages, int k,
+                         const std::string& isa = {});
 DecodeRates cpuDecodeRates(const CpuRates& rates);
 
 // What one decode step of a path moves and computes on the CPU, for the whole batch and every KV head.
@@ -31,7 +32,9 @@ struct CpuDecodeCostCase {
 };
 DecodeCosts cpuDecodeCosts(DecodePath path, const CpuDecodeCostCase& c);
 
-// Runs the sweep with options.threads threads (options.device is ignored). onPoint sees each point as
+// Runs the sweep with options.threads threads and the kernels options.isa names (options.device is
+// ignored). Each FP16 point is also run as Eigen FP32 dense attention over the same cache, checked
+// against the same reference (eigenFp32Seconds; left 0 when it fails the check). onPoint sees each point as
 // it is measured; stop() returning true ends the sweep between points.
 DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& options, const Codebooks& keyBooks,
                                     const Codebooks& valueBooks, const std::string& codebookSource,

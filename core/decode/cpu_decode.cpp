@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -74,7 +75,25 @@ std::string cpuDecodeShapeProblem(const DecodeShape& s, int dim, int stages, int
 
 const char* cpuDecodeIsa()
 {
-    return cpudecode::nativeKernels().isa;
+    return cpudecode::bestKernels().isa;
+}
+
+std::string cpuDecodeIsaProblem(const std::string& isa)
+{
+    if (cpudecode::kernelsNamed(isa))
+        return {};
+    std::string known = "best";
+    for (const auto& n : cpuDecodeIsas())
+        known += ", " + n;
+    return cat("--isa ", isa, ": this CPU runs the decode kernels ", known);
+}
+
+std::vector<std::string> cpuDecodeIsas()
+{
+    std::vector<std::string> names;
+    for (const auto* k : cpudecode::availableKernels())
+        names.emplace_back(k->isa);
+    return names;
 }
 
 std::string cpuModelName()
@@ -191,7 +210,9 @@ CpuDecodeCache::CpuDecodeCache(const CpuDecodeConfig& config, const Codebooks& k
         throwInvalid("--threads ", config.threads, ": 0 (one per core) to ", kMaxDecodeThreads);
     m->cfg = config;
     m->threads = cpuDecodeThreads(config.threads);
-    m->kernels = config.portable ? &cpudecode::portableKernels() : &cpudecode::nativeKernels();
+    if (const auto why = cpuDecodeIsaProblem(config.isa); !why.empty())
+        throwInvalid(why);
+    m->kernels = cpudecode::kernelsNamed(config.isa);
     auto& d = m->d;
     d.G = s.heads / s.kvHeads;
     d.Gp = d.G <= 4 ? 4 : 8;
@@ -582,6 +603,33 @@ MatrixRF CpuDecodeCache::decode(DecodePath path, const MatrixRF& q, std::int64_t
     m->out.setConstant(std::numeric_limits<float>::quiet_NaN());
     run(path);
     return m->out;
+}
+
+std::uint64_t CpuDecodeCache::readFp16Rows()
+{
+    if (!m->cfg.fp16)
+        throwInvalid("this cache keeps no FP16 copy");
+    const int H = m->cfg.shape.kvHeads;
+    const std::int64_t items = std::int64_t(m->cfg.batch) * H;
+    const std::size_t rowWords = std::size_t(m->cfg.shape.headDim) / 4; // 64-bit words per FP16 row
+    std::uint64_t fold = 0;
+#pragma omp parallel for num_threads(m->threads) schedule(dynamic, 1) reduction(^ : fold)
+    for (std::int64_t i = 0; i < items; ++i) {
+        const int b = int(i / H), h = int(i % H);
+        const std::size_t base = std::size_t(h) * std::size_t(m->cfg.capacity) * rowWords * 4;
+        std::uint64_t x = 0;
+        for (const auto* rows : {&m->k16[std::size_t(b)], &m->v16[std::size_t(b)]}) {
+            const std::uint16_t* p = rows->data() + base;
+            const std::size_t words = std::size_t(m->tokens) * rowWords;
+            for (std::size_t w = 0; w < words; ++w) {
+                std::uint64_t v;
+                std::memcpy(&v, p + 4 * w, sizeof v);
+                x ^= v;
+            }
+        }
+        fold ^= x;
+    }
+    return fold;
 }
 
 double CpuDecodeCache::timeAppend(int reps)

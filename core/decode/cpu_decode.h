@@ -30,7 +30,8 @@ struct CpuDecodeConfig {
     bool fp16 = true;          // also keep the FP16 cache of the baseline
     double ropeTheta = 10000;  // the paper path's rotate-half RoPE
     int threads = 0;           // 0: one per core
-    bool portable = false;     // the plain C++ kernels instead of the vector ones (for tests)
+    std::string isa;           // the kernels: empty for the widest this CPU runs, or a build by name
+                               // ("avx512", "avx2", "portable"; Error(InvalidInput) when it cannot run)
 };
 
 // Why a shape cannot run on the CPU decode paths (empty when it can): head_dim a multiple of 16 up to
@@ -39,8 +40,13 @@ struct CpuDecodeConfig {
 inline constexpr int kMaxDecodeThreads = 1024;
 std::string cpuDecodeShapeProblem(const DecodeShape& shape, int dim, int stages, int k);
 
-// The instruction set the vector kernels were built for ("avx2+fma+f16c"), or "portable".
+// The kernels the decode cache uses by default: the widest build this CPU runs ("avx512",
+// "avx2+fma+f16c" or "portable").
 const char* cpuDecodeIsa();
+// The builds this CPU runs, narrowest first (the names CpuDecodeConfig::isa and --isa take).
+std::vector<std::string> cpuDecodeIsas();
+// Why `isa` names no build this CPU runs (empty when it does; "", "best" and "avx2" are accepted too).
+std::string cpuDecodeIsaProblem(const std::string& isa);
 // The CPU's model name (from /proc/cpuinfo), or "CPU".
 std::string cpuModelName();
 // Threads `requested` resolves to: itself when positive, else the cores this process may run on.
@@ -85,6 +91,11 @@ public:
     MatrixRF decode(DecodePath path, const MatrixRF& q, std::int64_t positionOffset = 0);
     // Token splits per (sequence, KV head) the path uses with this cache's threads.
     int splits(DecodePath path) const;
+
+    // Reads the FP16 rows the FP16 path reads (every sequence's and KV head's cached keys and values),
+    // with the same threads over (sequence, KV head), and does nothing else: the time a step of the
+    // FP16 path would take at the memory's speed, measured beside it. Returns a fold of the bytes.
+    std::uint64_t readFp16Rows();
 
     // Median time of quantize-and-pack of one new token per sequence (written at the next free slot,
     // which stays free), over `reps` runs.

@@ -1,9 +1,11 @@
 #pragma once
-// The CPU decode paths' inner loops over one (sequence, KV head) and a run of tokens, built twice:
-// with AVX2 registers (FMA, F16C) where the build targets them (-march=native, or the package's
-// x86-64-v3), and as plain C++ over arrays. The decode cache uses the first (which is the plain C++
-// too on a build for a target without AVX2); the tests hold it to the second. The cache, threads,
-// splits and combine are cpu_decode.cpp's.
+// The CPU decode paths' inner loops over one (sequence, KV head) and a run of tokens, built three times
+// on x86-64: plain C++ over arrays; AVX2 registers with FMA and F16C; and the same with the FP16 path
+// over AVX-512 registers. The vector builds are compiled whatever the build's target (a package for
+// x86-64-v3 carries all three) and chosen at run time by what the CPU runs: the decode cache uses the
+// widest (bestKernels), a caller may name one (kernelsNamed), and the tests hold every build to the
+// references and the vector ones to the plain C++. The cache, threads, splits and combine are
+// cpu_decode.cpp's.
 //
 // Scores are in log2 units: the caller folds log2(e)/√head_dim into the queries (or tables), and
 // softmax weights are exp2(score − reference). The reference is raised only when a score exceeds it by
@@ -12,6 +14,8 @@
 // by the weights' sum makes the result independent of the reference.
 
 #include <cstdint>
+#include <string_view>
+#include <vector>
 
 namespace gsrq::cpudecode {
 
@@ -34,7 +38,8 @@ struct CodeView {
 };
 
 struct Kernels {
-    const char* isa; // "avx2+fma+f16c" or "portable"
+    const char* isa; // "avx512", "avx2+fma+f16c" or "portable"
+    int lanes;       // floats per vector of the FP16 path and of fmaLoop (16, 8, 8)
     // FP16 flash-decoding over n rows of keys and values (head_dim halves each, consecutive), for the
     // G query heads of the group (q: G × hd, scaled); m, l (G) and acc (G × hd) carry the running
     // reference, weight sum and unnormalised output (start: −inf, 0, 0).
@@ -54,12 +59,23 @@ struct Kernels {
                   CodeView values, std::int64_t n, float* m, float* l, float* W);
     // out (G × hd) = Σ over (subspace, stage, codeword) of W's weight times the value codeword.
     void (*values)(const HeadDims& d, const float* W, const std::uint16_t* books, float* out);
-    // 12 independent chains of 8-wide fused multiply-adds, `iterations` long (2 · 96 FLOPs each): the
-    // FP32 rate a roofline divides by. Returns a sum so the work is not optimised away.
+    // 12 independent chains of `lanes`-wide fused multiply-adds, `iterations` long (24 · lanes FLOPs
+    // each): the FP32 rate a roofline divides by. Returns a sum so the work is not optimised away.
     float (*fmaLoop)(std::int64_t iterations);
 };
 
-const Kernels& nativeKernels();   // vector code where the build's target has AVX2, FMA and F16C
 const Kernels& portableKernels(); // plain C++
+const Kernels* avx2Kernels();     // null where not built (not x86-64) or the CPU lacks AVX2, FMA or F16C
+const Kernels* avx512Kernels();   // null where not built or the CPU lacks AVX-512 F, BW, VL or DQ (or AVX2)
+const Kernels& bestKernels();     // the widest of those
+std::vector<const Kernels*> availableKernels(); // portable first, then each vector build the CPU runs
+// A build by name: "best" or empty, "avx512", "avx2" (or "avx2+fma+f16c"), "portable"; null when this
+// CPU cannot run it.
+const Kernels* kernelsNamed(std::string_view isa);
+
+namespace detail {
+const Kernels& avx2Build();   // unchecked: only through avx2Kernels()
+const Kernels& avx512Build(); // unchecked: only through avx512Kernels()
+} // namespace detail
 
 } // namespace gsrq::cpudecode

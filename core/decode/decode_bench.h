@@ -49,6 +49,7 @@ struct DecodeBenchOptions {
     std::vector<int> batches{1, 8, 16, 32};
     int device = 0;            // CUDA device index
     int threads = 0;           // CPU threads; 0: one per core
+    std::string isa;           // CPU kernels by name ("avx512", "avx2", "portable"); empty: the widest this CPU runs
     int reps = 25, warmup = 5; // timed runs (median) and untimed ones first
     std::uint64_t seed = 1;
     bool verify = true;
@@ -73,6 +74,10 @@ struct DecodeBenchPoint {
     Roofline roofline;           // its time at the machine's rates
     double rooflineFraction = 0; // roofline time over the measured time (1: at the roofline)
     bool paperBins = false;      // paper path: values through per-codeword weights
+    double eigenFp32Seconds = 0; // CPU FP16 points: Eigen FP32 dense attention on the same cache (median; 0: not run)
+    // CPU FP16 points: the same FP16 rows read and nothing else, with the same threads, timed in
+    // alternation with the steps (median): the step's time at the memory's speed at those moments.
+    double readRowsSeconds = 0;
 };
 
 struct DecodeBenchReport {

@@ -251,6 +251,12 @@ std::vector<MetricRow> decodeMetrics(const DecodeBenchPoint& p)
     if (p.speedupVsFp16 > 0)
         add("speedup_vs_fp16", p.speedupVsFp16);
     add("splits", p.splits);
+    if (p.eigenFp32Seconds > 0)
+        add("eigen_fp32_seconds", p.eigenFp32Seconds);
+    if (p.readRowsSeconds > 0) {
+        add("read_rows_seconds", p.readRowsSeconds);
+        add("fraction_of_read_rows", p.readRowsSeconds / p.seconds);
+    }
     if (p.roofline.seconds > 0) {
         add("roofline_seconds", p.roofline.seconds);
         add("fraction_of_roofline", p.rooflineFraction);
@@ -288,9 +294,11 @@ nlohmann::ordered_json benchDecodeRunSettings(const DecodeBenchOptions& o, const
                                 {"ctx", o.contexts},
                                 {"batch", o.batches},
                                 {"paths", paths}};
-    if (o.backend == DecodeBackend::Cpu)
+    if (o.backend == DecodeBackend::Cpu) {
         j["threads"] = o.threads;
-    else
+        if (!o.isa.empty())
+            j["isa"] = o.isa;
+    } else
         j["device"] = o.device;
     return j;
 }

@@ -40,6 +40,10 @@ first = json.load(open(os.path.join(tmp, "decode-0.5.json")))["summary"]
 print(f"{first['device']}, {first['threads']} thread(s), {first['isa']} kernels; measured in each run: "
       f"DRAM read {first['read_bytes_per_second'] / 1e9:.1f} GB/s (first run)")
 print()
+print("fp16: its share of a plain read of the same rows timed in alternation with it, and how many times "
+      "faster than Eigen FP32 dense attention on the same cache; the others: the speed-up over fp16 and "
+      "the roofline term that bounds them")
+print()
 head = " | ".join(f"{c // 1024}K tokens" for c in ctx)
 print(f"| BPA | R | attention error on the sample | path | {head} |")
 print("| --- | ---: | ---: | --- |" + " ---: |" * len(ctx))
@@ -62,7 +66,8 @@ for bpa in ("0.5", "0.75", "1"):
             if path != "fp16":
                 cell += f" ({p['speedup_vs_fp16']:.2f}×, {p['roofline_bound']})"
             else:
-                cell += f" ({p['fraction_of_read_bandwidth'] * 100:.0f}% of read bw)"
+                cell += (f" ({p['fraction_of_read_rows'] * 100:.0f}% of a read of its rows, "
+                         f"{p['eigen_fp32_seconds'] / t:.1f}× Eigen FP32)")
             cells.append(cell)
         quality = "—" if errors[path] is None else f"{errors[path]:.4f}"
         print(f"| {bpa} | {stages} | {quality} | {path} | " + " | ".join(cells) + " |")
