@@ -62,6 +62,12 @@ Command registerTrain(CLI::App& root)
     cmd->add_option("--seed", o->s.rq.seed, "Seed")->capture_default_str();
     cmd->add_option("--beam", o->s.rq.beam, "Beam width of encoding (1 = greedy)")->capture_default_str();
     cmd->add_flag("--reseed-empty", o->s.rq.reseedEmpty, "Re-seed empty clusters by splitting the largest");
+    cmd->add_option("--refine", o->s.rq.refine,
+                    "Rounds of joint refinement after the greedy stages: every stage's codewords by least squares "
+                    "with the codes fixed, then a re-encode (0: none)")
+        ->capture_default_str();
+    cmd->add_option("--refine-beam", o->s.rq.refineBeam, "Beam of the refinement's re-encode (0: --beam)")
+        ->capture_default_str();
     auto* weightsFlag =
         cmd->add_option("--weights", o->weights, "none, grad-raw, grad-log or grad-sq (CQ's Fisher weights)")
             ->capture_default_str();
@@ -247,6 +253,21 @@ Command registerTrain(CLI::App& root)
                     for (const auto& m : t.train.afterStage)
                         std::printf(" %.4f", m.nmse);
                     std::printf("\n");
+                    if (!t.train.refinement.empty()) {
+                        // Train (and held-out) NMSE from the greedy stages through each round.
+                        std::printf("  joint refinement, nmse train / held-out: greedy %.4f",
+                                    t.train.afterStage.empty() ? 0.0 : t.train.afterStage.back().nmse);
+                        if (t.train.heldoutBeforeRefine)
+                            std::printf(" / %.4f", t.train.heldoutBeforeRefine->nmse);
+                        for (const auto& rr : t.train.refinement) {
+                            std::printf(", round %d %.4f", rr.round, rr.train.nmse);
+                            if (rr.heldout)
+                                std::printf(" / %.4f", rr.heldout->nmse);
+                        }
+                        std::printf("; kept %s\n", t.train.keptRound == 0
+                                                       ? "the greedy stages (no round lowered the held-out nmse)"
+                                                       : cat("round ", t.train.keptRound).c_str());
+                    }
                 }
                 for (const auto& a : r.attention)
                     std::printf("\nattention, layer %d (%s keys, %s values, %d queries): relative L2 %.4f, top-8 "

@@ -370,13 +370,14 @@ void SweepsPage::showPaperCheck(const PaperCheckResult& r)
     if (!r.rq.empty()) {
         html += tr("<br><b>Held-out NMSE vs the Shannon bound</b><table cellspacing=4>"
                    "<tr><th>BPA</th><th>bound</th><th>KM-RQ</th><th>GSKM-RQ</th><th>Δ% GSKM − KM</th>"
-                   "<th>÷ bound</th></tr>");
+                   "<th>÷ bound</th><th>GSKM beam</th><th>÷ bound</th><th>refined</th><th>÷ bound</th></tr>");
         for (const auto& p : r.rq) {
             // GSKM-RQ's change against KM-RQ, in the colour of the method with the lower NMSE.
             const int better = betterOf("nmse", p.kmHeldOut, p.gskmHeldOut);
             const QString colour = better ? views::MetricsTableModel::methodColor(better).name() : QString("#000000");
             html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td>"
-                                   "<td style='color:%5'>%6%7%</td><td>%8×</td></tr>")
+                                   "<td style='color:%5'>%6%7%</td><td>%8×</td><td>%9</td><td>%10×</td><td>%11</td>"
+                                   "<td>%12×</td></tr>")
                         .arg(p.bpa)
                         .arg(p.shannon, 0, 'f', 3)
                         .arg(p.kmHeldOut, 0, 'f', 3)
@@ -384,7 +385,11 @@ void SweepsPage::showPaperCheck(const PaperCheckResult& r)
                         .arg(colour)
                         .arg(p.gskmHeldOut >= p.kmHeldOut ? "+" : "")
                         .arg(100 * (p.gskmHeldOut - p.kmHeldOut) / p.kmHeldOut, 0, 'f', 2)
-                        .arg(p.gskmHeldOut / p.shannon, 0, 'f', 2);
+                        .arg(p.gskmHeldOut / p.shannon, 0, 'f', 2)
+                        .arg(p.gskmBeamHeldOut, 0, 'f', 3)
+                        .arg(p.gskmBeamHeldOut / p.shannon, 0, 'f', 2)
+                        .arg(p.gskmRefinedHeldOut, 0, 'f', 3)
+                        .arg(p.gskmRefinedHeldOut / p.shannon, 0, 'f', 2);
         }
         html += QStringLiteral("</table>");
     }

@@ -45,6 +45,9 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     m_k = spin(2, 65536, 64);
     m_iters = spin(0, 10000, 25);
     m_beam = spin(1, 256, 1);
+    m_refine = spin(0, 100, 0);
+    m_refine->setToolTip(tr("Rounds of joint refinement after the greedy stages: every stage's codewords by least "
+                            "squares with the codes fixed, then a re-encode (gsrq train --refine)"));
     m_method = new QComboBox(this);
     for (Method m : {Method::GainShape, Method::KMeans})
         m_method->addItem(methodName(m));
@@ -80,6 +83,7 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     form->addRow(tr("Weights"), m_weights);
     form->addRow(tr("τ"), m_tau);
     form->addRow(tr("Beam"), m_beam);
+    form->addRow(tr("Refinement rounds"), m_refine);
     form->addRow(tr("Iterations (max)"), m_iters);
     form->addRow(tr("Tensors"), m_tensors);
     form->addRow(tr("Held out (random rows)"), m_holdout);
@@ -206,6 +210,7 @@ void TrainPage::start()
     s.rq.k = m_k->value();
     s.rq.iterations = m_iters->value();
     s.rq.beam = m_beam->value();
+    s.rq.refine = m_refine->value();
     s.rq.method = methodFromName(m_method->currentText().toStdString()).value_or(Method::GainShape);
     s.weights = *weightModeFromName(m_weights->currentText().toStdString());
     s.tau = m_tau->value();
@@ -301,7 +306,7 @@ void TrainPage::drawStages()
         return;
     const QString metric = m_stageMetric->currentText();
     m_stageChart->setLogY(metric == "nmse");
-    m_stageChart->view()->chart()->setTitle(tr("%1 after each stage").arg(metric));
+    bool refined = false;
     for (const auto& t : m_last->tensors) {
         QList<QPointF> line;
         for (std::size_t s = 0; s < t.train.afterStage.size(); ++s) {
@@ -309,7 +314,26 @@ void TrainPage::drawStages()
             line << QPointF(double(s + 1), metricByName(m, metric.toStdString()));
         }
         m_stageChart->setSeries(QString::fromStdString(t.tensor), line);
+        if (t.train.refinement.empty() || t.train.afterStage.empty())
+            continue;
+        // Each refinement round after the last stage (x = R + round), the training rows' metric and
+        // the held-out rows', so over-fitting shows.
+        refined = true;
+        const double R = double(t.train.afterStage.size());
+        QList<QPointF> train{QPointF(R, metricByName(t.train.afterStage.back(), metric.toStdString()))}, held;
+        if (t.train.heldoutBeforeRefine)
+            held << QPointF(R, metricByName(*t.train.heldoutBeforeRefine, metric.toStdString()));
+        for (const auto& rr : t.train.refinement) {
+            train << QPointF(R + rr.round, metricByName(rr.train, metric.toStdString()));
+            if (rr.heldout)
+                held << QPointF(R + rr.round, metricByName(*rr.heldout, metric.toStdString()));
+        }
+        m_stageChart->setSeries(QString::fromStdString(t.tensor) + tr(" refined"), train);
+        if (!held.isEmpty())
+            m_stageChart->setSeries(QString::fromStdString(t.tensor) + tr(" held-out"), held);
     }
+    m_stageChart->view()->chart()->setTitle(refined ? tr("%1 after each stage, then each refinement round").arg(metric)
+                                                    : tr("%1 after each stage").arg(metric));
     m_stageChart->flush();
 }
 

@@ -81,7 +81,7 @@ private:
 
     StudioContext& m_ctx;
     QComboBox* m_preset;
-    QSpinBox *m_dim, *m_stages, *m_k, *m_iters, *m_beam;
+    QSpinBox *m_dim, *m_stages, *m_k, *m_iters, *m_beam, *m_refine;
     QComboBox *m_method, *m_weights, *m_stageMetric;
     QDoubleSpinBox *m_tau, *m_holdout;
     QLineEdit* m_tensors;

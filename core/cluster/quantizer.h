@@ -13,6 +13,7 @@
 #include "core/cluster/metrics.h"
 #include "core/cluster/progress.h"
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -33,6 +34,11 @@ struct RqSettings {
     // subspace the order is the data's own and none is kept.
     bool stridedGroups = false;
     double emaDecay = 0;
+    // Joint refinement after the greedy stages (refineJointly): rounds of a least-squares update of
+    // every stage's codewords together with the codes fixed, then a re-encode with refineBeam (0: the
+    // training beam) that keeps each row's new codes only where they lower its error.
+    int refine = 0;
+    int refineBeam = 0;
 };
 
 double bitsPerActivation(int dim, int stages, int k); // R·log2(K)/D
@@ -78,18 +84,58 @@ struct StageRecord {
     std::vector<IterationStats> history;
 };
 
+// One round of joint refinement: the weighted training objective Σ w‖x − x̂‖² / Σ w‖x‖² after its
+// least-squares update and after its re-encode (never above the round before's), the metrics of the
+// training rows (and of held-out rows where the caller gives them) after the round.
+struct RefineRound {
+    int round = 0; // 1, 2, …
+    double objectiveAfterUpdate = 0, objective = 0;
+    QuantMetrics train;
+    std::optional<QuantMetrics> heldout;
+    std::int64_t rowsRecoded = 0; // (row, subspace) pairs whose codes the re-encode changed
+    double seconds = 0;
+};
+
 struct RqTrainResult {
     Codebooks codebooks;
-    Codes codes;                          // of the training rows
-    std::vector<QuantMetrics> afterStage; // R entries: whole-row metrics after stages 0..r
+    Codes codes;                                     // of the training rows
+    std::vector<RefineRound> refinement;             // one per round of RqSettings::refine, in order
+    double objectiveBeforeRefine = 0;                // the weighted objective of the greedy stages (refine > 0)
+    std::optional<QuantMetrics> heldoutBeforeRefine; // the held-out metrics of the greedy stages
+    // The round whose codebooks and codes are kept: the last, or with held-out rows the one with the
+    // lowest held-out NMSE (0: the greedy stages', when every round raised it).
+    int keptRound = 0;
+    std::vector<QuantMetrics> afterStage; // R entries: whole-row metrics after stages 0..r (greedy)
     std::vector<StageRecord> clusterings; // one per (stage, subspace), in training order
     QuantMetrics metrics;                 // = afterStage.back()
     double seconds = 0;
     bool cancelled = false;
 };
 
+// Metrics of rows held out from training under the given codebooks (each refinement round's).
+using HeldoutFn = std::function<QuantMetrics(const Codebooks&)>;
+
 RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, const RqSettings& s,
-                                     ClusterBackend& backend, const ProgressFn& progress = {});
+                                     ClusterBackend& backend, const ProgressFn& progress = {},
+                                     const HeldoutFn& heldout = {});
+
+// Joint refinement of trained residual codebooks (every subspace independently), `rounds` times:
+// 1. with the codes fixed, the codewords of all R stages that minimise Σ_n w_n ‖x_n − Σ_r C_r[c_nr]‖²
+//    solve one linear least-squares problem, (AᵀWA + λI)·C = AᵀWX + λ·C_old, A the N × R·K indicator
+//    of the codes; λ (1e-9 of the mean diagonal) only keeps codewords no row uses where they were;
+// 2. with the codewords fixed, every row is re-encoded with `beam`, and its new codes kept only where
+//    they lower its error.
+// Neither step can raise the weighted objective (up to rounding). A gain–shape codebook keeps its
+// form: each codeword is its gain (its norm) times a unit shape, one gain per codeword, as GSKM's
+// are; the update moves both. With `heldout`, each round's held-out metrics are measured and the
+// round with the lowest held-out NMSE is kept (the greedy stages' when none lowers it: with few rows
+// per codeword the joint fit over-fits). Updates `result` (codebooks, codes, metrics, refinement,
+// keptRound); returns false when progress cancelled it (the best whole round so far is kept).
+bool refineJointly(const MatrixRF& X, const float* weights, int rounds, int beam, ClusterBackend& backend,
+                   RqTrainResult& result, const ProgressFn& progress = {}, const HeldoutFn& heldout = {});
+
+// The weighted relative error Σ w‖x − x̂‖² / Σ w‖x‖² of codes under codebooks (weights null: all 1).
+double weightedObjective(const MatrixRF& X, const float* weights, const Codes& codes, const Codebooks& cb);
 
 // Encodes X (N × M·D) with the first `stages` stages (all when < 0).
 Codes encode(const MatrixRF& X, const Codebooks& cb, int beam, ClusterBackend& backend, int stages = -1);

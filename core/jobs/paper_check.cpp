@@ -77,6 +77,10 @@ void validatePaperCheck(const PaperCheckSettings& s)
     }
     if (s.rqHeldOutRows < 1)
         throwInvalid("--rq-heldout ", s.rqHeldOutRows, ": needs at least one held-out row");
+    if (s.rqBeam < 1 || s.rqBeam > 256)
+        throwInvalid("--rq-beam ", s.rqBeam, ": must be between 1 and 256");
+    if (s.rqRefine < 0 || s.rqRefine > 100)
+        throwInvalid("--rq-refine ", s.rqRefine, ": rounds of joint refinement, 0 to 100");
 }
 
 std::vector<PaperClaim> judgePaperClaims(const std::vector<SweepPoint>& dimSweep, const std::vector<SweepPoint>& kSweep,
@@ -261,8 +265,24 @@ PaperCheckResult runPaperCheck(const PaperCheckSettings& s, ClusterBackend& back
                 out.cancelled = true;
                 break;
             }
-            const double nmse = computeMetrics(H, decode(encode(H, tr.codebooks, 1, backend), tr.codebooks)).nmse;
-            (m == Method::KMeans ? p.kmHeldOut : p.gskmHeldOut) = nmse;
+            const auto heldOut = [&](const Codebooks& cb, int beam) {
+                return computeMetrics(H, decode(encode(H, cb, beam, backend), cb)).nmse;
+            };
+            (m == Method::KMeans ? p.kmHeldOut : p.gskmHeldOut) = heldOut(tr.codebooks, 1);
+            if (m == Method::GainShape) {
+                // The same codebooks encoded with a beam, then refined jointly (the held-out rows do not
+                // choose the round: they are the test) and encoded with the same beam.
+                p.gskmBeamHeldOut = heldOut(tr.codebooks, s.rqBeam);
+                if (s.rqRefine > 0) {
+                    RqTrainResult refined = tr;
+                    if (!refineJointly(T, nullptr, s.rqRefine, 1, backend, refined,
+                                       [&](const ProgressEvent&) { return !out.cancelled; })) {
+                        out.cancelled = true;
+                        break;
+                    }
+                    p.gskmRefinedHeldOut = heldOut(refined.codebooks, s.rqBeam);
+                }
+            }
         }
         finishPart();
         if (!out.cancelled)

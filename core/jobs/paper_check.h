@@ -24,9 +24,12 @@ struct PaperCheckSettings {
     std::vector<double> bpas{0.375, 0.75, 1}; // the paper's settings (paperBpa)
     std::int64_t rqTrainRows = 20000, rqHeldOutRows = 4000;
     int rqIterations = 25;
+    int rqBeam = 8;   // the beam of GSKM-RQ's "beam" and "refined" held-out encodings
+    int rqRefine = 2; // rounds of joint refinement (refineJointly) of the "refined" column; 0: none
 };
 
-// Throws Error(InvalidInput) naming the flag (--rows, --iters, --dims, --ks, --bpas, --rq-rows).
+// Throws Error(InvalidInput) naming the flag (--rows, --iters, --dims, --ks, --bpas, --rq-rows,
+// --rq-beam, --rq-refine).
 void validatePaperCheck(const PaperCheckSettings& s);
 
 struct PaperClaim {
@@ -42,6 +45,9 @@ struct RqBoundPoint {
     double shannon = 0;     // 2^(−2·BPA): the NMSE bound for a Gaussian source
     double kmHeldOut = 0;   // held-out NMSE of KM-RQ
     double gskmHeldOut = 0; // of GSKM-RQ
+    // GSKM-RQ's held-out NMSE encoded with a beam of rqBeam, and after rqRefine rounds of joint
+    // refinement (encoded with the same beam): same bits, same data. 0 when not run.
+    double gskmBeamHeldOut = 0, gskmRefinedHeldOut = 0;
 };
 
 struct PaperCheckResult {

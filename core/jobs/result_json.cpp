@@ -114,6 +114,26 @@ nlohmann::ordered_json toJson(const TensorTrainResult& r, WeightMode weights, bo
         stages.push_back(sj);
     }
     j["stages"] = stages;
+    if (!r.train.refinement.empty()) {
+        nlohmann::ordered_json rounds = nlohmann::ordered_json::array();
+        for (const auto& rr : r.train.refinement) {
+            nlohmann::ordered_json rj = {{"round", rr.round},
+                                         {"objective_after_update", rr.objectiveAfterUpdate},
+                                         {"objective", rr.objective},
+                                         {"rows_recoded", rr.rowsRecoded},
+                                         {"seconds", rr.seconds}};
+            rj["train"] = toJson(rr.train);
+            if (rr.heldout)
+                rj["heldout"] = toJson(*rr.heldout);
+            rounds.push_back(rj);
+        }
+        nlohmann::ordered_json before = {{"objective", r.train.objectiveBeforeRefine}};
+        if (!r.train.afterStage.empty())
+            before["train"] = toJson(r.train.afterStage.back());
+        if (r.train.heldoutBeforeRefine)
+            before["heldout"] = toJson(*r.train.heldoutBeforeRefine);
+        j["refinement"] = {{"before", before}, {"rounds", rounds}, {"kept_round", r.train.keptRound}};
+    }
     if (withHistory) {
         nlohmann::ordered_json cl = nlohmann::ordered_json::array();
         for (const auto& c : r.train.clusterings) {
@@ -163,7 +183,9 @@ nlohmann::ordered_json toJson(const PaperCheckSettings& s)
             {"bpas", s.bpas},
             {"rq_rows", s.rqTrainRows},
             {"rq_heldout", s.rqHeldOutRows},
-            {"rq_iters", s.rqIterations}};
+            {"rq_iters", s.rqIterations},
+            {"rq_beam", s.rqBeam},
+            {"rq_refine", s.rqRefine}};
 }
 
 nlohmann::ordered_json toJson(const PaperCheckResult& r)
@@ -186,7 +208,9 @@ nlohmann::ordered_json toJson(const PaperCheckResult& r)
                       {"k", p.k},
                       {"shannon_bound_nmse", p.shannon},
                       {"km_heldout_nmse", p.kmHeldOut},
-                      {"gskm_heldout_nmse", p.gskmHeldOut}});
+                      {"gskm_heldout_nmse", p.gskmHeldOut},
+                      {"gskm_beam_heldout_nmse", p.gskmBeamHeldOut},
+                      {"gskm_refined_heldout_nmse", p.gskmRefinedHeldOut}});
     out["rq"] = rq;
     nlohmann::ordered_json claims = nlohmann::ordered_json::array();
     for (const auto& c : r.claims)

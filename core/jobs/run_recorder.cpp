@@ -99,6 +99,10 @@ void RunRecorder::recordPaperCheck(const PaperCheckResult& r)
     for (const auto& p : r.rq) {
         series.push_back({"km.heldout_nmse_vs_bpa", p.bpa, p.kmHeldOut});
         series.push_back({"gskm.heldout_nmse_vs_bpa", p.bpa, p.gskmHeldOut});
+        if (p.gskmBeamHeldOut > 0)
+            series.push_back({"gskm_beam.heldout_nmse_vs_bpa", p.bpa, p.gskmBeamHeldOut});
+        if (p.gskmRefinedHeldOut > 0)
+            series.push_back({"gskm_refined.heldout_nmse_vs_bpa", p.bpa, p.gskmRefinedHeldOut});
         series.push_back({"shannon_bound_vs_bpa", p.bpa, p.shannon});
     }
     for (const auto& c : r.claims)
@@ -124,6 +128,20 @@ void RunRecorder::recordTrain(const TrainJobResult& r)
             series.push_back({t.tensor + ".nmse_vs_stage", double(s + 1), t.train.afterStage[s].nmse});
             series.push_back({t.tensor + ".cosine_vs_stage", double(s + 1), t.train.afterStage[s].cosine});
             series.push_back({t.tensor + ".gain_error_vs_stage", double(s + 1), t.train.afterStage[s].gainError});
+        }
+        // Joint refinement: train (and held-out) NMSE per round, round 0 the greedy stages'.
+        if (!t.train.refinement.empty() && !t.train.afterStage.empty()) {
+            series.push_back({t.tensor + ".train_nmse_vs_refine_round", 0, t.train.afterStage.back().nmse});
+            if (t.train.heldoutBeforeRefine)
+                series.push_back({t.tensor + ".heldout_nmse_vs_refine_round", 0, t.train.heldoutBeforeRefine->nmse});
+            for (const auto& rr : t.train.refinement) {
+                series.push_back({t.tensor + ".train_nmse_vs_refine_round", double(rr.round), rr.train.nmse});
+                if (rr.heldout)
+                    series.push_back({t.tensor + ".heldout_nmse_vs_refine_round", double(rr.round), rr.heldout->nmse});
+                addQuant(rows, "refine", "", t.tensor, rr.round, -1, rr.train);
+                if (rr.heldout)
+                    addQuant(rows, "refine_heldout", "", t.tensor, rr.round, -1, *rr.heldout);
+            }
         }
     }
     for (const auto& a : r.attention) {

@@ -74,32 +74,38 @@ nlohmann::ordered_json sweepRunSettings(const CompareSettings& s, const std::str
 
 nlohmann::ordered_json trainRunSettings(const TrainSettings& s, const std::string& out, const ClusterBackend& backend)
 {
-    return {{"dim", s.rq.dim},
-            {"stages", s.rq.stages},
-            {"k", s.rq.k},
-            {"bpa", bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k)},
-            {"method", s.methodLabel.empty() ? std::string(methodName(s.rq.method)) : s.methodLabel},
-            {"strided_groups", s.rq.stridedGroups},
-            {"ema_decay", s.rq.emaDecay},
-            {"iters", s.rq.iterations},
-            {"seed", s.rq.seed},
-            {"beam", s.rq.beam},
-            {"reseed_empty", s.rq.reseedEmpty},
-            {"weights", weightModeName(s.weights)},
-            {"tau", s.tau},
-            {"drop_nonfinite", s.dropNonFinite},
-            {"tensors", s.tensorPatterns},
-            {"layers", s.layers},
-            {"key_rope", s.keyRope == KeyRope::Post ? "post" : "as-dumped"},
-            {"holdout", s.holdout},
-            {"holdout_tail", s.holdoutTail},
-            {"eval", s.evalPath},
-            {"attention_queries", s.attentionQueries},
-            {"with_codes", s.keepCodes},
-            {"dtype", s.exportDType == DType::F16 ? "f16" : "f32"},
-            {"out", out},
-            {"backend", backend.name()},
-            {"device", backend.device()}};
+    nlohmann::ordered_json j = {
+        {"dim", s.rq.dim},
+        {"stages", s.rq.stages},
+        {"k", s.rq.k},
+        {"bpa", bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k)},
+        {"method", s.methodLabel.empty() ? std::string(methodName(s.rq.method)) : s.methodLabel},
+        {"strided_groups", s.rq.stridedGroups},
+        {"ema_decay", s.rq.emaDecay},
+        {"iters", s.rq.iterations},
+        {"seed", s.rq.seed},
+        {"beam", s.rq.beam},
+        {"reseed_empty", s.rq.reseedEmpty},
+        {"weights", weightModeName(s.weights)},
+        {"tau", s.tau},
+        {"drop_nonfinite", s.dropNonFinite},
+        {"tensors", s.tensorPatterns},
+        {"layers", s.layers},
+        {"key_rope", s.keyRope == KeyRope::Post ? "post" : "as-dumped"},
+        {"holdout", s.holdout},
+        {"holdout_tail", s.holdoutTail},
+        {"eval", s.evalPath},
+        {"attention_queries", s.attentionQueries},
+        {"with_codes", s.keepCodes},
+        {"dtype", s.exportDType == DType::F16 ? "f16" : "f32"},
+        {"out", out},
+        {"backend", backend.name()},
+        {"device", backend.device()}};
+    if (s.rq.refine > 0) {
+        j["refine"] = s.rq.refine;
+        j["refine_beam"] = s.rq.refineBeam;
+    }
+    return j;
 }
 
 nlohmann::ordered_json trainRunSummary(const TrainJobResult& r)

@@ -270,7 +270,9 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
                                             {"holdout", s.holdout},
                                             {"eval", s.evalPath},
                                             {"key_rope", s.keyRope == KeyRope::Post ? "post" : "as-dumped"},
-                                            {"drop_nonfinite", s.dropNonFinite}}
+                                            {"drop_nonfinite", s.dropNonFinite},
+                                            {"refine", s.rq.refine},
+                                            {"refine_beam", s.rq.refineBeam}}
                          .dump()},
         {"source_sha256", s.sourceSha256.empty() ? sha256Files(dump.files()) : s.sourceSha256}};
 
@@ -292,15 +294,34 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
         const Eigen::VectorXf wTrain = w.size() ? Eigen::VectorXf(w(split.train)) : Eigen::VectorXf();
         const float* wp = wTrain.size() ? wTrain.data() : nullptr;
 
-        r.train = trainResidualQuantizer(xTrain, wp, s.rq, backend, [&](const ProgressEvent& e) {
-            if (!progress)
-                return true;
-            ProgressEvent ev = e;
-            ev.what = cat(t.view.name, " ", e.what);
-            ev.fraction = (double(ti) + e.fraction) * perTensor;
-            ev.tensor = t.view.name;
-            return progress(ev);
-        });
+        // Held-out rows (a share of the dump's, or the --eval dump's), encoded as at the end: each
+        // refinement round's held-out metrics, so over-fitting shows.
+        std::optional<MatrixRF> evalRows;
+        if (s.rq.refine > 0) {
+            if (!split.heldout.empty())
+                evalRows = x(split.heldout, Eigen::all);
+            else if (evalDump) {
+                const KvTensor& e = evalDump->format() == "npy" && dump.format() == "npy" ? evalDump->only()
+                                                                                          : evalDump->get(t.view.name);
+                evalRows = preparedRows(*evalDump, e, s.keyRope, s.dropNonFinite, nullptr, nullptr);
+            }
+        }
+        const HeldoutFn roundHeldout = evalRows ? HeldoutFn([&](const Codebooks& cb) {
+            return computeMetrics(*evalRows, decode(encode(*evalRows, cb, s.rq.beam, backend), cb));
+        })
+                                                : HeldoutFn();
+        r.train = trainResidualQuantizer(
+            xTrain, wp, s.rq, backend,
+            [&](const ProgressEvent& e) {
+                if (!progress)
+                    return true;
+                ProgressEvent ev = e;
+                ev.what = cat(t.view.name, " ", e.what);
+                ev.fraction = (double(ti) + e.fraction) * perTensor;
+                ev.tensor = t.view.name;
+                return progress(ev);
+            },
+            roundHeldout);
         if (r.train.cancelled) {
             out.cancelled = true;
             break;
