@@ -227,8 +227,14 @@ void TestBaselines::methodNames()
     QCOMPARE(ms[3].blockBits, 8);
     QCOMPARE(int(ms[4].kind), int(TableMethod::KmRq));
     QCOMPARE(ms[5].bpa, 0.75);
+    QCOMPARE(ms[5].refine, 0);
+    // +rN: N rounds of joint refinement after the greedy stages.
+    const auto refined = parseMethods("gsrq@1+r3");
+    QCOMPARE(refined[0].bpa, 1.0);
+    QCOMPARE(refined[0].refine, 3);
+    QCOMPARE(methodTrainSettings(refined[0], 256, true, 10, 1, nullptr).rq.refine, 3);
     for (const char* bad : {"kivi-0", "kivi-9", "kivi-2x", "cq-0c8b", "cq-2c17b", "gsrq@0", "gsrq@x", "pq@1",
-                            "fp32,fp32", "missing.safetensors", ""}) {
+                            "fp32,fp32", "missing.safetensors", "", "gsrq@1+r0", "gsrq@1+r", "km-rq@1+3"}) {
         const QString m = invalidMessage([&] { parseMethods(bad); });
         QVERIFY2(m.startsWith("--methods"), qPrintable(QStringLiteral("%1: %2").arg(bad, m)));
     }

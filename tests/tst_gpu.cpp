@@ -257,6 +257,41 @@ private slots:
         }
     }
 
+    void cliRefinesOnTheDeviceAsOnTheCpu()
+    {
+        QString why;
+        if (!test::haveCudaDevice(&why))
+            QSKIP(qPrintable(why));
+        // Joint refinement goes through the backend interface (its re-encode is the backend's), so a
+        // device backend refines as the CPU does: each round's training NMSE within the same 0.5%, and
+        // the objective never rising on the device either.
+        const QString sample = test::sourcePath("resources/samples/stories260K-gpl3.safetensors");
+        auto train = [&](const char* backend) {
+            return test::gsrqRun(
+                {"--no-db", "train",    sample,     "--layers",  "1",     "--tensors", "layers.1.value",
+                 "--dim",   "8",        "--stages", "3",         "--k",   "16",        "--iters",
+                 "5",       "--refine", "2",        "--backend", backend, "--json",    "-q"});
+        };
+        const auto rg = train("cuda"), rc = train("cpu");
+        QVERIFY2(rg.code == 0, rg.err.constData());
+        QVERIFY2(rc.code == 0, rc.err.constData());
+        const QJsonObject g = QJsonDocument::fromJson(rg.out)["tensors"][0].toObject()["refinement"].toObject(),
+                          c = QJsonDocument::fromJson(rc.out)["tensors"][0].toObject()["refinement"].toObject();
+        const QJsonArray gr = g["rounds"].toArray(), cr = c["rounds"].toArray();
+        QCOMPARE(gr.size(), 2);
+        QCOMPARE(cr.size(), 2);
+        double previous = g["before"].toObject()["objective"].toDouble();
+        for (qsizetype i = 0; i < gr.size(); ++i) {
+            const double ng = gr[i].toObject()["train"].toObject()["nmse"].toDouble();
+            const double nc = cr[i].toObject()["train"].toObject()["nmse"].toDouble();
+            QVERIFY2(nc > 0 && std::abs(ng - nc) <= 5e-3 * nc,
+                     qPrintable(QString("round %1: cuda %2, cpu %3").arg(i + 1).arg(ng).arg(nc)));
+            const double objective = gr[i].toObject()["objective"].toDouble();
+            QVERIFY(objective <= previous * (1 + 1e-9));
+            previous = objective;
+        }
+    }
+
     void cliBenchTrainReportsWhatItMeasured()
     {
         QString why;

@@ -100,6 +100,7 @@ private slots:
     void reportIsOneSelfContainedFile();
     void firstWindowFillsTheScreenThenRemembers();
     void trainFillsTableAndExports();
+    void trainRefinesAndDrawsEachRound();
     void perplexityOfTrainedCodebooks();
     void compareMethodsOnTheModel();
     void cancelMidTraining();
@@ -567,6 +568,34 @@ void TestStudio::trainFillsTableAndExports()
     const auto cosines = page->stageChart()->points("layers.1.value");
     QCOMPARE(cosines.size(), 2);
     QVERIFY(cosines[1].y() > cosines[0].y() && cosines[1].y() <= 1); // stages add detail
+    page->stageMetricBox()->setCurrentText("nmse");
+}
+
+void TestStudio::trainRefinesAndDrawsEachRound()
+{
+    // Refinement rounds from the form: each round's train and held-out NMSE drawn after the last
+    // stage (x = R + round, from the greedy stages' point at x = R), the training error never rising.
+    auto* page = m_window->trainPage();
+    m_window->showPage("train");
+    page->tensorsEdit()->setText("layers.1.value");
+    page->dimBox()->setValue(8);
+    page->stagesBox()->setValue(2);
+    page->kBox()->setValue(16);
+    page->refineBox()->setValue(2);
+    QSignalSpy done(page, &TrainPage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(done.wait(test::waitMs(30000)));
+    page->refineBox()->setValue(0);
+    QVERIFY(done.first().first().toBool());
+    const auto train = page->stageChart()->points("layers.1.value refined");
+    const auto held = page->stageChart()->points("layers.1.value held-out");
+    QCOMPARE(train.size(), 3);
+    QCOMPARE(held.size(), 3);
+    QCOMPARE(train[0].x(), 2.0);
+    QCOMPARE(train[2].x(), 4.0);
+    QCOMPARE(train[0].y(), page->stageChart()->points("layers.1.value").last().y());
+    QVERIFY(train[1].y() <= train[0].y() * (1 + 1e-9) && train[2].y() <= train[1].y() * (1 + 1e-9));
+    QVERIFY(page->stageChart()->view()->chart()->title().contains("refinement round"));
 }
 
 // The training's codebooks (layers.1.value, 1 bit per activation) on the bundled model: the perplexity of its own

@@ -41,6 +41,7 @@ public:
     QSpinBox* dimBox() const { return m_dim; }
     QSpinBox* stagesBox() const { return m_stages; }
     QSpinBox* kBox() const { return m_k; }
+    QSpinBox* refineBox() const { return m_refine; }
     QSpinBox* itersBox() const { return m_iters; }
     QPushButton* runButton() const { return m_run; }
     QPushButton* cancelButton() const { return m_cancel; }

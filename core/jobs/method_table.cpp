@@ -49,7 +49,7 @@ double mean(const std::vector<LayerAttention>& a)
 std::vector<MethodSpec> parseMethods(const std::string& list, const std::string& flag)
 {
     static const std::regex cq(R"(cq-(\d{1,4})c(\d{1,2})b)");
-    static const std::regex rq(R"((km-rq|gsrq|vqllm)@([0-9]*\.?[0-9]+))");
+    static const std::regex rq(R"((km-rq|gsrq|vqllm)@([0-9]*\.?[0-9]+)(\+r(\d{1,3}))?)");
     std::vector<MethodSpec> out;
     std::set<std::string> seen;
     for (const std::string& name : splitTrimmed(list)) {
@@ -78,14 +78,20 @@ std::vector<MethodSpec> parseMethods(const std::string& list, const std::string&
             m.bpa = std::stod(g[2]);
             if (!(m.bpa > 0) || m.bpa > 16)
                 throwInvalid(flag, ": '", name, "': the bits per activation must be above 0 and at most 16");
+            if (g[4].matched) {
+                m.refine = std::stoi(g[4]);
+                if (m.refine < 1 || m.refine > 100)
+                    throwInvalid(flag, ": '", name, "': rounds of joint refinement (+rN) from 1 to 100");
+            }
         } else if (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") {
             m.kind = TableMethod::File;
             if (!std::filesystem::exists(name))
                 throwInvalid(flag, ": codebooks file '", name, "' does not exist");
         } else {
-            throwInvalid(flag, ": unknown method '", name,
-                         "' (fp32, kivi-B[gG][rN], cq-<C>c<B>b, km-rq@BPA, gsrq@BPA, vqllm@BPA, or a codebooks "
-                         ".safetensors file)");
+            throwInvalid(
+                flag, ": unknown method '", name,
+                "' (fp32, kivi-B[gG][rN], cq-<C>c<B>b, km-rq@BPA[+rN], gsrq@BPA[+rN], vqllm@BPA[+rN], or a codebooks "
+                ".safetensors file)");
         }
         out.push_back(m);
     }
@@ -128,6 +134,7 @@ TrainSettings methodTrainSettings(const MethodSpec& m, std::int64_t features, bo
         s.rq.stages = c->stages;
         s.rq.k = c->k;
         s.rq.method = m.kind == TableMethod::Gsrq ? Method::GainShape : Method::KMeans;
+        s.rq.refine = m.refine;
         s.weights = m.kind == TableMethod::Gsrq ? WeightMode::GradLog : WeightMode::None;
         if (m.kind == TableMethod::Vqllm) {
             s.rq.stridedGroups = true;
@@ -240,6 +247,8 @@ MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<st
         MethodTableRow row;
         row.name = m.name;
         row.family = familyOf(m.kind);
+        if (m.refine > 0) // its own series beside the greedy method's
+            row.family += cat("+r", m.refine);
         if (m.kind == TableMethod::Kivi) {
             auto counts = std::make_shared<KiviCounts>();
             row.perplexity = perplexity(model, sequences, kiviHook(m.kivi, cfg, layers, counts)).perplexity();
@@ -284,7 +293,8 @@ MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<st
                 row.settings =
                     cat("D=", ts.rq.dim, " R=", ts.rq.stages, " K=", ts.rq.k, " ", methodName(ts.rq.method), " ",
                         weightModeName(ts.weights), ts.rq.emaDecay > 0 ? cat(", EMA γ ", ts.rq.emaDecay) : "",
-                        ts.rq.stridedGroups && ts.rq.dim < cfg.kvDim() ? ", strided groups" : "");
+                        ts.rq.stridedGroups && ts.rq.dim < cfg.kvDim() ? ", strided groups" : "",
+                        ts.rq.refine > 0 ? cat(", ", ts.rq.refine, " rounds of joint refinement") : "");
             }
             const auto quantized = quantizedLayers(file, layers);
             if (quantized.empty())

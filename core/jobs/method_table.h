@@ -10,6 +10,8 @@
 //   gsrq@BPA             GSRQ: GSKM, grad-log weights
 //   vqllm@BPA            VQLLM-style RQ: K-means with moving-average updates (γ = 0.5 over whole
 //                        passes), subspaces of strided channels, no weights
+//   …@BPA+rN             any of the three with N rounds of joint refinement (refineJointly) after
+//                        its greedy stages: gsrq@1+r3
 //   <file>.safetensors   a codebooks file trained before (gsrq train)
 // Trained methods are trained on the keys and values of a dump of the model (--train-dump) with
 // every row (the perplexity text is the held-out set); BPA takes the paper's D = 128, K = 256 where
@@ -38,6 +40,7 @@ struct MethodSpec {
     int channels = 0;  // Cq: C
     int blockBits = 0; // Cq: B
     double bpa = 0;    // KmRq, Gsrq, Vqllm
+    int refine = 0;    // KmRq, Gsrq, Vqllm: rounds of joint refinement (+rN)
 };
 
 // A comma-separated list. Throws Error(InvalidInput) naming `flag` and the entry for an unknown or

@@ -101,10 +101,8 @@ nlohmann::ordered_json trainRunSettings(const TrainSettings& s, const std::strin
         {"out", out},
         {"backend", backend.name()},
         {"device", backend.device()}};
-    if (s.rq.refine > 0) {
-        j["refine"] = s.rq.refine;
-        j["refine_beam"] = s.rq.refineBeam;
-    }
+    j["refine"] = s.rq.refine;
+    j["refine_beam"] = s.rq.refineBeam;
     return j;
 }
 
