@@ -74,6 +74,10 @@ void validateRq(const RqSettings& s, std::int64_t rows, std::int64_t features)
         throwInvalid("--refine ", s.refine, ": rounds of joint refinement, 0 to 100");
     if (s.refineBeam < 0 || s.refineBeam > 256)
         throwInvalid("--refine-beam ", s.refineBeam, ": 0 (the training beam) to 256");
+    if (s.refine > 0 && std::int64_t(s.stages) * s.k > kMaxRefineCodewords)
+        throwInvalid("--refine: the joint solve covers R·K = ", std::int64_t(s.stages) * s.k,
+                     " codewords per subspace (--stages ", s.stages, " × --k ", s.k, "); at most ", kMaxRefineCodewords,
+                     " (a dense system of their square)");
     if (s.emaDecay > 0 && s.method != Method::KMeans)
         throwInvalid("--ema-decay: the moving-average update is K-means'; GSKM updates gains and shapes");
 }
@@ -374,6 +378,7 @@ bool refineJointly(const MatrixRF& X, const float* weights, int rounds, int beam
         if (rr.objectiveAfterUpdate > previous) { // rounding only: keep the codewords that were better
             next = cb;
             rr.objectiveAfterUpdate = previous;
+            rr.updateReverted = true;
         }
         // Re-encode; keep each (row, subspace)'s new codes only where they lower its error.
         const Codes fresh = encode(X, next, beam, backend);
@@ -415,6 +420,27 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
                                      ClusterBackend& backend, const ProgressFn& progress, const HeldoutFn& heldout)
 {
     validateRq(s, X.rows(), X.cols());
+    if (s.refine > 0) {
+        // The greedy stages, then the rounds: the stages take the first 80% of the progress.
+        RqSettings greedy = s;
+        greedy.refine = 0;
+        const auto scaled = [&](double from, double share) {
+            return progress ? ProgressFn([&progress, from, share](const ProgressEvent& e) {
+                ProgressEvent x = e;
+                x.fraction = from + share * e.fraction;
+                return progress(x);
+            })
+                            : ProgressFn();
+        };
+        auto out = trainResidualQuantizer(X, weights, greedy, backend, scaled(0.0, 0.8));
+        if (!out.cancelled) {
+            const auto start = std::chrono::steady_clock::now();
+            out.cancelled = !refineJointly(X, weights, s.refine, s.refineBeam > 0 ? s.refineBeam : s.beam, backend, out,
+                                           scaled(0.8, 0.2), heldout);
+            out.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
+        return out;
+    }
     const int D = s.dim == 0 ? int(X.cols()) : s.dim;
     const int M = int(X.cols() / D), R = s.stages;
     if (s.stridedGroups && M > 1) { // one subspace: the strided order is the data's own
@@ -422,18 +448,11 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
         // rows (the same in any order) and the codes are the rows'.
         RqSettings inner = s;
         inner.stridedGroups = false;
-        inner.refine = 0; // refined below, on the codebooks with their order
         Codebooks ordered;
         ordered.order = stridedOrder(D, M);
         const MatrixRF orderedRows = inBookOrder(X, ordered); // the backend is bound to these; callers bind anew
         auto out = trainResidualQuantizer(orderedRows, weights, inner, backend, progress);
         out.codebooks.order = std::move(ordered.order);
-        if (s.refine > 0 && !out.cancelled) {
-            const auto start = std::chrono::steady_clock::now();
-            out.cancelled = !refineJointly(X, weights, s.refine, s.refineBeam > 0 ? s.refineBeam : s.beam, backend, out,
-                                           progress, heldout);
-            out.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        }
         return out;
     }
     const auto start = std::chrono::steady_clock::now();
@@ -501,9 +520,6 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
     }
     if (!out.afterStage.empty())
         out.metrics = out.afterStage.back();
-    if (s.refine > 0 && !out.cancelled)
-        out.cancelled = !refineJointly(X, weights, s.refine, s.refineBeam > 0 ? s.refineBeam : s.beam, backend, out,
-                                       progress, heldout);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return out;
 }

@@ -93,6 +93,7 @@ struct RefineRound {
     QuantMetrics train;
     std::optional<QuantMetrics> heldout;
     std::int64_t rowsRecoded = 0; // (row, subspace) pairs whose codes the re-encode changed
+    bool updateReverted = false;  // the update raised the objective (rounding alone can): codewords kept
     double seconds = 0;
 };
 
@@ -111,6 +112,10 @@ struct RqTrainResult {
     double seconds = 0;
     bool cancelled = false;
 };
+
+// The most codewords per subspace (R·K) joint refinement solves for: its system is dense, (R·K)²
+// doubles (512 MiB here, the paper's 2 BPA at D = 128).
+inline constexpr std::int64_t kMaxRefineCodewords = 8192;
 
 // Metrics of rows held out from training under the given codebooks (each refinement round's).
 using HeldoutFn = std::function<QuantMetrics(const Codebooks&)>;

@@ -26,7 +26,16 @@
 #if GSRQ_DECODE_ISA > 0 && GSRQ_DECODE_X86
 #define GSRQ_DECODE_SIMD 1
 #include <immintrin.h>
+// GCC's target pragma, or clang's attribute on every function that follows (popped at the end).
+#if defined(__clang__)
+#define GSRQ_DECODE_CLANG_TARGET 1
 #if GSRQ_DECODE_ISA == 2
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq"))),              \
+                             apply_to = function)
+#else
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#endif
+#elif GSRQ_DECODE_ISA == 2
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")
 #else
 #pragma GCC target("avx2,fma,f16c")
@@ -34,6 +43,9 @@
 #else
 #define GSRQ_DECODE_SIMD 0
 #include <Eigen/Core>
+#if GSRQ_DECODE_ISA == 0 && GSRQ_DECODE_X86
+#include <cpuid.h>
+#endif
 #endif
 
 namespace gsrq::cpudecode {
@@ -57,9 +69,6 @@ struct V8 {
         return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
     }
     void store(float* p) const { _mm256_storeu_ps(p, v); }
-    friend V8 operator+(V8 a, V8 b) { return {_mm256_add_ps(a.v, b.v)}; }
-    friend V8 operator-(V8 a, V8 b) { return {_mm256_sub_ps(a.v, b.v)}; }
-    friend V8 operator*(V8 a, V8 b) { return {_mm256_mul_ps(a.v, b.v)}; }
     static V8 fma(V8 a, V8 b, V8 c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; } // a·b + c
     static V8 max(V8 a, V8 b) { return {_mm256_max_ps(a.v, b.v)}; }
     float sum() const
@@ -99,6 +108,18 @@ struct V8 {
         return {_mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e))};
     }
 };
+inline V8 operator+(V8 a, V8 b)
+{
+    return {_mm256_add_ps(a.v, b.v)};
+}
+inline V8 operator-(V8 a, V8 b)
+{
+    return {_mm256_sub_ps(a.v, b.v)};
+}
+inline V8 operator*(V8 a, V8 b)
+{
+    return {_mm256_mul_ps(a.v, b.v)};
+}
 
 // A group's table entry or bin: 4 lanes (one 16-byte load) or 8 (one 32-byte load).
 template <int N> struct Lanes;
@@ -107,21 +128,39 @@ template <> struct Lanes<4> {
     static Lanes zero() { return {_mm_setzero_ps()}; }
     static Lanes load(const float* p) { return {_mm_loadu_ps(p)}; }
     void store(float* p) const { _mm_storeu_ps(p, v); }
-    friend Lanes operator+(Lanes a, Lanes b) { return {_mm_add_ps(a.v, b.v)}; }
-    friend Lanes operator-(Lanes a, Lanes b) { return {_mm_sub_ps(a.v, b.v)}; }
-    friend Lanes operator*(Lanes a, Lanes b) { return {_mm_mul_ps(a.v, b.v)}; }
     static Lanes max(Lanes a, Lanes b) { return {_mm_max_ps(a.v, b.v)}; }
 };
+inline Lanes<4> operator+(Lanes<4> a, Lanes<4> b)
+{
+    return {_mm_add_ps(a.v, b.v)};
+}
+inline Lanes<4> operator-(Lanes<4> a, Lanes<4> b)
+{
+    return {_mm_sub_ps(a.v, b.v)};
+}
+inline Lanes<4> operator*(Lanes<4> a, Lanes<4> b)
+{
+    return {_mm_mul_ps(a.v, b.v)};
+}
 template <> struct Lanes<8> {
     __m256 v;
     static Lanes zero() { return {_mm256_setzero_ps()}; }
     static Lanes load(const float* p) { return {_mm256_loadu_ps(p)}; }
     void store(float* p) const { _mm256_storeu_ps(p, v); }
-    friend Lanes operator+(Lanes a, Lanes b) { return {_mm256_add_ps(a.v, b.v)}; }
-    friend Lanes operator-(Lanes a, Lanes b) { return {_mm256_sub_ps(a.v, b.v)}; }
-    friend Lanes operator*(Lanes a, Lanes b) { return {_mm256_mul_ps(a.v, b.v)}; }
     static Lanes max(Lanes a, Lanes b) { return {_mm256_max_ps(a.v, b.v)}; }
 };
+inline Lanes<8> operator+(Lanes<8> a, Lanes<8> b)
+{
+    return {_mm256_add_ps(a.v, b.v)};
+}
+inline Lanes<8> operator-(Lanes<8> a, Lanes<8> b)
+{
+    return {_mm256_sub_ps(a.v, b.v)};
+}
+inline Lanes<8> operator*(Lanes<8> a, Lanes<8> b)
+{
+    return {_mm256_mul_ps(a.v, b.v)};
+}
 
 #if GSRQ_DECODE_ISA == 2
 // Sixteen floats in one AVX-512 register: the FP16 path's width in the AVX-512 build, where one
@@ -138,7 +177,6 @@ struct V16 {
         return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
     }
     void store(float* p) const { _mm512_storeu_ps(p, v); }
-    friend V16 operator+(V16 a, V16 b) { return {_mm512_add_ps(a.v, b.v)}; }
     static V16 fma(V16 a, V16 b, V16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; } // a·b + c
     // Its two halves added: 8 partial sums whose total is this vector's.
     V8 fold() const { return {_mm256_add_ps(_mm512_extractf32x8_ps(v, 0), _mm512_extractf32x8_ps(v, 1))}; }
@@ -147,6 +185,10 @@ struct V16 {
         return V8::sum8(a0.fold(), a1.fold(), a2.fold(), a3.fold(), a4.fold(), a5.fold(), a6.fold(), a7.fold());
     }
 };
+inline V16 operator+(V16 a, V16 b)
+{
+    return {_mm512_add_ps(a.v, b.v)};
+}
 using VW = V16;
 constexpr int kVectorRegisters = 32;
 constexpr const char* kIsa = "avx512";
@@ -759,6 +801,38 @@ const Kernels kKernels{kIsa, VW::N, &fp16, &tables, &lookup, &paper, &values, &f
 
 #if GSRQ_DECODE_ISA == 0
 
+namespace {
+
+// What the CPU and the operating system support, from CPUID and XGETBV (the compilers' own feature
+// tests differ: clang before 18 knows no "f16c").
+struct CpuFeatures {
+    bool avx2 = false;   // AVX2, FMA and F16C, with the YMM state saved by the OS
+    bool avx512 = false; // and AVX-512 F, BW, VL and DQ, with the ZMM state saved
+};
+
+CpuFeatures cpuFeatures()
+{
+    CpuFeatures f;
+#if GSRQ_DECODE_X86
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return f;
+    const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+    if (!osxsave || !avx)
+        return f;
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    const bool ymm = (lo & 0x6u) == 0x6u, zmm = (lo & 0xE6u) == 0xE6u;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return f;
+    f.avx2 = ymm && fma && f16c && (b & (1u << 5));
+    f.avx512 = f.avx2 && zmm && (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31));
+#endif
+    return f;
+}
+
+} // namespace
+
 const Kernels& portableKernels()
 {
     return kKernels;
@@ -767,8 +841,8 @@ const Kernels& portableKernels()
 const Kernels* avx2Kernels()
 {
 #if GSRQ_DECODE_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    static const bool ok = cpuFeatures().avx2;
+    if (ok)
         return &detail::avx2Build();
 #endif
     return nullptr;
@@ -777,9 +851,8 @@ const Kernels* avx2Kernels()
 const Kernels* avx512Kernels()
 {
 #if GSRQ_DECODE_X86
-    __builtin_cpu_init();
-    if (avx2Kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    static const bool ok = cpuFeatures().avx512;
+    if (ok)
         return &detail::avx512Build();
 #endif
     return nullptr;
@@ -827,3 +900,7 @@ const Kernels& detail::avx2Build()
 #endif
 
 } // namespace gsrq::cpudecode
+
+#ifdef GSRQ_DECODE_CLANG_TARGET
+#pragma clang attribute pop
+#endif

@@ -276,7 +276,11 @@ PaperCheckResult runPaperCheck(const PaperCheckSettings& s, ClusterBackend& back
                 if (s.rqRefine > 0) {
                     RqTrainResult refined = tr;
                     if (!refineJointly(T, nullptr, s.rqRefine, 1, backend, refined,
-                                       [&](const ProgressEvent&) { return !out.cancelled; })) {
+                                       [&, f = partProgress(cat(b, " BPA refinement"), -1)](const ProgressEvent& e) {
+                                           ProgressEvent last = e;
+                                           last.fraction = 1.0; // the part's end: its weight is the trainings'
+                                           return f(last);
+                                       })) {
                         out.cancelled = true;
                         break;
                     }

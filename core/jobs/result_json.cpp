@@ -121,6 +121,7 @@ nlohmann::ordered_json toJson(const TensorTrainResult& r, WeightMode weights, bo
                                          {"objective_after_update", rr.objectiveAfterUpdate},
                                          {"objective", rr.objective},
                                          {"rows_recoded", rr.rowsRecoded},
+                                         {"update_reverted", rr.updateReverted},
                                          {"seconds", rr.seconds}};
             rj["train"] = toJson(rr.train);
             if (rr.heldout)

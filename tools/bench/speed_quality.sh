@@ -66,8 +66,9 @@ for bpa in ("0.5", "0.75", "1"):
             if path != "fp16":
                 cell += f" ({p['speedup_vs_fp16']:.2f}×, {p['roofline_bound']})"
             else:
+                eigen = p.get("eigen_fp32_seconds")
                 cell += (f" ({p['fraction_of_read_rows'] * 100:.0f}% of a read of its rows, "
-                         f"{p['eigen_fp32_seconds'] / t:.1f}× Eigen FP32)")
+                         + (f"{eigen / t:.1f}× Eigen FP32)" if eigen else "Eigen FP32 not run)"))
             cells.append(cell)
         quality = "—" if errors[path] is None else f"{errors[path]:.4f}"
         print(f"| {bpa} | {stages} | {quality} | {path} | " + " | ".join(cells) + " |")
