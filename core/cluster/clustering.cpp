@@ -167,9 +167,11 @@ void validateWeights(const float* weights, std::int64_t n)
         throwInvalid("every row has weight zero; nothing to cluster");
 }
 
-ClusteringResult cluster(const MatrixRF& X, const float* weights, Method method, const ClusteringParams& p,
+ClusteringResult cluster(const RowsRef& X, const float* weights, Method method, const ClusteringParams& p,
                          ClusterBackend& backend, const IterationCallback& onIteration)
 {
+    if (!isContiguous(X)) // the backend reads whole rows
+        return cluster(MatrixRF(X), weights, method, p, backend, onIteration);
     validateWeights(weights, X.rows());
     backend.bind(X.data(), X.rows(), static_cast<int>(X.cols()), weights);
     backend.selectBlock(0, static_cast<int>(X.cols()), p.epsilon);

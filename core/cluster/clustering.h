@@ -80,7 +80,7 @@ std::vector<std::int64_t> sampleRows(std::int64_t n, int k, std::uint64_t seed);
 
 // X: n × d row-major float32; weights: n values ≥ 0 or null. The backend is (re)bound to X.
 // Throws Error(InvalidInput) for k < 1, k > n, or weights summing to zero.
-ClusteringResult cluster(const MatrixRF& X, const float* weights, Method method, const ClusteringParams& params,
+ClusteringResult cluster(const RowsRef& X, const float* weights, Method method, const ClusteringParams& params,
                          ClusterBackend& backend, const IterationCallback& onIteration = {});
 
 // The same on the block the backend has selected (its residual rows, its weights): how the

@@ -176,7 +176,7 @@ std::vector<std::int32_t> stridedOrder(int dim, int subspaces)
 namespace {
 
 // The rows in the codebooks' feature order.
-MatrixRF inBookOrder(const MatrixRF& X, const Codebooks& cb)
+MatrixRF inBookOrder(const RowsRef& X, const Codebooks& cb)
 {
     MatrixRF out(X.rows(), X.cols());
     for (Eigen::Index j = 0; j < X.cols(); ++j)
@@ -186,7 +186,7 @@ MatrixRF inBookOrder(const MatrixRF& X, const Codebooks& cb)
 
 } // namespace
 
-Codes encode(const MatrixRF& X, const Codebooks& cb, int beam, ClusterBackend& backend, int stages)
+Codes encode(const RowsRef& X, const Codebooks& cb, int beam, ClusterBackend& backend, int stages)
 {
     const int R = stages < 0 ? cb.stages : stages;
     if (X.cols() != cb.features())
@@ -205,6 +205,8 @@ Codes encode(const MatrixRF& X, const Codebooks& cb, int beam, ClusterBackend& b
         }
         return codes;
     }
+    if (!isContiguous(X)) // the backend reads whole rows
+        return encode(MatrixRF(X), cb, beam, backend, stages);
     // Greedy: the nearest codeword per stage, on the residual the backend keeps.
     std::vector<std::int32_t> labels(std::size_t(X.rows()));
     AssignStats st;
@@ -244,7 +246,7 @@ MatrixRF decode(const Codes& codes, const Codebooks& cb, int stages)
     return out;
 }
 
-double weightedObjective(const MatrixRF& X, const float* weights, const Codes& codes, const Codebooks& cb)
+double weightedObjective(const RowsRef& X, const float* weights, const Codes& codes, const Codebooks& cb)
 {
     const MatrixRF err = X - decode(codes, cb);
     double num = 0, den = 0;
@@ -300,7 +302,7 @@ void leastSquaresCodewords(const MatrixRF& Xm, const float* weights, const Codes
 }
 
 // Per (row, subspace) squared errors of codes under codebooks.
-Eigen::MatrixXd blockErrors(const MatrixRF& X, const Codes& codes, const Codebooks& cb)
+Eigen::MatrixXd blockErrors(const RowsRef& X, const Codes& codes, const Codebooks& cb)
 {
     const MatrixRF err = X - decode(codes, cb);
     Eigen::MatrixXd e(X.rows(), cb.subspaces);
@@ -311,7 +313,7 @@ Eigen::MatrixXd blockErrors(const MatrixRF& X, const Codes& codes, const Codeboo
 
 } // namespace
 
-bool refineJointly(const MatrixRF& X, const float* weights, int rounds, int beam, ClusterBackend& backend,
+bool refineJointly(const RowsRef& X, const float* weights, int rounds, int beam, ClusterBackend& backend,
                    RqTrainResult& result, const ProgressFn& progress, const HeldoutFn& heldout)
 {
     Codebooks& cb = result.codebooks;
@@ -416,7 +418,7 @@ bool refineJointly(const MatrixRF& X, const float* weights, int rounds, int beam
     return true;
 }
 
-RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, const RqSettings& s,
+RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, const RqSettings& s,
                                      ClusterBackend& backend, const ProgressFn& progress, const HeldoutFn& heldout)
 {
     validateRq(s, X.rows(), X.cols());
@@ -455,6 +457,8 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
         out.codebooks.order = std::move(ordered.order);
         return out;
     }
+    if (!isContiguous(X)) // the backend reads whole rows
+        return trainResidualQuantizer(MatrixRF(X), weights, s, backend, progress, heldout);
     const auto start = std::chrono::steady_clock::now();
     RqTrainResult out;
     out.codebooks.allocate(D, R, s.k, M);

@@ -120,7 +120,7 @@ inline constexpr std::int64_t kMaxRefineCodewords = 8192;
 // Metrics of rows held out from training under the given codebooks (each refinement round's).
 using HeldoutFn = std::function<QuantMetrics(const Codebooks&)>;
 
-RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, const RqSettings& s,
+RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, const RqSettings& s,
                                      ClusterBackend& backend, const ProgressFn& progress = {},
                                      const HeldoutFn& heldout = {});
 
@@ -136,14 +136,14 @@ RqTrainResult trainResidualQuantizer(const MatrixRF& X, const float* weights, co
 // round with the lowest held-out NMSE is kept (the greedy stages' when none lowers it: with few rows
 // per codeword the joint fit over-fits). Updates `result` (codebooks, codes, metrics, refinement,
 // keptRound); returns false when progress cancelled it (the best whole round so far is kept).
-bool refineJointly(const MatrixRF& X, const float* weights, int rounds, int beam, ClusterBackend& backend,
+bool refineJointly(const RowsRef& X, const float* weights, int rounds, int beam, ClusterBackend& backend,
                    RqTrainResult& result, const ProgressFn& progress = {}, const HeldoutFn& heldout = {});
 
 // The weighted relative error Σ w‖x − x̂‖² / Σ w‖x‖² of codes under codebooks (weights null: all 1).
-double weightedObjective(const MatrixRF& X, const float* weights, const Codes& codes, const Codebooks& cb);
+double weightedObjective(const RowsRef& X, const float* weights, const Codes& codes, const Codebooks& cb);
 
 // Encodes X (N × M·D) with the first `stages` stages (all when < 0).
-Codes encode(const MatrixRF& X, const Codebooks& cb, int beam, ClusterBackend& backend, int stages = -1);
+Codes encode(const RowsRef& X, const Codebooks& cb, int beam, ClusterBackend& backend, int stages = -1);
 MatrixRF decode(const Codes& codes, const Codebooks& cb, int stages = -1);
 
 } // namespace gsrq

@@ -27,6 +27,14 @@ bool isFloat(DType t);
 // Row-major float32 matrix: the layout every algorithm takes (n rows × d features).
 using MatrixRF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MatrixRD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+// Rows the algorithms read without owning them: a MatrixRF, or a Map over memory that is not ours
+// (a NumPy array or a torch tensor, with no copy). Where a backend binds the rows they must be
+// contiguous; a view with another row stride is copied first (contiguousRows).
+using RowsRef = Eigen::Ref<const MatrixRF>;
+inline bool isContiguous(const RowsRef& x)
+{
+    return x.rows() <= 1 || x.outerStride() == x.cols();
+}
 
 struct TensorView {
     std::string name;

@@ -210,6 +210,59 @@ HoldoutSplit splitHoldout(Eigen::Index rows, double fraction, bool tail, std::ui
     return out;
 }
 
+TensorTrainResult trainTensorRows(const RowsRef& x, const float* weights, const TrainSettings& s,
+                                  ClusterBackend& backend, const ProgressFn& progress, const MatrixRF* evalRows,
+                                  HoldoutSplit* splitOut, Codes* heldoutCodes)
+{
+    if (s.holdout < 0 || s.holdout >= 1)
+        throwInvalid("--holdout ", s.holdout, ": must be a fraction in [0, 1)");
+    TensorTrainResult r;
+    r.features = x.cols();
+    const HoldoutSplit split = splitHoldout(x.rows(), s.holdout, s.holdoutTail, s.rq.seed);
+    // Nothing held out: the rows are trained on where they are (a caller's array is not copied).
+    std::optional<MatrixRF> xTrainCopy;
+    Eigen::VectorXf wTrainCopy;
+    const float* wp = weights;
+    if (!split.heldout.empty()) {
+        xTrainCopy = x(split.train, Eigen::all);
+        if (weights) {
+            wTrainCopy = Eigen::Map<const Eigen::VectorXf>(weights, x.rows())(split.train);
+            wp = wTrainCopy.data();
+        }
+    }
+    const RowsRef xTrain = xTrainCopy ? RowsRef(*xTrainCopy) : x;
+
+    // Held-out rows (a share of these, or the caller's evalRows), encoded as at the end: each
+    // refinement round's held-out metrics, so over-fitting shows.
+    std::optional<MatrixRF> heldRows;
+    if (!split.heldout.empty())
+        heldRows = x(split.heldout, Eigen::all);
+    const MatrixRF* held = heldRows ? &*heldRows : evalRows;
+    const HeldoutFn roundHeldout = s.rq.refine > 0 && held ? HeldoutFn([&](const Codebooks& cb) {
+        return computeMetrics(*held, decode(encode(*held, cb, s.rq.beam, backend), cb));
+    })
+                                                           : HeldoutFn();
+    r.train = trainResidualQuantizer(xTrain, wp, s.rq, backend, progress, roundHeldout);
+    if (r.train.cancelled)
+        return r;
+    r.rows = xTrain.rows();
+    r.bpa = bitsPerActivation(r.train.codebooks.dim, s.rq.stages, s.rq.k);
+    r.codebookBytes = std::uint64_t(r.train.codebooks.data.size() * (s.exportDType == DType::F16 ? 16 : 32) / 8);
+    r.effectiveBpa = r.bpa + double(r.codebookBytes) * 8 / (double(x.rows()) * double(r.features));
+    if (held) {
+        r.heldoutRows = held->rows();
+        const auto t0 = std::chrono::steady_clock::now();
+        Codes codes = encode(*held, r.train.codebooks, s.rq.beam, backend);
+        r.heldout = computeMetrics(*held, decode(codes, r.train.codebooks));
+        r.heldoutSeconds = elapsed(t0);
+        if (heldoutCodes && heldRows)
+            *heldoutCodes = std::move(codes);
+    }
+    if (splitOut)
+        *splitOut = split;
+    return r;
+}
+
 TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBackend& backend, const ProgressFn& progress)
 {
     if (s.holdout < 0 || s.holdout >= 1)
@@ -276,42 +329,25 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
                          .dump()},
         {"source_sha256", s.sourceSha256.empty() ? sha256Files(dump.files()) : s.sourceSha256}};
 
-    const double bitsPerValue = s.exportDType == DType::F16 ? 16 : 32;
     std::map<int, std::map<KvKind, MatrixRF>> recon; // per layer: full reconstructions for attention
     const double perTensor = 1.0 / double(selected.size());
     for (std::size_t ti = 0; ti < selected.size() && !out.cancelled; ++ti) {
         const KvTensor& t = *selected[ti];
-        TensorTrainResult r;
-        r.tensor = t.view.name;
         LoadedTensor loaded;
-        MatrixRF x = preparedRows(dump, t, s.keyRope, s.dropNonFinite, &loaded, &r.ropeApplied);
-        r.droppedRows = std::int64_t(loaded.droppedRows.size());
-        r.features = x.cols();
-        const Eigen::VectorXf w = weightsFor(dump, t, loaded, s.weights, s.tau, &r.weightSummary);
-        const HoldoutSplit split = splitHoldout(x.rows(), s.holdout, s.holdoutTail, s.rq.seed);
-        const Eigen::Index trainRows = Eigen::Index(split.train.size());
-        const MatrixRF xTrain = x(split.train, Eigen::all);
-        const Eigen::VectorXf wTrain = w.size() ? Eigen::VectorXf(w(split.train)) : Eigen::VectorXf();
-        const float* wp = wTrain.size() ? wTrain.data() : nullptr;
-
-        // Held-out rows (a share of the dump's, or the --eval dump's), encoded as at the end: each
-        // refinement round's held-out metrics, so over-fitting shows.
+        bool ropeApplied = false;
+        MatrixRF x = preparedRows(dump, t, s.keyRope, s.dropNonFinite, &loaded, &ropeApplied);
         std::optional<MatrixRF> evalRows;
-        if (s.rq.refine > 0) {
-            if (!split.heldout.empty())
-                evalRows = x(split.heldout, Eigen::all);
-            else if (evalDump) {
-                const KvTensor& e = evalDump->format() == "npy" && dump.format() == "npy" ? evalDump->only()
-                                                                                          : evalDump->get(t.view.name);
-                evalRows = preparedRows(*evalDump, e, s.keyRope, s.dropNonFinite, nullptr, nullptr);
-            }
+        if (evalDump && s.holdout == 0) {
+            const KvTensor& e =
+                evalDump->format() == "npy" && dump.format() == "npy" ? evalDump->only() : evalDump->get(t.view.name);
+            evalRows = preparedRows(*evalDump, e, s.keyRope, s.dropNonFinite, nullptr, nullptr);
         }
-        const HeldoutFn roundHeldout = evalRows ? HeldoutFn([&](const Codebooks& cb) {
-            return computeMetrics(*evalRows, decode(encode(*evalRows, cb, s.rq.beam, backend), cb));
-        })
-                                                : HeldoutFn();
-        r.train = trainResidualQuantizer(
-            xTrain, wp, s.rq, backend,
+        WeightSummary summary;
+        const Eigen::VectorXf w = weightsFor(dump, t, loaded, s.weights, s.tau, &summary);
+        HoldoutSplit split;
+        Codes heldCodes;
+        TensorTrainResult r = trainTensorRows(
+            x, w.size() ? w.data() : nullptr, s, backend,
             [&](const ProgressEvent& e) {
                 if (!progress)
                     return true;
@@ -321,31 +357,16 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
                 ev.tensor = t.view.name;
                 return progress(ev);
             },
-            roundHeldout);
+            evalRows ? &*evalRows : nullptr, &split, &heldCodes);
         if (r.train.cancelled) {
             out.cancelled = true;
             break;
         }
-        r.rows = trainRows;
-        r.bpa = bitsPerActivation(r.train.codebooks.dim, s.rq.stages, s.rq.k);
-        r.codebookBytes = std::uint64_t(r.train.codebooks.data.size() * bitsPerValue / 8);
+        r.tensor = t.view.name;
+        r.weightSummary = summary;
+        r.droppedRows = std::int64_t(loaded.droppedRows.size());
+        r.ropeApplied = ropeApplied;
         r.effectiveBpa = r.bpa + double(r.codebookBytes) * 8 / (double(t.view.rows()) * double(r.features));
-
-        Codes heldCodes;
-        if (!split.heldout.empty()) {
-            const MatrixRF xh = x(split.heldout, Eigen::all);
-            r.heldoutRows = xh.rows();
-            const auto t0 = std::chrono::steady_clock::now();
-            heldCodes = encode(xh, r.train.codebooks, s.rq.beam, backend);
-            r.heldout = computeMetrics(xh, decode(heldCodes, r.train.codebooks));
-            r.heldoutSeconds = elapsed(t0);
-        } else if (evalDump) {
-            const KvTensor& e =
-                evalDump->format() == "npy" && dump.format() == "npy" ? evalDump->only() : evalDump->get(t.view.name);
-            const MatrixRF xe = preparedRows(*evalDump, e, s.keyRope, s.dropNonFinite, nullptr, nullptr);
-            r.heldoutRows = xe.rows();
-            r.heldout = metricsOf(xe, r.train.codebooks, s.rq.beam, backend, &r.heldoutSeconds);
-        }
 
         if (s.attentionQueries > 0 && t.layer >= 0 && r.droppedRows == 0 &&
             (t.kind == KvKind::Key || t.kind == KvKind::Value)) {

@@ -75,6 +75,17 @@ struct TrainJobResult {
 std::vector<const KvTensor*> selectTensors(const KvDump& dump, const std::vector<std::string>& patterns,
                                            const std::string& layers);
 
+// One tensor's rows trained as `runTrain` trains each of a dump's: the hold-out split of s.holdout
+// (s.holdoutTail, s.rq.seed), the stages and refinement rounds with each round's held-out metrics,
+// and the held-out metrics at the end, of the split's rows or, where it holds none, of `evalRows`.
+// weights: x.rows() values, or null. With nothing held out the rows are read in place. Fills rows,
+// heldoutRows, features, bpa, codebookBytes, effectiveBpa (of x's rows), train and heldout; the
+// caller names the tensor. splitOut and heldoutCodes (the split's held-out rows' codes) are optional.
+TensorTrainResult trainTensorRows(const RowsRef& x, const float* weights, const TrainSettings& s,
+                                  ClusterBackend& backend, const ProgressFn& progress = {},
+                                  const MatrixRF* evalRows = nullptr, HoldoutSplit* splitOut = nullptr,
+                                  Codes* heldoutCodes = nullptr);
+
 TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBackend& backend,
                         const ProgressFn& progress = {});
 
