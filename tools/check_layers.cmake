@@ -19,7 +19,7 @@ set(allow_gpu_emulator "core/base/;gpu/")
 # The Qt views display what core produced and never reach the GPU side.
 set(allow_views        "core/;views/")
 # The Python package binds the engine alone: no GPU code (its wheel has no CUDA), no Qt.
-set(allow_app_python   "core/")
+set(allow_app_python   "core/;app/python/")
 set(layers core/base core/io core/cluster core/lm core/decode core/store core/jobs gpu/device gpu/cluster gpu/decode gpu/emulator
     views app/python)
 

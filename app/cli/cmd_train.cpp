@@ -87,201 +87,191 @@ Command registerTrain(CLI::App& root)
     addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     cmd->add_flag("--quiet,-q", o->quiet, "No progress bar");
-    return {
-        cmd, [o, weightsFlag, emaFlag] {
-            TrainSettings& s = o->s;
-            const bool cq = o->method == "cq", vqllm = o->method == "vqllm";
-            if (!cq && !vqllm && !methodFromName(o->method))
-                throwInvalid("--method: '", o->method, "' is not gskm, km, cq or vqllm");
-            s.rq.method = cq || vqllm ? Method::KMeans : parseMethod("--method", o->method);
-            if (vqllm) {
-                if (!(o->emaDecay >= 0 && o->emaDecay < 1))
-                    throwInvalid("--ema-decay ", o->emaDecay, ": must be in [0, 1)");
-                s.rq.stridedGroups = true;
-                s.rq.emaDecay = o->emaDecay;
-                s.methodLabel = "vqllm";
-            } else if (emaFlag->count()) {
-                throwInvalid("--ema-decay: only with --method vqllm");
-            }
-            if (cq && weightsFlag->count() == 0)
-                o->weights = "grad-sq"; // CQ's Fisher weighting
-            if (!cq && (o->channels || o->bits))
-                throwInvalid(o->channels ? "--channels" : "--bits", ": only with --method cq");
-            const auto w = weightModeFromName(o->weights);
-            if (!w)
-                throwInvalid("--weights: unknown mode '", o->weights, "' (none, grad-raw, grad-log, grad-sq)");
-            s.weights = *w;
-            s.tau = o->tau;
-            if (o->keyRope != "as-dumped" && o->keyRope != "post")
-                throwInvalid("--key-rope: '", o->keyRope, "' is not as-dumped or post");
-            s.keyRope = o->keyRope == "post" ? KeyRope::Post : KeyRope::AsDumped;
-            s.tensorPatterns = splitList(o->tensors);
-            s.layers = o->layers;
-            s.evalPath = o->eval;
-            s.holdout = o->holdout;
-            s.holdoutTail = o->holdoutTail;
-            s.dropNonFinite = o->dropNonFinite;
-            s.attentionQueries = o->attentionQueries;
-            s.exportDType = codebookDType(o->dtype);
-            s.keepCodes = o->withCodes;
-            refuseOverwrite(o->out, o->force, "--out");
-            if (!o->out.empty() && std::filesystem::path(o->out).extension() != ".safetensors")
-                throwInvalid("--out ", o->out, ": name it .safetensors");
+    return {cmd, [o, weightsFlag, emaFlag] {
+                TrainSettings& s = o->s;
+                const bool cq = o->method == "cq", vqllm = o->method == "vqllm";
+                if (!cq && !vqllm && !methodFromName(o->method))
+                    throwInvalid("--method: '", o->method, "' is not gskm, km, cq or vqllm");
+                s.rq.method = cq || vqllm ? Method::KMeans : parseMethod("--method", o->method);
+                if (vqllm) {
+                    if (!(o->emaDecay >= 0 && o->emaDecay < 1))
+                        throwInvalid("--ema-decay ", o->emaDecay, ": must be in [0, 1)");
+                    s.rq.stridedGroups = true;
+                    s.rq.emaDecay = o->emaDecay;
+                    s.methodLabel = "vqllm";
+                } else if (emaFlag->count()) {
+                    throwInvalid("--ema-decay: only with --method vqllm");
+                }
+                if (cq && weightsFlag->count() == 0)
+                    o->weights = "grad-sq"; // CQ's Fisher weighting
+                if (!cq && (o->channels || o->bits))
+                    throwInvalid(o->channels ? "--channels" : "--bits", ": only with --method cq");
+                const auto w = weightModeFromName(o->weights);
+                if (!w)
+                    throwInvalid("--weights: unknown mode '", o->weights, "' (none, grad-raw, grad-log, grad-sq)");
+                s.weights = *w;
+                s.tau = o->tau;
+                if (o->keyRope != "as-dumped" && o->keyRope != "post")
+                    throwInvalid("--key-rope: '", o->keyRope, "' is not as-dumped or post");
+                s.keyRope = o->keyRope == "post" ? KeyRope::Post : KeyRope::AsDumped;
+                s.tensorPatterns = splitList(o->tensors);
+                s.layers = o->layers;
+                s.evalPath = o->eval;
+                s.holdout = o->holdout;
+                s.holdoutTail = o->holdoutTail;
+                s.dropNonFinite = o->dropNonFinite;
+                s.attentionQueries = o->attentionQueries;
+                s.exportDType = codebookDType(o->dtype);
+                s.keepCodes = o->withCodes;
+                refuseOverwrite(o->out, o->force, "--out");
+                if (!o->out.empty() && std::filesystem::path(o->out).extension() != ".safetensors")
+                    throwInvalid("--out ", o->out, ": name it .safetensors");
 
-            const KvDump dump = KvDump::open(o->dump);
-            const auto selected = selectTensors(dump, s.tensorPatterns, s.layers);
-            const std::int64_t F = selected.front()->view.features();
-            const bool direct = o->dim || o->stages || o->k;
-            if (cq) {
-                if (o->bpa > 0 || direct)
-                    throwInvalid(
-                        "--method cq sets D, R and K from --channels and --bits; drop --bpa/--dim/--stages/--k");
-                if (o->channels < 1)
-                    throwInvalid("--channels: --method cq needs the channels coupled into a block (C ≥ 1)");
-                if (o->bits == 0)
-                    throwInvalid("--bits: --method cq needs the bits per block of --channels (1-16)");
-                if (o->bits < 1 || o->bits > 16)
-                    throwInvalid("--bits ", o->bits, ": --method cq needs 1-16 bits per block");
-                if (F % o->channels != 0)
-                    throwInvalid("--channels ", o->channels, ": does not divide the ", F, " features of ",
-                                 selected.front()->view.name);
-                if (!weightsFlag->count())
-                    for (const auto* t : selected)
-                        if (!dump.gradientOf(*t))
-                            throwInvalid(
-                                "--method cq weights rows by their squared gradients (--weights grad-sq), and ",
-                                dump.path(), " has no gradient for '", t->view.name,
-                                "'; give --weights none to train CQ unweighted");
-                s.rq.dim = o->channels;
-                s.rq.stages = 1;
-                s.rq.k = 1 << o->bits;
-                s.methodLabel = "cq";
-            } else if (o->bpa > 0 && direct) {
-                throwInvalid("--bpa sets D, R and K; give either --bpa or --dim/--stages/--k");
-            } else if (o->bpa > 0) {
-                auto c = paperBpa(o->bpa);
-                if (!c || F % c->dim != 0) {
-                    std::string hint;
-                    for (const auto& sg : suggestBpa(o->bpa, F))
-                        hint += cat(hint.empty() ? "" : "; ", "--dim ", sg.dim, " --stages ", sg.stages, " --k ", sg.k);
-                    throwInvalid("--bpa ", o->bpa,
-                                 c ? cat(": the paper's D=", c->dim, " does not divide the ", F, " features")
-                                   : std::string(": not one of the paper's settings (2, 1, 0.75, 0.375)"),
-                                 hint.empty() ? std::string("; no D, R, K reach it exactly")
-                                              : cat("; settings that reach it exactly: ", hint));
+                const KvDump dump = KvDump::open(o->dump);
+                const auto selected = selectTensors(dump, s.tensorPatterns, s.layers);
+                const std::int64_t F = selected.front()->view.features();
+                const bool direct = o->dim || o->stages || o->k;
+                if (cq) {
+                    if (o->bpa > 0 || direct)
+                        throwInvalid(
+                            "--method cq sets D, R and K from --channels and --bits; drop --bpa/--dim/--stages/--k");
+                    if (o->channels < 1)
+                        throwInvalid("--channels: --method cq needs the channels coupled into a block (C ≥ 1)");
+                    if (o->bits == 0)
+                        throwInvalid("--bits: --method cq needs the bits per block of --channels (1-16)");
+                    if (o->bits < 1 || o->bits > 16)
+                        throwInvalid("--bits ", o->bits, ": --method cq needs 1-16 bits per block");
+                    if (F % o->channels != 0)
+                        throwInvalid("--channels ", o->channels, ": does not divide the ", F, " features of ",
+                                     selected.front()->view.name);
+                    if (!weightsFlag->count())
+                        for (const auto* t : selected)
+                            if (!dump.gradientOf(*t))
+                                throwInvalid(
+                                    "--method cq weights rows by their squared gradients (--weights grad-sq), and ",
+                                    dump.path(), " has no gradient for '", t->view.name,
+                                    "'; give --weights none to train CQ unweighted");
+                    s.rq.dim = o->channels;
+                    s.rq.stages = 1;
+                    s.rq.k = 1 << o->bits;
+                    s.methodLabel = "cq";
+                } else if (o->bpa > 0 && direct) {
+                    throwInvalid("--bpa sets D, R and K; give either --bpa or --dim/--stages/--k");
+                } else if (o->bpa > 0) {
+                    const BpaChoice c = paperBpaFor(o->bpa, F);
+                    s.rq.dim = c.dim;
+                    s.rq.stages = c.stages;
+                    s.rq.k = c.k;
+                } else if (direct) {
+                    if (!o->dim || !o->stages || !o->k)
+                        throwInvalid("--dim, --stages and --k go together (or use --bpa)");
+                    s.rq.dim = o->dim;
+                    s.rq.stages = o->stages;
+                    s.rq.k = o->k;
+                } else {
+                    throwInvalid("give --bpa, or --dim, --stages and --k");
                 }
-                s.rq.dim = c->dim;
-                s.rq.stages = c->stages;
-                s.rq.k = c->k;
-            } else if (direct) {
-                if (!o->dim || !o->stages || !o->k)
-                    throwInvalid("--dim, --stages and --k go together (or use --bpa)");
-                s.rq.dim = o->dim;
-                s.rq.stages = o->stages;
-                s.rq.k = o->k;
-            } else {
-                throwInvalid("give --bpa, or --dim, --stages and --k");
-            }
 
-            auto backend = openBackend(o->backend, o->quiet);
-            const auto settings = trainRunSettings(s, o->out, *backend);
-            CliRun run("train", settings.dump(), dump.path(), dump.files(), backend->name(), backend->device());
-            s.sourceSha256 = run.dumpSha256();
-            run.guard([&] {
-                ProgressBar bar(!o->quiet);
-                const auto r = runTrain(dump, s, *backend, [&](const ProgressEvent& e) {
-                    bar.update(e.fraction, e.what);
-                    run.progress(e);
-                    return !stopRequested();
-                });
-                bar.finish();
-                if (r.cancelled) {
-                    if (run)
-                        run->recordTrain(r); // the tensors that finished
-                    run.cancelled();         // nothing is exported from a stopped training
-                }
-                if (!o->out.empty())
-                    writeCodebookFile(o->out, r.file, s.exportDType);
-                if (run) {
-                    run->recordTrain(r);
-                    if (!o->out.empty())
-                        run->recordArtifact(o->out, "codebooks");
-                }
-                run.done(trainRunSummary(r).dump());
-                if (o->json) {
-                    nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "train"}};
-                    if (run)
-                        j["run_id"] = run->id();
-                    j["input"] = {{"file", dump.path()}, {"sha256", r.file.metadata.at("source_sha256")}};
-                    if (auto it = dump.metadata().find("synthetic"); it != dump.metadata().end())
-                        j["input"]["synthetic"] = it->second;
-                    j["settings"] = settings;
-                    nlohmann::ordered_json ts = nlohmann::ordered_json::array();
-                    for (const auto& t : r.tensors)
-                        ts.push_back(toJson(t, s.weights));
-                    j["tensors"] = ts;
-                    nlohmann::ordered_json att = nlohmann::ordered_json::array();
-                    for (const auto& a : r.attention)
-                        att.push_back(toJson(a));
-                    j["attention"] = att;
-                    j["notes"] = r.notes;
-                    j["out"] = o->out;
-                    printJson(j);
-                    return;
-                }
-                std::printf(
-                    "%s: D=%d, R=%d, K=%d (%.4g bits per activation), %s, weights %s, beam %d, backend %s (%s)\n",
-                    dump.path().c_str(), s.rq.dim, s.rq.stages, s.rq.k,
-                    bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k),
-                    vqllm ? cat("vqllm (EMA γ ", s.rq.emaDecay, ", strided groups)").c_str() : o->method.c_str(),
-                    o->weights.c_str(), s.rq.beam, backend->name().c_str(), backend->device().c_str());
-                for (const auto& t : r.tensors) {
-                    std::printf("\n%s  [%lld rows × %lld]  codebooks %s, effective %.4g bits per activation%s\n",
-                                t.tensor.c_str(), static_cast<long long>(t.rows), static_cast<long long>(t.features),
-                                humanBytes(double(t.codebookBytes)).c_str(), t.effectiveBpa,
-                                t.ropeApplied ? "  (RoPE applied)" : "");
-                    if (s.weights != WeightMode::None)
-                        std::printf("  weights %s: raw max/median %.1f, weight max/median %.2f\n", o->weights.c_str(),
-                                    t.weightSummary.rawMax / std::max(t.weightSummary.rawMedian, 1e-300),
-                                    t.weightSummary.weightMax / std::max(t.weightSummary.weightMedian, 1e-300));
-                    std::printf("  %-8s %12s %10s %11s %9s %10s %9s\n", "rows", "mse", "nmse", "gain_error", "cosine",
-                                "shrinkage", "seconds");
-                    printMetricsRow("train", t.train.metrics, t.train.seconds);
-                    if (t.heldout)
-                        printMetricsRow("heldout", *t.heldout, t.heldoutSeconds);
-                    std::printf("  nmse after each stage:");
-                    for (const auto& m : t.train.afterStage)
-                        std::printf(" %.4f", m.nmse);
-                    std::printf("\n");
-                    if (!t.train.refinement.empty()) {
-                        // Train (and held-out) NMSE from the greedy stages through each round.
-                        std::printf("  joint refinement, nmse train / held-out: greedy %.4f",
-                                    t.train.afterStage.empty() ? 0.0 : t.train.afterStage.back().nmse);
-                        if (t.train.heldoutBeforeRefine)
-                            std::printf(" / %.4f", t.train.heldoutBeforeRefine->nmse);
-                        for (const auto& rr : t.train.refinement) {
-                            std::printf(", round %d %.4f", rr.round, rr.train.nmse);
-                            if (rr.heldout)
-                                std::printf(" / %.4f", rr.heldout->nmse);
-                        }
-                        std::printf("; kept %s\n", t.train.keptRound == 0
-                                                       ? "the greedy stages (no round lowered the held-out nmse)"
-                                                       : cat("round ", t.train.keptRound).c_str());
+                auto backend = openBackend(o->backend, o->quiet);
+                const auto settings = trainRunSettings(s, o->out, backend->name(), backend->device());
+                CliRun run("train", settings.dump(), dump.path(), dump.files(), backend->name(), backend->device());
+                s.sourceSha256 = run.dumpSha256();
+                run.guard([&] {
+                    ProgressBar bar(!o->quiet);
+                    const auto r = runTrain(dump, s, *backend, [&](const ProgressEvent& e) {
+                        bar.update(e.fraction, e.what);
+                        run.progress(e);
+                        return !stopRequested();
+                    });
+                    bar.finish();
+                    if (r.cancelled) {
+                        if (run)
+                            run->recordTrain(r); // the tensors that finished
+                        run.cancelled();         // nothing is exported from a stopped training
                     }
-                }
-                for (const auto& a : r.attention)
-                    std::printf("\nattention, layer %d (%s keys, %s values, %d queries): relative L2 %.4f, top-8 "
-                                "overlap %.3f\n",
-                                a.layer, a.keys.c_str(), a.values.c_str(), a.fidelity.queries, a.fidelity.relativeL2,
-                                a.fidelity.top8Overlap);
-                for (const auto& n : r.notes)
-                    std::printf("note: %s\n", n.c_str());
-                if (!o->out.empty())
-                    std::printf("\nwrote %s\n", o->out.c_str());
-                if (run)
-                    std::printf("recorded as run %lld\n", static_cast<long long>(run->id()));
-            });
-        }};
+                    if (!o->out.empty())
+                        writeCodebookFile(o->out, r.file, s.exportDType);
+                    if (run) {
+                        run->recordTrain(r);
+                        if (!o->out.empty())
+                            run->recordArtifact(o->out, "codebooks");
+                    }
+                    run.done(trainRunSummary(r).dump());
+                    if (o->json) {
+                        nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "train"}};
+                        if (run)
+                            j["run_id"] = run->id();
+                        j["input"] = {{"file", dump.path()}, {"sha256", r.file.metadata.at("source_sha256")}};
+                        if (auto it = dump.metadata().find("synthetic"); it != dump.metadata().end())
+                            j["input"]["synthetic"] = it->second;
+                        j["settings"] = settings;
+                        nlohmann::ordered_json ts = nlohmann::ordered_json::array();
+                        for (const auto& t : r.tensors)
+                            ts.push_back(toJson(t, s.weights));
+                        j["tensors"] = ts;
+                        nlohmann::ordered_json att = nlohmann::ordered_json::array();
+                        for (const auto& a : r.attention)
+                            att.push_back(toJson(a));
+                        j["attention"] = att;
+                        j["notes"] = r.notes;
+                        j["out"] = o->out;
+                        printJson(j);
+                        return;
+                    }
+                    std::printf(
+                        "%s: D=%d, R=%d, K=%d (%.4g bits per activation), %s, weights %s, beam %d, backend %s (%s)\n",
+                        dump.path().c_str(), s.rq.dim, s.rq.stages, s.rq.k,
+                        bitsPerActivation(s.rq.dim, s.rq.stages, s.rq.k),
+                        vqllm ? cat("vqllm (EMA γ ", s.rq.emaDecay, ", strided groups)").c_str() : o->method.c_str(),
+                        o->weights.c_str(), s.rq.beam, backend->name().c_str(), backend->device().c_str());
+                    for (const auto& t : r.tensors) {
+                        std::printf("\n%s  [%lld rows × %lld]  codebooks %s, effective %.4g bits per activation%s\n",
+                                    t.tensor.c_str(), static_cast<long long>(t.rows),
+                                    static_cast<long long>(t.features), humanBytes(double(t.codebookBytes)).c_str(),
+                                    t.effectiveBpa, t.ropeApplied ? "  (RoPE applied)" : "");
+                        if (s.weights != WeightMode::None)
+                            std::printf("  weights %s: raw max/median %.1f, weight max/median %.2f\n",
+                                        o->weights.c_str(),
+                                        t.weightSummary.rawMax / std::max(t.weightSummary.rawMedian, 1e-300),
+                                        t.weightSummary.weightMax / std::max(t.weightSummary.weightMedian, 1e-300));
+                        std::printf("  %-8s %12s %10s %11s %9s %10s %9s\n", "rows", "mse", "nmse", "gain_error",
+                                    "cosine", "shrinkage", "seconds");
+                        printMetricsRow("train", t.train.metrics, t.train.seconds);
+                        if (t.heldout)
+                            printMetricsRow("heldout", *t.heldout, t.heldoutSeconds);
+                        std::printf("  nmse after each stage:");
+                        for (const auto& m : t.train.afterStage)
+                            std::printf(" %.4f", m.nmse);
+                        std::printf("\n");
+                        if (!t.train.refinement.empty()) {
+                            // Train (and held-out) NMSE from the greedy stages through each round.
+                            std::printf("  joint refinement, nmse train / held-out: greedy %.4f",
+                                        t.train.afterStage.empty() ? 0.0 : t.train.afterStage.back().nmse);
+                            if (t.train.heldoutBeforeRefine)
+                                std::printf(" / %.4f", t.train.heldoutBeforeRefine->nmse);
+                            for (const auto& rr : t.train.refinement) {
+                                std::printf(", round %d %.4f", rr.round, rr.train.nmse);
+                                if (rr.heldout)
+                                    std::printf(" / %.4f", rr.heldout->nmse);
+                            }
+                            std::printf("; kept %s\n", t.train.keptRound == 0
+                                                           ? "the greedy stages (no round lowered the held-out nmse)"
+                                                           : cat("round ", t.train.keptRound).c_str());
+                        }
+                    }
+                    for (const auto& a : r.attention)
+                        std::printf("\nattention, layer %d (%s keys, %s values, %d queries): relative L2 %.4f, top-8 "
+                                    "overlap %.3f\n",
+                                    a.layer, a.keys.c_str(), a.values.c_str(), a.fidelity.queries,
+                                    a.fidelity.relativeL2, a.fidelity.top8Overlap);
+                    for (const auto& n : r.notes)
+                        std::printf("note: %s\n", n.c_str());
+                    if (!o->out.empty())
+                        std::printf("\nwrote %s\n", o->out.c_str());
+                    if (run)
+                        std::printf("recorded as run %lld\n", static_cast<long long>(run->id()));
+                });
+            }};
 }
 
 } // namespace gsrq::cli

@@ -235,7 +235,7 @@ void TrainPage::start()
     m_job = m_ctx.runner().start(tr("GSRQ training"), [=, this](const JobRunner::Context& job) {
         auto backend = gpu::makeBackend(backendRequest).backend;
         RunInfo info = jobRunInfo("train", *backend, *dump);
-        info.settingsJson = trainRunSettings(s, "", *backend).dump();
+        info.settingsJson = trainRunSettings(s, "", backend->name(), backend->device()).dump();
         WorkerRecording rec(storePath, info, "", job, &m_ctx, dump->files());
         auto current = std::make_shared<std::string>();
         ProgressBatcher batch(job, [this, current](const std::vector<ProgressEvent>& events) {

@@ -53,6 +53,23 @@ std::vector<BpaChoice> suggestBpa(double bpa, std::int64_t features, std::size_t
     return all;
 }
 
+BpaChoice paperBpaFor(double bpa, std::int64_t features, ArgStyle style)
+{
+    const bool cli = style == ArgStyle::Cli;
+    const auto c = paperBpa(bpa);
+    if (c && features % c->dim == 0)
+        return *c;
+    std::string hint;
+    for (const auto& s : suggestBpa(bpa, features))
+        hint += cli ? cat(hint.empty() ? "" : "; ", "--dim ", s.dim, " --stages ", s.stages, " --k ", s.k)
+                    : cat(hint.empty() ? "" : "; ", "dim=", s.dim, ", stages=", s.stages, ", k=", s.k);
+    throwInvalid(cli ? "--bpa " : "bpa=", bpa,
+                 c ? cat(": the paper's D=", c->dim, " does not divide the ", features, " features")
+                   : std::string(": not one of the paper's settings (2, 1, 0.75, 0.375)"),
+                 hint.empty() ? std::string("; no D, R, K reach it exactly")
+                              : cat("; settings that reach it exactly: ", hint));
+}
+
 void validateRq(const RqSettings& s, std::int64_t rows, std::int64_t features)
 {
     const std::int64_t D = s.dim == 0 ? features : s.dim;

@@ -52,6 +52,14 @@ std::optional<BpaChoice> paperBpa(double bpa);
 // closest to the paper's D=128, K=256 first.
 std::vector<BpaChoice> suggestBpa(double bpa, std::int64_t features, std::size_t count = 4);
 
+// How an error message spells the settings: the CLI's flags (--bpa 3; --dim 8 --stages 3 --k 256) or
+// Python's keywords (bpa=3; dim=8, stages=3, k=256).
+enum class ArgStyle { Cli, Python };
+// The paper's D, R, K for `bpa` on rows of `features`. Throws Error(InvalidInput) naming bpa when it
+// is not one of the paper's settings or its D does not divide the features, listing the settings
+// (suggestBpa) that reach it exactly.
+BpaChoice paperBpaFor(double bpa, std::int64_t features, ArgStyle style = ArgStyle::Cli);
+
 // The strided order of M subspaces of D: subspace m holds features m, m + M, …, m + (D − 1)·M.
 std::vector<std::int32_t> stridedOrder(int dim, int subspaces);
 

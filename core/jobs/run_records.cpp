@@ -72,7 +72,8 @@ nlohmann::ordered_json sweepRunSettings(const CompareSettings& s, const std::str
     return j;
 }
 
-nlohmann::ordered_json trainRunSettings(const TrainSettings& s, const std::string& out, const ClusterBackend& backend)
+nlohmann::ordered_json trainRunSettings(const TrainSettings& s, const std::string& out, const std::string& backend,
+                                        const std::string& device)
 {
     nlohmann::ordered_json j = {
         {"dim", s.rq.dim},
@@ -99,8 +100,8 @@ nlohmann::ordered_json trainRunSettings(const TrainSettings& s, const std::strin
         {"with_codes", s.keepCodes},
         {"dtype", s.exportDType == DType::F16 ? "f16" : "f32"},
         {"out", out},
-        {"backend", backend.name()},
-        {"device", backend.device()}};
+        {"backend", backend},
+        {"device", device}};
     j["refine"] = s.rq.refine;
     j["refine_beam"] = s.rq.refineBeam;
     return j;

@@ -46,8 +46,9 @@ nlohmann::ordered_json sweepRunSettings(const CompareSettings& s, const std::str
 
 // ---- train ----
 // Everything the training used (the rate as D, R, K and bits per activation), the file it writes
-// (`out`, empty when none yet) and the backend.
-nlohmann::ordered_json trainRunSettings(const TrainSettings& s, const std::string& out, const ClusterBackend& backend);
+// (`out`, empty when none yet) and the backend's name and device.
+nlohmann::ordered_json trainRunSettings(const TrainSettings& s, const std::string& out, const std::string& backend,
+                                        const std::string& device);
 // {<tensor>: metrics} of the tensors trained (those that finished, for a cancelled run).
 nlohmann::ordered_json trainRunSummary(const TrainJobResult& r);
 

@@ -185,9 +185,8 @@ def train(
             raise InvalidInput("weights and grad: give one (grad is turned into weights by weight_mode)")
         weights = gradient_weights(_as_rows(grad, "grad"), weight_mode, tau)
         mode = weight_mode
-    r = _core.train(
+    return _core.train(
         x, bpa=bpa, dim=dim, stages=stages, k=k, method=method, iterations=iterations, seed=seed, beam=beam,
         weights=weights, holdout=holdout, holdout_tail=holdout_tail, refine=refine, refine_beam=refine_beam,
-        reseed_empty=reseed_empty, tensor=tensor, progress=progress, threads=threads)
-    _core._set_train_source(r, source.path if source else "", source.files if source else [], mode, tau)
-    return r
+        reseed_empty=reseed_empty, tensor=tensor, progress=progress, threads=threads, weight_mode=mode, tau=tau,
+        source_path=source.path if source else "", source_files=source.files if source else [])

@@ -140,6 +140,9 @@ class GsrqLayer(DynamicLayer):
         self.value_codes: Optional[torch.Tensor] = None
         self.coded = 0  # tokens held as codes (positions 0..coded−1)
         self.cumulative_length = 0
+        # Tokens past the window of a tensor without codebooks, in full precision.
+        self._fp_keys: Optional[torch.Tensor] = None
+        self._fp_values: Optional[torch.Tensor] = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
@@ -167,9 +170,9 @@ class GsrqLayer(DynamicLayer):
                 self.value_codes = c if self.value_codes is None else torch.cat([self.value_codes, c], dim=1)
             self.keys, self.values = self.keys[:, :, leaving:], self.values[:, :, leaving:]
             if self.kq is None:
-                self._fp_keys = torch.cat([getattr(self, "_fp_keys", old_k[:, :, :0]), old_k], dim=-2)
+                self._fp_keys = old_k if self._fp_keys is None else torch.cat([self._fp_keys, old_k], dim=-2)
             if self.vq is None:
-                self._fp_values = torch.cat([getattr(self, "_fp_values", old_v[:, :, :0]), old_v], dim=-2)
+                self._fp_values = old_v if self._fp_values is None else torch.cat([self._fp_values, old_v], dim=-2)
             self.coded += leaving
         return self._old("k", self.keys.dtype), self._old("v", self.values.dtype)
 
@@ -195,7 +198,7 @@ class GsrqLayer(DynamicLayer):
 
     def reset(self) -> None:
         super().reset()
-        self.key_codes = self.value_codes = None
+        self.key_codes = self.value_codes = self._fp_keys = self._fp_values = None
         self.coded = self.cumulative_length = 0
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
@@ -203,9 +206,10 @@ class GsrqLayer(DynamicLayer):
             self.key_codes = self.key_codes.index_select(0, beam_idx.to(self.key_codes.device))
         if self.value_codes is not None:
             self.value_codes = self.value_codes.index_select(0, beam_idx.to(self.value_codes.device))
-        for name in ("_fp_keys", "_fp_values"):
-            if hasattr(self, name):
-                setattr(self, name, getattr(self, name).index_select(0, beam_idx.to(self.device)))
+        if self._fp_keys is not None:
+            self._fp_keys = self._fp_keys.index_select(0, beam_idx.to(self._fp_keys.device))
+        if self._fp_values is not None:
+            self._fp_values = self._fp_values.index_select(0, beam_idx.to(self._fp_values.device))
         if self.keys is not None and self.keys.numel():
             self.keys = self.keys.index_select(0, beam_idx.to(self.keys.device))
             self.values = self.values.index_select(0, beam_idx.to(self.values.device))
@@ -213,13 +217,13 @@ class GsrqLayer(DynamicLayer):
     def bytes(self) -> dict[str, int]:
         codes = sum(int(c.numel() * c.element_size()) for c in (self.key_codes, self.value_codes) if c is not None)
         full = 0
-        for t in (self.keys, self.values, getattr(self, "_fp_keys", None), getattr(self, "_fp_values", None)):
+        for t in (self.keys, self.values, self._fp_keys, self._fp_values):
             if t is not None:
                 full += int(t.numel() * t.element_size())
         return {"codes": codes, "full_precision": full}
 
 
-def _model_parts(model: Any) -> tuple[Any, int, int, int, Optional[_Rope]]:
+def _model_parts(model: Any) -> tuple[int, int, int, Optional[_Rope]]:
     config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
     layers = int(config.num_hidden_layers)
     heads = int(config.num_attention_heads)
@@ -233,7 +237,7 @@ def _model_parts(model: Any) -> tuple[Any, int, int, int, Optional[_Rope]]:
         if hasattr(module, "inv_freq") and name.endswith("rotary_emb"):
             rope = _Rope(module.inv_freq, getattr(module, "attention_scaling", 1.0))
             break
-    return config, layers, kv_heads, head_dim, rope
+    return layers, kv_heads, head_dim, rope
 
 
 class GsrqCache(Cache):
@@ -250,7 +254,7 @@ class GsrqCache(Cache):
             raise InvalidInput(f"window {window}: must be ≥ 0")
         file = codebooks if isinstance(codebooks, CodebookFile) else CodebookFile.load(str(codebooks))
         meta = file.metadata
-        _, n_layers, kv_heads, head_dim, rope = _model_parts(model)
+        n_layers, kv_heads, head_dim, rope = _model_parts(model)
         post = meta.get("key_rope", "pre") == "post"
         interleaved = meta.get("rope_pairing", "half") == "interleaved"
         if rope is None and not post and any(t.endswith(".key") for t in file.tensors):
