@@ -26,6 +26,7 @@
 #include "weights_page.h"
 
 #include <QAbstractItemModelTester>
+#include <QAbstractTextDocumentLayout>
 #include <QApplication>
 #include <QAreaSeries>
 #include <QChart>
@@ -47,10 +48,13 @@
 #include <QSignalSpy>
 #include <QSlider>
 #include <QSpinBox>
+#include <QStandardItemModel>
 #include <QStandardPaths>
 #include <QTableView>
 #include <QTableWidget>
 #include <QTextBrowser>
+#include <QTextDocument>
+#include <QTextTable>
 #include <QTreeWidget>
 #include <QtTest>
 
@@ -80,6 +84,39 @@ void writeSyntheticModel(const QString& path, int layers, std::int64_t rows, int
     }
     writeSafetensors(path.toStdString(), blobs, {{"synthetic", values ? "kv keys, gaussian values" : "kv keys"}});
 }
+// The tables of a document laid out for print: how many, and where a cell takes more than one line
+// or a table reaches past `textWidth` (what it says is empty when neither happens).
+QString tablesThatBreak(QTextDocument& doc, double textWidth, int* tables)
+{
+    QString problems;
+    std::function<void(QTextFrame*)> visit = [&](QTextFrame* frame) {
+        for (QTextFrame* child : frame->childFrames()) {
+            if (auto* t = qobject_cast<QTextTable*>(child)) {
+                ++*tables;
+                const QRectF box = doc.documentLayout()->frameBoundingRect(t);
+                if (box.right() > textWidth + doc.documentMargin() + 0.5)
+                    problems += QStringLiteral("table %1 ends at %2 of %3 pixels; ")
+                                    .arg(*tables)
+                                    .arg(box.right())
+                                    .arg(textWidth + doc.documentMargin());
+                for (int r = 0; r < t->rows(); ++r)
+                    for (int c = 0; c < t->columns(); ++c) {
+                        const QTextBlock b = t->cellAt(r, c).firstCursorPosition().block();
+                        if (b.layout() && b.layout()->lineCount() > 1)
+                            problems += QStringLiteral("table %1 cell (%2, %3) \"%4\" wraps; ")
+                                            .arg(*tables)
+                                            .arg(r)
+                                            .arg(c)
+                                            .arg(b.text());
+                    }
+            }
+            visit(child);
+        }
+    };
+    doc.documentLayout()->documentSize(); // lays the document out
+    visit(doc.rootFrame());
+    return problems;
+}
 } // namespace
 
 class TestStudio : public QObject {
@@ -95,6 +132,7 @@ private slots:
     void deltaRowsSignsAndColours();
     void heatmapColoursDivergeFromZero();
     void modelPageOnSixteenLayers();
+    void pdfReportFitsItsPages();
     void oneSelectionAcrossPages();
     void modelPageCancelsAndRunsOnTheSample();
     void reportIsOneSelfContainedFile();
@@ -387,6 +425,65 @@ void TestStudio::modelPageOnSixteenLayers()
     QCOMPARE(compare->kBox()->value(), 8);
     QCOMPARE(compare->itersBox()->value(), 8);
     QVERIFY(!compare->residualBox()->isChecked());
+}
+
+// The PDF report of the 16-layer model (the previous test's): no cell of its tables wraps and every
+// table fits the page's text width, in the printed document's own layout; then each page of the
+// written PDF, rendered by pdftoppm at 50 dpi, has no ink in its right margin (20 points, 14 pixels:
+// the 8 outermost are checked). A table too wide even for landscape is split into column groups
+// that each fit, every column in one of them.
+void TestStudio::pdfReportFitsItsPages()
+{
+    m_window->showPage("model");
+    QCOMPARE(m_window->modelPage()->cells().size(), size_t(32));
+    {
+        const Report report = m_window->buildReport();
+        QTextDocument doc;
+        const auto layout = report.pdfLayout(doc);
+        // The model table's 12 columns of numbers are wider than portrait A4's text.
+        QCOMPARE(layout.orientation, QPageLayout::Landscape);
+        int tables = 0;
+        const QString problems = tablesThatBreak(doc, layout.textWidth, &tables);
+        QVERIFY2(problems.isEmpty(), qPrintable(problems));
+        QVERIFY(tables >= 1);
+        QVERIFY(doc.toPlainText().contains("layers.15.value"));
+    }
+    {
+        QStandardItemModel wide(3, 40);
+        for (int c = 0; c < 40; ++c) {
+            wide.setHeaderData(c, Qt::Horizontal, QStringLiteral("gain_error gskm %1").arg(c));
+            for (int r = 0; r < 3; ++r)
+                wide.setData(wide.index(r, c), QString::number(0.0123456 * (r + 1) * (c + 1), 'g', 6));
+        }
+        Report report("wide");
+        report.table(wide);
+        QTextDocument doc;
+        const auto layout = report.pdfLayout(doc);
+        int tables = 0;
+        const QString problems = tablesThatBreak(doc, layout.textWidth, &tables);
+        QVERIFY2(problems.isEmpty(), qPrintable(problems));
+        QVERIFY2(tables >= 3, qPrintable(QString::number(tables))); // 40 columns of ~100 pixels
+        for (int c = 0; c < 40; ++c)
+            QCOMPARE(doc.toPlainText().count(QRegularExpression(QStringLiteral("gain_error gskm %1\\b").arg(c))), 1);
+    }
+    const QString pdf = m_dir.filePath("sixteen.pdf");
+    QVERIFY2(m_window->exportReport(pdf), qPrintable(m_window->lastMessage()));
+    const QString pdftoppm = QStandardPaths::findExecutable("pdftoppm");
+    QVERIFY2(!pdftoppm.isEmpty(), "pdftoppm (Debian's poppler-utils, installed by tools/setup.sh) is needed");
+    const QString prefix = m_dir.filePath("sixteen-page");
+    QCOMPARE(QProcess::execute(pdftoppm, {"-r", "50", "-png", pdf, prefix}), 0);
+    const auto pages = QDir(m_dir.path()).entryList({"sixteen-page-*.png"}, QDir::Files, QDir::Name);
+    QVERIFY(pages.size() >= 2);
+    for (const auto& name : pages) {
+        const QImage page(m_dir.filePath(name));
+        QVERIFY(!page.isNull());
+        QVERIFY2(page.width() > page.height(), qPrintable(name)); // landscape
+        int inked = 0;
+        for (int y = 0; y < page.height(); ++y)
+            for (int x = page.width() - 8; x < page.width(); ++x)
+                inked += qGray(page.pixel(x, y)) < 250;
+        QVERIFY2(inked == 0, qPrintable(QStringLiteral("%1: %2 pixels in the right margin").arg(name).arg(inked)));
+    }
 }
 
 // The tensor chosen on one page is the one the others open with: the dataset tree, the KM vs GSKM

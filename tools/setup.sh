@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what GSRQ Studio needs to build and test on Debian 12 (bookworm), skipping what is present.
-#   tools/setup.sh           build + test dependencies
+#   tools/setup.sh           build + test dependencies (poppler-utils: the report test renders its PDF)
 #   tools/setup.sh --bench   also the benchmark-only ones (FAISS with OpenBLAS)
 #   tools/setup.sh --python  also python3-venv, for the pinned PyPI environment of torch and
 #                            transformers (tools/hf_env.sh) in which the Hugging Face tools and
@@ -15,7 +15,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config
       libeigen3-dev nlohmann-json3-dev libsqlite3-dev libssl-dev libcli11-dev
       qt6-base-dev qt6-qpa-plugins qt6-charts-dev qt6-svg-dev libqt6opengl6-dev python3-numpy python3-pytest
-      clang-format-14)
+      clang-format-14 poppler-utils)
 for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-faiss libopenblas0-pthread) ;;

@@ -181,7 +181,7 @@ void MainWindow::buildMenus()
     settingsMenu->addAction(tr("&Preferences…"), this, &MainWindow::showPreferences);
 }
 
-bool MainWindow::exportReport(const QString& path)
+Report MainWindow::buildReport() const
 {
     Report report(tr("GSRQ Studio report"));
     QList<QPair<QString, QString>> facts{
@@ -239,6 +239,12 @@ bool MainWindow::exportReport(const QString& path)
                 view->model()->rowCount() <= 200)
                 report.table(*view->model());
     }
+    return report;
+}
+
+bool MainWindow::exportReport(const QString& path)
+{
+    const Report report = buildReport();
     QString error;
     bool ok = false;
     if (path.endsWith(".png", Qt::CaseInsensitive)) {

@@ -3,6 +3,7 @@
 // the shared context (open dump, store, backend), the menus, recent files, drag and drop, the
 // message banner and the persisted window state.
 
+#include "report.h"
 #include "studio_context.h"
 
 #include <QMainWindow>
@@ -48,6 +49,9 @@ public:
     // tables) and the session's facts, as HTML or (for .pdf) PDF, or a picture of its top (.png).
     // False with the reason in a message when it cannot be written.
     bool exportReport(const QString& path);
+    // What exportReport writes: the model page's maps and table, then the open page's settings,
+    // charts and tables.
+    Report buildReport() const;
 
 signals:
     void messageShown(const QString& text, bool error);
