@@ -5,6 +5,7 @@
 #include "core/base/error.h"
 #include "core/cluster/cluster_backend.h"
 #include "core/cluster/codebook_file.h"
+#include "core/jobs/run_records.h"
 #include "core/lm/llama2c.h"
 #include "core/lm/perplexity.h"
 #include "test_util.h"
@@ -318,15 +319,12 @@ void TestModel::perplexityFallsAsBitsRise()
     const Setting settings[] = {{"gskm-0.5", "gskm", "16", "1"}, {"gskm-1", "gskm", "8", "1"},
                                 {"gskm-2", "gskm", "8", "2"},    {"gskm-4", "gskm", "8", "4"},
                                 {"km-0.5", "km", "16", "1"},     {"km-1", "km", "8", "1"}};
-    QStringList args{"--no-db",
-                     "ppl",
-                     QString::fromStdString(modelPath()),
-                     "--tokenizer",
-                     QString::fromStdString(tokenizerPath()),
-                     "--generate",
-                     "--seed",
-                     "0",
-                     "--json"};
+    const QString db = QString::fromStdString(test::pathIn(m_dir, "ppl-runs.db"));
+    QStringList args{"--db",        db,
+                     "ppl",         QString::fromStdString(modelPath()),
+                     "--tokenizer", QString::fromStdString(tokenizerPath()),
+                     "--generate",  "--seed",
+                     "0",           "--json"};
     for (const auto& s : settings) {
         const QString out = QString::fromStdString(test::pathIn(m_dir, s.name)) + ".safetensors";
         const auto r = test::gsrqRun({"--no-db", "train", sample, "--dim", s.dim, "--stages", s.stages, "--k", "256",
@@ -356,6 +354,23 @@ void TestModel::perplexityFallsAsBitsRise()
     // seeds 0-2 (measured: 0.124 at 0.5 BPA, 0.010 at 1 BPA).
     QVERIFY2(ppl[1] <= ppl[5] + 3 * 0.124, qPrintable(figures));
     QVERIFY2(ppl[2] <= ppl[6] + 3 * 0.010, qPrintable(figures));
+
+    // The run in the store gives back what the JSON printed, for the perplexity-against-bits chart:
+    // FP32, and each file's perplexity at its nominal and effective bits, in order.
+    RunStore store(db.toStdString());
+    const auto runId = QJsonDocument::fromJson(r.out).object()["run_id"].toInteger();
+    const auto back = runPerplexities(store.metrics(runId), store.series(runId));
+    QVERIFY(back.fp32.has_value());
+    QCOMPARE(*back.fp32, ppl[0]);
+    QCOMPARE(back.points.size(), std::size_t(6));
+    for (std::size_t i = 0; i < 6; ++i) {
+        const auto row = rows[qsizetype(i + 1)].toObject();
+        QCOMPARE(back.points[i].perplexity, ppl[i + 1]);
+        QCOMPARE(back.points[i].bits, row["bpa"].toDouble());
+        QCOMPARE(back.points[i].effectiveBits, row["effective_bpa"].toDouble());
+        QVERIFY(back.points[i].effectiveBits > back.points[i].bits); // the codewords cost bits
+        QCOMPARE(QString::fromStdString(back.points[i].family), QString(settings[i].method));
+    }
 }
 
 QTEST_APPLESS_MAIN(TestModel)

@@ -728,19 +728,89 @@ void TestStudio::perplexityOfTrainedCodebooks()
         QVERIFY2(result.startsWith("perplexity " + QString::number(m.captured(2).toDouble(), 'g', 4)),
                  qPrintable(result));
     }
-    runs->showAllPerplexity();
+    // The GSRQ page draws it at its effective bits (codewords counted: above the nominal 1 bit), FP32
+    // as a dashed line across.
+    const auto pplRuns = [&] {
+        RunStore store(m_store.toStdString());
+        return store.listRuns({"ppl", std::nullopt, "", 0});
+    };
+    const auto effectiveBitsOf = [&](std::int64_t id) {
+        RunStore store(m_store.toStdString());
+        for (const auto& row : store.metrics(id))
+            if (row.name == "effective_bits")
+                return row.value;
+        return std::nan("");
+    };
+    const std::int64_t first = pplRuns().front().id;
+    const double ppl1 = m.captured(2).toDouble(), fp32 = m.captured(1).toDouble();
+    const double eff1 = effectiveBitsOf(first);
+    QVERIFY2(eff1 > 1 && eff1 < 2, qPrintable(QString::number(eff1)));
+    auto* chart = page->compareChart();
+    chart->flush();
+    QVERIFY(chart->isVisibleTo(page));
+    QCOMPARE(chart->points("gskm").size(), 1);
+    QCOMPARE(chart->points("gskm")[0].x(), eff1);
+    QVERIFY(std::abs(chart->points("gskm")[0].y() - ppl1) <= 1e-3 * ppl1); // the text prints 3 decimals
+    const QString fp32Name = chart->seriesNames().filter(QRegularExpression("^FP32 ")).value(0);
+    QVERIFY2(chart->isReference(fp32Name), qPrintable(chart->seriesNames().join(" | ")));
+
+    // A second training at 2 bits (4 stages) and its perplexity: the page's chart holds both.
+    page->stagesBox()->setValue(4);
+    QSignalSpy trained(page, &TrainPage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(trained.wait(test::waitMs(30000)));
+    QVERIFY(trained.first().first().toBool());
+    QSignalSpy done2(page, &TrainPage::pplFinished);
+    QTest::mouseClick(page->pplButton(), Qt::LeftButton);
+    QVERIFY(done2.wait(test::waitMs(60000)));
+    QVERIFY2(done2.first().first().toBool(), qPrintable(page->pplResultText()));
+    const QRegularExpression re2(R"(FP32 ([0-9.]+); with these gskm codebooks at 2 BPA ([0-9.]+))");
+    const auto m2 = re2.match(page->pplResultText());
+    QVERIFY2(m2.hasMatch(), qPrintable(page->pplResultText()));
+    QCOMPARE(m2.captured(1), m.captured(1)); // the same tokens: FP32 is the same
+    const double ppl2 = m2.captured(2).toDouble();
+    const std::int64_t second = pplRuns().front().id;
+    QVERIFY(second > first);
+    const double eff2 = effectiveBitsOf(second);
+    QVERIFY(eff2 > 2 && eff2 > eff1);
+    chart->flush();
+    const auto onPage = chart->points("gskm");
+    QCOMPARE(onPage.size(), 2);
+    QCOMPARE(onPage[0].x(), eff1); // in order of bits
+    QCOMPARE(onPage[1].x(), eff2);
+    page->stagesBox()->setValue(2);
+
+    // The Runs page: the two runs selected give the same figure, one series per method, and their
+    // details compare the perplexities.
+    runs->refresh();
+    runs->selectRuns({first, second});
     runs->overlayChart()->flush();
     QCOMPARE(runs->overlayMetric()->currentText(), QString("perplexity"));
     const auto names = runs->overlayChart()->seriesNames();
-    QVERIFY2(names.filter("fp32 vs bpa").size() == 1 && names.filter("gskm vs bpa").size() == 1,
-             qPrintable(names.join(" | ")));
-    const auto fp32 = runs->overlayChart()->points(names.filter("fp32 vs bpa").first());
-    QCOMPARE(fp32.size(), 1);
-    // One point per run and series: drawn as a point, since a line of one point shows nothing.
-    QVERIFY(runs->overlayChart()->pointsDrawn(names.filter("fp32 vs bpa").first()));
-    QVERIFY(runs->overlayChart()->pointsDrawn(names.filter("gskm vs bpa").first()));
-    QCOMPARE(fp32[0].x(), 1.0);                                                      // R·log2(K)/D = 2·4/8
-    QVERIFY(std::abs(fp32[0].y() - m.captured(1).toDouble()) <= 1e-3 * fp32[0].y()); // printed to 3 decimals
+    QCOMPARE(names.size(), 2);
+    const auto gskm = runs->overlayChart()->points("gskm");
+    QCOMPARE(gskm.size(), 2);
+    QCOMPARE(gskm[0].x(), eff1);
+    QCOMPARE(gskm[1].x(), eff2);
+    QVERIFY(std::abs(gskm[0].y() - ppl1) <= 1e-3 * ppl1);
+    QVERIFY(std::abs(gskm[1].y() - ppl2) <= 1e-3 * ppl2);
+    QVERIFY(runs->overlayChart()->pointsDrawn("gskm"));
+    const QString fp32Line = names.filter(QRegularExpression("^FP32 ")).value(0);
+    QVERIFY2(runs->overlayChart()->isReference(fp32Line), qPrintable(names.join(" | ")));
+    const auto line = runs->overlayChart()->points(fp32Line);
+    QCOMPARE(line.size(), 2);
+    QVERIFY(line[0].x() < eff1 && line[1].x() > eff2); // across the points, none on the plot's edge
+    QVERIFY(std::abs(line[0].y() - fp32) <= 1e-3 * fp32);
+    const QString details = runs->detailsText();
+    QVERIFY2(details.contains(QRegularExpression(R"(\n  perplexity: [0-9.]+  \|  run \d+ [0-9.]+, Δ)")),
+             qPrintable(details));
+    QVERIFY2(!details.contains("no final metric in common"), qPrintable(details));
+    // "Perplexity of every evaluation" selects every ppl run and draws the same.
+    runs->overlayMetric()->setCurrentText("nmse");
+    runs->showAllPerplexity();
+    runs->overlayChart()->flush();
+    QCOMPARE(runs->overlayMetric()->currentText(), QString("perplexity"));
+    QCOMPARE(runs->overlayChart()->points("gskm").size(), 2);
     runs->overlayMetric()->setCurrentText("nmse");
 }
 
@@ -765,7 +835,8 @@ void TestStudio::compareMethodsOnTheModel()
     QVERIFY(model->index(3, 4).data().toString().toDouble() > 0); // its attention error on the dump
     page->compareChart()->flush();
     const auto names = page->compareChart()->seriesNames();
-    QVERIFY2(names.contains("kivi") && names.contains("gsrq") && names.contains("fp32"), qPrintable(names.join(" | ")));
+    QVERIFY2(names.contains("kivi") && names.contains("gsrq") && names.filter(QRegularExpression("^FP32 ")).size() == 1,
+             qPrintable(names.join(" | ")));
     QCOMPARE(page->compareChart()->points("kivi").size(), 2);
     QVERIFY(page->pplResultText().contains("recorded as run"));
     RunStore store(m_store.toStdString());

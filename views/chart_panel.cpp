@@ -136,8 +136,7 @@ QLineSeries* ChartPanel::seriesFor(const QString& name)
         m_view->chart()->addSeries(s);
     }
     m_series.insert(name, s);
-    // A row of many names under the chart cuts each to a few letters; a column beside it does not.
-    m_view->chart()->legend()->setAlignment(m_series.size() > 4 ? Qt::AlignRight : Qt::AlignBottom);
+    placeLegend();
     connect(s, &QLineSeries::hovered, this, [this, name](const QPointF& p, bool state) {
         m_hover->setText(
             state ? QStringLiteral("%1: x = %2, y = %3").arg(name).arg(p.x(), 0, 'g', 6).arg(p.y(), 0, 'g', 4)
@@ -152,6 +151,28 @@ QLineSeries* ChartPanel::seriesFor(const QString& name)
         });
     rebuildAxes();
     return s;
+}
+
+void ChartPanel::placeLegend()
+{
+    // A row under the chart cuts every name to a few letters once they do not fit its width; a column
+    // beside it gives each its own line. The row while the names fit in it (marker, name, spacing).
+    auto* legend = m_view->chart()->legend();
+    const QFontMetrics fm(legend->font());
+    int row = 0;
+    for (auto it = m_series.cbegin(); it != m_series.cend(); ++it)
+        row += fm.horizontalAdvance(it.key()) + fm.height() + 24;
+    legend->setAlignment(row > m_view->width() - 40 ? Qt::AlignRight : Qt::AlignBottom);
+}
+
+void ChartPanel::setReference(const QString& name)
+{
+    m_references.insert(name);
+    if (!m_data.contains(name))
+        return;
+    m_dirty[name] = true;
+    if (!m_timer.isActive())
+        m_timer.start();
 }
 
 void ChartPanel::setSeries(const QString& name, const QList<QPointF>& points)
@@ -193,6 +214,7 @@ void ChartPanel::removeSeries(const QString& name)
         delete s;
     }
     m_histograms.remove(name);
+    m_references.remove(name);
     m_data.remove(name);
     m_dirty.remove(name);
     m_order.removeAll(name);
@@ -206,6 +228,7 @@ void ChartPanel::clear()
     m_series.clear();
     m_areas.clear();
     m_histograms.clear();
+    m_references.clear();
     m_data.clear();
     m_order.clear();
     m_dirty.clear();
@@ -255,13 +278,20 @@ void ChartPanel::onTick()
             s->replace(pts);
             // A line of one point draws nothing, and a few points are read one by one (a run's
             // perplexity at its bits): they are drawn as points too.
-            s->setPointsVisible(pts.size() < 32);
+            s->setPointsVisible(pts.size() < 32 && !m_references.contains(it.key()));
+            if (m_references.contains(it.key())) {
+                QPen pen(Qt::darkGray);
+                pen.setStyle(Qt::DashLine);
+                pen.setWidthF(1.5);
+                s->setPen(pen);
+            }
         }
         it.value() = false;
         any = true;
     }
     if (!any)
         return;
+    placeLegend();
     updateEmptyHint();
     // Fit the axes to the data.
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;

@@ -41,6 +41,9 @@ public:
     // points() and the CSV export give its bins as (centre, count).
     void setHistogram(const QString& name, const Histogram& h);
     bool isHistogram(const QString& name) const { return m_histograms.contains(name); }
+    // A reference line (FP32's perplexity, say): dashed, gray, without point markers.
+    void setReference(const QString& name);
+    bool isReference(const QString& name) const { return m_references.contains(name); }
     void removeSeries(const QString& name);
     void clear();
     void setLogY(bool on);
@@ -85,6 +88,8 @@ private:
     QHash<QString, QLineSeries*> m_series; // what is drawn; a histogram's is its bars' outline
     QHash<QString, QAreaSeries*> m_areas;  // a histogram's bars (their upper edge is m_series')
     QSet<QString> m_histograms;
+    QSet<QString> m_references;
+    void placeLegend();
     QAbstractSeries* drawnSeries(const QString& name) const;
     void updateEmptyHint();
     void fitIntegerTicks(double x0, double x1);

@@ -266,10 +266,14 @@ Command registerPerplexity(CLI::App& root)
                         std::vector<MetricRow> ms;
                         std::vector<SeriesPoint> series;
                         for (const auto& r : rows) {
-                            ms.push_back(pplMetric(r.method, r.codebooks, r.layers, r.ppl));
-                            if (r.codebooks != "FP32" && !r.perLayer) // one point per file: all its layers
+                            if (r.codebooks != "FP32" && !r.perLayer) { // one point per file: all its layers
+                                for (auto& m : pplMetrics(r.method, r.codebooks, r.layers, r.ppl, r.bpa, r.effective))
+                                    ms.push_back(std::move(m));
                                 for (auto& p : perplexitySeries(r.method, r.bpa, r.ppl, fp32))
                                     series.push_back(std::move(p));
+                            } else {
+                                ms.push_back(pplMetric(r.method, r.codebooks, r.layers, r.ppl));
+                            }
                         }
                         run->recordMetrics(ms);
                         run->recordSeries(series);

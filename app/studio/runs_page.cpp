@@ -1,5 +1,7 @@
 #include "runs_page.h"
 
+#include "perplexity_chart.h"
+
 #include "core/jobs/result_json.h"
 #include "core/jobs/run_records.h"
 
@@ -287,7 +289,8 @@ void RunsPage::onSelectionChanged()
     const std::string metric = m_overlayMetric->currentText().toStdString();
     m_overlay->clear();
     // Errors (and perplexities across methods) span decades; cosine and shrinkage sit near 1.
-    m_overlay->setLogY(metric == "nmse" || metric == "objective" || metric == "perplexity"); // a 1-bit KIVI's too
+    m_overlay->setLogY(metric == "nmse" || metric == "objective");
+    m_overlay->setEmptyText(tr("Select runs in the table to draw their curves here."));
     m_overlay->setTitle(tr("Selected runs: %1").arg(QString::fromStdString(metric)));
     if (ids.empty()) {
         m_details->setPlainText(tr("Select a run for its details; select two or more to compare them."));
@@ -316,7 +319,10 @@ void RunsPage::onSelectionChanged()
                     name += (name.empty() ? "vs " : " vs ") + p.name.substr(at + tag.size());
                     curves[name] << QPointF(p.x, p.y);
                 }
-            if (curves.empty() && metric != "perplexity") {
+            if (metric == "perplexity") {
+                ownCurves = true; // drawn below, every selected run's evaluations together
+                curves.clear();
+            } else if (curves.empty()) {
                 passCurves = true;
                 for (const auto& c : meanPassCurves(store.iterations(id), metric)) {
                     QList<QPointF> pts;
@@ -337,8 +343,22 @@ void RunsPage::onSelectionChanged()
             settings.push_back(flattenSettings(r.settingsJson));
             auto& final = finals.emplace_back();
             for (const auto& m : store.metrics(id))
-                if ((m.scope == "final" || m.scope == "perplexity") && m.name != "seconds" && m.name != "iterations")
+                if (m.scope == "final" && m.name != "seconds" && m.name != "iterations")
                     final[cat(m.tensor.empty() ? "" : m.tensor + " ", m.method, " ", m.name)] = m.value;
+            if (r.kind == "ppl") {
+                // A run of one codebooks file compares with another by its perplexity and bits; a
+                // comparison's methods by name.
+                const auto p = runPerplexities(store.metrics(id), store.series(id));
+                if (p.fp32)
+                    final["FP32 perplexity"] = *p.fp32;
+                if (p.points.size() == 1) {
+                    final["perplexity"] = p.points.front().perplexity;
+                    final["effective bits"] = p.points.front().effectiveBits;
+                } else {
+                    for (const auto& pt : p.points)
+                        final[pt.label + " perplexity"] = pt.perplexity;
+                }
+            }
             if (ids.size() == 1) {
                 text += tr("Run %1: %2, %3\nstarted %4, finished %5\n%6 (%7)\ndump %8\nsha256 %9\n")
                             .arg(id)
@@ -378,12 +398,18 @@ void RunsPage::onSelectionChanged()
             text += metricDeltasText(ids, finals);
         }
         m_details->setPlainText(text);
-        m_overlay->setIntegerX(wholeX);
-        m_overlay->setAxisTitles(metric == "perplexity"     ? tr("bits per activation")
-                                 : passCurves && !ownCurves ? tr("assignment pass")
-                                 : passCurves               ? tr("pass, stage, D or K")
-                                                            : tr("stage, D or K"),
-                                 QString::fromStdString(metric));
+        if (metric == "perplexity") {
+            m_overlay->setIntegerX(false);
+            if (!drawPerplexity(*m_overlay, perplexitySets(store, ids)))
+                m_overlay->setEmptyText(tr("None of the selected runs is a perplexity run (kind ppl)."));
+        } else {
+            m_overlay->setLogX(false);
+            m_overlay->setIntegerX(wholeX);
+            m_overlay->setAxisTitles(passCurves && !ownCurves ? tr("assignment pass")
+                                     : passCurves             ? tr("pass, stage, D or K")
+                                                              : tr("stage, D or K"),
+                                     QString::fromStdString(metric));
+        }
         m_overlay->flush();
     } catch (const std::exception& e) {
         m_ctx.showStoreError(QString::fromUtf8(e.what()));

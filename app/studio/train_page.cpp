@@ -6,6 +6,7 @@
 #include "core/jobs/result_json.h"
 #include "core/jobs/run_records.h"
 #include "core/lm/perplexity.h"
+#include "perplexity_chart.h"
 #include "views/chart_panel.h"
 #include "views/metrics_table_model.h"
 
@@ -407,8 +408,9 @@ void TrainPage::evaluatePerplexity()
                 std::string layers; // as gsrq ppl labels them: the layers the codebooks quantize
                 for (int l : quantizedLayers(last->file, {}))
                     layers += cat(layers.empty() ? "" : ",", l);
-                rec->recordMetrics(
-                    {pplMetric("-", "FP32", "-", fp32), pplMetric(cost.method, "trained codebooks", layers, ppl)});
+                auto rows = pplMetrics(cost.method, "trained codebooks", layers, ppl, cost.bpa, cost.effectiveBpa);
+                rows.insert(rows.begin(), pplMetric("-", "FP32", "-", fp32));
+                rec->recordMetrics(rows);
                 rec->recordSeries(perplexitySeries(cost.method, cost.bpa, ppl, fp32));
             }
             rec.finish(RunStatus::Done, pplRunSummary(fp32, ppl).dump());
@@ -424,9 +426,19 @@ void TrainPage::evaluatePerplexity()
                     .arg(kSeqLen)
                     .arg(textPath.isEmpty() ? tr("the model's own samples") : textPath)
                     .arg(rec ? tr("; recorded as run %1").arg(rec->id()) : QString());
-            job.post([this, text] {
+            const std::int64_t runId = rec ? rec->id() : 0;
+            job.post([this, text, runId, storePath] {
                 m_pplResult->setText(text);
                 m_ppl->setEnabled(true);
+                // The paper's figure: this evaluation beside every earlier one of the same model and text.
+                if (runId > 0) {
+                    try {
+                        RunStore store(storePath.toStdString());
+                        m_compareChart->setVisible(drawPerplexity(*m_compareChart, perplexitySetOf(store, runId)));
+                    } catch (const std::exception& e) {
+                        m_ctx.showStoreError(QString::fromUtf8(e.what()));
+                    }
+                }
                 emit pplFinished(true);
             });
         } catch (const std::exception& e) {
@@ -557,11 +569,12 @@ void TrainPage::compareMethods()
 void TrainPage::showComparison(const MethodTableResult& r)
 {
     m_compareModel->clear();
-    m_compareModel->setHorizontalHeaderLabels(
-        {tr("method"), tr("bits"), tr("perplexity"), tr("Δ%"), tr("attention rel. L2"), tr("as")});
+    m_compareModel->setHorizontalHeaderLabels({tr("method"), tr("bits"), tr("perplexity"), tr("Δ%"),
+                                               tr("attention rel. L2"), tr("effective bits"), tr("as")});
     const double fp32 = r.rows.empty() ? 0 : r.rows.front().perplexity;
-    std::map<std::string, QList<QPointF>> series;
-    double lo = 32, hi = 0;
+    PerplexitySet set;
+    if (!r.rows.empty())
+        set.fp32 = fp32;
     for (const auto& row : r.rows) {
         const double dp = 100 * (row.perplexity - fp32) / fp32;
         QList<QStandardItem*> items{
@@ -570,32 +583,15 @@ void TrainPage::showComparison(const MethodTableResult& r)
             new QStandardItem(QString::number(row.perplexity, 'f', 3)),
             new QStandardItem(QStringLiteral("%1%2%").arg(dp >= 0 ? "+" : "").arg(dp, 0, 'f', 2)),
             new QStandardItem(row.attentionRelL2 ? QString::number(*row.attentionRelL2, 'f', 4) : QStringLiteral("-")),
+            new QStandardItem(QString::number(row.effectiveBits, 'g', 4)),
             new QStandardItem(QString::fromStdString(row.settings))};
         for (auto* it : items)
             it->setEditable(false);
         m_compareModel->appendRow(items);
-        if (row.family != "fp32" && std::isfinite(row.bits)) {
-            series[row.family] << QPointF(row.bits, row.perplexity);
-            lo = std::min(lo, row.bits);
-            hi = std::max(hi, row.bits);
-        }
+        if (row.family != "fp32" && std::isfinite(row.bits))
+            set.points.push_back({row.family, row.name, row.bits, row.effectiveBits, row.perplexity});
     }
-    m_compareChart->clear();
-    // Log-scaled when the perplexities span a decade (a 1-bit KIVI far above the rest), else linear,
-    // whose ticks read better over a narrow range.
-    double pLo = fp32, pHi = fp32;
-    for (const auto& [family, points] : series)
-        for (const auto& p : points) {
-            pLo = std::min(pLo, p.y());
-            pHi = std::max(pHi, p.y());
-        }
-    m_compareChart->setLogY(pLo > 0 && pHi / pLo > 10);
-    for (auto& [family, points] : series) {
-        std::sort(points.begin(), points.end(), [](const QPointF& a, const QPointF& b) { return a.x() < b.x(); });
-        m_compareChart->setSeries(QString::fromStdString(family), points);
-    }
-    if (hi > 0)
-        m_compareChart->setSeries(QStringLiteral("fp32"), {QPointF(lo, fp32), QPointF(hi, fp32)});
+    drawPerplexity(*m_compareChart, {set});
     m_compareTable->setVisible(true);
     m_compareChart->setVisible(true);
 }

@@ -228,6 +228,63 @@ MetricRow pplMetric(const std::string& method, const std::string& codebooks, con
     return {"perplexity", method, codebooks + " layers " + layers, -1, -1, "perplexity", ppl};
 }
 
+std::vector<MetricRow> pplMetrics(const std::string& method, const std::string& codebooks, const std::string& layers,
+                                  double ppl, double bits, double effectiveBits)
+{
+    MetricRow p = pplMetric(method, codebooks, layers, ppl);
+    MetricRow b = p, e = p;
+    b.name = "bits";
+    b.value = bits;
+    e.name = "effective_bits";
+    e.value = effectiveBits;
+    return {p, b, e};
+}
+
+RunPerplexities runPerplexities(const std::vector<MetricRow>& metrics, const std::vector<SeriesPoint>& series)
+{
+    struct Entry {
+        std::string family, label;
+        std::optional<double> ppl, bits, effective;
+    };
+    std::vector<Entry> entries; // in the order first recorded
+    std::map<std::pair<std::string, std::string>, std::size_t> at;
+    for (const auto& m : metrics) {
+        if (m.scope != "perplexity")
+            continue;
+        const auto key = std::make_pair(m.method, m.tensor);
+        auto it = at.find(key);
+        if (it == at.end()) {
+            it = at.emplace(key, entries.size()).first;
+            entries.push_back({m.method, m.tensor, {}, {}, {}});
+        }
+        Entry& e = entries[it->second];
+        if (m.name == "perplexity")
+            e.ppl = m.value;
+        else if (m.name == "bits")
+            e.bits = m.value;
+        else if (m.name == "effective_bits")
+            e.effective = m.value;
+    }
+    RunPerplexities out;
+    for (auto& e : entries) {
+        if (!e.ppl)
+            continue;
+        // FP32: "FP32 layers -" from a ppl run of codebooks files, family "fp32" in a comparison.
+        if (e.family == "fp32" || (e.family == "-" && e.label.rfind("FP32", 0) == 0)) {
+            out.fp32 = e.ppl;
+            continue;
+        }
+        if (!e.bits) // recorded before bits were metrics: the series point at this perplexity
+            for (const auto& s : series)
+                if (s.name == e.family + ".perplexity_vs_bpa" && s.y == *e.ppl)
+                    e.bits = s.x;
+        if (!e.bits || !std::isfinite(*e.bits))
+            continue; // a single layer of --per-layer
+        out.points.push_back({e.family, e.label, *e.bits, e.effective.value_or(*e.bits), *e.ppl});
+    }
+    return out;
+}
+
 std::vector<SeriesPoint> decodeSeries(const DecodeBenchPoint& p)
 {
     if (!p.skipped.empty() || p.seconds <= 0)

@@ -96,6 +96,28 @@ std::vector<MetricRow> methodTableMetrics(const MethodTableResult& r);
 std::vector<SeriesPoint> methodTableSeries(const MethodTableResult& r);
 // A metric row of one perplexity: label "FP32 layers -" or "<file> layers <list>".
 MetricRow pplMetric(const std::string& method, const std::string& codebooks, const std::string& layers, double ppl);
+// The rows of one evaluated cache on the perplexity-against-bits chart: its perplexity (pplMetric's
+// row) beside its nominal "bits" and "effective_bits" (codebooks counted) per activation.
+std::vector<MetricRow> pplMetrics(const std::string& method, const std::string& codebooks, const std::string& layers,
+                                  double ppl, double bits, double effectiveBits);
+
+// A ppl run's evaluations, read back from its rows: FP32's perplexity and each evaluated cache that
+// has bits (a whole codebooks file or a comparison's method; not --per-layer's single layers), for
+// the perplexity-against-bits charts of both pages and the Runs page's comparison of runs.
+struct PerplexityPoint {
+    std::string family; // the method: gskm, km, kivi, gsrq, cq...
+    std::string label;  // the codebooks file and its layers, or the comparison's method name
+    double bits = 0;
+    double effectiveBits = 0; // the nominal bits where a run recorded none (before they were)
+    double perplexity = 0;
+};
+struct RunPerplexities {
+    std::optional<double> fp32;
+    std::vector<PerplexityPoint> points; // in the order recorded
+};
+// From the run's metric rows (scope "perplexity") and its series (<method>.perplexity_vs_bpa gives
+// the bits of runs recorded before their bits were metrics).
+RunPerplexities runPerplexities(const std::vector<MetricRow>& metrics, const std::vector<SeriesPoint>& series);
 
 // A decode-latency point: the series "<path> b=<batch>" (x: context, y: µs per layer and step) and
 // its roofline's, and its figures as metrics (scope "decode", method: the path, tensor:

@@ -1,0 +1,117 @@
+#include "perplexity_chart.h"
+
+#include "core/store/run_store.h"
+#include "views/chart_panel.h"
+
+#include <QFileInfo>
+#include <QObject>
+
+#include <cmath>
+#include <map>
+
+namespace gsrq::studio {
+
+namespace {
+
+// What a ppl run measured, from its settings: the model and the tokens it was given.
+std::string measuredOn(const std::string& settingsJson, QString* name)
+{
+    const auto s = nlohmann::json::parse(settingsJson, nullptr, false);
+    if (!s.is_object())
+        return {};
+    const auto get = [&](const char* k) { return s.contains(k) ? s[k].dump() : std::string(); };
+    const std::string model = s.value("model", std::string());
+    const std::string text = s.value("text", std::string());
+    *name = QStringLiteral("%1, %2").arg(
+        QFileInfo(QString::fromStdString(model)).fileName(),
+        text.empty() ? QObject::tr("own samples (seed %1)").arg(QString::fromStdString(get("seed")))
+                     : QFileInfo(QString::fromStdString(text)).fileName());
+    return model + "\n" + get("source") + "\n" + text + "\n" + get("seed") + "\n" + get("seq_len") + "\n" +
+           get("sequences");
+}
+
+} // namespace
+
+std::vector<PerplexitySet> perplexitySets(RunStore& store, const std::vector<std::int64_t>& ids)
+{
+    std::vector<PerplexitySet> sets;
+    std::map<std::string, std::size_t> at;
+    for (auto id : ids) {
+        const auto run = store.requireRun(id);
+        if (run.kind != "ppl")
+            continue;
+        QString name;
+        const std::string key = measuredOn(run.settingsJson, &name);
+        auto it = at.find(key);
+        if (it == at.end()) {
+            it = at.emplace(key, sets.size()).first;
+            sets.push_back({name, std::nullopt, {}, {}});
+        }
+        PerplexitySet& set = sets[it->second];
+        const auto p = runPerplexities(store.metrics(id), store.series(id));
+        if (!set.fp32)
+            set.fp32 = p.fp32;
+        set.points.insert(set.points.end(), p.points.begin(), p.points.end());
+        set.runs.push_back(id);
+    }
+    return sets;
+}
+
+std::vector<PerplexitySet> perplexitySetOf(RunStore& store, std::int64_t like)
+{
+    QString name;
+    const std::string key = measuredOn(store.requireRun(like).settingsJson, &name);
+    std::vector<std::int64_t> ids;
+    for (const auto& r : store.listRuns({"ppl", RunStatus::Done, "", 0}))
+        if (measuredOn(r.settingsJson, &name) == key)
+            ids.push_back(r.id);
+    std::sort(ids.begin(), ids.end());
+    return perplexitySets(store, ids);
+}
+
+bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& sets)
+{
+    chart.clear();
+    std::map<QString, QList<QPointF>> series;
+    double lo = INFINITY, hi = -INFINITY, pLo = INFINITY, pHi = -INFINITY;
+    for (const auto& set : sets) {
+        const QString prefix = sets.size() > 1 ? set.name + QStringLiteral(": ") : QString();
+        for (const auto& p : set.points) {
+            if (!std::isfinite(p.effectiveBits) || !(p.perplexity > 0))
+                continue;
+            series[prefix + QString::fromStdString(p.family)] << QPointF(p.effectiveBits, p.perplexity);
+            lo = std::min(lo, p.effectiveBits);
+            hi = std::max(hi, p.effectiveBits);
+            pLo = std::min(pLo, p.perplexity);
+            pHi = std::max(pHi, p.perplexity);
+        }
+        if (set.fp32) {
+            pLo = std::min(pLo, *set.fp32);
+            pHi = std::max(pHi, *set.fp32);
+        }
+    }
+    if (series.empty())
+        return false;
+    const bool logX = lo > 0 && hi / lo >= 4;
+    chart.setLogX(logX);
+    chart.setLogY(pLo > 0 && pHi / pLo > 10); // a 1-bit KIVI far above the rest
+    chart.setAxisTitles(QObject::tr("effective bits per activation (codewords counted)"), QObject::tr("perplexity"));
+    for (auto& [name, points] : series) {
+        std::sort(points.begin(), points.end(), [](const QPointF& a, const QPointF& b) { return a.x() < b.x(); });
+        chart.setSeries(name, points);
+    }
+    // FP32 across the bits drawn, and a little beyond, so that no point sits on the plot's edge.
+    const double x0 = logX ? lo / 1.25 : lo - std::max(0.1 * (hi - lo), 0.1 * lo);
+    const double x1 = logX ? hi * 1.25 : hi + std::max(0.1 * (hi - lo), 0.1 * lo);
+    for (const auto& set : sets)
+        if (set.fp32) {
+            const QString name = QStringLiteral("%1FP32 %2")
+                                     .arg(sets.size() > 1 ? set.name + QStringLiteral(": ") : QString())
+                                     .arg(*set.fp32, 0, 'f', 3);
+            chart.setSeries(name, {QPointF(x0, *set.fp32), QPointF(x1, *set.fp32)});
+            chart.setReference(name);
+        }
+    return true;
+}
+
+} // namespace gsrq::studio

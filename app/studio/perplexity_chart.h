@@ -1,0 +1,42 @@
+#pragma once
+// The paper's end-to-end figure, as the GSRQ page and the Runs page draw it: perplexity against the
+// effective bits per activation (codewords counted), one series per method, FP32 a dashed reference
+// line across them. Runs that measured different models or texts are drawn as separate sets.
+
+#include "core/jobs/run_records.h"
+
+#include <QString>
+
+#include <cstdint>
+#include <vector>
+
+namespace gsrq {
+class RunStore;
+}
+
+namespace gsrq::views {
+class ChartPanel;
+}
+
+namespace gsrq::studio {
+
+// The evaluations of one model on one text (or on its own samples, one seed).
+struct PerplexitySet {
+    QString name; // "<model>, <text>"
+    std::optional<double> fp32;
+    std::vector<PerplexityPoint> points;
+    std::vector<std::int64_t> runs;
+};
+
+// The ppl runs among `ids`, grouped by what they measured (model, text or samples and seed,
+// sequences of tokens); the other runs are left out.
+std::vector<PerplexitySet> perplexitySets(RunStore& store, const std::vector<std::int64_t>& ids);
+// Every ppl run in the store that measured what run `like` measured.
+std::vector<PerplexitySet> perplexitySetOf(RunStore& store, std::int64_t like);
+
+// Replaces what the chart shows. Series: "<method>" (or "<set>: <method>" for several sets) and
+// "FP32 <perplexity>"; x is log-scaled where the bits span a factor of 4, y where the perplexities
+// span a decade. False (the chart cleared) where there is nothing to draw.
+bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& sets);
+
+} // namespace gsrq::studio
