@@ -37,6 +37,8 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
+#include <QLegend>
+#include <QLegendMarker>
 #include <QLineEdit>
 #include <QLineSeries>
 #include <QMessageBox>
@@ -147,6 +149,7 @@ private slots:
     void unusableStoreIsADialog();
     void chartsExportPngSvgCsv();
     void histogramsAreBars();
+    void legendNamesWrapWhereTheyDoNotFit();
     void badSettingIsAMessage();
     void screenshotModeRendersAPage();
     void recentFilesPersist();
@@ -853,9 +856,8 @@ void TestStudio::compareMethodsOnTheModel()
     runsPage->overlayChart()->flush();
     QCOMPARE(runsPage->overlayMetric()->currentText(), QString("perplexity"));
     const auto overlay = runsPage->overlayChart()->seriesNames();
-    QVERIFY2(overlay.filter("kivi vs bpa").size() == 1 && overlay.filter("gsrq vs bpa").size() == 1,
-             qPrintable(overlay.join(" | ")));
-    QCOMPARE(runsPage->overlayChart()->points(overlay.filter("kivi vs bpa").first()).size(), 2);
+    QVERIFY2(overlay.contains("kivi") && overlay.contains("gsrq"), qPrintable(overlay.join(" | ")));
+    QCOMPARE(runsPage->overlayChart()->points("kivi").size(), 2);
     runsPage->overlayMetric()->setCurrentText("nmse");
     // A bad method is named, and nothing runs.
     page->compareMethodsEdit()->setText("fp32,pq@1");
@@ -909,6 +911,23 @@ void TestStudio::failedRunRecordsTheEnginesMessage()
             shown = model->index(row, views::RunsTableModel::Summary).data().toString() == error;
     QVERIFY2(shown, "the failed run's message is not in the Runs table");
     page->dimBox()->setValue(8);
+
+    // The CLI, given the same mistake, exits 2 and records its message as well; the table shows it.
+    const auto r = test::gsrqRun({"--db", m_store, "train", kSample, "--tensors", "layers.1.value", "--dim", "128",
+                                  "--stages", "1", "--k", "16"});
+    QCOMPARE(r.code, 2);
+    const auto cli = RunStore(m_store.toStdString()).listRuns({"train", std::nullopt, "", 1});
+    QVERIFY(!cli.empty() && cli.front().id > runs.front().id);
+    QCOMPARE(cli.front().status, RunStatus::Failed);
+    const QString cliError = QString::fromStdString(cli.front().error);
+    QVERIFY2(cliError.contains("does not divide the 32 features") && r.err.contains(cliError.toUtf8()),
+             qPrintable(cliError));
+    runsPage->refresh();
+    shown = false;
+    for (int row = 0; row < model->rowCount(); ++row)
+        if (model->index(row, views::RunsTableModel::Id).data().toLongLong() == cli.front().id)
+            shown = model->index(row, views::RunsTableModel::Summary).data().toString() == cliError;
+    QVERIFY2(shown, "the CLI's failed run's message is not in the Runs table");
 }
 
 // Two perplexity runs whose codebooks' settings (JSON text inside the run's settings) differ in one
@@ -966,6 +985,38 @@ void TestStudio::chartsExportPngSvgCsv()
 // A histogram is drawn as touching bars from zero (an area under a step outline), its data stays
 // the bins; on a log axis the bars rise from half the smallest count; the pages' histograms
 // (row norms, gradient norms) are bars.
+// Names that do not fit a row under the chart go to a column beside it, and one too wide for the
+// column is wrapped at its spaces (every word kept, in order), not cut; short names stay a row.
+void TestStudio::legendNamesWrapWhereTheyDoNotFit()
+{
+    views::ChartPanel chart("legend", "x", "y");
+    chart.resize(460, 420);
+    chart.show();
+    const QStringList names{"stories260K.bin, own samples (seed 0): gskm", "stories260K.bin, own samples (seed 0): km",
+                            "FP32 3.525"};
+    for (const auto& name : names)
+        chart.setSeries(name, {QPointF(1, 4), QPointF(2, 3)});
+    chart.flush();
+    auto* legend = chart.view()->chart()->legend();
+    QCOMPARE(legend->alignment(), Qt::AlignRight);
+    int wrapped = 0;
+    for (auto* marker : legend->markers()) {
+        const QString label = marker->label();
+        QString plain = label;
+        plain.replace("<br>", " ");
+        QVERIFY2(names.contains(plain), qPrintable(label));
+        wrapped += label.contains("<br>");
+    }
+    QCOMPARE(wrapped, 2); // the two long names; FP32's fits
+    views::ChartPanel small("legend", "x", "y");
+    small.resize(460, 420);
+    small.show();
+    small.setSeries("km", {QPointF(1, 4)});
+    small.setSeries("gskm", {QPointF(1, 3)});
+    small.flush();
+    QCOMPARE(small.view()->chart()->legend()->alignment(), Qt::AlignBottom);
+}
+
 void TestStudio::histogramsAreBars()
 {
     views::ChartPanel chart("h", "x", "rows");

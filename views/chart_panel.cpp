@@ -162,7 +162,40 @@ void ChartPanel::placeLegend()
     int row = 0;
     for (auto it = m_series.cbegin(); it != m_series.cend(); ++it)
         row += fm.horizontalAdvance(it.key()) + fm.height() + 24;
-    legend->setAlignment(row > m_view->width() - 40 ? Qt::AlignRight : Qt::AlignBottom);
+    const bool column = row > width() - 40;
+    legend->setAlignment(column ? Qt::AlignRight : Qt::AlignBottom);
+    // In a column (about a third of the chart wide), a name too wide for it is wrapped at its spaces
+    // rather than cut, where the wrapped names still fit the chart's height; the tooltip has it whole.
+    const int widest = std::max(80, int(width() * 0.3) - 30);
+    int lines = 0;
+    for (auto it = m_series.cbegin(); it != m_series.cend(); ++it)
+        lines += 1 + fm.horizontalAdvance(it.key()) / widest;
+    const bool wrap = column && lines * fm.lineSpacing() * 1.3 < height() - 80;
+    for (auto it = m_series.cbegin(); it != m_series.cend(); ++it) {
+        QString label = it.key();
+        if (wrap && fm.horizontalAdvance(label) > widest) {
+            QStringList lines{QString()};
+            for (const auto& word : it.key().split(' ')) {
+                const QString joined = lines.back().isEmpty() ? word : lines.back() + ' ' + word;
+                if (!lines.back().isEmpty() && fm.horizontalAdvance(joined) > widest)
+                    lines << word;
+                else
+                    lines.back() = joined;
+            }
+            for (auto& l : lines)
+                l = l.toHtmlEscaped();
+            label = lines.join(QStringLiteral("<br>"));
+        }
+        for (auto* marker : legend->markers(drawnSeries(it.key())))
+            if (marker->label() != label)
+                marker->setLabel(label);
+    }
+}
+
+void ChartPanel::resizeEvent(QResizeEvent* e)
+{
+    QWidget::resizeEvent(e);
+    placeLegend(); // the names that fit a row, and where a column wraps them, follow the width
 }
 
 void ChartPanel::setReference(const QString& name)
@@ -244,8 +277,9 @@ void ChartPanel::flush()
 void ChartPanel::onTick()
 {
     bool any = false;
-    for (auto it = m_dirty.begin(); it != m_dirty.end(); ++it) {
-        if (!it.value())
+    for (const QString& name : m_order) { // in the order the series were first set: the legend's
+        auto it = m_dirty.find(name);
+        if (it == m_dirty.end() || !it.value())
             continue;
         QList<QPointF> pts = m_data.value(it.key());
         if (m_histograms.contains(it.key())) {
@@ -404,7 +438,10 @@ void ChartPanel::fitIntegerTicks(double x0, double x1)
     auto* axis = qobject_cast<QValueAxis*>(m_view->chart()->axes(Qt::Horizontal).value(0));
     if (!axis)
         return;
-    const double lo = std::floor(x0), hi = std::max(std::ceil(x1), lo + 1);
+    // One x (a single stage): a step either side, so that its points are not on the plot's edge.
+    const bool one = x1 == x0;
+    const double lo = one && x0 >= 1 ? std::floor(x0) - 1 : std::floor(x0);
+    const double hi = std::max(std::ceil(x1), one ? std::floor(x0) + 1 : lo + 1);
     double step = 1;
     for (int i = 0; (hi - lo) / step > 10; ++i)
         step *= (i % 3 == 1) ? 2.5 : 2; // 1, 2, 5, 10, 20, 50, ...

@@ -71,6 +71,9 @@ public:
 signals:
     void redrawn(); // after a coalesced update reached the chart
 
+protected:
+    void resizeEvent(QResizeEvent* e) override;
+
 private slots:
     void onTick();
     void onExport();

@@ -303,6 +303,12 @@ void RunsPage::onSelectionChanged()
         // Each run's final metrics by "tensor method metric", for the deltas between runs.
         std::vector<std::map<std::string, double>> finals;
         bool passCurves = false, ownCurves = false;
+        struct Curve {
+            std::int64_t run;
+            QString name;
+            QList<QPointF> points;
+        };
+        std::vector<Curve> drawn;
         bool wholeX = true; // passes, stages, D and K: counts get whole-number ticks
         for (auto id : ids) {
             const auto r = store.requireRun(id);
@@ -336,7 +342,7 @@ void RunsPage::onSelectionChanged()
                 ownCurves = true;
             }
             for (const auto& [name, pts] : curves) {
-                m_overlay->setSeries(tr("run %1: %2").arg(id).arg(QString::fromStdString(name)), pts);
+                drawn.push_back({id, QString::fromStdString(name), pts});
                 for (const auto& p : pts)
                     wholeX = wholeX && p.x() == std::round(p.x());
             }
@@ -396,6 +402,19 @@ void RunsPage::onSelectionChanged()
                     QStringLiteral("  %1: %2\n").arg(QString::fromStdString(k), values.join(QStringLiteral("  |  ")));
             }
             text += metricDeltasText(ids, finals);
+        }
+        // Names as short as they can be: "run N: " only where several runs are drawn, and no
+        // " vs stage" where every curve has it (the axis says it).
+        QString suffix;
+        if (!drawn.empty() && drawn.front().name.contains(QStringLiteral(" vs "))) {
+            suffix = drawn.front().name.mid(drawn.front().name.lastIndexOf(QStringLiteral(" vs ")));
+            for (const auto& c : drawn)
+                if (!c.name.endsWith(suffix) || c.name == suffix)
+                    suffix.clear();
+        }
+        for (const auto& c : drawn) {
+            const QString name = c.name.left(c.name.size() - suffix.size());
+            m_overlay->setSeries(ids.size() > 1 ? tr("run %1: %2").arg(c.run).arg(name) : name, c.points);
         }
         m_details->setPlainText(text);
         if (metric == "perplexity") {
