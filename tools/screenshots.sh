@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Retakes docs/screenshots from the built app (build/), offscreen, on the bundled sample and a run
 # store of its own. The Sweeps page shows the paper check (synthetic Gaussian data); the model page
-# is shown on the sample and on a synthetic 16-layer dump (gsrq synth kv --layers 16).
+# is shown on the sample and on a synthetic 16-layer dump (gsrq synth kv --layers 16), whose PDF
+# report's pages are rendered by pdftoppm (poppler-utils); the Runs page shows the perplexity of the
+# bundled model with KM-RQ and GSKM-RQ codebooks trained on the sample at 0.5, 1 and 2 bits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 studio=build/app/studio/gsrq-studio
@@ -34,3 +36,24 @@ echo "wrote $out/report.png (the top of File ▸ Export report's document)"
 synthetic=$(dirname "$store")/synthetic-16.safetensors
 build/app/cli/gsrq synth kv --layers 16 --rows 4096 --features 64 --seed 1 --out "$synthetic"
 shot model-synthetic-16 --open "$synthetic" --page model --run model
+"$studio" --store "$store" --open "$synthetic" --page model --run model --report "$(dirname "$store")/report-16.pdf"
+rm -f "$out"/report-pdf-page-*.png
+pdftoppm -r 60 -png "$(dirname "$store")/report-16.pdf" "$out/report-pdf-page"
+echo "wrote $(ls "$out"/report-pdf-page-*.png | tr '\n' ' ')(the 16-layer model's PDF report, page by page)"
+# Perplexity against effective bits: KM-RQ and GSKM-RQ (grad-log weights) at 0.5, 1 and 2 BPA on
+# the model's own samples, beside FP32.
+model=resources/models/stories260K
+ids=()
+for method in km gskm; do
+  weights=none
+  [[ $method == gskm ]] && weights=grad-log
+  for rate in "16 1" "8 1" "8 2"; do
+    read -r dim stages <<<"$rate"
+    books=$(dirname "$store")/$method-$dim-$stages.safetensors
+    build/app/cli/gsrq --db "$store" train "$sample" --dim "$dim" --stages "$stages" --k 256 --method "$method" \
+      --weights "$weights" --out "$books" -q >/dev/null
+    ids+=("$(build/app/cli/gsrq --db "$store" ppl "$model/stories260K.bin" --tokenizer "$model/tok512.bin" --generate \
+      --seed 0 -c "$books" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["run_id"])')")
+  done
+done
+shot perplexity --page runs --select "$(IFS=,; echo "${ids[*]}")"

@@ -95,7 +95,8 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
     const bool logX = lo > 0 && hi / lo >= 4;
     chart.setLogX(logX);
     chart.setLogY(pLo > 0 && pHi / pLo > 10); // a 1-bit KIVI far above the rest
-    chart.setAxisTitles(QObject::tr("effective bits per activation (codewords counted)"), QObject::tr("perplexity"));
+    chart.setTitle(QObject::tr("Perplexity against effective bits (codewords counted)"));
+    chart.setAxisTitles(QObject::tr("effective bits per activation"), QObject::tr("perplexity"));
     for (auto& [name, points] : series) {
         std::sort(points.begin(), points.end(), [](const QPointF& a, const QPointF& b) { return a.x() < b.x(); });
         chart.setSeries(name, points);
