@@ -4,6 +4,7 @@
 #include "core/base/error.h"
 #include "core/cluster/clustering.h"
 #include "core/cluster/metrics.h"
+#include "core/cluster/nearest_kernels.h"
 #include "core/cluster/weights.h"
 #include "core/io/synth.h"
 #include "core/io/tensor_stats.h"
@@ -64,6 +65,7 @@ private slots:
     void gskmUpdateMatchesClosedForm();
     void gskmNegativeProjectionGivesZeroGain();
     void backendMatchesBruteForce();
+    void everyNearestBuildMatchesDoubleScores();
     void integerWeightsEqualDuplicatedRows();
     void blockResidualAndReconstruction();
     void bothMethodsStartFromTheSameRows();
@@ -195,6 +197,101 @@ void TestClustering::backendMatchesBruteForce()
     // A second pass with the same centroids changes nothing.
     be->assignAccumulate(C, false, labels, st);
     QCOMPARE(st.changed, std::int64_t(0));
+}
+
+// Every build of the assignment kernel this CPU runs (portable GEMM, AVX2, AVX-512) on shapes that
+// cross its tiles: rows not a multiple of the tile, K not a multiple of the panel width (and K below
+// it), D of 1, 3, 16 and 128, rows read with a stride wider than D, and a codeword repeated (the lower
+// index must win, as a scan in order gives). Each row's label is the argmax of double-precision scores
+// 2x·c − ‖c‖² unless the two best are within float rounding of each other (D products of magnitude up
+// to |x||c| each: 1e-5 of the scores' scale allows it), and its score within that rounding of the
+// double one; the builds agree with each other on every row that is not such a near-tie.
+void TestClustering::everyNearestBuildMatchesDoubleScores()
+{
+    const auto builds = nearest::availableNearest();
+    QVERIFY(!builds.empty());
+    struct Shape {
+        std::int64_t n;
+        int D, K, stride;
+    };
+    for (const Shape sh : {Shape{1, 1, 1, 1}, Shape{37, 3, 5, 3}, Shape{301, 16, 37, 21}, Shape{1000, 128, 256, 128},
+                           Shape{95, 128, 100, 160}, Shape{13, 8, 33, 8}}) {
+        const MatrixRF wide = test::randomRows(sh.n, sh.stride, 7 + sh.D);
+        MatrixRF C = test::randomRows(sh.K, sh.D, 11 + sh.K);
+        const int copy = sh.K > 3 ? sh.K - 1 : -1; // the last codeword repeats the first
+        if (copy > 0)
+            C.row(copy) = C.row(0);
+        // Double reference, and how close each row's top two come.
+        std::vector<int> ref(std::size_t(sh.n));
+        std::vector<double> refScore(std::size_t(sh.n)), gap(std::size_t(sh.n)), scale(std::size_t(sh.n));
+        for (std::int64_t i = 0; i < sh.n; ++i) {
+            double best = -INFINITY, second = -INFINITY, size = 0;
+            int at = -1;
+            for (int c = 0; c < sh.K; ++c) {
+                double dot = 0, cc = 0, magnitude = 0;
+                for (int d = 0; d < sh.D; ++d) {
+                    dot += double(wide(i, d)) * double(C(c, d));
+                    cc += double(C(c, d)) * double(C(c, d));
+                    magnitude += std::abs(double(wide(i, d)) * double(C(c, d)));
+                }
+                const double score = 2 * dot - cc;
+                size = std::max(size, 2 * magnitude + cc); // what float rounding of the score scales with
+                if (c == copy && at == 0)
+                    continue; // the same score as codeword 0, which comes first
+                if (score > best) {
+                    second = best;
+                    best = score;
+                    at = c;
+                } else if (score > second) {
+                    second = score;
+                }
+            }
+            ref[std::size_t(i)] = at;
+            refScore[std::size_t(i)] = best;
+            gap[std::size_t(i)] = best - second;
+            scale[std::size_t(i)] = size;
+        }
+        std::vector<std::vector<std::int32_t>> labelsOf;
+        for (const auto* k : builds) {
+            const auto panels = nearest::packCodewords(C, *k);
+            std::vector<std::int32_t> label(std::size_t(sh.n), -1);
+            std::vector<float> score(std::size_t(sh.n));
+            k->nearest(wide.data(), sh.n, sh.stride, panels, label.data(), score.data());
+            int nearTies = 0;
+            for (std::int64_t i = 0; i < sh.n; ++i) {
+                const double tol = 1e-5 * scale[std::size_t(i)];
+                const std::size_t r = std::size_t(i);
+                QVERIFY2(std::abs(score[r] - refScore[r]) <= tol,
+                         qPrintable(QString("%1: D=%2 K=%3 row %4 score %5 against %6")
+                                        .arg(k->isa)
+                                        .arg(sh.D)
+                                        .arg(sh.K)
+                                        .arg(i)
+                                        .arg(score[r])
+                                        .arg(refScore[r])));
+                if (gap[r] <= tol) {
+                    ++nearTies;
+                    continue;
+                }
+                // The vector builds compute a repeated codeword's score by the same operations, so the
+                // first copy wins; Eigen's GEMM may round the two copies differently (its blocking
+                // treats the matrix's last columns apart), so the portable build may pick either.
+                if (k->width == 0 && ref[r] == 0 && label[r] == copy)
+                    continue;
+                QVERIFY2(label[r] == ref[r], qPrintable(QString("%1: D=%2 K=%3 row %4 label %5, expected %6")
+                                                            .arg(k->isa)
+                                                            .arg(sh.D)
+                                                            .arg(sh.K)
+                                                            .arg(i)
+                                                            .arg(label[r])
+                                                            .arg(ref[r])));
+            }
+            QVERIFY(nearTies <= sh.n / 100 + 1); // random data: near-ties are rare
+            if (copy > 0 && k->width > 0)
+                QVERIFY(std::find(label.begin(), label.end(), copy) == label.end());
+            labelsOf.push_back(std::move(label));
+        }
+    }
 }
 
 void TestClustering::blockResidualAndReconstruction()

@@ -103,7 +103,11 @@ public:
 
 // Eigen GEMM over row chunks, OpenMP across chunks, memory bounded by threads × chunk × K.
 // threads ≤ 0: all available cores.
-std::unique_ptr<ClusterBackend> makeCpuBackend(int threads = 0);
+namespace nearest {
+struct NearestKernels;
+}
+// `kernel`: the assignment kernel's build (nearest_kernels.h); null for the widest this CPU runs.
+std::unique_ptr<ClusterBackend> makeCpuBackend(int threads = 0, const nearest::NearestKernels* kernel = nullptr);
 
 // Threads the CPU backend uses for `threads` (≤ 0 means all cores).
 int resolveThreads(int threads);

@@ -1,4 +1,5 @@
 #include "core/cluster/cluster_backend.h"
+#include "core/cluster/nearest_kernels.h"
 
 #include "core/base/error.h"
 
@@ -27,10 +28,15 @@ namespace {
 
 class CpuBackend final : public ClusterBackend {
 public:
-    explicit CpuBackend(int threads) : m_threads(resolveThreads(threads)) {}
+    CpuBackend(int threads, const nearest::NearestKernels* kernel)
+        : m_threads(resolveThreads(threads)), m_kernel(kernel)
+    {
+    }
 
     std::string name() const override { return "cpu"; }
     std::string device() const override { return cat(m_threads, m_threads == 1 ? " thread" : " threads"); }
+    // The assignment kernel's build: "avx512", "avx2+fma" or "portable".
+    std::string isa() const { return (m_kernel ? *m_kernel : nearest::bestNearest()).isa; }
 
     void bind(const float* x, std::int64_t n, int features, const float* weights) override
     {
@@ -122,10 +128,12 @@ public:
         const int K = static_cast<int>(C.rows());
         const int D = m_d;
         const auto X = block();
-        // Cᵀ as a contiguous D×K column-major matrix: the GEMM's right operand.
-        const Eigen::MatrixXf Ct = C.transpose();
+        // The codewords packed once for the widest kernel this CPU runs; each chunk's rows get their
+        // nearest codeword and its score (2x·c − ‖c‖²) from it, the product never leaving registers.
+        const nearest::NearestKernels& kernel = m_kernel ? *m_kernel : nearest::bestNearest();
+        const nearest::NearestPanels panels = nearest::packCodewords(C, kernel);
         const Eigen::RowVectorXf cNorm = C.rowwise().squaredNorm().transpose();
-        // A chunk's score block stays near 1 MiB so it lives in L2 between the GEMM and the scan.
+        // Chunks of about 1 MiB of scores for the portable kernel's GEMM, which it scans while in L2.
         const std::int64_t chunk = std::clamp<std::int64_t>((1 << 18) / K, 16, 2048);
         const std::int64_t nChunks = (m_n + chunk - 1) / chunk;
         const int threads = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(m_threads, nChunks)));
@@ -143,21 +151,18 @@ public:
             AssignStats& acc = part[0];
 #endif
             resetStats(acc, K, D, withShapeSums);
-            MatrixRF S(chunk, K);
+            std::vector<std::int32_t> labels(static_cast<std::size_t>(chunk));
+            std::vector<float> scores(static_cast<std::size_t>(chunk));
 
 #pragma omp for schedule(static)
             for (std::int64_t c = 0; c < nChunks; ++c) {
                 const std::int64_t r0 = c * chunk;
                 const std::int64_t m = std::min(chunk, m_n - r0);
                 const auto Xb = X.middleRows(r0, m);
-                S.topRows(m).noalias() = Xb * Ct;
+                kernel.nearest(X.data() + r0 * m_f, m, m_f, panels, labels.data(), scores.data());
                 for (std::int64_t i = 0; i < m; ++i) {
-                    auto s = S.row(i);
-                    s = 2.0f * s - cNorm; // score of each centroid; the nearest has the largest
-                    const float best = s.maxCoeff();
-                    int label = 0;
-                    while (label + 1 < K && s[label] != best)
-                        ++label;
+                    const int label = labels[static_cast<std::size_t>(i)];
+                    const float best = scores[static_cast<std::size_t>(i)]; // 2x·c − ‖c‖², the largest
                     const std::int64_t row = r0 + i;
                     const double w = m_w ? m_w[row] : 1.0;
                     acc.weightedError += w * std::max(0.0, static_cast<double>(m_sqNorm[row]) - best);
@@ -245,6 +250,7 @@ private:
     }
 
     int m_threads;
+    const nearest::NearestKernels* m_kernel = nullptr; // null: the widest this CPU runs
     const float* m_x = nullptr;
     std::int64_t m_n = 0;
     int m_f = 0;
@@ -259,9 +265,9 @@ private:
 
 } // namespace
 
-std::unique_ptr<ClusterBackend> makeCpuBackend(int threads)
+std::unique_ptr<ClusterBackend> makeCpuBackend(int threads, const nearest::NearestKernels* kernel)
 {
-    return std::make_unique<CpuBackend>(threads);
+    return std::make_unique<CpuBackend>(threads, kernel);
 }
 
 } // namespace gsrq

@@ -43,8 +43,8 @@
 #else
 #define GSRQ_DECODE_SIMD 0
 #include <Eigen/Core>
-#if GSRQ_DECODE_ISA == 0 && GSRQ_DECODE_X86
-#include <cpuid.h>
+#if GSRQ_DECODE_ISA == 0
+#include "core/base/cpu_features.h"
 #endif
 #endif
 
@@ -558,38 +558,6 @@ const Kernels kKernels{kIsa, VW::N, &fp16, &tables, &lookup, &paper, &values, &f
 
 #if GSRQ_DECODE_ISA == 0
 
-namespace {
-
-// What the CPU and the operating system support, from CPUID and XGETBV (the compilers' own feature
-// tests differ: clang before 18 knows no "f16c").
-struct CpuFeatures {
-    bool avx2 = false;   // AVX2, FMA and F16C, with the YMM state saved by the OS
-    bool avx512 = false; // and AVX-512 F, BW, VL and DQ, with the ZMM state saved
-};
-
-CpuFeatures cpuFeatures()
-{
-    CpuFeatures f;
-#if GSRQ_DECODE_X86
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d))
-        return f;
-    const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
-    if (!osxsave || !avx)
-        return f;
-    unsigned lo = 0, hi = 0;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    const bool ymm = (lo & 0x6u) == 0x6u, zmm = (lo & 0xE6u) == 0xE6u;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
-        return f;
-    f.avx2 = ymm && fma && f16c && (b & (1u << 5));
-    f.avx512 = f.avx2 && zmm && (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31));
-#endif
-    return f;
-}
-
-} // namespace
-
 const Kernels& portableKernels()
 {
     return kKernels;
@@ -598,7 +566,7 @@ const Kernels& portableKernels()
 const Kernels* avx2Kernels()
 {
 #if GSRQ_DECODE_X86
-    static const bool ok = cpuFeatures().avx2;
+    static const bool ok = gsrq::cpuFeatures().avx2;
     if (ok)
         return &detail::avx2Build();
 #endif
@@ -608,7 +576,7 @@ const Kernels* avx2Kernels()
 const Kernels* avx512Kernels()
 {
 #if GSRQ_DECODE_X86
-    static const bool ok = cpuFeatures().avx512;
+    static const bool ok = gsrq::cpuFeatures().avx512;
     if (ok)
         return &detail::avx512Build();
 #endif
