@@ -4,8 +4,11 @@
 #include "core/base/stats.h"
 #include "core/base/version.h"
 #include "core/cluster/clustering.h"
+#include "core/cluster/nearest_kernels.h"
 #include "core/cluster/quantizer.h"
 #include "core/cluster/weights.h"
+#include "core/decode/cpu_bench.h"
+#include "core/decode/cpu_kernels.h"
 #include "core/io/kv_dump.h"
 #include "core/io/npy.h"
 #include "core/io/synth.h"
@@ -108,6 +111,11 @@ Command registerBenchCluster(CLI::App& root)
                         run->recordMetrics(rows);
                     run.done(methods.dump());
                     const double flops = 2.0 * static_cast<double>(x.rows()) * static_cast<double>(x.cols()) * o->k;
+                    // On the CPU: the assignment kernel's build and the machine's FMA peak with the
+                    // same threads, measured now (0 and "" on a GPU).
+                    const bool cpu = backend->name() == "cpu";
+                    const std::string kernelName = cpu ? nearest::bestNearest().isa : "";
+                    const double peak = cpu ? measureFmaRate(o->backend.threads, cpudecode::bestKernels()) : 0.0;
                     if (o->json) {
                         printJson({{"tool", "gsrq"},
                                    {"version", kVersion},
@@ -119,6 +127,8 @@ Command registerBenchCluster(CLI::App& root)
                                    {"backend", backend->name()},
                                    {"device", backend->device()},
                                    {"gemm_flop_per_iteration", flops},
+                                   {"kernel", kernelName},
+                                   {"fma_peak_flops", peak},
                                    {"methods", methods}});
                         return;
                     }
@@ -127,9 +137,16 @@ Command registerBenchCluster(CLI::App& root)
                                 backend->name().c_str(), backend->device().c_str());
                     for (const auto& [name, v] : methods.items()) {
                         const double s = v["seconds_per_iteration"].get<double>();
-                        std::printf("  %-5s %.4f s/iteration (median of %d), %.1f GFLOP/s in the distance GEMM\n",
+                        std::printf("  %-5s %.4f s/iteration (median of %d), %.1f GFLOP/s in the distance product",
                                     name.c_str(), s, v["iterations"].get<int>() + 1, flops / s / 1e9);
+                        if (peak > 0)
+                            std::printf(" (%.0f%% of the FMA peak)", 100 * flops / s / peak);
+                        std::printf("\n");
                     }
+                    if (peak > 0)
+                        std::printf("  kernel %s; FMA peak %.1f GFLOP/s (%s fused multiply-adds from registers, "
+                                    "the bound of any SGEMM, measured now with the same threads)\n",
+                                    kernelName.c_str(), peak / 1e9, cpudecode::bestKernels().isa);
                 });
             }};
 }

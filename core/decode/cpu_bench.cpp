@@ -180,27 +180,30 @@ CpuRates measureCpuRates(int threads, const DecodeShape& shape, int dim, int sta
         }
         r.lookupsPerSecond = median(rates);
     }
-    {
-        const auto& kern = *kernels;
-        const std::int64_t iters = 20'000'000;
-        std::vector<double> rates;
-        volatile float sink = 0;
-        for (int rep = 0; rep < 3; ++rep) {
-            double seconds = 0;
-            float s = 0;
-#pragma omp parallel num_threads(threads) reduction(max : seconds) reduction(+ : s)
-            {
-                const auto t0 = Clock::now();
-                s += kern.fmaLoop(iters);
-                seconds = since(t0);
-            }
-            sink = sink + s;
-            rates.push_back(double(threads) * double(iters) * 12.0 * kern.lanes * 2.0 / seconds);
-        }
-        (void)sink;
-        r.flops = median(rates);
-    }
+    r.flops = measureFmaRate(threads, *kernels);
     return r;
+}
+
+double measureFmaRate(int threads, const cpudecode::Kernels& kern)
+{
+    threads = cpuDecodeThreads(threads);
+    const std::int64_t iters = 20'000'000;
+    std::vector<double> rates;
+    volatile float sink = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+        double seconds = 0;
+        float s = 0;
+#pragma omp parallel num_threads(threads) reduction(max : seconds) reduction(+ : s)
+        {
+            const auto t0 = Clock::now();
+            s += kern.fmaLoop(iters);
+            seconds = since(t0);
+        }
+        sink = sink + s;
+        rates.push_back(double(threads) * double(iters) * 12.0 * kern.lanes * 2.0 / seconds);
+    }
+    (void)sink;
+    return median(rates);
 }
 
 DecodeRates cpuDecodeRates(const CpuRates& c)

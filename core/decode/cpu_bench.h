@@ -4,6 +4,7 @@
 // it at rates measured in the same run: DRAM and L2 read bandwidth, the lookup loop's rate on tables
 // of the run's size, and FP32 fused multiply-adds, all with the run's threads.
 
+#include "core/decode/cpu_kernels.h"
 #include "core/decode/decode_bench.h"
 
 #include <functional>
@@ -22,6 +23,9 @@ struct CpuRates {
 CpuRates measureCpuRates(int threads, const DecodeShape& shape, int dim, int stages, int k,
                          const std::string& isa = {});
 DecodeRates cpuDecodeRates(const CpuRates& rates);
+// FP32 FLOP/s of `threads` threads running independent chains of the kernels' widest fused
+// multiply-adds from registers: the machine's arithmetic peak, the bound of any SGEMM (median of 3).
+double measureFmaRate(int threads, const cpudecode::Kernels& kernels);
 
 // What one decode step of a path moves and computes on the CPU, for the whole batch and every KV head.
 struct CpuDecodeCostCase {
