@@ -32,6 +32,7 @@ private slots:
     void stagesNeverIncreaseTrainingError_data();
     void stagesNeverIncreaseTrainingError();
     void beamIsAtLeastAsGoodAsGreedy();
+    void beamTrainingRunsOnEveryBeam();
     void gskmRqBeatsKmRqAtOneBit();
     void gskmRqNearTheShannonBound();
     void holdoutIsASeededRandomSubset();
@@ -176,10 +177,50 @@ void TestQuantizer::beamIsAtLeastAsGoodAsGreedy()
     // Beam search keeps the greedy path among its candidates at the first stage and ranks every
     // later extension by exact error, so on average it cannot lose; on 4 stages it wins clearly.
     QVERIFY2(beam.mse < greedy.mse, qPrintable(QString("%1 vs %2").arg(beam.mse).arg(greedy.mse)));
-    // Training with the beam re-encodes each stage: its training error is no worse either.
+    // Training with the beam extends the beams by each stage: its training error is no worse either,
+    // training the stages on every beam's residual or on the best beam's.
     s.beam = 8;
-    const auto rb = trainResidualQuantizer(X, nullptr, s, *be);
-    QVERIFY(rb.metrics.mse <= r.metrics.mse * 1.02); // different codebooks; allow 2% of training noise
+    for (bool all : {true, false}) {
+        s.trainOnAllBeams = all;
+        const auto rb = trainResidualQuantizer(X, nullptr, s, *be);
+        QVERIFY(rb.metrics.mse <= r.metrics.mse * 1.02); // different codebooks; allow 2% of training noise
+    }
+}
+
+// With a beam, each stage's K-means runs on every row's surviving beams (N·min(B, K^r) rows from the
+// second stage on: the first pass's "changed" counts every row it labels) or on each row's best beam
+// (N rows); either way the training's codes are the beam search's with the final codebooks, and its
+// stage metrics those codes' reconstruction; weights follow each row into its beams.
+void TestQuantizer::beamTrainingRunsOnEveryBeam()
+{
+    const MatrixRF X = test::randomRows(600, 8, 51);
+    std::vector<float> w(600);
+    for (std::size_t i = 0; i < w.size(); ++i)
+        w[i] = 0.5f + float(i % 7);
+    auto be = makeCpuBackend(2);
+    RqSettings s;
+    s.stages = 3;
+    s.k = 4;
+    s.beam = 3;
+    s.iterations = 5;
+    s.method = Method::KMeans;
+    for (bool all : {true, false}) {
+        s.trainOnAllBeams = all;
+        for (const float* weights : {static_cast<const float*>(nullptr), static_cast<const float*>(w.data())}) {
+            const auto r = trainResidualQuantizer(X, weights, s, *be);
+            QCOMPARE(r.clusterings.size(), std::size_t(3));
+            for (const auto& c : r.clusterings) {
+                const std::int64_t beams = c.stage == 0 || !all ? 1 : 3; // min(B, K^r): 1, then 3
+                QCOMPARE(c.history.front().changed, 600 * beams);
+            }
+            const Codes again = encode(X, r.codebooks, 3, *be);
+            QVERIFY(again == r.codes);
+            const auto m = computeMetrics(X, decode(r.codes, r.codebooks));
+            QVERIFY(std::abs(m.mse - r.metrics.mse) <= 1e-9 * m.mse);
+            QCOMPARE(r.afterStage.size(), std::size_t(3));
+            QVERIFY(r.afterStage[2].mse < r.afterStage[0].mse);
+        }
+    }
 }
 
 namespace {

@@ -31,7 +31,7 @@ Command registerTrain(CLI::App& root)
 {
     struct Opts {
         std::string dump, tensors, layers, method = "gskm", weights = "none", eval, out, dtype = "f32",
-                                           keyRope = "as-dumped";
+                                           keyRope = "as-dumped", beamTrain = "all";
         double bpa = 0, tau = 1, holdout = 0;
         int dim = 0, stages = 0, k = 0, attentionQueries = 128, channels = 0, bits = 0;
         double emaDecay = 0.5;
@@ -61,6 +61,10 @@ Command registerTrain(CLI::App& root)
     cmd->add_option("--iters", o->s.rq.iterations, "Maximum iterations per stage")->capture_default_str();
     cmd->add_option("--seed", o->s.rq.seed, "Seed")->capture_default_str();
     cmd->add_option("--beam", o->s.rq.beam, "Beam width of encoding (1 = greedy)")->capture_default_str();
+    cmd->add_option("--beam-train", o->beamTrain,
+                    "With --beam > 1, the rows each stage's K-means runs on: all (every beam's residual, as FAISS) "
+                    "or best (the best beam's only: faster)")
+        ->capture_default_str();
     cmd->add_flag("--reseed-empty", o->s.rq.reseedEmpty, "Re-seed empty clusters by splitting the largest");
     cmd->add_option("--refine", o->s.rq.refine,
                     "Rounds of joint refinement after the greedy stages: every stage's codewords by least squares "
@@ -89,6 +93,9 @@ Command registerTrain(CLI::App& root)
     cmd->add_flag("--quiet,-q", o->quiet, "No progress bar");
     return {cmd, [o, weightsFlag, emaFlag] {
                 TrainSettings& s = o->s;
+                if (o->beamTrain != "all" && o->beamTrain != "best")
+                    throwInvalid("--beam-train '", o->beamTrain, "': all or best");
+                s.rq.trainOnAllBeams = o->beamTrain == "all";
                 const bool cq = o->method == "cq", vqllm = o->method == "vqllm";
                 if (!cq && !vqllm && !methodFromName(o->method))
                     throwInvalid("--method: '", o->method, "' is not gskm, km, cq or vqllm");

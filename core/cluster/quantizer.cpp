@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include <Eigen/Cholesky>
 
@@ -120,62 +121,106 @@ Eigen::Map<const MatrixRF> Codebooks::book(int m, int r) const
 
 namespace {
 
-// Beam search over stages 0..R-1 of one subspace: the B best partial codes per row survive each
-// stage, ranked by their exact squared residual. Xm: N × D. Returns N × R codes.
-Codes beamEncodeSubspace(const MatrixRF& Xm, const Codebooks& cb, int m, int R, int B)
-{
-    const Eigen::Index N = Xm.rows();
-    const int D = cb.dim, K = cb.k;
-    Codes out(N, R);
-    std::vector<Eigen::RowVectorXf> cNorm(static_cast<std::size_t>(R));
-    for (int r = 0; r < R; ++r)
-        cNorm[std::size_t(r)] = cb.book(m, r).rowwise().squaredNorm().transpose();
+// The beam states of N rows in one subspace, side by side (row i's arrays at rows i·B..i·B+B−1): the
+// cur best partial codes (stages before the next), their residuals and squared errors.
+struct SubspaceBeams {
+    int B = 1, cur = 1;
+    MatrixRF res;        // N·B × D
+    Codes codes;         // N·B × R
+    Eigen::VectorXf err; // N·B
 
-#pragma omp parallel
+    SubspaceBeams(const MatrixRF& Xm, int beam, int R)
+        : B(beam), res(Xm.rows() * beam, Xm.cols()), codes(Codes::Zero(Xm.rows() * beam, R)),
+          err(Eigen::VectorXf::Zero(Xm.rows() * beam))
     {
-        MatrixRF res, next, S;
-        Codes codes, nextCodes;
-        Eigen::VectorXf err, nextErr;
-        std::vector<int> order;
-#pragma omp for schedule(dynamic, 16)
-        for (Eigen::Index i = 0; i < N; ++i) {
-            int cur = 1;
-            res = Xm.row(i);
-            codes.resize(1, R);
-            err.resize(1);
-            err[0] = res.row(0).squaredNorm();
-            for (int r = 0; r < R; ++r) {
-                const auto C = cb.book(m, r);
-                S.noalias() = res.topRows(cur) * C.transpose(); // cur × K
-                // ‖res − c‖² = ‖res‖² − 2 res·c + ‖c‖²
-                S = ((-2.0f * S).rowwise() + cNorm[std::size_t(r)]).colwise() + err.head(cur);
-                const int keep = std::min(B, cur * K);
-                order.resize(std::size_t(cur) * K);
-                std::iota(order.begin(), order.end(), 0);
-                std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int a, int b) {
-                    const float va = S(a / K, a % K), vb = S(b / K, b % K);
-                    return va < vb || (va == vb && a < b);
-                });
-                next.resize(keep, D);
-                nextCodes.resize(keep, R);
-                nextErr.resize(keep);
-                for (int j = 0; j < keep; ++j) {
-                    const int b = order[std::size_t(j)] / K, k = order[std::size_t(j)] % K;
-                    next.row(j) = res.row(b) - C.row(k);
-                    nextCodes.row(j) = codes.row(b);
-                    nextCodes(j, r) = k;
-                    nextErr[j] = next.row(j).squaredNorm(); // exact, so rounding does not accumulate
-                }
-                res.swap(next);
-                codes.swap(nextCodes);
-                err.swap(nextErr);
-                cur = keep;
-            }
-            Eigen::Index best = 0;
-            err.head(cur).minCoeff(&best);
-            out.row(i) = codes.row(best);
+        for (Eigen::Index i = 0; i < Xm.rows(); ++i) {
+            res.row(i * B) = Xm.row(i);
+            err[i * B] = res.row(i * B).squaredNorm();
         }
     }
+    Eigen::Index rows() const { return res.rows() / B; }
+
+    // Extends every row's beams by stage r (codewords C): of a row's cur × K candidates the B best by
+    // squared residual survive, ranked as ‖res − c‖² = ‖res‖² − 2 res·c + ‖c‖² with ties to the earlier
+    // candidate (beam, then codeword), their errors recomputed exactly so rounding does not accumulate
+    // over stages. The products of a chunk of rows' beams with the codewords are one GEMM.
+    void step(int r, const Eigen::Map<const MatrixRF>& C)
+    {
+        const Eigen::RowVectorXf cNorm = C.rowwise().squaredNorm().transpose();
+        const Eigen::Index N = rows();
+        const int K = int(C.rows()), D = int(C.cols());
+        const int keep = int(std::min<std::int64_t>(B, std::int64_t(cur) * K));
+        constexpr Eigen::Index kChunk = 64;
+        const Eigen::Index chunks = (N + kChunk - 1) / kChunk;
+#pragma omp parallel
+        {
+            MatrixRF beamsOf, S, next(keep, D);
+            Codes nextCodes(keep, codes.cols());
+            std::vector<float> topValue(std::size_t(keep) + 1);
+            std::vector<int> topAt(std::size_t(keep) + 1);
+#pragma omp for schedule(dynamic, 4)
+            for (Eigen::Index c = 0; c < chunks; ++c) {
+                const Eigen::Index i0 = c * kChunk, n = std::min(kChunk, N - i0);
+                beamsOf.resize(n * cur, D);
+                for (Eigen::Index i = 0; i < n; ++i)
+                    beamsOf.middleRows(i * cur, cur) = res.middleRows((i0 + i) * B, cur);
+                S.noalias() = beamsOf * C.transpose(); // n·cur × K
+                for (Eigen::Index i = 0; i < n; ++i) {
+                    const Eigen::Index row = i0 + i;
+                    // The keep least (value, candidate) pairs, sorted, by insertion: most candidates
+                    // are worse than the current last and cost one comparison.
+                    int count = 0;
+                    for (int b = 0; b < cur; ++b) {
+                        const float e = err[row * B + b];
+                        const auto s = S.row(i * cur + b);
+                        for (int k = 0; k < K; ++k) {
+                            const float v = (-2.0f * s[k] + cNorm[k]) + e;
+                            if (count == keep && !(v < topValue[std::size_t(keep) - 1]))
+                                continue;
+                            int at = count < keep ? count++ : keep - 1;
+                            while (at > 0 && v < topValue[std::size_t(at) - 1]) {
+                                topValue[std::size_t(at)] = topValue[std::size_t(at) - 1];
+                                topAt[std::size_t(at)] = topAt[std::size_t(at) - 1];
+                                --at;
+                            }
+                            topValue[std::size_t(at)] = v;
+                            topAt[std::size_t(at)] = b * K + k;
+                        }
+                    }
+                    for (int j = 0; j < keep; ++j) {
+                        const int b = topAt[std::size_t(j)] / K, k = topAt[std::size_t(j)] % K;
+                        next.row(j) = res.row(row * B + b) - C.row(k);
+                        nextCodes.row(j) = codes.row(row * B + b);
+                        nextCodes(j, r) = k;
+                    }
+                    res.middleRows(row * B, keep) = next;
+                    codes.middleRows(row * B, keep) = nextCodes;
+                    for (int j = 0; j < keep; ++j)
+                        err[row * B + j] = res.row(row * B + j).squaredNorm();
+                }
+            }
+        }
+        cur = keep;
+    }
+    // Row i's best codes so far (the least exact error): its row in codes.
+    Eigen::Index best(Eigen::Index i) const
+    {
+        Eigen::Index at = 0;
+        err.segment(i * B, cur).minCoeff(&at);
+        return i * B + at;
+    }
+};
+
+// Beam search over stages 0..R-1 of one subspace: the B best partial codes per row survive each
+// stage (SubspaceBeams::step). Xm: N × D. Returns N × R codes.
+Codes beamEncodeSubspace(const MatrixRF& Xm, const Codebooks& cb, int m, int R, int B)
+{
+    SubspaceBeams beams(Xm, B, R);
+    for (int r = 0; r < R; ++r)
+        beams.step(r, cb.book(m, r));
+    Codes out(Xm.rows(), R);
+    for (Eigen::Index i = 0; i < Xm.rows(); ++i)
+        out.row(i) = beams.codes.row(beams.best(i));
     return out;
 }
 
@@ -484,7 +529,15 @@ RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, con
     // The backend keeps the residual and a running reconstruction: each stage adds its codewords
     // in stage order, exactly the sums a decoder of the exported codes makes.
     backend.bind(X.data(), X.rows(), int(X.cols()), weights);
-    MatrixRF residual;                           // beam search only: the residual of the re-encoded stages, on the host
+    // Beam search: each subspace's beams, extended by each stage once it is trained, and the rows (and
+    // weights) a stage's K-means runs on: every beam's residual, or each row's best beam's.
+    const bool beamSearch = s.beam > 1;
+    std::vector<SubspaceBeams> beams;
+    MatrixRF beamRows;
+    std::vector<float> beamWeights;
+    if (beamSearch)
+        for (int m = 0; m < M; ++m)
+            beams.emplace_back(MatrixRF(X.middleCols(Eigen::Index(m) * D, D)), s.beam, R);
     const int units = std::max(1, s.iterations); // a clustering's share of the progress
     const double total = double(M) * R * units;
     double done = 0;
@@ -498,7 +551,27 @@ RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, con
             p.reseedEmpty = s.reseedEmpty;
             p.emaDecay = s.emaDecay;
             const std::string what = cat("stage ", r + 1, "/", R, " subspace ", m + 1, "/", M);
-            backend.selectBlock(m * D, D, p.epsilon);
+            if (beamSearch) {
+                // Every row's surviving beams (or its best), each with the row's weight.
+                const SubspaceBeams& b = beams[std::size_t(m)];
+                const Eigen::Index N = X.rows();
+                const int per = s.trainOnAllBeams ? b.cur : 1;
+                beamRows.resize(N * per, D);
+                for (Eigen::Index i = 0; i < N; ++i)
+                    if (s.trainOnAllBeams)
+                        beamRows.middleRows(i * per, per) = b.res.middleRows(i * b.B, per);
+                    else
+                        beamRows.row(i) = b.res.row(b.best(i));
+                if (weights) {
+                    beamWeights.resize(std::size_t(N * per));
+                    for (Eigen::Index i = 0; i < N * per; ++i)
+                        beamWeights[std::size_t(i)] = weights[i / per];
+                }
+                backend.bind(beamRows.data(), beamRows.rows(), D, weights ? beamWeights.data() : nullptr);
+                backend.selectBlock(0, D, p.epsilon);
+            } else {
+                backend.selectBlock(m * D, D, p.epsilon);
+            }
             auto c = clusterSelected(backend, s.method, p, [&](const IterationStats& it) {
                 if (!progress)
                     return true;
@@ -515,6 +588,8 @@ RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, con
             done += units;
             out.codebooks.book(m, r) = c.centroids;
             out.clusterings.push_back({m, r, c.iterations, c.stop, c.seconds, std::move(c.history)});
+            if (beamSearch && !out.cancelled)
+                beams[std::size_t(m)].step(r, std::as_const(out.codebooks).book(m, r));
             if (s.beam == 1 && !out.cancelled) {
                 // clusterSelected()'s labels are the nearest codewords of the final centroids:
                 // greedy codes.
@@ -529,15 +604,13 @@ RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, con
             out.afterStage.push_back(backend.reconstructionMetrics());
             continue;
         }
-        // Re-encode stages 0..r with the beam; the next stage trains on what it leaves.
-        const Codes codes = encode(X, out.codebooks, s.beam, backend, r + 1);
-        for (int m = 0; m < M; ++m)
-            out.codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1) =
-                codes.block(0, Eigen::Index(m) * R, X.rows(), r + 1);
-        const MatrixRF recon = decode(out.codes, out.codebooks, r + 1);
-        out.afterStage.push_back(computeMetrics(X, recon));
-        residual = X - recon;
-        backend.bind(residual.data(), residual.rows(), int(residual.cols()), weights);
+        // Each row's best beam so far, in every subspace: the codes of stages 0..r.
+        for (int m = 0; m < M; ++m) {
+            const SubspaceBeams& b = beams[std::size_t(m)];
+            for (Eigen::Index i = 0; i < X.rows(); ++i)
+                out.codes.block(i, Eigen::Index(m) * R, 1, r + 1) = b.codes.block(b.best(i), 0, 1, r + 1);
+        }
+        out.afterStage.push_back(computeMetrics(X, decode(out.codes, out.codebooks, r + 1)));
     }
     if (!out.afterStage.empty())
         out.metrics = out.afterStage.back();

@@ -7,7 +7,9 @@
 // chosen codewords. Bits per activation BPA = R·log2(K)/D; codebook storage is separate.
 //
 // Encoding is greedy (nearest codeword per stage, as in the paper) or, with beam B > 1, a beam
-// search that keeps the B best partial codes per stage (as FAISS's residual quantizer does).
+// search that keeps the B best partial codes per stage (as FAISS's residual quantizer does); training
+// with a beam extends every row's beams by each stage as it is trained, and by default trains the
+// stage on all of their residuals (B times the rows, B times the memory of the data).
 
 #include "core/cluster/clustering.h"
 #include "core/cluster/metrics.h"
@@ -27,6 +29,9 @@ struct RqSettings {
     int iterations = 25;
     std::uint64_t seed = 0;
     int beam = 1; // 1 = greedy
+    // With beam > 1, each stage's K-means runs on every surviving beam's residual (N·B rows, as FAISS's
+    // residual quantizer trains), or on the best beam's only (N rows: faster, a little less accurate).
+    bool trainOnAllBeams = true;
     bool reseedEmpty = false;
     // VQLLM-style training (Kumar, 2024): subspace m takes the strided channels m, m + M, m + 2M, …
     // instead of a contiguous block (the codebooks keep the order), and K-means centroids move by

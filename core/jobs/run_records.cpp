@@ -86,6 +86,7 @@ nlohmann::ordered_json trainRunSettings(const TrainSettings& s, const std::strin
         {"iters", s.rq.iterations},
         {"seed", s.rq.seed},
         {"beam", s.rq.beam},
+        {"beam_train", s.rq.trainOnAllBeams ? "all" : "best"},
         {"reseed_empty", s.rq.reseedEmpty},
         {"weights", weightModeName(s.weights)},
         {"tau", s.tau},

@@ -313,6 +313,7 @@ TrainJobResult runTrain(const KvDump& dump, const TrainSettings& s, ClusterBacke
                                             {"iterations", s.rq.iterations},
                                             {"seed", s.rq.seed},
                                             {"beam", s.rq.beam},
+                                            {"beam_train", s.rq.trainOnAllBeams ? "all" : "best"},
                                             {"reseed_empty", s.rq.reseedEmpty},
                                             {"strided_groups", s.rq.stridedGroups},
                                             {"ema_decay", s.rq.emaDecay},
