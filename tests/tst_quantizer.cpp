@@ -190,7 +190,7 @@ void TestQuantizer::beamIsAtLeastAsGoodAsGreedy()
 // With a beam, each stage's K-means runs on every row's surviving beams (N·min(B, K^r) rows from the
 // second stage on: the first pass's "changed" counts every row it labels) or on each row's best beam
 // (N rows); either way the training's codes are the beam search's with the final codebooks, and its
-// stage metrics those codes' reconstruction; weights follow each row into its beams.
+// stage metrics those codes' reconstruction, with and without row weights.
 void TestQuantizer::beamTrainingRunsOnEveryBeam()
 {
     const MatrixRF X = test::randomRows(600, 8, 51);

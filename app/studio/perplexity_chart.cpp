@@ -22,10 +22,11 @@ std::string measuredOn(const std::string& settingsJson, QString* name)
     const auto get = [&](const char* k) { return s.contains(k) ? s[k].dump() : std::string(); };
     const std::string model = s.value("model", std::string());
     const std::string text = s.value("text", std::string());
-    *name = QStringLiteral("%1, %2").arg(
-        QFileInfo(QString::fromStdString(model)).fileName(),
-        text.empty() ? QObject::tr("own samples (seed %1)").arg(QString::fromStdString(get("seed")))
-                     : QFileInfo(QString::fromStdString(text)).fileName());
+    *name = QStringLiteral("%1, %2, %3×%4 tokens")
+                .arg(QFileInfo(QString::fromStdString(model)).fileName(),
+                     text.empty() ? QObject::tr("own samples (seed %1)").arg(QString::fromStdString(get("seed")))
+                                  : QFileInfo(QString::fromStdString(text)).fileName(),
+                     QString::fromStdString(get("sequences")), QString::fromStdString(get("seq_len")));
     return model + "\n" + get("source") + "\n" + text + "\n" + get("seed") + "\n" + get("seq_len") + "\n" +
            get("sequences");
 }
@@ -48,6 +49,11 @@ std::vector<PerplexitySet> perplexitySets(RunStore& store, const std::vector<std
             sets.push_back({name, std::nullopt, {}, {}});
         }
         PerplexitySet& set = sets[it->second];
+        // Two sets whose names read the same (the same file names in other folders) stay apart.
+        if (set.runs.empty())
+            for (std::size_t other = 0; other + 1 < sets.size(); ++other)
+                if (sets[other].name == set.name)
+                    set.name += QStringLiteral(" [%1]").arg(sets.size());
         const auto p = runPerplexities(store.metrics(id), store.series(id));
         if (!set.fp32)
             set.fp32 = p.fp32;
@@ -79,7 +85,10 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
         for (const auto& p : set.points) {
             if (!std::isfinite(p.effectiveBits) || !(p.perplexity > 0))
                 continue;
-            series[prefix + QString::fromStdString(p.family)] << QPointF(p.effectiveBits, p.perplexity);
+            // Runs recorded before effective bits were have only their nominal bits: a series apart.
+            const QString family =
+                QString::fromStdString(p.family) + (p.effectiveRecorded ? QString() : QObject::tr(" (nominal bits)"));
+            series[prefix + family] << QPointF(p.effectiveBits, p.perplexity);
             lo = std::min(lo, p.effectiveBits);
             hi = std::max(hi, p.effectiveBits);
             pLo = std::min(pLo, p.perplexity);
@@ -98,7 +107,9 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
     chart.setTitle(QObject::tr("Perplexity against effective bits (codewords counted)"));
     chart.setAxisTitles(QObject::tr("effective bits per activation"), QObject::tr("perplexity"));
     for (auto& [name, points] : series) {
-        std::sort(points.begin(), points.end(), [](const QPointF& a, const QPointF& b) { return a.x() < b.x(); });
+        std::sort(points.begin(), points.end(), [](const QPointF& a, const QPointF& b) {
+            return a.x() < b.x() || (a.x() == b.x() && a.y() < b.y());
+        });
         chart.setSeries(name, points);
     }
     // FP32 across the bits drawn, and a little beyond, so that no point sits on the plot's edge.

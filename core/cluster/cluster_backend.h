@@ -54,6 +54,8 @@ public:
     virtual ~ClusterBackend() = default;
     virtual std::string name() const = 0;   // "cpu", "cuda"
     virtual std::string device() const = 0; // "2 threads", "NVIDIA H100 ... (device 0)"
+    // Threads the host-side work around the backend (beam search) may use; 0: OpenMP's default.
+    virtual int hostThreads() const { return 0; }
 
     // Binds the backend to x: n × features, row-major float32, borrowed until the next bind (a
     // device backend copies it). The residual starts as x, the reconstruction as zero. weights: n

@@ -35,6 +35,7 @@ public:
 
     std::string name() const override { return "cpu"; }
     std::string device() const override { return cat(m_threads, m_threads == 1 ? " thread" : " threads"); }
+    int hostThreads() const override { return m_threads; }
     // The assignment kernel's build: "avx512", "avx2+fma" or "portable".
     std::string isa() const { return (m_kernel ? *m_kernel : nearest::bestNearest()).isa; }
 

@@ -209,7 +209,8 @@ void nearestGemm(const float* x, std::int64_t n, std::int64_t ldx, const Nearest
     using Rows = Eigen::Map<const MatrixRF, 0, Eigen::OuterStride<>>;
     const Rows X(x, n, p.D, Eigen::OuterStride<>(ldx));
     const Eigen::Map<const Eigen::RowVectorXf> bias(p.bias.data(), p.K);
-    MatrixRF S(n, p.K);
+    thread_local MatrixRF S; // reused from chunk to chunk
+    S.resize(n, p.K);
     S.noalias() = X * p.Ct;
     for (std::int64_t i = 0; i < n; ++i) {
         auto s = S.row(i);

@@ -1,7 +1,8 @@
 #pragma once
 // The assignment step's kernel: for each row x, the codeword c of largest score 2·x·c − ‖c‖² (the
-// nearest in Euclidean distance; for GSKM's unit shapes, the largest cosine) and that score, with the
-// running best kept in registers beside the distance product, so no N × K score matrix is written.
+// nearest in Euclidean distance; for GSKM's unit shapes, the largest cosine) and that score. The
+// product's accumulators stay in registers and each panel's scores are folded into the row's running
+// best (per lane, in L1) as soon as they are made, so no N × K score matrix is written.
 // Ties go to the lowest index, as a scan of the scores in order would.
 //
 // Built three times on x86-64 (GSRQ_NEAREST_ISA): plain C++ over Eigen's GEMM (0, also the dispatch),
@@ -21,6 +22,12 @@ namespace gsrq::nearest {
 // The codewords of one pass packed for a kernel of `width` lanes: panel g holds codewords
 // [g·width, (g+1)·width) as D rows of width floats (zero past K), bias their −‖c‖² (−∞ past K).
 struct NearestPanels {
+    NearestPanels() = default;
+    NearestPanels(NearestPanels&&) = default; // the storage moves with its alignment
+    NearestPanels& operator=(NearestPanels&&) = default;
+    NearestPanels(const NearestPanels&) = delete; // a copy's buffer would sit at another offset
+    NearestPanels& operator=(const NearestPanels&) = delete;
+
     int K = 0, D = 0, width = 0, groups = 0;
     std::vector<float> storage; // over-allocated so that panels() is 64-byte aligned
     std::vector<float> bias;    // groups · width

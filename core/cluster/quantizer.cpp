@@ -10,6 +10,10 @@
 
 #include <Eigen/Cholesky>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace gsrq {
 
 double bitsPerActivation(int dim, int stages, int k)
@@ -144,7 +148,7 @@ struct SubspaceBeams {
     // squared residual survive, ranked as ‖res − c‖² = ‖res‖² − 2 res·c + ‖c‖² with ties to the earlier
     // candidate (beam, then codeword), their errors recomputed exactly so rounding does not accumulate
     // over stages. The products of a chunk of rows' beams with the codewords are one GEMM.
-    void step(int r, const Eigen::Map<const MatrixRF>& C)
+    void step(int r, const Eigen::Map<const MatrixRF>& C, int threads)
     {
         const Eigen::RowVectorXf cNorm = C.rowwise().squaredNorm().transpose();
         const Eigen::Index N = rows();
@@ -152,7 +156,13 @@ struct SubspaceBeams {
         const int keep = int(std::min<std::int64_t>(B, std::int64_t(cur) * K));
         constexpr Eigen::Index kChunk = 64;
         const Eigen::Index chunks = (N + kChunk - 1) / kChunk;
-#pragma omp parallel
+#ifdef _OPENMP
+        const int team = threads > 0 ? threads : omp_get_max_threads();
+#else
+        const int team = 1;
+        (void)threads;
+#endif
+#pragma omp parallel num_threads(team)
         {
             MatrixRF beamsOf, S, next(keep, D);
             Codes nextCodes(keep, codes.cols());
@@ -213,11 +223,11 @@ struct SubspaceBeams {
 
 // Beam search over stages 0..R-1 of one subspace: the B best partial codes per row survive each
 // stage (SubspaceBeams::step). Xm: N × D. Returns N × R codes.
-Codes beamEncodeSubspace(const MatrixRF& Xm, const Codebooks& cb, int m, int R, int B)
+Codes beamEncodeSubspace(const MatrixRF& Xm, const Codebooks& cb, int m, int R, int B, int threads)
 {
     SubspaceBeams beams(Xm, B, R);
     for (int r = 0; r < R; ++r)
-        beams.step(r, cb.book(m, r));
+        beams.step(r, cb.book(m, r), threads);
     Codes out(Xm.rows(), R);
     for (Eigen::Index i = 0; i < Xm.rows(); ++i)
         out.row(i) = beams.codes.row(beams.best(i));
@@ -263,7 +273,8 @@ Codes encode(const RowsRef& X, const Codebooks& cb, int beam, ClusterBackend& ba
     if (beam > 1) {
         for (int m = 0; m < cb.subspaces; ++m) {
             const MatrixRF Xm = X.middleCols(Eigen::Index(m) * cb.dim, cb.dim);
-            codes.block(0, Eigen::Index(m) * cb.stages, X.rows(), R) = beamEncodeSubspace(Xm, cb, m, R, beam);
+            codes.block(0, Eigen::Index(m) * cb.stages, X.rows(), R) =
+                beamEncodeSubspace(Xm, cb, m, R, beam, backend.hostThreads());
         }
         return codes;
     }
@@ -589,7 +600,7 @@ RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, con
             out.codebooks.book(m, r) = c.centroids;
             out.clusterings.push_back({m, r, c.iterations, c.stop, c.seconds, std::move(c.history)});
             if (beamSearch && !out.cancelled)
-                beams[std::size_t(m)].step(r, std::as_const(out.codebooks).book(m, r));
+                beams[std::size_t(m)].step(r, std::as_const(out.codebooks).book(m, r), backend.hostThreads());
             if (s.beam == 1 && !out.cancelled) {
                 // clusterSelected()'s labels are the nearest codewords of the final centroids:
                 // greedy codes.

@@ -9,7 +9,8 @@
 // Encoding is greedy (nearest codeword per stage, as in the paper) or, with beam B > 1, a beam
 // search that keeps the B best partial codes per stage (as FAISS's residual quantizer does); training
 // with a beam extends every row's beams by each stage as it is trained, and by default trains the
-// stage on all of their residuals (B times the rows, B times the memory of the data).
+// stage on all of their residuals: B times the rows, and for the whole training about B times the
+// data's memory again in the beams' residuals and codes, beside a subspace's rows for each stage.
 
 #include "core/cluster/clustering.h"
 #include "core/cluster/metrics.h"

@@ -281,7 +281,8 @@ RunPerplexities runPerplexities(const std::vector<MetricRow>& metrics, const std
                     e.bits = s.x;
         if (!e.bits || !std::isfinite(*e.bits))
             continue; // a single layer of --per-layer
-        out.points.push_back({e.family, e.label, *e.bits, e.effective.value_or(*e.bits), *e.ppl});
+        out.points.push_back(
+            {e.family, e.label, *e.bits, e.effective.value_or(*e.bits), *e.ppl, e.effective.has_value()});
     }
     return out;
 }

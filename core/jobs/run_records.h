@@ -110,6 +110,7 @@ struct PerplexityPoint {
     double bits = 0;
     double effectiveBits = 0; // the nominal bits where a run recorded none (before they were)
     double perplexity = 0;
+    bool effectiveRecorded = true; // false: effectiveBits is the nominal bits
 };
 struct RunPerplexities {
     std::optional<double> fp32;
