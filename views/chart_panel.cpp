@@ -135,8 +135,7 @@ QLineSeries* ChartPanel::seriesFor(const QString& name)
     } else {
         m_view->chart()->addSeries(s);
     }
-    m_series.insert(name, s);
-    placeLegend();
+    m_series.insert(name, s); // the legend is placed once the tick has made every new series
     connect(s, &QLineSeries::hovered, this, [this, name](const QPointF& p, bool state) {
         m_hover->setText(
             state ? QStringLiteral("%1: x = %2, y = %3").arg(name).arg(p.x(), 0, 'g', 6).arg(p.y(), 0, 'g', 4)

@@ -316,7 +316,7 @@ void RunsPage::onSelectionChanged()
             // show those; the others their assignment passes, averaged over blocks pass by pass.
             std::map<std::string, QList<QPointF>> curves;
             const std::string tag = metric + "_vs_";
-            for (const auto& p : store.series(id))
+            for (const auto& p : metric == "perplexity" ? std::vector<SeriesPoint>{} : store.series(id))
                 if (const auto at = p.name.find(tag); at != std::string::npos) {
                     // "layers.0.key.nmse_vs_stage" → "layers.0.key vs stage": the metric is the chart's.
                     std::string name = p.name.substr(0, at);
@@ -327,7 +327,6 @@ void RunsPage::onSelectionChanged()
                 }
             if (metric == "perplexity") {
                 ownCurves = true; // drawn below, every selected run's evaluations together
-                curves.clear();
             } else if (curves.empty()) {
                 passCurves = true;
                 for (const auto& c : meanPassCurves(store.iterations(id), metric)) {
