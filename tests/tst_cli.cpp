@@ -327,6 +327,7 @@ void TestCli::badInputExitsWithTwo_data()
     QTest::newRow("bad sweep values") << QStringList{"sweep", d, "--over", "k", "--values", "8,x"} << "--values";
     QTest::newRow("bad sweep axis") << QStringList{"sweep", d, "--over", "rows", "--values", "8"} << "--over";
     QTest::newRow("non-numeric k") << QStringList{"compare", d, "--k", "many"} << "--k";
+    QTest::newRow("bad exact bounds") << QStringList{"compare", d, "--exact-bounds", "sometimes"} << "--exact-bounds";
     QTest::newRow("tensor missing") << QStringList{"compare",
                                                    GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors",
                                                    "--tensor", "layers.9.value"}

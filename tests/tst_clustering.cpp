@@ -6,6 +6,7 @@
 #include "core/cluster/metrics.h"
 #include "core/cluster/nearest_kernels.h"
 #include "core/cluster/weights.h"
+#include "core/io/kv_dump.h"
 #include "core/io/synth.h"
 #include "core/io/tensor_stats.h"
 #include "core/jobs/pass_curves.h"
@@ -66,6 +67,8 @@ private slots:
     void gskmNegativeProjectionGivesZeroGain();
     void backendMatchesBruteForce();
     void everyNearestBuildMatchesDoubleScores();
+    void nearestRangeAgreesWithTheWholeScan();
+    void exactBoundsGiveTheBruteForceRun();
     void integerWeightsEqualDuplicatedRows();
     void blockResidualAndReconstruction();
     void bothMethodsStartFromTheSameRows();
@@ -206,6 +209,147 @@ void TestClustering::backendMatchesBruteForce()
 // 2x·c − ‖c‖² unless the two best are within float rounding of each other (D products of magnitude up
 // to |x||c| each: 1e-5 of the scores' scale allows it), and its score within that rounding of the
 // double one; the builds agree with each other on every row that is not such a near-tie.
+// nearestRange over every codeword is `nearest` (bit for bit: the same operations on each pair),
+// with the second-largest score and each panel's largest besides; over a sub-range its best is the
+// largest of the whole scan's scores in that range. Both checked against double scores within the
+// float rounding everyNearestBuildMatchesDoubleScores explains (1e-5 of the scores' scale).
+void TestClustering::nearestRangeAgreesWithTheWholeScan()
+{
+    for (const auto* k : nearest::availableNearest()) {
+        for (const int K : {1, 40, 256}) {
+            const int D = 24, n = 53;
+            const MatrixRF X = test::randomRows(n, D, 5);
+            MatrixRF C = test::randomRows(K, D, 6);
+            if (K > 33)
+                C.row(33) = C.row(1); // a tie across panels: the lower index must win
+            const auto panels = nearest::packCodewords(C, *k);
+            std::vector<std::int32_t> label(n), rangeLabel(n);
+            std::vector<float> score(n), rangeScore(n), second(n);
+            const int P = (K + k->panel - 1) / k->panel;
+            std::vector<float> panelMax(std::size_t(n) * P);
+            k->nearest(X.data(), n, D, panels, label.data(), score.data());
+            k->nearestRange(X.data(), n, D, panels, 0, K, rangeLabel.data(), rangeScore.data(), second.data(),
+                            panelMax.data());
+            for (int i = 0; i < n; ++i) {
+                QCOMPARE(rangeLabel[i], label[i]);
+                QCOMPARE(rangeScore[i], score[i]); // bitwise: the same operations
+                // The double scores sorted, the second and every panel's largest.
+                std::vector<double> s(K);
+                double scale = 0;
+                for (int c = 0; c < K; ++c) {
+                    const double dot = X.row(i).cast<double>().dot(C.row(c).cast<double>());
+                    const double cc = C.row(c).cast<double>().squaredNorm();
+                    s[c] = 2 * dot - cc;
+                    scale = std::max(scale, 2 * X.row(i).cast<double>().norm() * std::sqrt(cc) + cc);
+                }
+                const double tol = 1e-5 * scale;
+                std::vector<double> sorted = s;
+                std::sort(sorted.rbegin(), sorted.rend());
+                if (K == 1)
+                    QVERIFY(std::isinf(second[i]) && second[i] < 0);
+                else
+                    QVERIFY2(std::abs(second[i] - sorted[1]) <= tol,
+                             qPrintable(QString("%1 K=%2 row %3: second %4, double %5")
+                                            .arg(k->isa)
+                                            .arg(K)
+                                            .arg(i)
+                                            .arg(second[i])
+                                            .arg(sorted[1])));
+                for (int q = 0; q < P; ++q) {
+                    double top = -INFINITY;
+                    for (int c = q * k->panel; c < std::min(K, (q + 1) * k->panel); ++c)
+                        top = std::max(top, s[c]);
+                    QVERIFY(std::abs(panelMax[std::size_t(i) * P + q] - top) <= tol);
+                }
+                if (K < 64)
+                    continue;
+                // The range of the second 32 codewords: its best is the largest double score there.
+                std::int32_t l = -1;
+                float b = 0, sec = 0;
+                k->nearestRange(X.data() + i * D, 1, D, panels, 32, 64, &l, &b, &sec, nullptr);
+                QVERIFY(l >= 32 && l < 64);
+                const double top = *std::max_element(s.begin() + 32, s.begin() + 64);
+                QVERIFY(std::abs(b - top) <= tol && std::abs(s[std::size_t(l)] - top) <= tol);
+            }
+        }
+    }
+}
+
+// Exact bounds (core/cluster/exact_bounds.h) skip the scores that cannot change a label. For every
+// vector kernel build (the portable one scores everything), KM and GSKM, with and without weights, bounds on and off
+// must give the same run: the same labels changed in every pass, the same iteration count and final labels, hence the
+// same sums in the same order and bit-identical centroids. The objectives differ only in how a row's error is formed
+// (the bounded pass: an exact distance in double; the brute-force pass: ‖x‖² less the float score, whose rounding is
+// about 1e-7 of ‖x‖²), so they agree to 1e-5 relative. Three data sets: the head_dim-128 sample's values (rows of 128
+// per head, where the bounds pay), Gaussian rows with a partial last group, and rows repeating 150 points with K = 200
+// (so codewords repeat: exact ties, which the lowest index must win). Bounded runs must skip work on the real rows, or
+// the test would compare brute force with itself.
+void TestClustering::exactBoundsGiveTheBruteForceRun()
+{
+    struct Case {
+        QString name;
+        MatrixRF x;
+        int k;
+        bool mustSkip;
+    };
+    std::vector<Case> cases;
+    {
+        const auto dump = KvDump::open(test::sourcePath("resources/samples/pydocs-hd128").toStdString());
+        const MatrixRF v = loadForClustering(dump.get("layers.2.value"), false).rows; // tokens × (2 × 128)
+        cases.push_back({"hd128 values", Eigen::Map<const MatrixRF>(v.data(), v.size() / 128, 128), 256, true});
+    }
+    cases.push_back({"gaussian", test::randomRows(2000, 128, 21), 100, false});
+    {
+        const MatrixRF points = test::randomRows(150, 128, 22);
+        MatrixRF x(1500, 128);
+        for (Eigen::Index i = 0; i < x.rows(); ++i)
+            x.row(i) = points.row((i * 7) % 150);
+        cases.push_back({"repeated rows", x, 200, false});
+    }
+    for (const auto& c : cases) {
+        Eigen::VectorXf w = test::randomRows(c.x.rows(), 1, 23).col(0).array().abs() + 0.25f;
+        for (const auto* kernel : nearest::availableNearest()) {
+            auto backend = makeCpuBackend(2, kernel);
+            for (Method m : {Method::KMeans, Method::GainShape}) {
+                for (const float* weights : std::initializer_list<const float*>{nullptr, w.data()}) {
+                    ClusteringParams p;
+                    p.k = c.k;
+                    p.maxIterations = 12;
+                    p.seed = 3;
+                    backend->setExactBounds(false);
+                    const auto off = cluster(c.x, weights, m, p, *backend);
+                    backend->setExactBounds(true);
+                    const auto on = cluster(c.x, weights, m, p, *backend);
+                    const QString what =
+                        QStringLiteral("%1, %2, %3, %4")
+                            .arg(c.name, kernel->isa, methodName(m), weights ? "weighted" : "unweighted");
+                    QVERIFY2(on.labels == off.labels, qPrintable(what));
+                    QVERIFY2(on.iterations == off.iterations && on.history.size() == off.history.size(),
+                             qPrintable(QStringLiteral("%1: %2 iterations with bounds, %3 without")
+                                            .arg(what)
+                                            .arg(on.iterations)
+                                            .arg(off.iterations)));
+                    double skipped = 0;
+                    for (std::size_t i = 0; i < on.history.size(); ++i) {
+                        QVERIFY2(on.history[i].changed == off.history[i].changed, qPrintable(what));
+                        QCOMPARE(off.history[i].skipped, 0.0);
+                        QVERIFY(on.history[i].skipped >= 0 && on.history[i].skipped < 1);
+                        const double a = on.history[i].objective, b = off.history[i].objective;
+                        QVERIFY2(std::abs(a - b) <= 1e-5 * std::abs(b), qPrintable(what));
+                        skipped += on.history[i].skipped;
+                    }
+                    QCOMPARE(on.history.front().skipped, 0.0); // no bounds before the first pass
+                    QVERIFY2((on.centroids.array() == off.centroids.array()).all(), qPrintable(what));
+                    if (kernel->width == 0) // the portable build scores every codeword (cpu_backend.cpp)
+                        QCOMPARE(skipped, 0.0);
+                    else if (c.mustSkip) // measured: about 60% of the scores over 12 passes
+                        QVERIFY2(skipped / double(on.history.size()) > 0.25, qPrintable(what));
+                }
+            }
+        }
+    }
+}
+
 void TestClustering::everyNearestBuildMatchesDoubleScores()
 {
     const auto builds = nearest::availableNearest();

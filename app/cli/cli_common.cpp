@@ -41,6 +41,10 @@ void addBackendOptions(CLI::App* cmd, BackendOptions& o)
     cmd->add_option("--device", o.device, "CUDA device index")->capture_default_str();
     cmd->add_flag("--tf32", o.tf32, "CUDA: TF32 tensor cores for the distance product (faster, less exact)");
     cmd->add_option("--threads", o.threads, "CPU threads (default: all cores)");
+    cmd->add_option("--exact-bounds", o.exactBounds,
+                    "CPU: on (skip the distance work that cannot change a label; same labels and centroids) or off "
+                    "(score every codeword every pass)")
+        ->capture_default_str();
 }
 
 std::unique_ptr<ClusterBackend> openBackend(const BackendOptions& o, bool quiet)
@@ -49,7 +53,10 @@ std::unique_ptr<ClusterBackend> openBackend(const BackendOptions& o, bool quiet)
         throwInvalid("--threads ", o.threads, ": must be ≥ 0 (0 = all cores)");
     if (o.device < 0)
         throwInvalid("--device ", o.device, ": must be ≥ 0");
-    auto choice = gpu::makeBackend({gpu::parseBackendKind(o.backend), o.device, o.threads, o.tf32});
+    if (o.exactBounds != "on" && o.exactBounds != "off")
+        throwInvalid("--exact-bounds ", o.exactBounds, ": expected on or off");
+    auto choice =
+        gpu::makeBackend({gpu::parseBackendKind(o.backend), o.device, o.threads, o.tf32, o.exactBounds == "on"});
     if (!quiet && !choice.note.empty())
         std::fprintf(stderr, "%s\n", choice.note.c_str());
     return std::move(choice.backend);

@@ -16,11 +16,12 @@
 
 namespace gsrq::cli {
 
-// --backend, --device, --tf32 and --threads: where the clustering runs.
+// --backend, --device, --tf32, --threads and --exact-bounds: where and how the clustering runs.
 struct BackendOptions {
     std::string backend = "auto";
     int device = 0;
     bool tf32 = false;
+    std::string exactBounds = "on";
     int threads = 0;
 };
 void addBackendOptions(CLI::App* cmd, BackendOptions& o);

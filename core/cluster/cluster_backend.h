@@ -34,6 +34,7 @@ struct AssignStats {
     double weightedSquaredNorm = 0;                       // Σ w·‖x‖²
     double totalWeight = 0;                               // Σ w
     std::int64_t changed = 0;                             // rows whose label differs from the previous pass
+    double skipped = 0; // fraction of the n × K codeword scores exact bounds let the pass skip (0: all made)
 
     // Unweighted row sums behind metrics.h's cosine, gain error and shrinkage for this pass's
     // centroids (zero unless the pass was asked for them).
@@ -56,6 +57,11 @@ public:
     virtual std::string device() const = 0; // "2 threads", "NVIDIA H100 ... (device 0)"
     // Threads the host-side work around the backend (beam search) may use; 0: OpenMP's default.
     virtual int hostThreads() const { return 0; }
+
+    // Exact bounds (exact_bounds.h): passes skip the codeword scores that cannot change a row's label,
+    // and give the labels, sums and centroids of scoring every one. A backend without them ignores this.
+    virtual void setExactBounds(bool on) { (void)on; }
+    virtual bool exactBounds() const { return false; }
 
     // Binds the backend to x: n × features, row-major float32, borrowed until the next bind (a
     // device backend copies it). The residual starts as x, the reconstruction as zero. weights: n

@@ -213,6 +213,7 @@ ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const C
         if (p.passMetrics)
             setPassMetrics(st, r.centroids, n, it);
         it.changed = st.changed;
+        it.skipped = st.skipped;
         it.emptyClusters = static_cast<int>((st.count.array() == 0).count());
 
         const bool converged = r.iterations > 0 && st.changed == 0;

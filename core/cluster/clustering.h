@@ -54,6 +54,7 @@ struct IterationStats {
     double gainError = std::numeric_limits<double>::quiet_NaN();
     double shrinkage = std::numeric_limits<double>::quiet_NaN();
     std::int64_t changed = 0; // labels that changed (all rows at iteration 0)
+    double skipped = 0;       // fraction of the n × K codeword scores exact bounds skipped (0: brute force)
     int emptyClusters = 0;
     int reseeded = 0;   // empty clusters re-seeded by the update that follows
     double seconds = 0; // wall time of this pass and the update after it

@@ -1,4 +1,5 @@
 #include "core/cluster/cluster_backend.h"
+#include "core/cluster/exact_bounds.h"
 #include "core/cluster/nearest_kernels.h"
 
 #include "core/base/error.h"
@@ -36,6 +37,12 @@ public:
     std::string name() const override { return "cpu"; }
     std::string device() const override { return cat(m_threads, m_threads == 1 ? " thread" : " threads"); }
     int hostThreads() const override { return m_threads; }
+    void setExactBounds(bool on) override
+    {
+        m_exactBounds = on;
+        m_bounds.invalidate();
+    }
+    bool exactBounds() const override { return m_exactBounds; }
     // The assignment kernel's build: "avx512", "avx2+fma" or "portable".
     std::string isa() const { return (m_kernel ? *m_kernel : nearest::bestNearest()).isa; }
 
@@ -48,6 +55,7 @@ public:
         // The residual is copied on the first subtractAssigned: plain clustering reads x in place.
         m_res.resize(0, 0);
         m_rec.resize(0, 0);
+        m_bounds.invalidate();
         selectBlock(0, features, 1e-8f);
     }
 
@@ -64,15 +72,18 @@ public:
         // memory (a vectorised reduction's order follows the row's alignment, and a row repeated
         // elsewhere must weigh exactly as the row with an integer weight).
         m_sqNorm.resize(m_n);
+        m_sqNormExact.resize(static_cast<std::size_t>(m_n));
         m_invNorm.resize(m_n);
         for (Eigen::Index i = 0; i < X.rows(); ++i) {
             double s = 0;
             for (Eigen::Index j = 0; j < X.cols(); ++j)
                 s += double(X(i, j)) * double(X(i, j));
             m_sqNorm[i] = float(s);
+            m_sqNormExact[static_cast<std::size_t>(i)] = s;
             m_invNorm[i] = float(1.0 / (std::sqrt(s) + double(epsilon)));
         }
         m_labels.assign(static_cast<std::size_t>(m_n), -1);
+        m_bounds.invalidate();
     }
 
     MatrixRF gatherRows(std::span<const std::int64_t> idx) override
@@ -97,11 +108,13 @@ public:
     {
         checkLabelSpan(in.size());
         std::copy(in.begin(), in.end(), m_labels.begin());
+        m_bounds.invalidate();
     }
 
     void subtractAssigned(const MatrixRF& C) override
     {
         checkCentroids(C);
+        m_bounds.invalidate(); // the rows change
         if (m_res.size() == 0) {
             m_res = Eigen::Map<const MatrixRF>(m_x, m_n, m_f);
             m_rec = MatrixRF::Zero(m_n, m_f);
@@ -140,11 +153,18 @@ public:
         const int threads = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(m_threads, nChunks)));
 
         resetStats(out, K, D, withShapeSums);
+        // The vector kernels score a pair by the same operations wherever it lies in a tile or range,
+        // which the bounds' exactness rests on; Eigen's GEMM (the portable build) rounds a codeword
+        // differently by its column, so that build scores every codeword.
+        const bool bounded = m_exactBounds && kernel.width > 0;
+        if (bounded)
+            m_bounds.begin(C, m_n, kernel.panel);
+        std::int64_t scored = 0;
 
         // One accumulator per thread, reduced in thread order after the loop: with a static
         // schedule the sums do not depend on timing, so a seeded run is reproducible.
         std::vector<AssignStats> part(threads);
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) reduction(+ : scored)
         {
 #ifdef _OPENMP
             AssignStats& acc = part[omp_get_thread_num()];
@@ -154,19 +174,31 @@ public:
             resetStats(acc, K, D, withShapeSums);
             std::vector<std::int32_t> labels(static_cast<std::size_t>(chunk));
             std::vector<float> scores(static_cast<std::size_t>(chunk));
+            std::vector<double> exact(static_cast<std::size_t>(chunk)); // bounded: from exact distances
 
-#pragma omp for schedule(static)
+#pragma omp for schedule(static, 1)
             for (std::int64_t c = 0; c < nChunks; ++c) {
                 const std::int64_t r0 = c * chunk;
                 const std::int64_t m = std::min(chunk, m_n - r0);
                 const auto Xb = X.middleRows(r0, m);
-                kernel.nearest(X.data() + r0 * m_f, m, m_f, panels, labels.data(), scores.data());
+                if (bounded) {
+                    std::copy_n(m_labels.begin() + r0, m, labels.begin());
+                    scored += m_bounds.assign(X.data() + r0 * m_f, m_f, r0, m, m_sqNormExact.data(), C, kernel, panels,
+                                              labels.data(), exact.data());
+                } else {
+                    kernel.nearest(X.data() + r0 * m_f, m, m_f, panels, labels.data(), scores.data());
+                    scored += m * K;
+                }
                 for (std::int64_t i = 0; i < m; ++i) {
                     const int label = labels[static_cast<std::size_t>(i)];
-                    const float best = scores[static_cast<std::size_t>(i)]; // 2x·c − ‖c‖², the largest
                     const std::int64_t row = r0 + i;
+                    // 2x·c − ‖c‖² of the label, the largest: the kernel's in float, or from the exact
+                    // distance the bounds computed, with ‖x‖² in double.
+                    const double best =
+                        bounded ? exact[static_cast<std::size_t>(i)] : scores[static_cast<std::size_t>(i)];
+                    const double sq = bounded ? m_sqNormExact[static_cast<std::size_t>(row)] : m_sqNorm[row];
                     const double w = m_w ? m_w[row] : 1.0;
-                    acc.weightedError += w * std::max(0.0, static_cast<double>(m_sqNorm[row]) - best);
+                    acc.weightedError += w * std::max(0.0, sq - best);
                     acc.weightedSquaredNorm += w * static_cast<double>(m_sqNorm[row]);
                     acc.totalWeight += w;
                     if (what.rowMetrics) {
@@ -209,6 +241,9 @@ public:
             out.cosineRows += acc.cosineRows;
             out.squaredNormSum += acc.squaredNormSum;
         }
+        out.skipped = 1.0 - double(scored) / (double(m_n) * double(K));
+        if (bounded)
+            m_bounds.end(C);
     }
 
 private:
@@ -246,6 +281,7 @@ private:
         s.weightedSquaredNorm = 0;
         s.totalWeight = 0;
         s.changed = 0;
+        s.skipped = 0;
         s.gainErrorSum = s.cosineSum = s.squaredNormSum = 0;
         s.cosineRows = 0;
     }
@@ -261,6 +297,9 @@ private:
     MatrixRF m_res, m_rec;
     std::vector<std::int32_t> m_labels;
     Eigen::VectorXf m_sqNorm;
+    std::vector<double> m_sqNormExact; // ‖x‖² in double, for the bounds
+    bool m_exactBounds = true;
+    ExactBounds m_bounds;
     Eigen::VectorXf m_invNorm;
 };
 

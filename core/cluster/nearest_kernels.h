@@ -38,9 +38,18 @@ struct NearestPanels {
 struct NearestKernels {
     const char* isa; // "avx512", "avx2+fma" or "portable"
     int width;       // codewords per panel (32, 16; the portable build uses Ct)
+    int panel;       // codewords per panel of nearestRange's panelMax: width, or 32 for the portable build
     // label[i], score[i] for rows x + i·ldx, i < n (each D floats).
     void (*nearest)(const float* x, std::int64_t n, std::int64_t ldx, const NearestPanels& p, std::int32_t* label,
                     float* score);
+    // The same over codewords [k0, k1) only (k0 a multiple of `panel`; label an index into C), with each
+    // row's second-largest score there (−∞ where the range holds one codeword) and, unless panelMax is
+    // null, the largest score of each `panel` codewords of the range (row i's at panelMax + i·panels):
+    // what exact bounds need. In the vector builds a pair (x, c) scores the same bits here as in
+    // `nearest`, wherever either lies in its tile or range; the portable build's GEMM does not promise
+    // that (its rounding may follow a codeword's column), so exact bounds do not use it.
+    void (*nearestRange)(const float* x, std::int64_t n, std::int64_t ldx, const NearestPanels& p, int k0, int k1,
+                         std::int32_t* label, float* score, float* second, float* panelMax);
 };
 
 // Packs C (K × D) for k.

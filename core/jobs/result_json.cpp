@@ -20,9 +20,16 @@ nlohmann::ordered_json toJson(const QuantMetrics& m)
 nlohmann::ordered_json toJson(const IterationStats& it)
 {
     // NaN (not computed) is written as null.
-    return {{"iteration", it.iteration}, {"objective", it.objective},          {"nmse", it.nmse},
-            {"cosine", it.cosine},       {"gain_error", it.gainError},         {"shrinkage", it.shrinkage},
-            {"changed", it.changed},     {"empty_clusters", it.emptyClusters}, {"reseeded", it.reseeded},
+    return {{"iteration", it.iteration},
+            {"objective", it.objective},
+            {"nmse", it.nmse},
+            {"cosine", it.cosine},
+            {"gain_error", it.gainError},
+            {"shrinkage", it.shrinkage},
+            {"changed", it.changed},
+            {"empty_clusters", it.emptyClusters},
+            {"reseeded", it.reseeded},
+            {"skipped", it.skipped},
             {"seconds", it.seconds}};
 }
 

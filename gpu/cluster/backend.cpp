@@ -30,7 +30,20 @@ const char* backendKindName(BackendKind kind)
     return "?";
 }
 
+namespace {
+BackendChoice chooseBackend(const BackendRequest& r);
+}
+
 BackendChoice makeBackend(const BackendRequest& r)
+{
+    BackendChoice out = chooseBackend(r);
+    out.backend->setExactBounds(r.exactBounds);
+    return out;
+}
+
+namespace {
+
+BackendChoice chooseBackend(const BackendRequest& r)
 {
     BackendChoice out;
     if (r.kind == BackendKind::Cpu) {
@@ -60,5 +73,7 @@ BackendChoice makeBackend(const BackendRequest& r)
     }
     return out;
 }
+
+} // namespace
 
 } // namespace gsrq::gpu

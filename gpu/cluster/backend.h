@@ -20,6 +20,8 @@ struct BackendRequest {
     int device = 0;    // CUDA device index
     int threads = 0;   // CPU threads (≤ 0: all cores)
     bool tf32 = false; // CUDA: TF32 for the distance product
+    // CPU: exact bounds skip the scores that cannot change a label (exact_bounds.h); off: score all
+    bool exactBounds = true;
 };
 
 struct BackendChoice {
