@@ -139,8 +139,17 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
         t.outSecond.resize(ui(count));
         t.outPanel.resize(panelMax ? ui(count) * P : 0);
         float* pm = panelMax ? t.outPanel.data() : nullptr;
-        if (count == m) {
-            kernel.nearestRange(x, m, ldx, panels, k0, k1, t.outLabel.data(), t.outBest.data(), t.outSecond.data(), pm);
+        const int pmStride = (k1 - k0 + panel - 1) / panel;
+        if (2 * count >= m) {
+            // Most of the chunk: consecutive rows are scored where they lie, not copied.
+            for (std::int64_t j = 0; j < count;) {
+                std::int64_t e = j + 1;
+                while (e < count && rows[ui(e)] == rows[ui(e - 1)] + 1)
+                    ++e;
+                kernel.nearestRange(x + rows[ui(j)] * ldx, e - j, ldx, panels, k0, k1, t.outLabel.data() + j,
+                                    t.outBest.data() + j, t.outSecond.data() + j, pm ? pm + j * pmStride : nullptr);
+                j = e;
+            }
             return;
         }
         t.gathered.resize(ui(count) * D);
@@ -184,10 +193,12 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
         }
         return label;
     };
-    const auto lowerFrom = [&](float other, double sq, double error) {
-        // A distance bound from the largest score of the others, less that score's possible error.
-        return other == kNone ? std::numeric_limits<float>::infinity()
-                              : floatBelow(std::sqrt(std::max(0.0, sq - double(other) - error)));
+    // A distance bound from the largest kernel score of the others, less that score's possible error:
+    // √(‖x‖² − score − E) in float, shrunk by 2⁻²² so that neither the conversion nor the square root
+    // nor the product (each within 2⁻²⁴) can round it above the exact value. No score (−∞): +∞.
+    const auto lowerFrom = [](float other, double sq, double error) {
+        const float v = static_cast<float>(std::max(0.0, sq - double(other) - error));
+        return std::sqrt(v) * (1.0f - 0x1p-22f);
     };
 
     // 1. Each row's exact distance to its own codeword, and the groups whose bounds do not clear it.
@@ -263,17 +274,16 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
             const double error = errorOf(row);
             label = t.wLabel[ui(i)];
             const float* pm = t.wPanel.data() + ui(i) * P;
+            const int perGroup = size / panel;
             for (int g = 0; g < G; ++g) {
-                // The label's own group takes the second-largest score of all, which is at least that
-                // of the others in its group.
-                float other = t.wSecond[ui(i)];
-                if (g != label / size) {
-                    other = kNone;
-                    for (int q = g * size / panel; q < std::min(P, (g + 1) * size / panel); ++q)
-                        other = std::max(other, pm[q]);
-                }
+                float other = kNone;
+                for (int q = g * perGroup; q < std::min(P, (g + 1) * perGroup); ++q)
+                    other = std::max(other, pm[q]);
                 lower[g] = lowerFrom(other, sqNorm[row], error);
             }
+            // The label's own group takes the second-largest score of all, which is at least that of
+            // the others in its group.
+            lower[label / size] = lowerFrom(t.wSecond[ui(i)], sqNorm[row], error);
         } else if (const std::uint32_t mask = t.need[ui(i)] | t.more[ui(i)]) {
             const std::int32_t own = labels[i];
             const double error = errorOf(row);
