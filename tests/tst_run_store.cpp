@@ -68,6 +68,7 @@ private slots:
     void readOnlyStoreBrowsedNotWritten();
     void lockedStoreRefusedAfterBusyTimeout();
     void cliBrowsesTheStore();
+    void skippedWorkRecordedPerPass();
     void ctrlCRecordsCancelled();
     void ctrlCRecordsCancelled_data();
     void importCopiesEachRunOnce();
@@ -256,6 +257,7 @@ void TestRunStore::olderSchemaMigratedKeepingRows()
         sql::Db d(path, SQLITE_OPEN_READWRITE);
         d.exec("ALTER TABLE iterations DROP COLUMN nmse; ALTER TABLE iterations DROP COLUMN cosine; "
                "ALTER TABLE iterations DROP COLUMN gain_error; ALTER TABLE iterations DROP COLUMN shrinkage; "
+               "ALTER TABLE iterations DROP COLUMN skipped; "
                "DROP INDEX runs_uid; DROP INDEX runs_group; ALTER TABLE runs DROP COLUMN uid; "
                "ALTER TABLE runs DROP COLUMN run_group; ALTER TABLE runs DROP COLUMN origin; PRAGMA user_version=1");
     }
@@ -266,12 +268,14 @@ void TestRunStore::olderSchemaMigratedKeepingRows()
     QCOMPARE(old[0].objective, 2.0);
     QVERIFY(std::isnan(old[0].nmse));
     QVERIFY(std::isnan(old[0].cosine) && std::isnan(old[0].gainError) && std::isnan(old[0].shrinkage));
-    store.addIterations(1, {IterationRow{"km", "t", 0, -1, 1, 1.0, 0.25, 0, 0, 0.1, 0.9, 0.2, 0.8}});
+    QVERIFY(std::isnan(old[0].skipped));
+    store.addIterations(1, {IterationRow{"km", "t", 0, -1, 1, 1.0, 0.25, 0, 0, 0.1, 0.9, 0.2, 0.8, 0.75}});
     const auto now = store.iterations(1)[1];
     QCOMPARE(now.nmse, 0.25);
     QCOMPARE(now.cosine, 0.9);
     QCOMPARE(now.gainError, 0.2);
     QCOMPARE(now.shrinkage, 0.8);
+    QCOMPARE(now.skipped, 0.75);
     QVERIFY(store.integrityOk());
 }
 
@@ -521,6 +525,41 @@ void TestRunStore::cliBrowsesTheStore()
     QVERIFY(err.contains("no run 2"));
 }
 
+// Each pass's share of codeword scores skipped by exact bounds reaches the store and `runs show`: none
+// on the first pass (no bounds yet) or with --exact-bounds off, and some once the sample's values
+// settle (measured: over half by the eighth pass).
+void TestRunStore::skippedWorkRecordedPerPass()
+{
+    const QString db = QString::fromStdString(test::pathIn(m_dir, "skipped.db"));
+    for (const QString bounds : {"on", "off"}) {
+        QProcess p;
+        p.start(QStringLiteral(GSRQ_CLI_PATH),
+                {"--db", db, "compare", test::sourcePath("resources/samples/pydocs-hd128"), "--tensor",
+                 "layers.2.value", "--dim", "128", "--k", "64", "--iters", "8", "--methods", "km", "--backend", "cpu",
+                 "--exact-bounds", bounds, "-q"});
+        QVERIFY(p.waitForFinished(test::waitMs(120000)) && p.exitCode() == 0);
+    }
+    for (const int run : {1, 2}) {
+        QProcess p;
+        p.start(QStringLiteral(GSRQ_CLI_PATH), {"--db", db, "runs", "show", QString::number(run), "--json"});
+        QVERIFY(p.waitForFinished(test::waitMs(60000)) && p.exitCode() == 0);
+        const auto passes = QJsonDocument::fromJson(p.readAllStandardOutput()).object()["iterations"].toArray();
+        QVERIFY(passes.size() >= 4);
+        double most = 0;
+        for (const auto& it : passes) {
+            const double skipped = it.toObject()["skipped"].toDouble(-1);
+            QVERIFY(skipped >= 0 && skipped < 1);
+            if (it.toObject()["iteration"].toInt() == 0)
+                QCOMPARE(skipped, 0.0);
+            most = std::max(most, skipped);
+        }
+        if (run == 1)
+            QVERIFY2(most > 0.25, qPrintable(QString("at most %1 skipped").arg(most)));
+        else
+            QCOMPARE(most, 0.0);
+    }
+}
+
 // Ctrl-C stops the job at its next iteration; the run is closed as cancelled, nothing exported.
 // SIGTERM does the same however often it comes (a scheduler may send it to the process and
 // through its batch script at once).
@@ -707,7 +746,8 @@ void TestRunStore::importOfOlderStoreMatchesItsMigration()
     }
     {
         sql::Db d(a, SQLITE_OPEN_READWRITE);
-        d.exec("DROP INDEX runs_uid; DROP INDEX runs_group; ALTER TABLE runs DROP COLUMN uid; "
+        d.exec("ALTER TABLE iterations DROP COLUMN skipped; "
+               "DROP INDEX runs_uid; DROP INDEX runs_group; ALTER TABLE runs DROP COLUMN uid; "
                "ALTER TABLE runs DROP COLUMN run_group; ALTER TABLE runs DROP COLUMN origin; PRAGMA user_version=3");
     }
     RunStore dst(b);

@@ -224,6 +224,7 @@ Command registerRuns(CLI::App& root)
                                       {"gain_error", it.gainError},
                                       {"shrinkage", it.shrinkage},
                                       {"changed", it.changed},
+                                      {"skipped", it.skipped},
                                       {"empty_clusters", it.emptyClusters},
                                       {"seconds", it.seconds}});
                     j["metrics"] = ms;
@@ -276,12 +277,13 @@ Command registerRuns(CLI::App& root)
                 writeText(dir / "settings.json", runJson(r).dump(2) + "\n");
                 std::string it =
                     "method,tensor,subspace,stage,iteration,objective,nmse,cosine,gain_error,shrinkage,changed,"
-                    "empty_clusters,seconds\n";
+                    "empty_clusters,seconds,skipped\n";
                 for (const auto& x : store->iterations(o->id))
-                    it += cat(csvField(x.method), ",", csvField(x.tensor), ",", x.subspace, ",", x.stage, ",",
-                              x.iteration, ",", csvNumber(x.objective), ",", csvNumber(x.nmse), ",",
-                              csvNumber(x.cosine), ",", csvNumber(x.gainError), ",", csvNumber(x.shrinkage), ",",
-                              x.changed, ",", x.emptyClusters, ",", csvNumber(x.seconds), "\n");
+                    it +=
+                        cat(csvField(x.method), ",", csvField(x.tensor), ",", x.subspace, ",", x.stage, ",",
+                            x.iteration, ",", csvNumber(x.objective), ",", csvNumber(x.nmse), ",", csvNumber(x.cosine),
+                            ",", csvNumber(x.gainError), ",", csvNumber(x.shrinkage), ",", x.changed, ",",
+                            x.emptyClusters, ",", csvNumber(x.seconds), ",", csvNumber(x.skipped), "\n");
                 writeText(dir / "iterations.csv", it);
                 std::string ms = "scope,method,tensor,stage,subspace,name,value\n";
                 for (const auto& m : store->metrics(o->id))

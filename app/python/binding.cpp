@@ -51,6 +51,7 @@ nb::dict iterationDict(const IterationStats& s)
     d["gain_error"] = s.gainError;
     d["shrinkage"] = s.shrinkage;
     d["changed"] = s.changed;
+    d["skipped"] = s.skipped;
     d["empty_clusters"] = s.emptyClusters;
     d["seconds"] = s.seconds;
     return d;

@@ -20,7 +20,8 @@ struct PyClusterResult {
 };
 
 PyClusterResult runCluster(Method method, const InRows& xa, int k, int iterations, std::uint64_t seed,
-                           const std::optional<InVector>& weights, bool reseedEmpty, nb::object progress, int threads)
+                           const std::optional<InVector>& weights, bool reseedEmpty, nb::object progress, int threads,
+                           bool exactBounds)
 {
     const auto x = rowsOf(xa, "x");
     const float* w = weightsOf(weights, x.rows());
@@ -36,6 +37,7 @@ PyClusterResult runCluster(Method method, const InRows& xa, int k, int iteration
     {
         nb::gil_scoped_release release;
         auto backend = makeCpuBackend(threads);
+        backend->setExactBounds(exactBounds);
         r = cluster(x, w, method, p, *backend, poller.iterationFn());
     }
     poller.rethrow();
@@ -66,11 +68,12 @@ void bindClustering(nb::module_& m)
         m.def(
             name,
             [method](const InRows& x, int k, int iterations, std::uint64_t seed, std::optional<InVector> weights,
-                     bool reseedEmpty, nb::object progress, int threads) {
-                return runCluster(method, x, k, iterations, seed, weights, reseedEmpty, std::move(progress), threads);
+                     bool reseedEmpty, nb::object progress, int threads, bool exactBounds) {
+                return runCluster(method, x, k, iterations, seed, weights, reseedEmpty, std::move(progress), threads,
+                                  exactBounds);
             },
             "x"_a, "k"_a, nb::kw_only(), "iterations"_a = 50, "seed"_a = 0, "weights"_a = nb::none(),
-            "reseed_empty"_a = false, "progress"_a = nb::none(), "threads"_a = 0);
+            "reseed_empty"_a = false, "progress"_a = nb::none(), "threads"_a = 0, "exact_bounds"_a = true);
 
     m.def(
         "metrics",

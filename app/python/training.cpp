@@ -136,7 +136,7 @@ void bindTraining(nb::module_& m)
            int iterations, std::uint64_t seed, int beam, std::optional<InVector> weights, double holdout,
            bool holdoutTail, int refine, int refineBeam, bool reseedEmpty, const std::string& tensor,
            nb::object progress, int threads, const std::string& weightMode, double tau, const std::string& sourcePath,
-           const std::vector<std::string>& sourceFiles) {
+           const std::vector<std::string>& sourceFiles, const std::string& beamTrain, bool exactBounds) {
             const auto x = rowsOf(xa, "x");
             PyTrainResult out;
             TrainSettings& s = out.settings;
@@ -151,6 +151,9 @@ void bindTraining(nb::module_& m)
             s.rq.refine = refine;
             s.rq.refineBeam = refineBeam;
             s.rq.reseedEmpty = reseedEmpty;
+            if (beamTrain != "all" && beamTrain != "best")
+                throwInvalid("beam_train '", beamTrain, "': expected all or best");
+            s.rq.trainOnAllBeams = beamTrain == "all";
             s.holdout = holdout;
             s.holdoutTail = holdoutTail;
             // What the weights were made from (gsrq.train's grad and weight_mode), for the run store.
@@ -166,6 +169,7 @@ void bindTraining(nb::module_& m)
             {
                 nb::gil_scoped_release release;
                 auto backend = makeCpuBackend(threads);
+                backend->setExactBounds(exactBounds);
                 out.backendName = backend->name();
                 out.backendDevice = backend->device();
                 out.result = trainTensorRows(x, w, s, *backend, poller.progressFn());
@@ -178,7 +182,7 @@ void bindTraining(nb::module_& m)
         "iterations"_a = 25, "seed"_a = 0, "beam"_a = 1, "weights"_a = nb::none(), "holdout"_a = 0.0,
         "holdout_tail"_a = false, "refine"_a = 0, "refine_beam"_a = 0, "reseed_empty"_a = false, "tensor"_a = "rows",
         "progress"_a = nb::none(), "threads"_a = 0, "weight_mode"_a = "none", "tau"_a = 1.0, "source_path"_a = "",
-        "source_files"_a = std::vector<std::string>{});
+        "source_files"_a = std::vector<std::string>{}, "beam_train"_a = "all", "exact_bounds"_a = true);
 }
 
 } // namespace gsrq::python

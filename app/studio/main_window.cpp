@@ -56,6 +56,7 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
         r.device = settings.value("backend/device", 0).toInt();
         r.tf32 = settings.value("backend/tf32", false).toBool();
         r.threads = settings.value("backend/threads", 0).toInt();
+        r.exactBounds = settings.value("backend/exact_bounds", true).toBool();
         m_ctx->setBackendRequest(r);
     }
 
@@ -315,6 +316,11 @@ void MainWindow::showPreferences()
     threads->setRange(0, 1024);
     threads->setSpecialValueText(tr("all cores"));
     threads->setValue(current.threads);
+    auto* exactBounds = new QCheckBox(tr("Exact bounds: skip the distance work that cannot change a label (the same "
+                                         "labels and centroids, faster once clusters settle)"),
+                                      &dialog);
+    exactBounds->setObjectName("exactBounds");
+    exactBounds->setChecked(current.exactBounds);
     auto* store = new QLineEdit(m_ctx->storePath(), &dialog);
     auto* backend = new QComboBox(&dialog);
     backend->setObjectName("backendKind");
@@ -346,6 +352,7 @@ void MainWindow::showPreferences()
     form->addRow(tr("CUDA device"), device);
     form->addRow(QString(), tf32);
     form->addRow(tr("CPU threads"), threads);
+    form->addRow(QString(), exactBounds);
     form->addRow(tr("Run store"), store);
     form->addRow(tr("Perplexity model"), pplModel);
     form->addRow(tr("Its tokenizer"), pplTokenizer);
@@ -357,6 +364,7 @@ void MainWindow::showPreferences()
     r.device = device->value();
     r.tf32 = tf32->isChecked();
     r.threads = threads->value();
+    r.exactBounds = exactBounds->isChecked();
     m_ctx->setBackendRequest(r);
     m_ctx->setStorePath(store->text());
     if (pplModel->text() != m_ctx->pplModelPath() || pplTokenizer->text() != m_ctx->pplTokenizerPath())
@@ -366,6 +374,7 @@ void MainWindow::showPreferences()
     s.setValue("backend/device", r.device);
     s.setValue("backend/tf32", r.tf32);
     s.setValue("backend/threads", threads->value());
+    s.setValue("backend/exact_bounds", r.exactBounds);
     s.setValue("store/path", store->text());
     updateStatus();
 }

@@ -23,6 +23,8 @@ template <class T> double metricOf(const T& it, std::string_view name)
         return it.gainError;
     if (name == "shrinkage")
         return it.shrinkage;
+    if (name == "skipped")
+        return it.skipped;
     return kNaN;
 }
 
@@ -30,7 +32,7 @@ template <class T> double metricOf(const T& it, std::string_view name)
 
 const std::vector<std::string>& passMetricNames()
 {
-    static const std::vector<std::string> names{"objective", "nmse", "cosine", "gain_error", "shrinkage"};
+    static const std::vector<std::string> names{"objective", "nmse", "cosine", "gain_error", "shrinkage", "skipped"};
     return names;
 }
 

@@ -45,7 +45,7 @@ void RunRecorder::onProgress(const ProgressEvent& e)
     const std::string method = e.sweepPoint >= 0 ? cat(methodName(e.method), "@", e.sweepPoint) : methodName(e.method);
     m_pending.push_back({method, e.tensor.empty() ? m_tensor : e.tensor, e.subspace, e.stage, it.iteration,
                          it.objective, it.nmse, it.changed, it.emptyClusters, it.seconds, it.cosine, it.gainError,
-                         it.shrinkage});
+                         it.shrinkage, it.skipped});
     if (m_pending.size() >= kBatchRows || std::chrono::steady_clock::now() - m_lastFlush >= kBatchDelay)
         flush();
 }

@@ -157,6 +157,11 @@ UPDATE runs SET uid = host || ':' || pid || ':' || pid_start || ':' || started_a
 CREATE UNIQUE INDEX runs_uid ON runs (uid);
 CREATE INDEX runs_group ON runs (run_group);
 )sql",
+    // 5: the fraction of every pass's codeword scores that exact bounds skipped; passes recorded
+    // before it read as NULL.
+    R"sql(
+ALTER TABLE iterations ADD COLUMN skipped REAL;
+)sql",
 };
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
 static_assert(kMigrationCount == kRunStoreSchemaVersion);
@@ -326,13 +331,13 @@ void RunStore::addIterations(std::int64_t run, const std::vector<IterationRow>& 
         return;
     sql::Transaction tx(m_db);
     sql::Stmt s(m_db, "INSERT INTO iterations (run_id, method, tensor, subspace, stage, iteration, objective, nmse, "
-                      "changed, empty_clusters, seconds, cosine, gain_error, shrinkage) "
-                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                      "changed, empty_clusters, seconds, cosine, gain_error, shrinkage, skipped) "
+                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     for (const auto& r : rows) {
         s.bind(1, run).bind(2, r.method).bind(3, r.tensor).bind(4, optIndex(r.subspace)).bind(5, optIndex(r.stage));
         s.bind(6, r.iteration).bind(7, r.objective).bind(8, optReal(r.nmse)).bind(9, r.changed);
         s.bind(10, r.emptyClusters).bind(11, r.seconds).bind(12, optReal(r.cosine)).bind(13, optReal(r.gainError));
-        s.bind(14, optReal(r.shrinkage));
+        s.bind(14, optReal(r.shrinkage)).bind(15, optReal(r.skipped));
         s.run();
     }
     tx.commit();
@@ -446,14 +451,15 @@ RunInfo RunStore::requireRun(std::int64_t id)
 std::vector<IterationRow> RunStore::iterations(std::int64_t run)
 {
     sql::Stmt s(m_db, "SELECT method, tensor, COALESCE(subspace, -1), COALESCE(stage, -1), iteration, objective, "
-                      "nmse, changed, empty_clusters, seconds, cosine, gain_error, shrinkage FROM iterations "
+                      "nmse, changed, empty_clusters, seconds, cosine, gain_error, shrinkage, skipped FROM iterations "
                       "WHERE run_id=? ORDER BY rowid");
     s.bind(1, run);
     const auto realOrNan = [&](int col) { return s.isNull(col) ? std::nan("") : s.real(col); };
     std::vector<IterationRow> out;
     while (s.step()) {
         out.push_back({s.text(0), s.text(1), int(s.int64(2)), int(s.int64(3)), int(s.int64(4)), s.real(5), realOrNan(6),
-                       s.int64(7), int(s.int64(8)), s.real(9), realOrNan(10), realOrNan(11), realOrNan(12)});
+                       s.int64(7), int(s.int64(8)), s.real(9), realOrNan(10), realOrNan(11), realOrNan(12),
+                       realOrNan(13)});
     }
     return out;
 }
@@ -578,7 +584,8 @@ ImportReport RunStore::importRuns(const std::string& sourcePath)
     const std::string iterCols = cat("method, tensor, subspace, stage, iteration, objective, changed, empty_clusters, "
                                      "seconds, ",
                                      rep.sourceSchema >= 2 ? "nmse" : "NULL", ", ",
-                                     rep.sourceSchema >= 3 ? "cosine, gain_error, shrinkage" : "NULL, NULL, NULL");
+                                     rep.sourceSchema >= 3 ? "cosine, gain_error, shrinkage" : "NULL, NULL, NULL", ", ",
+                                     rep.sourceSchema >= 5 ? "skipped" : "NULL");
     sql::Transaction tx(m_db);
     sql::Stmt insRun(m_db,
                      "INSERT INTO runs (kind, status, started_at, finished_at, tool_version, host, pid, pid_start, "
@@ -586,8 +593,8 @@ ImportReport RunStore::importRuns(const std::string& sourcePath)
                      "run_group, origin) VALUES (?,?,?,NULLIF(?, ''),?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     sql::Stmt readIter(src, cat("SELECT ", iterCols, " FROM iterations WHERE run_id=? ORDER BY rowid"));
     sql::Stmt insIter(m_db, "INSERT INTO iterations (run_id, method, tensor, subspace, stage, iteration, objective, "
-                            "changed, empty_clusters, seconds, nmse, cosine, gain_error, shrinkage) "
-                            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                            "changed, empty_clusters, seconds, nmse, cosine, gain_error, shrinkage, skipped) "
+                            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     sql::Stmt readMetric(src, "SELECT scope, method, tensor, stage, subspace, name, value FROM metrics "
                               "WHERE run_id=? ORDER BY rowid");
     sql::Stmt insMetric(m_db, "INSERT INTO metrics (run_id, scope, method, tensor, stage, subspace, name, value) "
@@ -644,7 +651,7 @@ ImportReport RunStore::importRuns(const std::string& sourcePath)
         insRun.bind(19, r.origin.empty() ? origin : r.origin);
         insRun.run();
         const std::int64_t id = m_db.lastInsertId();
-        copyRows(readIter, insIter, sr.id, id, 13);
+        copyRows(readIter, insIter, sr.id, id, 14);
         copyRows(readMetric, insMetric, sr.id, id, 7);
         copyRows(readSeries, insSeries, sr.id, id, 4);
         copyRows(readArtifact, insArtifact, sr.id, id, 5);

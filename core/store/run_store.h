@@ -20,7 +20,7 @@
 
 namespace gsrq {
 
-inline constexpr int kRunStoreSchemaVersion = 4;
+inline constexpr int kRunStoreSchemaVersion = 5;
 
 // A run's status. Running until it finishes; Interrupted when its process ended without finishing
 // it (found when a store is opened on the same host). Stored as its name.
@@ -61,6 +61,9 @@ struct IterationRow {
     // Unweighted metrics of the pass (clustering.h); NaN where not computed or recorded before
     // schema version 3.
     double cosine = std::nan(""), gainError = std::nan(""), shrinkage = std::nan("");
+    // Fraction of the pass's codeword scores exact bounds skipped; NaN for passes recorded before
+    // schema version 5.
+    double skipped = std::nan("");
 };
 
 // scope: final, heldout, block, stage, attention, ... ; -1 where not applicable.

@@ -24,6 +24,7 @@ gsrq = pytest.importorskip("gsrq", reason="the Python package is not built (cmak
 
 GSRQ = os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq"))
 SAMPLE = os.path.join(ROOT, "resources", "samples", "stories260K-gpl3.safetensors")
+SAMPLE_HD128 = os.path.join(ROOT, "resources", "samples", "pydocs-hd128")
 
 
 def cli(*args):
@@ -175,6 +176,33 @@ def test_callbacks_cancel_and_their_errors_propagate():
     calls = []
     km = gsrq.kmeans(x, 8, iterations=3, progress=calls.append)
     assert len(calls) == len(km.history) and calls[-1]["nmse"] == km.history[-1]["nmse"]
+
+
+def test_exact_bounds_change_nothing_but_the_work():
+    # The sample's keys, rows of 128 per head: the bounds skip most scores there (about 60% over 12
+    # passes) and give the same labels and bit-identical centroids (the same sums in the same order);
+    # the objectives differ only in how a row's error is rounded.
+    keys = gsrq.open_dump(SAMPLE_HD128).rows("layers.2.key").reshape(-1, 128)
+    on = gsrq.kmeans(keys, 128, iterations=12, seed=1)
+    off = gsrq.kmeans(keys, 128, iterations=12, seed=1, exact_bounds=False)
+    assert np.array_equal(on.labels, off.labels)
+    assert np.array_equal(on.centroids, off.centroids)
+    assert [h["changed"] for h in on.history] == [h["changed"] for h in off.history]
+    assert all(h["skipped"] == 0 for h in off.history)
+    assert np.mean([h["skipped"] for h in on.history]) > 0.25
+    assert on.history[-1]["objective"] == pytest.approx(off.history[-1]["objective"], rel=1e-5)
+
+
+def test_beam_training_on_every_beam_or_the_best():
+    x = synthetic_rows(3000, 16)
+    # The first stage trains on the rows either way; the second on every beam's residual (4 per row)
+    # or the best beam's, so its codewords, and the error, differ.
+    every = gsrq.train(x, dim=8, stages=2, k=16, beam=4, iterations=5)
+    best = gsrq.train(x, dim=8, stages=2, k=16, beam=4, iterations=5, beam_train="best")
+    assert every.after_stage[0]["nmse"] == best.after_stage[0]["nmse"]
+    assert every.metrics["nmse"] != best.metrics["nmse"]
+    with pytest.raises(gsrq.InvalidInput, match="beam_train"):
+        gsrq.train(x, dim=8, stages=1, k=4, beam_train="some")
 
 
 def test_bad_input_raises_with_the_file_or_argument_named(tmp_path):

@@ -166,6 +166,8 @@ def train(
     progress: Optional[Callable[[dict[str, Any]], Any]] = None,
     threads: int = 0,
     source: Optional[Dump] = None,
+    beam_train: str = "all",
+    exact_bounds: bool = True,
 ) -> TrainResult:
     """Trains the GSRQ quantizer (product × residual quantization, KM or GSKM per stage) on rows x
     [N, F] (a NumPy array or a CPU torch tensor; float32 C-order is read in place), as gsrq train does.
@@ -174,7 +176,9 @@ def train(
     weights: one weight ≥ 0 per row; or grad [N, F] (the rows' loss gradients), turned into weights by
     weight_mode (grad-log, grad-raw, grad-sq) and tau, as gsrq train --weights. holdout: the share of
     rows held out (a seeded subset, or the last rows with holdout_tail) and measured after training.
-    refine: rounds of joint refinement. progress(info) is called once per iteration with a dict
+    refine: rounds of joint refinement. beam_train: with beam > 1, each stage trains on every beam's
+    residual ("all", as FAISS) or the best beam's only ("best"). exact_bounds: skip the distance work
+    that cannot change a label (the same result; False scores every codeword). progress(info) is called once per iteration with a dict
     (what, fraction, iteration, nmse, ...); returning False cancels (the result says cancelled).
     Ctrl-C raises KeyboardInterrupt at the next iteration. The GIL is released while it runs.
     source: the Dump the rows came from (recorded with the run by RunStore.record_train)."""
@@ -189,4 +193,5 @@ def train(
         x, bpa=bpa, dim=dim, stages=stages, k=k, method=method, iterations=iterations, seed=seed, beam=beam,
         weights=weights, holdout=holdout, holdout_tail=holdout_tail, refine=refine, refine_beam=refine_beam,
         reseed_empty=reseed_empty, tensor=tensor, progress=progress, threads=threads, weight_mode=mode, tau=tau,
-        source_path=source.path if source else "", source_files=source.files if source else [])
+        source_path=source.path if source else "", source_files=source.files if source else [],
+        beam_train=beam_train, exact_bounds=exact_bounds)
