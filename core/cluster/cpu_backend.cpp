@@ -147,16 +147,16 @@ public:
         const nearest::NearestKernels& kernel = m_kernel ? *m_kernel : nearest::bestNearest();
         const nearest::NearestPanels panels = nearest::packCodewords(C, kernel);
         const Eigen::RowVectorXf cNorm = C.rowwise().squaredNorm().transpose();
+        // The vector kernels score a pair by the same operations wherever it lies in a tile or range,
+        // which the bounds' exactness rests on; Eigen's GEMM (the portable build) rounds a codeword
+        // differently by its column, so that build scores every codeword.
+        const bool bounded = m_exactBounds && kernel.width > 0;
         // Chunks of about 1 MiB of scores for the portable kernel's GEMM, which it scans while in L2.
         const std::int64_t chunk = std::clamp<std::int64_t>((1 << 18) / K, 16, 2048);
         const std::int64_t nChunks = (m_n + chunk - 1) / chunk;
         const int threads = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(m_threads, nChunks)));
 
         resetStats(out, K, D, withShapeSums);
-        // The vector kernels score a pair by the same operations wherever it lies in a tile or range,
-        // which the bounds' exactness rests on; Eigen's GEMM (the portable build) rounds a codeword
-        // differently by its column, so that build scores every codeword.
-        const bool bounded = m_exactBounds && kernel.width > 0;
         if (bounded)
             m_bounds.begin(C, m_n, kernel.panel);
         std::int64_t scored = 0;
@@ -174,7 +174,7 @@ public:
             resetStats(acc, K, D, withShapeSums);
             std::vector<std::int32_t> labels(static_cast<std::size_t>(chunk));
             std::vector<float> scores(static_cast<std::size_t>(chunk));
-            std::vector<double> exact(static_cast<std::size_t>(chunk)); // bounded: from exact distances
+            std::vector<double> exact(static_cast<std::size_t>(chunk)); // bounded: ‖x‖² − d²
 
 #pragma omp for schedule(static, 1)
             for (std::int64_t c = 0; c < nChunks; ++c) {
@@ -192,8 +192,8 @@ public:
                 for (std::int64_t i = 0; i < m; ++i) {
                     const int label = labels[static_cast<std::size_t>(i)];
                     const std::int64_t row = r0 + i;
-                    // 2x·c − ‖c‖² of the label, the largest: the kernel's in float, or from the exact
-                    // distance the bounds computed, with ‖x‖² in double.
+                    // 2x·c − ‖c‖² of the label, the largest: the kernel's in float, or ‖x‖² − d² from
+                    // the distance the bounds summed, with ‖x‖² in double.
                     const double best =
                         bounded ? exact[static_cast<std::size_t>(i)] : scores[static_cast<std::size_t>(i)];
                     const double sq = bounded ? m_sqNormExact[static_cast<std::size_t>(row)] : m_sqNorm[row];

@@ -39,6 +39,27 @@ double squaredDistance(const float* x, const float* c, int D)
     return s;
 }
 
+// ‖x − c‖² in float over sixteen partial sums (a fixed order, so the same bits wherever the rows lie,
+// and one the compiler vectorises). A sum of D non-negative terms: within D·2⁻²⁴ of the exact value.
+float squaredDistanceFloat(const float* x, const float* c, int D)
+{
+    float part[16] = {};
+    int j = 0;
+    for (; j + 16 <= D; j += 16)
+        for (int l = 0; l < 16; ++l) {
+            const float d = x[j + l] - c[j + l];
+            part[l] += d * d;
+        }
+    for (int l = 0; j < D; ++j, ++l) {
+        const float d = x[j] - c[j];
+        part[l] += d * d;
+    }
+    for (int w = 8; w >= 1; w /= 2) // pairwise, in a fixed order
+        for (int l = 0; l < w; ++l)
+            part[l] += part[l + w];
+    return part[0];
+}
+
 } // namespace
 
 int ExactBounds::groupSizeFor(int K, int D, int panel)
@@ -94,6 +115,7 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
     const int G = m_groups, size = m_groupSize, panel = m_panel;
     const int P = (K + panel - 1) / panel;              // panels of the whole range
     const double unit = (D + 4) * std::ldexp(1.0, -23); // E = unit·(‖x‖ + max‖c‖)²
+    const double rel = (D + 2) * std::ldexp(1.0, -23);  // a float d² is within rel·d² of the exact one
     const auto errorOf = [&](std::int64_t row) {
         const double reach = std::sqrt(sqNorm[row]) + m_maxNorm;
         return unit * reach * reach;
@@ -201,7 +223,7 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
         return std::sqrt(v) * (1.0f - 0x1p-22f);
     };
 
-    // 1. Each row's exact distance to its own codeword, and the groups whose bounds do not clear it.
+    // 1. Each row's distance to its own codeword, and the groups whose bounds do not clear it.
     const float* drift = m_groupDriftUp.data();
     for (std::int64_t i = 0; i < m; ++i) {
         if (m_fresh) {
@@ -209,10 +231,10 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
             continue;
         }
         const std::int64_t row = r0 + i;
-        const double d2 = squaredDistance(x + i * ldx, C.row(labels[i]).data(), D);
+        const double d2 = squaredDistanceFloat(x + i * ldx, C.row(labels[i]).data(), D);
         t.ownSquared[ui(i)] = d2;
-        // A bound must exceed √(d² + 2E), rounded up to a float.
-        const float clear = static_cast<float>(std::sqrt(d2 + 2 * errorOf(row)) * (1 + 1e-6));
+        // A bound must exceed √(d² + 2E) for the largest d² the float sum allows, rounded up to a float.
+        const float clear = static_cast<float>(std::sqrt(d2 * (1 + rel) + 2 * errorOf(row)) * (1 + 1e-6));
         float* lower = &m_lower[ui(row) * G];
         std::uint32_t mask = 0;
         for (int g = 0; g < G; ++g) {
@@ -255,7 +277,8 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
             continue;
         float best;
         bestOf(i, mask, best);
-        const double own = sqNorm[r0 + i] - t.ownSquared[ui(i)], error = errorOf(r0 + i);
+        const double own = sqNorm[r0 + i] - t.ownSquared[ui(i)];
+        const double error = errorOf(r0 + i) + rel * t.ownSquared[ui(i)]; // the kernel's and the float d²'s
         if (!(double(best) > own + error) && !(double(best) < own - error)) {
             t.more[ui(i)] = std::uint32_t(1) << (labels[i] / size);
             any = true;
@@ -290,8 +313,8 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
             float best;
             label = bestOf(i, mask, best);
             const bool ownScored = mask >> (own / size) & 1;
-            if (!ownScored && !(double(best) > sqNorm[row] - d2 + error))
-                label = own; // its exact score clears every kernel score made by more than the error
+            if (!ownScored && !(double(best) > sqNorm[row] - d2 + error + rel * d2))
+                label = own; // its score clears every kernel score made by more than both errors
             for (std::uint32_t bits = mask; bits; bits &= bits - 1) {
                 const int g = std::countr_zero(bits);
                 const auto at = ui(i) * G + ui(g);
@@ -299,11 +322,11 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
             }
             if (!ownScored && label != own) { // the old codeword joins its group's others
                 float& l = lower[own / size];
-                l = std::min(l, floatBelow(std::sqrt(d2) * (1 - 1e-12)));
+                l = std::min(l, floatBelow(std::sqrt(d2 * (1 - rel))));
             }
         }
         if (m_fresh || label != labels[i])
-            d2 = squaredDistance(x + i * ldx, C.row(label).data(), D);
+            d2 = squaredDistanceFloat(x + i * ldx, C.row(label).data(), D);
         labels[i] = label;
         score[i] = sqNorm[row] - d2;
     }

@@ -4,11 +4,11 @@
 //
 // The codewords are split into groups of consecutive indices. Every row keeps, per group, a lower bound
 // on its distance to the group's codewords other than its own; after an update each bound drops by the
-// farthest any codeword of the group moved. A row's distance to its own codeword is computed exactly
-// (in double) every pass, and a group is scored (by the assignment kernel) only where its bound does not
-// clear that distance by a margin:
+// farthest any codeword of the group moved. A row's squared distance to its own codeword is summed every
+// pass (in float, which is within (D + 2)·2⁻²³ of the exact value: that much is added), and a group is
+// scored (by the assignment kernel) only where its bound does not clear that distance by a margin:
 //
-//   group g skipped  ⇔  L_g² > d(x, c_label)² + 2E,  E = (D + 4)·2⁻²³·(‖x‖ + max‖c‖)²
+//   group g skipped  ⇔  L_g² > d(x, c_label)²·(1 + (D + 2)·2⁻²³) + 2E,  E = (D + 4)·2⁻²³·(‖x‖ + max‖c‖)²
 //
 // E bounds the float error of a kernel score 2x·c − ‖c‖² (a D-term dot product, its bias and a final
 // rounding, with a factor of two to spare), so a skipped codeword's kernel score is strictly below the
@@ -38,8 +38,8 @@ public:
     void begin(const MatrixRF& C, std::int64_t n, int panel);
 
     // Rows [r0, r0 + m) of the pass (x: row r0, ldx floats apart). labels: theirs, in (the last pass's;
-    // ignored on a fresh start) and out. score[i]: 2x·c − ‖c‖² of the new label, from the exact
-    // distance in double. sqNorm: every row's ‖x‖² in double. Returns the codeword scores the kernel
+    // ignored on a fresh start) and out. score[i]: 2x·c − ‖c‖² of the new label, as ‖x‖² − d² with
+    // d² summed in float. sqNorm: every row's ‖x‖² in double. Returns the codeword scores the kernel
     // computed. Called from several threads at once on disjoint rows.
     std::int64_t assign(const float* x, std::int64_t ldx, std::int64_t r0, std::int64_t m, const double* sqNorm,
                         const MatrixRF& C, const nearest::NearestKernels& kernel, const nearest::NearestPanels& panels,
