@@ -4,6 +4,7 @@
 
 #include "core/base/error.h"
 #include "core/base/sha256.h"
+#include "core/cluster/nearest_kernels.h"
 #include "core/jobs/run_recorder.h"
 #include "core/store/run_store.h"
 #include "test_util.h"
@@ -553,7 +554,8 @@ void TestRunStore::skippedWorkRecordedPerPass()
                 QCOMPARE(skipped, 0.0);
             most = std::max(most, skipped);
         }
-        if (run == 1)
+        // The bounds use the vector kernels; a CPU without AVX2 scores every codeword (cpu_backend.cpp).
+        if (run == 1 && nearest::bestNearest().width > 0)
             QVERIFY2(most > 0.25, qPrintable(QString("at most %1 skipped").arg(most)));
         else
             QCOMPARE(most, 0.0);

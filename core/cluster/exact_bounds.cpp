@@ -40,7 +40,8 @@ double squaredDistance(const float* x, const float* c, int D)
 }
 
 // ‖x − c‖² in float over sixteen partial sums (a fixed order, so the same bits wherever the rows lie,
-// and one the compiler vectorises). A sum of D non-negative terms: within D·2⁻²⁴ of the exact value.
+// and one the compiler vectorises). Each difference and square rounds once and the D non-negative terms
+// are summed: within (D + 2)·2⁻²⁴ of the exact value (the callers allow twice that).
 float squaredDistanceFloat(const float* x, const float* c, int D)
 {
     float part[16] = {};
@@ -126,6 +127,7 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
     struct Scratch {
         std::vector<std::uint32_t> need, more;          // per row: the groups scored (more: in the second round)
         std::vector<std::uint8_t> whole;                // per row: scored against every codeword in one call
+        std::vector<std::uint8_t> ownWins;              // per row: its unscored own codeword clears the rest
         std::vector<double> ownSquared;                 // per row: d(x, c_label)², exact
         std::vector<std::int32_t> gLabel;               // per row and group scored: its best codeword
         std::vector<float> gBest, gSecond;              // and the two largest scores there
@@ -142,6 +144,7 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
     t.need.assign(ui(m), 0);
     t.more.assign(ui(m), 0);
     t.whole.assign(ui(m), 0);
+    t.ownWins.assign(ui(m), 0);
     t.ownSquared.assign(ui(m), 0.0);
     t.gLabel.resize(ui(m) * G);
     t.gBest.resize(ui(m) * G);
@@ -279,7 +282,9 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
         bestOf(i, mask, best);
         const double own = sqNorm[r0 + i] - t.ownSquared[ui(i)];
         const double error = errorOf(r0 + i) + rel * t.ownSquared[ui(i)]; // the kernel's and the float d²'s
-        if (!(double(best) > own + error) && !(double(best) < own - error)) {
+        if (double(best) < own - error) {
+            t.ownWins[ui(i)] = 1; // decided here, once: phase 3 reads the verdict, not a recomputation
+        } else if (!(double(best) > own + error)) {
             t.more[ui(i)] = std::uint32_t(1) << (labels[i] / size);
             any = true;
         }
@@ -313,7 +318,7 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
             float best;
             label = bestOf(i, mask, best);
             const bool ownScored = mask >> (own / size) & 1;
-            if (!ownScored && !(double(best) > sqNorm[row] - d2 + error + rel * d2))
+            if (!ownScored && t.ownWins[ui(i)])
                 label = own; // its score clears every kernel score made by more than both errors
             for (std::uint32_t bits = mask; bits; bits &= bits - 1) {
                 const int g = std::countr_zero(bits);

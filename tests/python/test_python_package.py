@@ -178,6 +178,16 @@ def test_callbacks_cancel_and_their_errors_propagate():
     assert len(calls) == len(km.history) and calls[-1]["nmse"] == km.history[-1]["nmse"]
 
 
+def _vector_kernels():
+    """Whether this CPU runs the engine's AVX2 (with FMA) or AVX-512 assignment kernels."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read().split()
+    except OSError:
+        return False
+    return "avx2" in flags and "fma" in flags
+
+
 def test_exact_bounds_change_nothing_but_the_work():
     # The sample's keys, rows of 128 per head: the bounds skip most scores there (about 60% over 12
     # passes) and give the same labels and bit-identical centroids (the same sums in the same order);
@@ -189,7 +199,10 @@ def test_exact_bounds_change_nothing_but_the_work():
     assert np.array_equal(on.centroids, off.centroids)
     assert [h["changed"] for h in on.history] == [h["changed"] for h in off.history]
     assert all(h["skipped"] == 0 for h in off.history)
-    assert np.mean([h["skipped"] for h in on.history]) > 0.25
+    if _vector_kernels():
+        assert np.mean([h["skipped"] for h in on.history]) > 0.25
+    else:  # the bounds use the AVX2 and AVX-512 kernels; without them every codeword is scored
+        assert all(h["skipped"] == 0 for h in on.history)
     assert on.history[-1]["objective"] == pytest.approx(off.history[-1]["objective"], rel=1e-5)
 
 
