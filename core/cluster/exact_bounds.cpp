@@ -20,25 +20,6 @@ float floatBelow(double v)
     return f;
 }
 
-// ‖x − c‖² in double over eight partial sums (a fixed order, so the same bits wherever the rows lie,
-// and one the compiler can vectorise, unlike a single running sum).
-double squaredDistance(const float* x, const float* c, int D)
-{
-    double part[8] = {};
-    int j = 0;
-    for (; j + 8 <= D; j += 8)
-        for (int l = 0; l < 8; ++l) {
-            const double d = double(x[j + l]) - double(c[j + l]);
-            part[l] += d * d;
-        }
-    double s = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-    for (; j < D; ++j) {
-        const double d = double(x[j]) - double(c[j]);
-        s += d * d;
-    }
-    return s;
-}
-
 // ‖x − c‖² in float over sixteen partial sums (a fixed order, so the same bits wherever the rows lie,
 // and one the compiler vectorises). Each difference and square rounds once and the D non-negative terms
 // are summed: within (D + 2)·2⁻²⁴ of the exact value (the callers allow twice that).
@@ -83,12 +64,14 @@ void ExactBounds::begin(const MatrixRF& C, std::int64_t n, int panel)
     m_panel = panel;
     m_rows = n;
     m_groupDrift.assign(static_cast<std::size_t>(groups), 0.0);
+    const double rel = (D + 2) * std::ldexp(1.0, -23); // a float d² is within rel·d² of the exact one
     if (m_fresh) {
         m_lower.assign(static_cast<std::size_t>(n) * static_cast<std::size_t>(groups), 0.0f);
     } else {
         for (int k = 0; k < K; ++k) {
-            // In double from the float centroids, with a little to spare for its own rounding.
-            const double moved = std::sqrt(squaredDistance(C.row(k).data(), m_prev.row(k).data(), D)) * (1 + 1e-9);
+            // Summed in float, raised by its rounding bound (and a little for the square root's).
+            const double moved =
+                std::sqrt(squaredDistanceFloat(C.row(k).data(), m_prev.row(k).data(), D) * (1 + rel)) * (1 + 1e-9);
             auto& g = m_groupDrift[static_cast<std::size_t>(k / size)];
             g = std::max(g, moved);
         }
