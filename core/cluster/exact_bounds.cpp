@@ -63,7 +63,7 @@ void ExactBounds::begin(const MatrixRF& C, std::int64_t n, int panel)
     m_groups = groups;
     m_panel = panel;
     m_rows = n;
-    m_groupDrift.assign(static_cast<std::size_t>(groups), 0.0);
+    std::vector<double> groupDrift(static_cast<std::size_t>(groups), 0.0); // the farthest a codeword moved
     const double rel = (D + 2) * std::ldexp(1.0, -23); // a float d² is within rel·d² of the exact one
     if (m_fresh) {
         m_lower.assign(static_cast<std::size_t>(n) * static_cast<std::size_t>(groups), 0.0f);
@@ -72,13 +72,13 @@ void ExactBounds::begin(const MatrixRF& C, std::int64_t n, int panel)
             // Summed in float, raised by its rounding bound (and a little for the square root's).
             const double moved =
                 std::sqrt(squaredDistanceFloat(C.row(k).data(), m_prev.row(k).data(), D) * (1 + rel)) * (1 + 1e-9);
-            auto& g = m_groupDrift[static_cast<std::size_t>(k / size)];
+            auto& g = groupDrift[static_cast<std::size_t>(k / size)];
             g = std::max(g, moved);
         }
     }
-    m_groupDriftUp.resize(m_groupDrift.size());
-    for (std::size_t g = 0; g < m_groupDrift.size(); ++g) // rounded up to a float
-        m_groupDriftUp[g] = static_cast<float>(m_groupDrift[g] * (1 + 1e-6));
+    m_groupDriftUp.resize(groupDrift.size());
+    for (std::size_t g = 0; g < groupDrift.size(); ++g) // rounded up to a float
+        m_groupDriftUp[g] = static_cast<float>(groupDrift[g] * (1 + 1e-6));
     m_maxNorm = 0;
     for (int k = 0; k < K; ++k)
         m_maxNorm = std::max(m_maxNorm, std::sqrt(C.row(k).cast<double>().squaredNorm()));
@@ -111,11 +111,11 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
         std::vector<std::uint32_t> need, more;          // per row: the groups scored (more: in the second round)
         std::vector<std::uint8_t> whole;                // per row: scored against every codeword in one call
         std::vector<std::uint8_t> ownWins;              // per row: its unscored own codeword clears the rest
-        std::vector<double> ownSquared;                 // per row: d(x, c_label)², exact
+        std::vector<double> ownSquared;                 // per row: d(x, c_label)², summed in float
         std::vector<std::int32_t> gLabel;               // per row and group scored: its best codeword
         std::vector<float> gBest, gSecond;              // and the two largest scores there
         std::vector<std::int32_t> wLabel;               // whole rows: the best codeword,
-        std::vector<float> wBest, wSecond;              // the two largest scores
+        std::vector<float> wSecond;                     // the second-largest score
         std::vector<float> wPanel;                      // and every panel's largest (rows × P)
         std::vector<std::vector<std::int64_t>> members; // per group: the rows scored against it
         std::vector<std::int64_t> list;
@@ -133,7 +133,6 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
     t.gBest.resize(ui(m) * G);
     t.gSecond.resize(ui(m) * G);
     t.wLabel.resize(ui(m));
-    t.wBest.resize(ui(m));
     t.wSecond.resize(ui(m));
     t.wPanel.resize(ui(m) * P);
 
@@ -246,14 +245,13 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
         for (std::size_t j = 0; j < t.list.size(); ++j) {
             const auto i = ui(t.list[j]);
             t.wLabel[i] = t.outLabel[j];
-            t.wBest[i] = t.outBest[j];
             t.wSecond[i] = t.outSecond[j];
             std::copy_n(t.outPanel.data() + j * P, P, t.wPanel.data() + i * P);
         }
     }
     scoreGroups(t.need);
 
-    // 2. Where the own codeword's group was not scored, its exact score decides against the best of
+    // 2. Where the own codeword's group was not scored, its score decides against the best of
     // the others unless the two lie within the kernel's error of each other; then its group is scored
     // too, so the comparison is the kernel's own.
     bool any = false;
@@ -275,7 +273,7 @@ std::int64_t ExactBounds::assign(const float* x, std::int64_t ldx, std::int64_t 
     if (any)
         scoreGroups(t.more);
 
-    // 3. Labels, the bounds of the groups scored, and each row's score from its exact distance.
+    // 3. Labels, the bounds of the groups scored, and each row's score from its distance.
     for (std::int64_t i = 0; i < m; ++i) {
         const std::int64_t row = r0 + i;
         double d2 = t.ownSquared[ui(i)];

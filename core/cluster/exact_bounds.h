@@ -48,9 +48,6 @@ public:
     // After the pass: the bounds hold for C.
     void end(const MatrixRF& C);
 
-    int groups() const { return m_groups; }
-    int groupSize() const { return m_groupSize; }
-
     // Codewords per group for K codewords of D, in whole panels: about 4,096 multiply-adds a row (32
     // codewords at D = 128, more at smaller D, where a group's product would be shorter than its
     // bookkeeping), and at most 32 groups (32 bounds a row).
@@ -62,8 +59,7 @@ private:
     int m_groups = 0, m_groupSize = 0, m_panel = 0;
     std::int64_t m_rows = 0;
     MatrixRF m_prev;                   // the centroids the bounds are for
-    std::vector<double> m_groupDrift;  // per group: the farthest one of its codewords moved
-    std::vector<float> m_groupDriftUp; // the same rounded up to floats
+    std::vector<float> m_groupDriftUp; // per group: the farthest one of its codewords moved, rounded up
     double m_maxNorm = 0;              // max ‖c‖ of this pass's centroids
     std::vector<float> m_lower;        // rows × groups
 };

@@ -31,17 +31,6 @@ const char* backendKindName(BackendKind kind)
 }
 
 namespace {
-BackendChoice chooseBackend(const BackendRequest& r);
-}
-
-BackendChoice makeBackend(const BackendRequest& r)
-{
-    BackendChoice out = chooseBackend(r);
-    out.backend->setExactBounds(r.exactBounds);
-    return out;
-}
-
-namespace {
 
 BackendChoice chooseBackend(const BackendRequest& r)
 {
@@ -75,5 +64,12 @@ BackendChoice chooseBackend(const BackendRequest& r)
 }
 
 } // namespace
+
+BackendChoice makeBackend(const BackendRequest& r)
+{
+    BackendChoice out = chooseBackend(r);
+    out.backend->setExactBounds(r.exactBounds);
+    return out;
+}
 
 } // namespace gsrq::gpu

@@ -178,8 +178,9 @@ def train(
     rows held out (a seeded subset, or the last rows with holdout_tail) and measured after training.
     refine: rounds of joint refinement. beam_train: with beam > 1, each stage trains on every beam's
     residual ("all", as FAISS) or the best beam's only ("best"). exact_bounds: skip the distance work
-    that cannot change a label (the same labels and codewords; False scores every codeword). progress(info) is called once per iteration with a dict
-    (what, fraction, iteration, nmse, ...); returning False cancels (the result says cancelled).
+    that cannot change a label (the same labels and codewords; False scores every codeword).
+    progress(info) is called once per iteration with a dict (what, fraction, iteration, nmse, ...);
+    returning False cancels (the result says cancelled).
     Ctrl-C raises KeyboardInterrupt at the next iteration. The GIL is released while it runs.
     source: the Dump the rows came from (recorded with the run by RunStore.record_train)."""
     x = _as_rows(x, "x")
