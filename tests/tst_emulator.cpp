@@ -97,6 +97,14 @@ __global__ void sharedKernel(float* out)
     out[threadIdx.x] = s[threadIdx.x]; // never written: the emulator's shared memory starts as NaN
 }
 
+// Asks for exactly 48 KiB of dynamic shared memory in the test: with any static array beside it, over
+// what a block may hold without the opt-in.
+__global__ void fullSharedKernel(float* out)
+{
+    float* s = static_cast<float*>(gsrq::emulator::dynamicShared());
+    out[threadIdx.x] = s[threadIdx.x];
+}
+
 // Reads its static shared array before writing it, then writes it: every block must read NaN,
 // also those that run after a block has written it.
 __global__ void staticSharedKernel(float* out)
@@ -204,6 +212,27 @@ private slots:
         for (float v : download(st, 3 * 32))
             QVERIFY(std::isnan(v)); // a read before this block's write is caught
         cudaFree(st);
+        // As on the device, a block's static shared arrays count against the same limits as its
+        // dynamic memory: 48 KiB of dynamic memory beside any static array needs the opt-in, and the
+        // opt-in limit is for the two together. The emulator counts every kernel's static arrays
+        // (staticSharedKernel's 128 bytes among them), an upper bound for each kernel's own.
+        cudaFuncAttributes attr{};
+        QCOMPARE(cudaFuncGetAttributes(&attr, fullSharedKernel), cudaSuccess);
+        QVERIFY(attr.sharedSizeBytes >= 32 * sizeof(float));
+        launch(fullSharedKernel, 1, 32, 48 * 1024, nullptr, f);
+        const cudaError_t over = cudaGetLastError();
+        QCOMPARE(over, cudaErrorInvalidValue);
+        QVERIFY2(QString(cudaGetErrorString(over)).contains("static shared memory"), cudaGetErrorString(over));
+        const int optin = 227 * 1024; // the emulated device's sharedMemPerBlockOptin
+        QCOMPARE(cudaFuncSetAttribute(fullSharedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      optin - int(attr.sharedSizeBytes) + 1),
+                 cudaErrorInvalidValue);
+        QCOMPARE(cudaGetLastError(), cudaErrorInvalidValue); // as CUDA does, the failure is also the last error
+        QCOMPARE(cudaFuncSetAttribute(fullSharedKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      optin - int(attr.sharedSizeBytes)),
+                 cudaSuccess);
+        launch(fullSharedKernel, 1, 32, 48 * 1024, nullptr, f);
+        QCOMPARE(cudaGetLastError(), cudaSuccess);
         // A kernel can read only device memory.
         std::vector<int> host(64);
         launch(divergentBarrierKernel, 1, 32, 0, nullptr, host.data());

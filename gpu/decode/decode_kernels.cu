@@ -708,9 +708,37 @@ cudaError_t launchPaperDecode(const DecodeDims& d, const float* q, const std::ui
     });
 }
 
-std::size_t paperBinsSharedBytes(const DecodeDims& d)
+namespace {
+
+// The dynamic shared memory each launch asks for; the *SharedBytes functions add the static arrays.
+std::size_t paperBinsDynamicBytes(const DecodeDims& d)
 {
     return std::size_t(d.group()) * d.subspacesPerHead() * d.stages * d.k * sizeof(float);
+}
+
+std::size_t lookupDynamicBytes(const DecodeDims& d)
+{
+    return 2 * std::size_t(d.group()) * d.subspacesPerHead() * d.stages * d.k * sizeof(float);
+}
+
+std::size_t lookupCombineDynamicBytes(const DecodeDims& d)
+{
+    const std::size_t per = std::size_t(d.subspacesPerHead()) * d.stages * d.k;
+    const std::size_t parts = std::max(1, 256 / d.headDim);
+    const std::size_t weights = std::max(per, parts * d.headDim) * d.group();
+    return (weights + std::size_t(d.group()) * d.splits + d.group()) * sizeof(float);
+}
+
+} // namespace
+
+std::size_t paperBinsSharedBytes(const DecodeDims& d)
+{
+    std::size_t fixed = 0;
+    withGroup(d.group(), [&]<int G>() {
+        fixed = detail::staticShared(paperBinsKernel<G, (G >= 8 ? 1 : 2)>);
+        return cudaSuccess;
+    });
+    return paperBinsDynamicBytes(d) + fixed;
 }
 
 cudaError_t launchPaperBins(const DecodeDims& d, const float* q, const std::uint8_t* kc, const std::uint16_t* kb,
@@ -718,7 +746,7 @@ cudaError_t launchPaperBins(const DecodeDims& d, const float* q, const std::uint
                             cudaStream_t stream)
 {
     const dim3 grid(unsigned(d.splits), unsigned(d.kvHeads), unsigned(d.batch));
-    const std::size_t shm = paperBinsSharedBytes(d);
+    const std::size_t shm = paperBinsDynamicBytes(d);
     return withGroup(d.group(), [&]<int G>() {
         auto* kernel = paperBinsKernel<G, (G >= 8 ? 1 : 2)>;
         if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
@@ -745,14 +773,19 @@ cudaError_t launchLookupTables(const DecodeDims& d, const float* q, const std::u
 
 std::size_t lookupSharedBytes(const DecodeDims& d)
 {
-    return 2 * std::size_t(d.group()) * d.subspacesPerHead() * d.stages * d.k * sizeof(float);
+    std::size_t fixed = 0;
+    withGroup(d.group(), [&]<int G>() {
+        fixed = detail::staticShared(lookupSplitKernel<G>);
+        return cudaSuccess;
+    });
+    return lookupDynamicBytes(d) + fixed;
 }
 
 cudaError_t launchLookupSplit(const DecodeDims& d, const float* tables, const std::uint8_t* kc, const std::uint8_t* vc,
                               float* weights, float* m, float* l, cudaStream_t stream)
 {
     const dim3 grid(unsigned(d.splits), unsigned(d.kvHeads), unsigned(d.batch));
-    const std::size_t shm = lookupSharedBytes(d);
+    const std::size_t shm = lookupDynamicBytes(d);
     return withGroup(d.group(), [&]<int G>() {
         auto* kernel = lookupSplitKernel<G>;
         if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
@@ -764,16 +797,13 @@ cudaError_t launchLookupSplit(const DecodeDims& d, const float* tables, const st
 
 std::size_t lookupCombineSharedBytes(const DecodeDims& d)
 {
-    const std::size_t per = std::size_t(d.subspacesPerHead()) * d.stages * d.k;
-    const std::size_t parts = std::max(1, 256 / d.headDim);
-    const std::size_t weights = std::max(per, parts * d.headDim) * d.group();
-    return (weights + std::size_t(d.group()) * d.splits + d.group()) * sizeof(float);
+    return lookupCombineDynamicBytes(d) + detail::staticShared(lookupCombineKernel);
 }
 
 cudaError_t launchLookupCombine(const DecodeDims& d, const float* weights, const float* m, const float* l,
                                 const std::uint16_t* vb, float* out, cudaStream_t stream)
 {
-    const std::size_t shm = lookupCombineSharedBytes(d);
+    const std::size_t shm = lookupCombineDynamicBytes(d);
     if (cudaError_t e = allowShared(lookupCombineKernel, shm); e != cudaSuccess)
         return e;
     launch(lookupCombineKernel, unsigned(d.batch * d.kvHeads), 256, shm, stream, d, weights, m, l,

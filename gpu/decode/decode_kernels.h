@@ -71,8 +71,8 @@ cudaError_t launchPaperDecode(const DecodeDims& d, const float* q, const std::ui
 
 // Paper path with values through per-codeword weights: keys as launchPaperDecode decodes them; each
 // token's softmax weight is added to the bins of its value codes (group × S·R·K floats of shared
-// memory per block, paperBinsSharedBytes), written per split as the lookup path's weights, m and l;
-// launchLookupCombine then gives the outputs. Values cost their codes' bytes, not their codewords'.
+// memory per block; paperBinsSharedBytes, static arrays included), written per split as the lookup path's weights, m
+// and l; launchLookupCombine then gives the outputs. Values cost their codes' bytes, not their codewords'.
 std::size_t paperBinsSharedBytes(const DecodeDims& d);
 cudaError_t launchPaperBins(const DecodeDims& d, const float* q, const std::uint8_t* keyCodes,
                             const std::uint16_t* keyBooks16, const std::uint8_t* valueCodes, const float* ropeTurns,
@@ -86,7 +86,8 @@ cudaError_t launchCombine(const DecodeDims& d, const SplitPartials& part, float*
 cudaError_t launchLookupTables(const DecodeDims& d, const float* q, const std::uint16_t* keyBooks16, float* tables,
                                cudaStream_t stream);
 
-// Shared memory the lookup split kernel needs (bytes); callers check it against the device's limit.
+// Shared memory a block of the lookup split kernel holds (bytes, its static arrays included); callers
+// check it against the device's opt-in limit.
 std::size_t lookupSharedBytes(const DecodeDims& d);
 
 // Lookup path, step 2: per split, scores as sums of table entries, and the softmax weight each
@@ -94,6 +95,7 @@ std::size_t lookupSharedBytes(const DecodeDims& d);
 cudaError_t launchLookupSplit(const DecodeDims& d, const float* tables, const std::uint8_t* keyCodes,
                               const std::uint8_t* valueCodes, float* weights, float* m, float* l, cudaStream_t stream);
 
+// Likewise for the lookup combine kernel.
 std::size_t lookupCombineSharedBytes(const DecodeDims& d);
 
 // Lookup path, step 3: merges the splits' weights, then out = Σ_s,r,k W·codeword / l, one block per

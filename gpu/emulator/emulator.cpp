@@ -376,6 +376,22 @@ std::string dimText(dim3 d)
     return s;
 }
 
+// Every __shared__ array of every kernel linked in: the linker's bounds of the section that
+// emulator.h's __shared__ puts them in (weak, so no kernel with such arrays reads as none).
+extern "C" {
+extern char __start_gsrq_emu_shared[] __attribute__((weak));
+extern char __stop_gsrq_emu_shared[] __attribute__((weak));
+}
+
+std::size_t staticSharedBytes()
+{
+    if (__start_gsrq_emu_shared == nullptr || __stop_gsrq_emu_shared == nullptr)
+        return 0;
+    return std::size_t(__stop_gsrq_emu_shared - __start_gsrq_emu_shared);
+}
+
+// As the device checks a launch: static and dynamic shared memory together within 48 KiB, or within
+// the kernel's raised dynamic limit (which cudaFuncSetAttribute checked against the opt-in limit).
 cudaError_t checkLaunch(dim3 grid, dim3 block, std::size_t sharedBytes, const void* kernel)
 {
     const std::uint64_t threads = std::uint64_t(block.x) * block.y * block.z;
@@ -383,12 +399,14 @@ cudaError_t checkLaunch(dim3 grid, dim3 block, std::size_t sharedBytes, const vo
         return fail(cudaErrorInvalidConfiguration, "block " + dimText(block) + " is not a valid block shape");
     if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
         return fail(cudaErrorInvalidConfiguration, "grid " + dimText(grid) + " is not a valid grid shape");
-    std::size_t allowed = kSharedPerBlock;
+    const std::size_t fixed = staticSharedBytes();
+    std::size_t allowed = kSharedPerBlock > fixed ? kSharedPerBlock - fixed : 0;
     if (const auto it = maxDynamicShared().find(kernel); it != maxDynamicShared().end())
         allowed = std::max(allowed, std::size_t(it->second));
     if (sharedBytes > allowed)
         return fail(cudaErrorInvalidValue, std::to_string(sharedBytes) + " bytes of dynamic shared memory, " +
-                                               std::to_string(allowed) + " allowed for this kernel");
+                                               std::to_string(allowed) + " allowed for this kernel beside " +
+                                               std::to_string(fixed) + " of static shared memory");
     return cudaSuccess;
 }
 
@@ -529,11 +547,27 @@ void failLaunch(std::string why)
 
 cudaError_t setFuncAttribute(const void* kernel, cudaFuncAttribute attr, int value)
 {
-    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || std::size_t(value) > kSharedOptin)
-        return fail(cudaErrorInvalidValue,
-                    "dynamic shared memory above the device's " + std::to_string(kSharedOptin) + " bytes per block");
+    const std::size_t fixed = staticSharedBytes();
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || std::size_t(value) + fixed > kSharedOptin)
+        return fail(cudaErrorInvalidValue, std::to_string(value) + " bytes of dynamic shared memory and " +
+                                               std::to_string(fixed) + " of static are above the device's " +
+                                               std::to_string(kSharedOptin) + " bytes per block");
     std::lock_guard lock(launchMutex);
     maxDynamicShared()[kernel] = value;
+    return cudaSuccess;
+}
+
+cudaError_t funcAttributes(cudaFuncAttributes* attr, const void* kernel)
+{
+    if (attr == nullptr || kernel == nullptr)
+        return fail(cudaErrorInvalidValue, "cudaFuncGetAttributes: null argument");
+    std::lock_guard lock(launchMutex);
+    const auto it = maxDynamicShared().find(kernel);
+    attr->sharedSizeBytes = staticSharedBytes();
+    attr->maxDynamicSharedSizeBytes = it != maxDynamicShared().end()
+                                          ? it->second
+                                          : int(kSharedPerBlock - std::min(kSharedPerBlock, attr->sharedSizeBytes));
+    attr->maxThreadsPerBlock = int(kMaxThreads);
     return cudaSuccess;
 }
 

@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
 # Everything the GPU side is judged by, in one command, on a machine with an NVIDIA GPU, the bundle
 # of tools/gpu/bundle.sh, and python3 with PyTorch (CUDA) for the outside baselines:
-#   tools/gpu/run-all.sh OUTDIR [--no-sanitizer] [--no-profile] [--quick]
+#   tools/gpu/run-all.sh OUTDIR [--no-sanitizer] [--no-profile] [--quick] [--budget SECONDS]
 # Each tool's output goes unedited into OUTDIR (one file per step, its stderr beside it as .err, its
 # exit status and seconds in steps.tsv); gpu-summary.json gathers the figures the benchmarks are
 # judged by, null where a step could not measure one. A failing step does not stop the others.
+# --budget caps the whole run: each step's limit is cut to what is left (the summary's time kept
+# aside), and a step that would get under 10 s is skipped (exit "skipped" in steps.tsv). The steps
+# run in the order of what they prove: correctness on the device first, then speed, then tools.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -ge 1 ] || { echo "usage: tools/gpu/run-all.sh OUTDIR [--no-sanitizer] [--no-profile] [--quick]" >&2; exit 2; }
+usage="usage: tools/gpu/run-all.sh OUTDIR [--no-sanitizer] [--no-profile] [--quick] [--budget SECONDS]"
+[ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
-sanitizer=1 profile=1 quick=0
-for a in "$@"; do
-  case $a in
+sanitizer=1 profile=1 quick=0 budget=0
+while [ $# -gt 0 ]; do
+  case $1 in
     --no-sanitizer) sanitizer=0 ;;
     --no-profile) profile=0 ;;
     --quick) quick=1 ;;
-    *) echo "run-all.sh: unknown option $a" >&2; exit 2 ;;
+    --budget)
+      [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "run-all.sh: --budget needs a whole number of seconds" >&2; exit 2; }
+      budget=$2; shift ;;
+    *) echo "run-all.sh: unknown option $1" >&2; echo "$usage" >&2; exit 2 ;;
   esac
+  shift
 done
+deadline=0; [ "$budget" -gt 0 ] && deadline=$(( $(date +%s) + budget - 15 ))
 python=${PYTHON:-python3}
 
 # shellcheck source=unpack.sh
@@ -31,6 +40,15 @@ cp "$root/COMMIT" "$out/commit.txt"
 # step NAME SECONDS COMMAND...: stdout to OUTDIR/NAME, stderr to OUTDIR/NAME.err, status to steps.tsv.
 step() {
   local name=$1 limit=$2; shift 2
+  if [ "$deadline" -gt 0 ]; then
+    local left=$(( deadline - $(date +%s) ))
+    if [ "$left" -lt 10 ]; then
+      echo "== $name: skipped, the budget is spent" >&2
+      printf '%s\tskipped\t0\n' "$name" >>"$out/steps.tsv"
+      return 0
+    fi
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
   echo "== $name: $*" >&2
   local t0=$(date +%s.%N)
   timeout --kill-after=10 "$limit" "$@" >"$out/$name" 2>"$out/$name.err"
@@ -61,11 +79,6 @@ torchlayer=("$root/tools/bench/torch_gskm.py" "$work/layer.x.npy" --layer --weig
 step torch-layer-tf32.json 300 "$python" "${torchlayer[@]}" --tf32
 step torch-layer-fp32.json 300 "$python" "${torchlayer[@]}"
 rm -f "$work"/layer.*.npy
-# The CPU's NMSE on a smaller case of the same shape (the whole layer would take minutes on the CPU).
-small=(--rows 32768 --features 1024 --dim 128 --stages 16 --k 256 --iters 40 --weights grad-log)
-step nmse-cpu.json 300 "$gsrq" --no-db bench-train "${small[@]}" --backend cpu --json
-step nmse-cuda.json 120 "$gsrq" --no-db bench-train "${small[@]}" --backend cuda --json
-step nmse-cuda-tf32.json 120 "$gsrq" --no-db bench-train "${small[@]}" --backend cuda --tf32 --json
 # Decode: PyTorch's SDPA on the shapes, then every path of ours, verified against the CPU reference.
 shape=(--heads 32 --kv-heads 8 --head-dim 128 --ctx 1024,8192,32768,131072 --batch 1,8)
 step torch-decode.json 300 "$python" "$root/tools/bench/torch_decode.py" "${shape[@]}"
@@ -83,6 +96,12 @@ fi
 if [ $profile = 1 ]; then
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
   if [ -n "$ncu" ]; then
+    # Every kernel of one decode point (32K tokens, batch 1, 1 BPA), each path, with its duration and
+    # throughput: where a step's time goes.
+    step ncu-decode.csv 200 "$ncu" --clock-control none --csv --metrics \
+      gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+      "$gsrq" --no-db bench-decode --heads 32 --kv-heads 8 --head-dim 128 --ctx 32768 --batch 1 --bpa 1 \
+      --reps 20 --warmup 1 --no-verify
     # Every kernel of two iterations of one stage of the layer, with its duration and throughput.
     step ncu-train.csv 300 "$ncu" --clock-control none --csv --metrics \
       gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed \
@@ -90,5 +109,13 @@ if [ $profile = 1 ]; then
       --weights grad-log --backend cuda --tf32
   fi
 fi
+# The CPU's NMSE on a smaller case of the same shape (the whole layer would take minutes on the CPU);
+# last, since the CPU run is the slowest step.
+small_rows=32768; [ $quick = 1 ] && small_rows=8192
+small=(--rows $small_rows --features 1024 --dim 128 --stages 16 --k 256 --iters 40 --weights grad-log)
+step nmse-cpu.json 300 "$gsrq" --no-db bench-train "${small[@]}" --backend cpu --json
+step nmse-cuda.json 120 "$gsrq" --no-db bench-train "${small[@]}" --backend cuda --json
+step nmse-cuda-tf32.json 120 "$gsrq" --no-db bench-train "${small[@]}" --backend cuda --tf32 --json
+deadline=0  # the summary runs whatever the budget left
 step gpu-summary.json 60 "$python" "$(dirname "$0")/summary.py" "$out"
 cat "$out/steps.tsv" >&2

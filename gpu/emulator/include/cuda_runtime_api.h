@@ -63,6 +63,13 @@ struct CUevent_st;
 using cudaStream_t = CUstream_st*;
 using cudaEvent_t = CUevent_st*;
 
+// The fields of CUDA's cudaFuncAttributes the project reads.
+struct cudaFuncAttributes {
+    std::size_t sharedSizeBytes;           // static shared memory per block
+    int maxDynamicSharedSizeBytes;         // the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize
+    int maxThreadsPerBlock;
+};
+
 struct cudaDeviceProp {
     char name[256];
     std::size_t totalGlobalMem;
@@ -115,10 +122,19 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 namespace gsrq::emulator {
 cudaError_t setFuncAttribute(const void* kernel, cudaFuncAttribute attr, int value);
+cudaError_t funcAttributes(cudaFuncAttributes* attr, const void* kernel);
 }
 
 // CUDA's templated overload for kernel pointers (cuda_runtime.h).
 template <class T> cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attr, int value)
 {
     return gsrq::emulator::setFuncAttribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
+
+// CUDA's templated overload for kernel pointers. The static shared memory reported is that of every
+// kernel linked in together (the emulator cannot tell one kernel's __shared__ arrays from another's):
+// an upper bound, so a launch the emulator takes also fits the device.
+template <class T> cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, T* kernel)
+{
+    return gsrq::emulator::funcAttributes(attr, reinterpret_cast<const void*>(kernel));
 }
