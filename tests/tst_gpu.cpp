@@ -202,6 +202,75 @@ private slots:
         }
     }
 
+    void sumsAreExactRepeatableAndChunkFree()
+    {
+        QString why;
+        if (!test::haveCudaDevice(&why))
+            QSKIP(qPrintable(why));
+        // The per-cluster sums are taken without a sort, tile by tile in a fixed order. 9,000 weighted
+        // rows of 40 columns against K = 2,000: three tiles of rows, two column groups (the second
+        // partial), eight cluster ranges (the last partial), and streamed chunks of 4,096 rows (the
+        // score block of K = 2,000 holds 4,194, cut to whole tiles).
+        const std::int64_t n = 9000;
+        const int d = 40, K = 2000;
+        const MatrixRF X = synthesize(SynthKind::Gaussian, n, d, 5);
+        const MatrixRF C = X.topRows(K);
+        std::vector<float> w(static_cast<std::size_t>(n));
+        for (std::size_t i = 0; i < w.size(); ++i)
+            w[i] = 0.25f + float((i * 7919) % 1000) / 500.0f;
+        AssignStats runs[2][2];
+        std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+        for (bool streamed : {false, true}) {
+            gpu::CudaOptions o;
+            o.forceStreamed = streamed;
+            auto g = gpu::makeCudaBackend(o);
+            g->bind(X.data(), n, d, w.data());
+            g->selectBlock(0, d, 1e-8f);
+            for (auto& st : runs[streamed])
+                g->assignPass(C, {true, false}, st);
+            if (streamed)
+                QVERIFY(gpu::cudaStats(*g)->chunkRows < n);
+            g->readLabels(labels);
+        }
+        // Against sums in double over the labels the device chose. Sx and W: the same products in
+        // another order, within n·2⁻⁵³ of the sum of magnitudes (1e-12 is far above that, far below a
+        // missed or doubled row). Sy also carries the device's float 1/(‖x‖ + ε), 2⁻²³ relative.
+        MatrixRD sx = MatrixRD::Zero(K, d), sy = MatrixRD::Zero(K, d), ax = sx, ay = sx;
+        Eigen::VectorXd sw = Eigen::VectorXd::Zero(K);
+        std::vector<std::int64_t> count(std::size_t(K), 0);
+        for (std::int64_t i = 0; i < n; ++i) {
+            const int k = labels[std::size_t(i)];
+            QVERIFY(k >= 0 && k < K);
+            const double wi = w[std::size_t(i)], inv = 1.0 / (X.row(i).cast<double>().norm() + 1e-8);
+            const Eigen::RowVectorXd x = X.row(i).cast<double>();
+            sx.row(k) += wi * x;
+            sy.row(k) += wi * inv * x;
+            ax.row(k) += (wi * x).cwiseAbs();
+            ay.row(k) += (wi * inv * x).cwiseAbs();
+            sw[k] += wi;
+            ++count[std::size_t(k)];
+        }
+        const AssignStats& a = runs[0][0];
+        for (int k = 0; k < K; ++k) {
+            QCOMPARE(a.count[k], count[std::size_t(k)]);
+            QVERIFY(std::abs(a.weightSum[k] - sw[k]) <= 1e-12 * sw[k]);
+            for (int j = 0; j < d; ++j) {
+                QVERIFY2(
+                    std::abs(a.sumX(k, j) - sx(k, j)) <= 1e-12 * ax(k, j) + 1e-300,
+                    qPrintable(QString("Sx[%1][%2]: %3 against %4").arg(k).arg(j).arg(a.sumX(k, j)).arg(sx(k, j))));
+                QVERIFY(std::abs(a.sumY(k, j) - sy(k, j)) <= 1e-6 * ay(k, j) + 1e-300);
+            }
+        }
+        // The same bits on a second pass, and streamed in chunks as resident in one go.
+        for (const auto* b : {&runs[0][1], &runs[1][0], &runs[1][1]}) {
+            QVERIFY(b->sumX == a.sumX);
+            QVERIFY(b->sumY == a.sumY);
+            QVERIFY(b->weightSum == a.weightSum);
+            QVERIFY(b->count == a.count);
+            QCOMPARE(b->weightedError, a.weightedError);
+        }
+    }
+
     void gskmFollowsTheCpuPathOnTheDevice()
     {
         QString why;

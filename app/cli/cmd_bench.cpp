@@ -238,6 +238,8 @@ Command registerBenchTrain(CLI::App& root)
                     cluster(first, wp, s.method, p, *backend);
                 }
                 std::vector<double> passSeconds; // every assignment pass with the update after it
+                const auto* cuda = gpu::cudaStats(*backend);
+                const double devicePassSeconds0 = cuda ? cuda->passSeconds : 0.0;
                 const auto r = trainResidualQuantizer(x, wp, s, *backend, [&](const ProgressEvent& e) {
                     passSeconds.push_back(e.iteration.seconds);
                     return true;
@@ -277,7 +279,14 @@ Command registerBenchTrain(CLI::App& root)
                                {"achieved_flops", achieved},
                                {"peak_fp32_flops", peak},
                                {"fraction_of_peak", peak > 0 ? nlohmann::ordered_json(achieved / peak) : nullptr},
-                               {"nmse", r.metrics.nmse}});
+                               {"nmse", r.metrics.nmse},
+                               // The CUDA backend's passes (device work, launches, transfers) and the rest
+                               // (the host's updates between them); null on the CPU.
+                               {"device_pass_seconds",
+                                cuda ? nlohmann::ordered_json(cuda->passSeconds - devicePassSeconds0) : nullptr},
+                               {"host_seconds",
+                                cuda ? nlohmann::ordered_json(r.seconds - (cuda->passSeconds - devicePassSeconds0))
+                                     : nullptr}});
                     return;
                 }
                 std::printf("bench-train: synthetic %s data, %lld × %d, D=%d (%d subspaces), R=%d, K=%d, %d "
@@ -288,6 +297,10 @@ Command registerBenchTrain(CLI::App& root)
                             bitsPerActivation(s.dim, s.stages, s.k));
                 std::printf("  per iteration (assign + accumulate + update, median of %zu): %.3f ms\n",
                             passSeconds.size(), perIteration * 1e3);
+                if (cuda)
+                    std::printf("  in the device's passes: %.3f s; on the host between them: %.3f s\n",
+                                cuda->passSeconds - devicePassSeconds0,
+                                r.seconds - (cuda->passSeconds - devicePassSeconds0));
                 std::printf("  distance product: %.3f GFLOP per iteration, %.1f GFLOP/s achieved over the whole "
                             "iteration",
                             flopPerPass / 1e9, achieved / 1e9);

@@ -1,9 +1,7 @@
 #include "gpu/cluster/cluster_kernels.h"
 #include "gpu/device/launch.cuh"
 
-#include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
-
+#include <algorithm>
 #include <cfloat>
 
 namespace gsrq::gpu::kernels {
@@ -100,80 +98,137 @@ static __global__ void argmaxRowsKernel(const float* __restrict__ S, int K, cons
     }
 }
 
-static __global__ void countKernel(const std::int32_t* __restrict__ labels, std::int64_t m,
-                                   std::int32_t* __restrict__ counts)
+// Per-cluster sums without a sort. A block takes a fixed tile of kTileRows rows, 32 columns of the
+// block (one per lane) and up to kTileClusters clusters; warp w owns the clusters k ≡ w (mod 8) of
+// that range and keeps their partial sums in shared memory, where no other warp writes. Rows are
+// staged kStageRows at a time; each warp walks them in row order and adds the rows of its clusters,
+// so every partial is summed in one fixed order, with no atomics. The tiles' partials are then
+// added to the pass's sums in tile order (tileReduceKernel), so the result depends neither on the
+// schedule nor on how the rows were split into launches or chunks (multiples of kTileRows).
+constexpr int kTileWarps = 8;
+constexpr int kTileClusters = 256;
+constexpr int kStageRows = 256;
+constexpr int kTileThreads = kWarp * kTileWarps;
+
+std::size_t tileSharedBytes(bool shape)
 {
-    const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < m)
-        atomicAdd(counts + labels[i], 1); // integer: the same counts whatever the order
+    return std::size_t(kTileClusters) * kWarp * sizeof(double) * (shape ? 2 : 1)   // partial Sx (and Sy)
+           + std::size_t(kTileClusters) * (sizeof(double) + sizeof(long long))     // partial W and counts
+           + std::size_t(kStageRows) * kWarp * sizeof(float)                       // staged columns
+           + std::size_t(kStageRows) * (sizeof(std::int32_t) + 2 * sizeof(float)); // labels, w, inv
 }
 
-static __global__ void iotaKernel(std::int32_t* __restrict__ v, std::int64_t m)
+// Grid (tiles of this launch, column groups, cluster ranges); block (32, 8). Partials of tile t of
+// the launch: pX/pY [t][K][d], pW/pC [t][K] (pW and pC written by column group 0 only).
+static __global__ void __launch_bounds__(kTileThreads)
+    tileSumsKernel(const float* __restrict__ x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
+                   std::int64_t tile0, const std::int32_t* __restrict__ labels, const float* __restrict__ w,
+                   const float* __restrict__ inv, bool shape, double* __restrict__ pX, double* __restrict__ pY,
+                   double* __restrict__ pW, long long* __restrict__ pC)
 {
-    const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < m)
-        v[i] = std::int32_t(i);
+    double* sx = dynamicShared<double>();
+    double* sy = sx + std::size_t(kTileClusters) * kWarp; // used only with shape
+    double* sw = sy + (shape ? std::size_t(kTileClusters) * kWarp : 0);
+    long long* sc = reinterpret_cast<long long*>(sw + kTileClusters);
+    float* xs = reinterpret_cast<float*>(sc + kTileClusters);
+    std::int32_t* ls = reinterpret_cast<std::int32_t*>(xs + kStageRows * kWarp);
+    float* ws = reinterpret_cast<float*>(ls + kStageRows);
+    float* is = ws + kStageRows;
+
+    const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * kWarp + lane;
+    const int j0 = int(blockIdx.y) * kWarp, k0 = int(blockIdx.z) * kTileClusters;
+    const int cols = min(kWarp, d - j0), kb = min(kTileClusters, K - k0);
+    const bool first = blockIdx.y == 0; // column group 0 also sums W and the counts
+    const std::int64_t t0 = (tile0 + blockIdx.x) * std::int64_t(kTileRows);
+    const std::int64_t t1 = min(m, t0 + std::int64_t(kTileRows));
+    for (int i = tid; i < kb * kWarp; i += kTileThreads) {
+        sx[i] = 0;
+        if (shape)
+            sy[i] = 0;
+    }
+    for (int i = tid; i < kb; i += kTileThreads) {
+        sw[i] = 0;
+        sc[i] = 0;
+    }
+    for (std::int64_t s0 = t0; s0 < t1; s0 += kStageRows) {
+        const int rows = int(min(std::int64_t(kStageRows), t1 - s0));
+        __syncthreads(); // the last stage is consumed (and the partials are zero)
+        for (int i = tid; i < rows; i += kTileThreads) {
+            const std::int64_t g = r0 + s0 + i;
+            ls[i] = labels[g] - k0;
+            ws[i] = w ? w[g] : 1.0f;
+            is[i] = shape ? inv[g] : 0.0f;
+        }
+        // One row per warp at a time: 32 consecutive floats, one load per lane.
+        for (int i = tid; i < rows * kWarp; i += kTileThreads) {
+            const int r = i / kWarp, c = i % kWarp;
+            xs[i] = c < cols ? x[(s0 + r) * ld + j0 + c] : 0.0f;
+        }
+        __syncthreads();
+        for (int r = 0; r < rows; ++r) {
+            const int k = ls[r];
+            if (unsigned(k) >= unsigned(kb) || k % kTileWarps != warp)
+                continue;
+            const double wr = double(ws[r]);
+            const double v = double(xs[r * kWarp + lane]);
+            sx[k * kWarp + lane] += wr * v;
+            if (shape)
+                sy[k * kWarp + lane] += (wr * double(is[r])) * v;
+            if (first && lane == 0) {
+                sw[k] += wr;
+                sc[k] += 1;
+            }
+        }
+    }
+    __syncthreads();
+    const std::int64_t t = blockIdx.x;
+    for (int i = tid; i < kb * kWarp; i += kTileThreads) {
+        const int k = i / kWarp, c = i % kWarp;
+        if (c >= cols)
+            continue;
+        const std::int64_t o = (t * K + k0 + k) * d + j0 + c;
+        pX[o] = sx[i];
+        if (shape)
+            pY[o] = sy[i];
+    }
+    if (first)
+        for (int i = tid; i < kb; i += kTileThreads) {
+            pW[t * K + k0 + i] = sw[i];
+            pC[t * K + k0 + i] = sc[i];
+        }
 }
 
-// One block per cluster: 32 lanes across features, 8 warps across members (member p goes to warp
-// p mod 8), then the 8 partial sums are added in warp order. Members come in row order (stable
-// sort), so every sum is taken in the same order on every run.
-constexpr int kSegWarps = 8;
-
-static __global__ void segmentSumsKernel(const float* __restrict__ x, std::int64_t ld, std::int64_t r0,
-                                         const std::int32_t* __restrict__ sortedRows,
-                                         const std::int32_t* __restrict__ offsets, int d, const float* __restrict__ w,
-                                         const float* __restrict__ inv, double* __restrict__ sumX,
-                                         double* __restrict__ sumY, double* __restrict__ wsum,
-                                         long long* __restrict__ count)
+// sums += the tiles' partials, added one tile after another in tile order: element e < K·d of Sx
+// (and Sy), and for e < K, W and the counts.
+static __global__ void tileReduceKernel(int tiles, int K, int d, bool shape, const double* __restrict__ pX,
+                                        const double* __restrict__ pY, const double* __restrict__ pW,
+                                        const long long* __restrict__ pC, double* __restrict__ sumX,
+                                        double* __restrict__ sumY, double* __restrict__ wsum,
+                                        long long* __restrict__ count)
 {
-    __shared__ double shX[kSegWarps][kWarp + 1];
-    __shared__ double shY[kSegWarps][kWarp + 1];
-    __shared__ double shW[kSegWarps];
-    const int k = blockIdx.x;
-    const int beg = offsets[k], end = offsets[k + 1];
-    if (beg == end)
-        return;
-    const int lane = threadIdx.x, warp = threadIdx.y;
-    for (int j0 = 0; j0 < d; j0 += kWarp) {
-        const int j = j0 + lane;
-        double ax = 0, ay = 0, aw = 0;
-        for (int p = beg + warp; p < end; p += kSegWarps) {
-            const std::int64_t r = sortedRows[p]; // row within the chunk
-            const double wr = w ? double(w[r0 + r]) : 1.0;
-            aw += wr;
-            if (j < d) {
-                const double v = double(x[r * ld + j]);
-                ax += wr * v;
-                if (sumY)
-                    ay += (wr * double(inv[r0 + r])) * v;
-            }
+    const std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const std::int64_t kd = std::int64_t(K) * d;
+    if (e < kd) {
+        double a = sumX[e];
+        for (int t = 0; t < tiles; ++t)
+            a += pX[t * kd + e];
+        sumX[e] = a;
+        if (shape) {
+            double b = sumY[e];
+            for (int t = 0; t < tiles; ++t)
+                b += pY[t * kd + e];
+            sumY[e] = b;
         }
-        shX[warp][lane] = ax;
-        shY[warp][lane] = ay;
-        if (lane == 0)
-            shW[warp] = aw;
-        __syncthreads();
-        if (warp == 0) {
-            double sx = 0, sy = 0;
-            for (int y = 0; y < kSegWarps; ++y) {
-                sx += shX[y][lane];
-                sy += shY[y][lane];
-            }
-            if (j < d) {
-                sumX[std::int64_t(k) * d + j] += sx;
-                if (sumY)
-                    sumY[std::int64_t(k) * d + j] += sy;
-            }
-            if (j0 == 0 && lane == 0) {
-                double sw = 0;
-                for (int y = 0; y < kSegWarps; ++y)
-                    sw += shW[y];
-                wsum[k] += sw;
-                count[k] += end - beg;
-            }
+    }
+    if (e < K) {
+        double a = wsum[e];
+        long long c = count[e];
+        for (int t = 0; t < tiles; ++t) {
+            a += pW[t * K + e];
+            c += pC[t * K + e];
         }
-        __syncthreads();
+        wsum[e] = a;
+        count[e] = c;
     }
 }
 
@@ -255,14 +310,6 @@ static __global__ void rowMetricsKernel(const float* __restrict__ x, const float
     cosRow[row] = nx > 0 ? 1.0 : 0.0;
 }
 
-int sortBits(int K)
-{
-    int bits = 1;
-    while ((1 << bits) < K)
-        ++bits;
-    return bits;
-}
-
 } // namespace
 
 cudaError_t launchRowNorms(const float* x, std::int64_t ld, std::int64_t n, int d, float epsilon, float* sq, float* inv,
@@ -285,47 +332,53 @@ cudaError_t launchArgmaxRows(const float* S, int K, const float* cNorm, std::int
     return cudaGetLastError();
 }
 
-std::size_t segmentTempBytes(std::int64_t m, int K)
+namespace {
+
+// Tiles per launch: all of them up to kMaxTilesPerLaunch, fewer where their partials would pass
+// 64 MiB (large K·d), at least one.
+std::int64_t tilesPerLaunch(std::int64_t m, int d, int K)
 {
-    std::size_t sortBytes = 0, scanBytes = 0;
-    cub::DeviceRadixSort::SortPairs(nullptr, sortBytes, static_cast<const std::int32_t*>(nullptr),
-                                    static_cast<std::int32_t*>(nullptr), static_cast<const std::int32_t*>(nullptr),
-                                    static_cast<std::int32_t*>(nullptr), static_cast<int>(m), 0, sortBits(K));
-    cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, static_cast<const std::int32_t*>(nullptr),
-                                  static_cast<std::int32_t*>(nullptr), K + 1);
-    return sortBytes > scanBytes ? sortBytes : scanBytes;
+    const std::int64_t perTile = std::int64_t(K) * (2 * std::int64_t(d) + 2) * std::int64_t(sizeof(double));
+    const std::int64_t cap = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / perTile);
+    return std::max<std::int64_t>(1, std::min({(m + kTileRows - 1) / kTileRows, kMaxTilesPerLaunch, cap}));
 }
 
-cudaError_t launchAccumulateChunk(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
-                                  const std::int32_t* labels, const float* w, const float* inv, double* sumX,
-                                  double* sumY, double* wsum, long long* count, std::int32_t* scratch, void* temp,
-                                  std::size_t tempBytes, cudaStream_t stream)
+} // namespace
+
+std::size_t tilePartialDoubles(std::int64_t m, int d, int K)
+{
+    return std::size_t(tilesPerLaunch(m, d, K)) * K * (2 * std::size_t(d) + 2); // Sx, Sy, W, counts (8 bytes)
+}
+
+cudaError_t launchAccumulate(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
+                             const std::int32_t* labels, const float* w, const float* inv, double* sumX, double* sumY,
+                             double* wsum, long long* count, double* partials, cudaStream_t stream)
 {
     if (m == 0)
         return cudaSuccess;
-    std::int32_t* rowsIn = scratch;         // m: 0 .. m−1
-    std::int32_t* rowsSorted = scratch + m; // m
-    std::int32_t* keysSorted = scratch + 2 * m;
-    std::int32_t* offsets = scratch + 3 * m; // K + 1: counts, then their exclusive sum
-    const int threads = 256;
-    const int blocks = static_cast<int>((m + threads - 1) / threads);
-    cudaError_t e = cudaMemsetAsync(offsets, 0, sizeof(std::int32_t) * (K + 1), stream);
-    if (e != cudaSuccess)
+    const bool shape = sumY != nullptr;
+    const std::size_t shm = tileSharedBytes(shape);
+    if (cudaError_t e = allowShared(tileSumsKernel, shm); e != cudaSuccess)
         return e;
-    launch(countKernel, blocks, threads, 0, stream, labels + r0, m, offsets);
-    launch(iotaKernel, blocks, threads, 0, stream, rowsIn, m);
-    if ((e = cudaGetLastError()) != cudaSuccess)
-        return e;
-    std::size_t bytes = tempBytes;
-    if ((e = cub::DeviceScan::ExclusiveSum(temp, bytes, offsets, offsets, K + 1, stream)) != cudaSuccess)
-        return e;
-    bytes = tempBytes;
-    if ((e = cub::DeviceRadixSort::SortPairs(temp, bytes, labels + r0, keysSorted, rowsIn, rowsSorted,
-                                             static_cast<int>(m), 0, sortBits(K), stream)) != cudaSuccess)
-        return e;
-    launch(segmentSumsKernel, K, dim3(kWarp, kSegWarps), 0, stream, x, ld, r0, rowsSorted, offsets, d, w, inv, sumX,
-           sumY, wsum, count);
-    return cudaGetLastError();
+    const std::int64_t tiles = (m + kTileRows - 1) / kTileRows;
+    const std::int64_t group = tilesPerLaunch(m, d, K);
+    const std::size_t kd = std::size_t(K) * d;
+    double* pX = partials;
+    double* pY = pX + std::size_t(group) * kd;
+    double* pW = pY + std::size_t(group) * kd;
+    long long* pC = reinterpret_cast<long long*>(pW + std::size_t(group) * K);
+    const unsigned reduceBlocks = unsigned((std::max<std::size_t>(kd, std::size_t(K)) + 255) / 256);
+    for (std::int64_t g0 = 0; g0 < tiles; g0 += group) {
+        const int n = int(std::min(group, tiles - g0));
+        const dim3 grid(unsigned(n), unsigned((d + kWarp - 1) / kWarp),
+                        unsigned((K + kTileClusters - 1) / kTileClusters));
+        launch(tileSumsKernel, grid, dim3(kWarp, kTileWarps), shm, stream, x, ld, r0, m, d, K, g0, labels, w, inv,
+               shape, pX, pY, pW, pC);
+        launch(tileReduceKernel, reduceBlocks, 256, 0, stream, n, K, d, shape, pX, pY, pW, pC, sumX, sumY, wsum, count);
+        if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
 }
 
 cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream)

@@ -33,18 +33,23 @@ cudaError_t launchArgmaxRows(const float* S, int K, const float* cNorm, std::int
                              const float* sq, const float* w, std::int32_t* labels, double* err, double* sqw,
                              double* wt, double* changed, RowMetricTerms metrics, cudaStream_t stream);
 
-// Temporary storage the per-chunk sort and scan need for up to `m` rows and K clusters.
-std::size_t segmentTempBytes(std::int64_t m, int K);
+// The rows summed in one fixed order by one block (a tile), and the most tiles one launch of the sums
+// kernel takes (their partials are added to the sums between launches).
+inline constexpr std::int64_t kTileRows = 4096;
+inline constexpr std::int64_t kMaxTilesPerLaunch = 64;
 
-// For the chunk of rows r0 .. r0+m−1 (x: the chunk's first row, ld), with labels already set:
-// counts members per cluster, sorts the chunk's rows by label (stable: row order within a
-// cluster is kept, so the sums below are in a fixed order) and adds, per cluster k,
+// The doubles of the `partials` buffer launchAccumulate needs for m rows: K × (2d + 2) per tile, for
+// at most kMaxTilesPerLaunch tiles and at most 64 MiB (at least one tile).
+std::size_t tilePartialDoubles(std::int64_t m, int d, int K);
+
+// For rows r0 .. r0+m−1 (x: row r0, ld), with labels already set, adds per cluster k:
 //   sumX[k] += Σ w·x, sumY[k] += Σ w·inv·x (when sumY is not null), wsum[k] += Σ w, count[k] += members.
-// Deterministic: no floating-point atomics. `scratch` holds 3·m + K + 1 ints; temp: segmentTempBytes.
-cudaError_t launchAccumulateChunk(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
-                                  const std::int32_t* labels, const float* w, const float* inv, double* sumX,
-                                  double* sumY, double* wsum, long long* count, std::int32_t* scratch, void* temp,
-                                  std::size_t tempBytes, cudaStream_t stream);
+// No sort and no floating-point atomics: each tile of kTileRows rows is summed in row order, and the
+// tiles are added in tile order, so the sums are the same on every run, and the same whether the rows
+// come in one call or in several whose r0 are multiples of kTileRows.
+cudaError_t launchAccumulate(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
+                             const std::int32_t* labels, const float* w, const float* inv, double* sumX, double* sumY,
+                             double* wsum, long long* count, double* partials, cudaStream_t stream);
 
 // out[a] = Σ_i arrays[a][i] for a < count, i < n, each in one fixed order (a block per array).
 cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream);

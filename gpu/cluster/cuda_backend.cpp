@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -171,6 +172,7 @@ public:
     void assignPass(const MatrixRF& C, const AssignRequest& what, AssignStats& out) override
     {
         const bool withShapeSums = what.shapeSums;
+        const auto start = std::chrono::steady_clock::now();
         use();
         const int K = int(C.rows()), D = m_d;
         if (C.cols() != D || K < 1)
@@ -208,11 +210,11 @@ public:
                                             m_rowTerms[0].get(), m_rowTerms[1].get(), m_rowTerms[2].get(),
                                             m_rowTerms[3].get(), metricTerms, m_stream),
                   "argmax");
-            check(kernels::launchAccumulateChunk(xb, ld, r0, m, D, K, m_labels.get(), wPtr(), m_inv.get(), m_sumX.get(),
-                                                 withShapeSums ? m_sumY.get() : nullptr, m_wsum.get(), m_count.get(),
-                                                 m_scratch.get(), m_temp.get(), m_tempBytes, m_stream),
-                  "accumulating sums");
+            if (!m_resident) // the staged chunk is overwritten by the next
+                accumulate(xb, ld, r0, m, withShapeSums);
         }
+        if (m_resident) // all the rows at once, now that every label is set
+            accumulate(m_res.get() + m_col0, m_f, 0, m_n, withShapeSums);
         sumRowTerms(what.rowMetrics ? 8 : 4);
 
         // One transfer of the K × D sums and the scalars per pass.
@@ -232,6 +234,7 @@ public:
             "copying totals");
         check(cudaStreamSynchronize(m_stream), "an assignment pass");
         ++m_stats.devicePasses;
+        m_stats.passSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
         out.sumX = Eigen::Map<const MatrixRD>(h, K, D);
         if (withShapeSums)
@@ -356,19 +359,29 @@ private:
               "copying a chunk to the device");
     }
 
+    // Sums of rows r0 .. r0+m−1 (x: row r0) into the pass's sums, for the current labels.
+    void accumulate(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, bool withShapeSums)
+    {
+        check(kernels::launchAccumulate(x, ld, r0, m, m_d, m_workK, m_labels.get(), wPtr(), m_inv.get(), m_sumX.get(),
+                                        withShapeSums ? m_sumY.get() : nullptr, m_wsum.get(), m_count.get(),
+                                        m_partials.get(), m_stream),
+              "accumulating sums");
+    }
+
     void prepareWork(int K)
     {
-        const std::int64_t chunk =
+        std::int64_t chunk =
             std::min<std::int64_t>(m_n, std::max<std::int64_t>(256, std::int64_t(kScoreBytes / (sizeof(float) * K))));
+        // Streamed chunks in whole tiles of the sums, so they are summed as the resident rows are.
+        if (chunk < m_n && chunk > kernels::kTileRows)
+            chunk -= chunk % kernels::kTileRows;
         if (chunk != m_chunk || K != m_workK) {
             m_chunk = chunk;
             m_workK = K;
             m_stats.chunkRows = chunk;
             m_S.ensure(std::size_t(chunk) * K, "the score block of a chunk", m_device);
-            m_scratch.ensure(std::size_t(3 * chunk + K + 1), "sort buffers", m_device);
-            m_tempBytes = kernels::segmentTempBytes(chunk, K);
-            m_temp.ensure(m_tempBytes, "sort workspace", m_device);
         }
+        m_partials.ensure(kernels::tilePartialDoubles(m_resident ? m_n : chunk, m_d, K), "per-tile sums", m_device);
         if (!m_resident)
             m_stage.ensure(std::size_t(chunk) * m_d, "a streamed chunk", m_device);
         const std::size_t kd = std::size_t(K) * m_d;
@@ -433,15 +446,13 @@ private:
     bool m_resident = true, m_hasWeights = false, m_reconReady = false;
     std::int64_t m_chunk = 0;
     int m_workK = 0;
-    std::size_t m_tempBytes = 0;
 
     DeviceArray<float> m_res, m_x, m_rec, m_w, m_sq, m_inv, m_stage, m_S, m_C, m_cNorm, m_rowsOut;
-    DeviceArray<std::int32_t> m_labels, m_scratch;
+    DeviceArray<std::int32_t> m_labels;
     DeviceArray<std::int64_t> m_idx;
-    DeviceArray<double> m_sumX, m_sumY, m_wsum, m_scalars;
+    DeviceArray<double> m_sumX, m_sumY, m_wsum, m_scalars, m_partials;
     DeviceArray<long long> m_count;
     DeviceArray<const double*> m_ptrs;
-    DeviceArray<unsigned char> m_temp;
     static constexpr int kRowTerms = 8;
     DeviceArray<double> m_rowTerms[kRowTerms];
     PinnedArray<float> m_hostRes;

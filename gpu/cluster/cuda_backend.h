@@ -38,6 +38,9 @@ struct CudaBackendStats {
     std::int64_t devicePasses = 0;
     bool resident = false;
     std::int64_t chunkRows = 0;
+    // Wall seconds spent in assignment passes, from the call to the sums on the host (the device's
+    // work, the launches and the transfers): what is left of a training's time is the host's.
+    double passSeconds = 0;
 };
 const CudaBackendStats* cudaStats(const ClusterBackend& backend);
 

@@ -75,7 +75,7 @@ struct CudaDecodeCache::Impl {
     Codebooks kb16, vb16;
     DeviceArray<std::uint8_t> kc, vc;
     DeviceArray<std::uint16_t> kbh, vbh, k16, v16;
-    DeviceArray<float> kb32T, vb32T, kn, vn, turns, q, out, acc, pm, pl, tables, weights, stageK, stageV;
+    DeviceArray<float> kb32T, vb32T, kn, vn, turns, q, out, acc, pm, pl, tables, weights, stageK, stageV, stageOut;
     DeviceArray<std::int32_t> codesOut;
     std::int64_t tokens = 0, positionOffset = 0;
     bool haveQuery = false;
@@ -450,8 +450,9 @@ void CudaDecodeCache::enqueue(DecodePath path)
         check(kernels::launchLookupSplit(d, m->tables.get(), m->kc.get(), m->vc.get(), m->weights.get(), m->pm.get(),
                                          m->pl.get(), m->stream),
               "lookup decode");
-        check(kernels::launchLookupCombine(d, m->weights.get(), m->pm.get(), m->pl.get(), m->vbh.get(), m->out.get(),
-                                           m->stream),
+        m->stageOut.ensure(kernels::lookupStagePartialFloats(d), "per-stage outputs", m->device);
+        check(kernels::launchLookupCombine(d, m->weights.get(), m->pm.get(), m->pl.get(), m->vbh.get(),
+                                           m->stageOut.get(), m->out.get(), m->stream),
               "lookup combine");
         return;
     }
@@ -463,8 +464,9 @@ void CudaDecodeCache::enqueue(DecodePath path)
         check(kernels::launchPaperBins(d, m->q.get(), m->kc.get(), m->kbh.get(), m->vc.get(), m->turns.get(),
                                        m->weights.get(), m->pm.get(), m->pl.get(), m->stream),
               "paper-path decode");
-        check(kernels::launchLookupCombine(d, m->weights.get(), m->pm.get(), m->pl.get(), m->vbh.get(), m->out.get(),
-                                           m->stream),
+        m->stageOut.ensure(kernels::lookupStagePartialFloats(d), "per-stage outputs", m->device);
+        check(kernels::launchLookupCombine(d, m->weights.get(), m->pm.get(), m->pl.get(), m->vbh.get(),
+                                           m->stageOut.get(), m->out.get(), m->stream),
               "paper-path combine");
         return;
     }

@@ -602,73 +602,101 @@ __global__ void __launch_bounds__(kLookupThreads)
     writeSplitBins<G>(d, W, per, b, g, split, mRef, lSum, weights, mOut, lOut, red);
 }
 
-// grid B·G; shared: group × S·R·K merged weights, plus per-head scale factors.
-__global__ void lookupCombineKernel(DecodeDims d, const float* weights, const float* mIn, const float* lIn,
-                                    const __half* vb, float* out)
+// The splits' scale factors of the group's heads (f = 2^(m_split − max), 0 for an empty split) into
+// f[h·splits + s], and their softmax sums L[h] = Σ f·l. Run by the first `group` threads.
+__device__ void splitScales(const DecodeDims& d, int b, int g, const float* mIn, const float* lIn, float* f, float* L)
+{
+    const int group = d.group();
+    if (int(threadIdx.x) >= group)
+        return;
+    const int h = threadIdx.x;
+    const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits;
+    float Mx = -INFINITY;
+    for (int s = 0; s < d.splits; ++s)
+        Mx = fmaxf(Mx, mIn[o + s]);
+    float l = 0;
+    for (int s = 0; s < d.splits; ++s) {
+        const float w = mIn[o + s] == -INFINITY ? 0.f : exp2f(mIn[o + s] - Mx);
+        f[h * d.splits + s] = w;
+        l += w * lIn[o + s];
+    }
+    L[h] = l;
+}
+
+constexpr int kCombineThreads = 256;
+
+// Grid (B·G, S·R): one block per (sequence, KV head, subspace s, stage r), so the work spreads over
+// the device at batch 1 too. It merges the splits' weights of that stage's K codewords for the
+// group's heads, then multiplies them with the stage's codewords: part[b][g][s][r][h][D] (unscaled
+// by the softmax sum). Thread (j, p) sums codewords k ≡ p mod parts for feature j; parts reduce in
+// order after. Shared: group × (splits + 1 + K) floats, then parts × group × D for the reduction.
+__global__ void __launch_bounds__(kCombineThreads)
+    lookupStageKernel(DecodeDims d, const float* weights, const float* mIn, const float* lIn, const __half* vb,
+                      float* part)
 {
     float* smem = dynamicShared<float>();
     const int bg = blockIdx.x, b = bg / d.kvHeads, g = bg % d.kvHeads, group = d.group();
-    const int S = d.subspacesPerHead(), R = d.stages, K = d.k, D = d.dim;
-    const int per = S * R * K;
-    const int parts = max(1, int(blockDim.x) / d.headDim);
-    float* Wt = smem; // group × per merged weights; later group × parts × headDim partial outputs
-    float* f = Wt + std::size_t(group) * max(per, parts * d.headDim); // group × splits: split weights
-    float* L = f + group * d.splits;                                  // group
-    if (int(threadIdx.x) < group) {
-        const int h = threadIdx.x;
-        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits;
-        float Mx = -INFINITY;
-        for (int s = 0; s < d.splits; ++s)
-            Mx = fmaxf(Mx, mIn[o + s]);
-        float l = 0;
-        for (int s = 0; s < d.splits; ++s) {
-            const float w = mIn[o + s] == -INFINITY ? 0.f : exp2f(mIn[o + s] - Mx);
-            f[h * d.splits + s] = w;
-            l += w * lIn[o + s];
-        }
-        L[h] = l;
-    }
+    const int sr = blockIdx.y, S = d.subspacesPerHead(), R = d.stages, K = d.k, D = d.dim;
+    const int s = sr / R, r = sr % R, per = S * R * K;
+    const int parts = max(1, kCombineThreads / D);
+    float* f = smem;                 // group × splits
+    float* L = f + group * d.splits; // group
+    float* Wk = L + group;           // group × K merged weights of this stage
+    float* red = Wk + group * K;     // parts × group × D
+    splitScales(d, b, g, mIn, lIn, f, L);
     __syncthreads();
-    for (int i = threadIdx.x; i < group * per; i += blockDim.x) {
-        const int h = i / per, e = i % per;
+    for (int i = threadIdx.x; i < group * K; i += blockDim.x) {
+        const int h = i / K, k = i % K;
         const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits;
         float a = 0;
-        for (int s = 0; s < d.splits; ++s)
-            a += f[h * d.splits + s] * weights[(o + s) * per + e];
-        Wt[i] = a;
+        for (int t = 0; t < d.splits; ++t)
+            a += f[h * d.splits + t] * weights[(o + t) * per + sr * K + k];
+        Wk[i] = a;
     }
     __syncthreads();
-    // Thread j of part p sums codewords (s, r, k) with k ≡ p mod parts for feature j; parts reduce after.
-    const int j = threadIdx.x % d.headDim, p = threadIdx.x / d.headDim;
-    float acc[kMaxGroup] = {};
+    const int j = threadIdx.x % D, p = threadIdx.x / D;
     if (p < parts) {
-        const int s = j / D, jj = j % D, m = g * S + s;
-        for (int r = 0; r < R; ++r) {
-            const __half* C = vb + ((std::int64_t(m) * R + r) * K) * D + jj;
-            const float* w = Wt + (s * R + r) * K;
-            for (int k = p; k < K; k += parts) {
-                const float c = __half2float(C[std::int64_t(k) * D]);
+        float acc[kMaxGroup] = {};
+        const __half* C = vb + ((std::int64_t(g * S + s) * R + r) * K) * D + j;
+        for (int k = p; k < K; k += parts) {
+            const float c = __half2float(C[std::int64_t(k) * D]);
 #pragma unroll
-                for (int h = 0; h < kMaxGroup; ++h)
-                    if (h < group)
-                        acc[h] += w[h * per + k] * c;
-            }
+            for (int h = 0; h < kMaxGroup; ++h)
+                if (h < group)
+                    acc[h] += Wk[h * K + k] * c;
         }
-    }
-    __syncthreads();
-    float* red = Wt; // reuse: parts × group × headDim
-    if (p < parts)
 #pragma unroll
         for (int h = 0; h < kMaxGroup; ++h)
             if (h < group)
-                red[(p * group + h) * d.headDim + j] = acc[h];
+                red[(p * group + h) * D + j] = acc[h];
+    }
     __syncthreads();
-    for (int i = threadIdx.x; i < group * d.headDim; i += blockDim.x) {
-        const int h = i / d.headDim, jj = i % d.headDim;
+    float* out = part + ((std::int64_t(bg) * S + s) * R + r) * group * D;
+    for (int i = threadIdx.x; i < group * D; i += blockDim.x) {
         float a = 0;
         for (int q = 0; q < parts; ++q)
-            a += red[(q * group + h) * d.headDim + jj];
-        out[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + jj] = a / L[h];
+            a += red[q * group * D + i];
+        out[i] = a;
+    }
+}
+
+// Grid B·G: out = Σ_r part / L, the stages added in order, for the group's heads. Shared: group ×
+// (splits + 1) floats.
+__global__ void lookupOutKernel(DecodeDims d, const float* mIn, const float* lIn, const float* part, float* out)
+{
+    float* fl = dynamicShared<float>();
+    const int bg = blockIdx.x, b = bg / d.kvHeads, g = bg % d.kvHeads, group = d.group();
+    const int S = d.subspacesPerHead(), R = d.stages, D = d.dim;
+    float* L = fl + group * d.splits;
+    splitScales(d, b, g, mIn, lIn, fl, L);
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * d.headDim; i += blockDim.x) {
+        const int h = i / d.headDim, j = i % d.headDim, s = j / D, jj = j % D;
+        const float* p = part + ((std::int64_t(bg) * S + s) * R) * group * D + h * D + jj;
+        float a = 0;
+        for (int r = 0; r < R; ++r)
+            a += p[std::int64_t(r) * group * D];
+        out[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + j] = a / L[h];
     }
 }
 
@@ -723,10 +751,8 @@ std::size_t lookupDynamicBytes(const DecodeDims& d)
 
 std::size_t lookupCombineDynamicBytes(const DecodeDims& d)
 {
-    const std::size_t per = std::size_t(d.subspacesPerHead()) * d.stages * d.k;
-    const std::size_t parts = std::max(1, 256 / d.headDim);
-    const std::size_t weights = std::max(per, parts * d.headDim) * d.group();
-    return (weights + std::size_t(d.group()) * d.splits + d.group()) * sizeof(float);
+    const std::size_t group = std::size_t(d.group()), parts = std::size_t(std::max(1, kCombineThreads / d.dim));
+    return (group * (d.splits + 1 + d.k) + parts * group * d.dim) * sizeof(float);
 }
 
 } // namespace
@@ -797,17 +823,27 @@ cudaError_t launchLookupSplit(const DecodeDims& d, const float* tables, const st
 
 std::size_t lookupCombineSharedBytes(const DecodeDims& d)
 {
-    return lookupCombineDynamicBytes(d) + detail::staticShared(lookupCombineKernel);
+    return lookupCombineDynamicBytes(d) + detail::staticShared(lookupStageKernel);
+}
+
+std::size_t lookupStagePartialFloats(const DecodeDims& d)
+{
+    return std::size_t(d.batch) * d.heads * d.headDim * d.stages;
 }
 
 cudaError_t launchLookupCombine(const DecodeDims& d, const float* weights, const float* m, const float* l,
-                                const std::uint16_t* vb, float* out, cudaStream_t stream)
+                                const std::uint16_t* vb, float* stagePartials, float* out, cudaStream_t stream)
 {
     const std::size_t shm = lookupCombineDynamicBytes(d);
-    if (cudaError_t e = allowShared(lookupCombineKernel, shm); e != cudaSuccess)
+    if (cudaError_t e = allowShared(lookupStageKernel, shm); e != cudaSuccess)
         return e;
-    launch(lookupCombineKernel, unsigned(d.batch * d.kvHeads), 256, shm, stream, d, weights, m, l,
-           reinterpret_cast<const __half*>(vb), out);
+    const dim3 grid(unsigned(d.batch * d.kvHeads), unsigned(d.subspacesPerHead() * d.stages));
+    launch(lookupStageKernel, grid, kCombineThreads, shm, stream, d, weights, m, l, reinterpret_cast<const __half*>(vb),
+           stagePartials);
+    const std::size_t outShm = std::size_t(d.group()) * (d.splits + 1) * sizeof(float);
+    if (cudaError_t e = allowShared(lookupOutKernel, outShm); e != cudaSuccess)
+        return e;
+    launch(lookupOutKernel, unsigned(d.batch * d.kvHeads), 256, outShm, stream, d, m, l, stagePartials, out);
     return cudaGetLastError();
 }
 

@@ -98,10 +98,14 @@ cudaError_t launchLookupSplit(const DecodeDims& d, const float* tables, const st
 // Likewise for the lookup combine kernel.
 std::size_t lookupCombineSharedBytes(const DecodeDims& d);
 
-// Lookup path, step 3: merges the splits' weights, then out = Σ_s,r,k W·codeword / l, one block per
-// (sequence, KV head) so the group's heads share each codebook read.
+// Lookup path, step 3: merges the splits' weights, then out = Σ_s,r,k W·codeword / l. One block per
+// (sequence, KV head, subspace, stage), so the group's heads share each codebook read and a batch of
+// one still fills the device; their partial outputs (stagePartials, lookupStagePartialFloats) are
+// then added in stage order.
+std::size_t lookupStagePartialFloats(const DecodeDims& d);
 cudaError_t launchLookupCombine(const DecodeDims& d, const float* weights, const float* m, const float* l,
-                                const std::uint16_t* valueBooks16, float* out, cudaStream_t stream);
+                                const std::uint16_t* valueBooks16, float* stagePartials, float* out,
+                                cudaStream_t stream);
 
 // Fills caches with seeded pseudo-random codes (uniform over K) and FP16 rows (uniform in ±1) for
 // tokens [t0, t1) of every sequence: the benchmark's synthetic cache, made on the device.

@@ -28,6 +28,26 @@ inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t shar
 #endif
 }
 
+// The kernel's static shared memory (its __shared__ arrays), which a block holds beside the dynamic.
+template <class Kernel> inline std::size_t staticShared(Kernel k)
+{
+    cudaFuncAttributes a{};
+    return cudaFuncGetAttributes(&a, k) == cudaSuccess ? a.sharedSizeBytes : 0;
+}
+
+// Lets a launch of k ask for `bytes` of dynamic shared memory. Without the opt-in, a block's static
+// and dynamic shared memory together must fit in 48 KiB; with it, the two together must fit in the
+// device's opt-in limit (which the planners check first, so this fails only on a planning error).
+template <class Kernel> inline cudaError_t allowShared(Kernel k, std::size_t bytes)
+{
+    cudaFuncAttributes a{};
+    if (cudaError_t e = cudaFuncGetAttributes(&a, k); e != cudaSuccess)
+        return e;
+    if (bytes + a.sharedSizeBytes <= 48 * 1024)
+        return cudaSuccess;
+    return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
 // The block's dynamic shared memory (the launch's sharedBytes), 16-byte aligned.
 template <class T> __device__ __forceinline__ T* dynamicShared()
 {
