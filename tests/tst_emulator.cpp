@@ -14,8 +14,6 @@
 // After the libraries: emulator.h defines CUDA's qualifiers and built-ins as macros.
 #include "emulator.h"
 
-#include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
 #include <cublas_v2.h>
 
 namespace {
@@ -283,41 +281,6 @@ private slots:
         cudaMemGetInfo(&free1, &total);
         QCOMPARE(free1, free0);
         cudaGetLastError();
-    }
-
-    void cubSortsStablyAndScansInPlace()
-    {
-        const int n = 1000;
-        std::mt19937 rng(4);
-        std::vector<int> keys(n), rows(n);
-        for (int i = 0; i < n; ++i) {
-            keys[std::size_t(i)] = int(rng() % 37);
-            rows[std::size_t(i)] = i;
-        }
-        int *k = deviceArray<int>(n), *v = deviceArray<int>(n), *ko = deviceArray<int>(n), *vo = deviceArray<int>(n);
-        cudaMemcpy(k, keys.data(), n * 4, cudaMemcpyHostToDevice);
-        cudaMemcpy(v, rows.data(), n * 4, cudaMemcpyHostToDevice);
-        std::size_t bytes = 0;
-        QCOMPARE(cub::DeviceRadixSort::SortPairs(nullptr, bytes, k, ko, v, vo, n, 0, 6), cudaSuccess);
-        void* temp = nullptr;
-        cudaMalloc(&temp, bytes);
-        QCOMPARE(cub::DeviceRadixSort::SortPairs(temp, bytes, k, ko, v, vo, n, 0, 6), cudaSuccess);
-        const auto hk = download(ko, n), hv = download(vo, n);
-        for (int i = 1; i < n; ++i) {
-            QVERIFY(hk[std::size_t(i - 1)] <= hk[std::size_t(i)]);
-            if (hk[std::size_t(i - 1)] == hk[std::size_t(i)])
-                QVERIFY(hv[std::size_t(i - 1)] < hv[std::size_t(i)]); // stable
-        }
-        QCOMPARE(cub::DeviceScan::ExclusiveSum(temp, bytes, k, k, n), cudaSuccess);
-        const auto scan = download(k, n);
-        int running = 0;
-        for (int i = 0; i < n; ++i) {
-            QCOMPARE(scan[std::size_t(i)], running);
-            running += keys[std::size_t(i)];
-        }
-        for (void* p :
-             {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(ko), static_cast<void*>(vo), temp})
-            cudaFree(p);
     }
 
     void sgemmMatchesItsDefinition()

@@ -5,8 +5,8 @@
 // running reconstruction are added on the first subtractAssigned). A pass works through row
 // chunks sized so that a chunk's score block (rows × K floats, ≤ 32 MiB) stays in the L2 cache
 // between the cuBLAS SGEMM that writes it and the argmax kernel that reads it; the N × K score
-// matrix is never whole in memory. Per chunk, the rows are sorted by label (CUB radix sort, stable)
-// and each cluster's sums are taken in row order by one block, in double: no floating-point
+// matrix is never whole in memory. The per-cluster sums are then taken without a sort, in tiles of
+// rows each summed in row order, the tiles added in order (cluster_kernels.h): no floating-point
 // atomics, so a seeded run gives the same sums every time. Per pass, the host receives the K × D
 // sums (the centroid update stays in core, the one copy of the algorithm) and four scalars.
 //
