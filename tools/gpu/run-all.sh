@@ -1,24 +1,30 @@
 #!/usr/bin/env bash
 # Everything the GPU side is judged by, in one command, on a machine with an NVIDIA GPU, the bundle
 # of tools/gpu/bundle.sh, and python3 with PyTorch (CUDA) for the outside baselines:
-#   tools/gpu/run-all.sh OUTDIR [--no-sanitizer] [--no-profile] [--quick] [--budget SECONDS]
+#   tools/gpu/run-all.sh OUTDIR [--no-sanitizer] [--no-profile] [--quick | --tiny] [--budget SECONDS]
 # Each tool's output goes unedited into OUTDIR (one file per step, its stderr beside it as .err, its
 # exit status and seconds in steps.tsv); gpu-summary.json gathers the figures the benchmarks are
 # judged by, null where a step could not measure one. A failing step does not stop the others.
 # --budget caps the whole run: each step's limit is cut to what is left (the summary's time kept
 # aside), and a step that would get under 10 s is skipped (exit "skipped" in steps.tsv). The steps
 # run in the order of what they prove: correctness on the device first, then speed, then tools.
+# --tiny runs every step on shapes small enough for the CUDA emulator (the test suite runs it so,
+# against the emulated build, to prove the script and its command lines), and leaves out check-gpu,
+# whose checks the emulated suites run. GSRQ_SUITE_ARGS: arguments for both GPU suites (QtTest's,
+# e.g. the test functions to run). NCU and COMPUTE_SANITIZER: those tools, where not on the PATH or
+# in /usr/local/cuda/bin.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-usage="usage: tools/gpu/run-all.sh OUTDIR [--no-sanitizer] [--no-profile] [--quick] [--budget SECONDS]"
+usage="usage: tools/gpu/run-all.sh OUTDIR [--no-sanitizer] [--no-profile] [--quick | --tiny] [--budget SECONDS]"
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 out=$(mkdir -p "$1" && cd "$1" && pwd); shift
-sanitizer=1 profile=1 quick=0 budget=0
+sanitizer=1 profile=1 quick=0 tiny=0 budget=0
 while [ $# -gt 0 ]; do
   case $1 in
     --no-sanitizer) sanitizer=0 ;;
     --no-profile) profile=0 ;;
     --quick) quick=1 ;;
+    --tiny) tiny=1 ;;
     --budget)
       [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "run-all.sh: --budget needs a whole number of seconds" >&2; exit 2; }
       budget=$2; shift ;;
@@ -60,59 +66,73 @@ step() {
 }
 
 sample=$root/resources/samples/stories260K-gpl3.safetensors
-rows=262144; [ $quick = 1 ] && rows=65536
+# The shapes: the paper's 1-BPA layer and decode shapes, smaller with --quick, tiny with --tiny.
+rows=262144 features=1024 dim=128 stages=16 k=256 iters=40 small_rows=32768
+sample_args=(--dim 8 --stages 4 --k 64)
+shape=(--heads 32 --kv-heads 8 --head-dim 128 --ctx 1024,8192,32768,131072 --batch 1,8)
+point=(--heads 32 --kv-heads 8 --head-dim 128 --ctx 32768 --batch 1)
+[ $quick = 1 ] && rows=65536 small_rows=8192
+if [ $tiny = 1 ]; then
+  rows=4096 features=128 dim=64 stages=2 k=16 iters=3 small_rows=2048
+  sample_args=(--layers 0 --dim 8 --stages 2 --k 16 --iters 3)
+  shape=(--heads 4 --kv-heads 2 --head-dim 64 --ctx 64,256 --batch 1,2)
+  point=(--heads 4 --kv-heads 2 --head-dim 64 --ctx 256 --batch 1)
+fi
+suite_args=()
+[ -n "${GSRQ_SUITE_ARGS:-}" ] && read -r -a suite_args <<<"$GSRQ_SUITE_ARGS"
+
 step nvidia-smi.txt 30 nvidia-smi
-step check-gpu.json 300 "$gsrq" --no-db check-gpu --json
-step tst_gpu.txt 300 "$root/bin/tst_gpu"
-step tst_decode_gpu.txt 300 "$root/bin/tst_decode_gpu"
+[ $tiny = 1 ] || step check-gpu.json 300 "$gsrq" --no-db check-gpu --json
+step tst_gpu.txt 300 "$root/bin/tst_gpu" "${suite_args[@]}"
+step tst_decode_gpu.txt 300 "$root/bin/tst_decode_gpu" "${suite_args[@]}"
 for b in cpu cuda; do
-  step "train-sample-$b.json" 120 "$gsrq" --no-db train "$sample" --dim 8 --stages 4 --k 64 --weights grad-log \
+  step "train-sample-$b.json" 120 "$gsrq" --no-db train "$sample" "${sample_args[@]}" --weights grad-log \
     --backend $b --json -q
 done
 # The 1-BPA layer: FP32 and TF32, then the PyTorch baseline on the same data and weights.
-layer=(--rows $rows --features 1024 --dim 128 --stages 16 --k 256 --iters 40 --weights grad-log)
+layer=(--rows $rows --features $features --dim $dim --stages $stages --k $k --iters $iters --weights grad-log)
 step bench-train-tf32.json 300 "$gsrq" --no-db bench-train "${layer[@]}" --backend cuda --tf32 --json \
   --save-data "$work/layer"
 step bench-train-fp32.json 300 "$gsrq" --no-db bench-train "${layer[@]}" --backend cuda --json
-torchlayer=("$root/tools/bench/torch_gskm.py" "$work/layer.x.npy" --layer --weights "$work/layer.w.npy" --dim 128
-  --stages 16 --k 256 --iters 40)
+torchlayer=("$root/tools/bench/torch_gskm.py" "$work/layer.x.npy" --layer --weights "$work/layer.w.npy" --dim $dim
+  --stages $stages --k $k --iters $iters)
 step torch-layer-tf32.json 300 "$python" "${torchlayer[@]}" --tf32
 step torch-layer-fp32.json 300 "$python" "${torchlayer[@]}"
 rm -f "$work"/layer.*.npy
-# Decode: PyTorch's SDPA on the shapes, then every path of ours, verified against the CPU reference.
-shape=(--heads 32 --kv-heads 8 --head-dim 128 --ctx 1024,8192,32768,131072 --batch 1,8)
+# Decode: PyTorch's SDPA on the shapes, then every path of ours, verified against the CPU reference
+# (against PyTorch's times where it gave them).
 step torch-decode.json 300 "$python" "$root/tools/bench/torch_decode.py" "${shape[@]}"
+anchor=()
+"$python" -c 'import json, sys; json.load(open(sys.argv[1]))' "$out/torch-decode.json" 2>/dev/null &&
+  anchor=(--anchor "$out/torch-decode.json")
 for bpa in 0.75 1; do
-  step "bench-decode-$bpa.json" 400 "$gsrq" --no-db bench-decode "${shape[@]}" --bpa $bpa \
-    --anchor "$out/torch-decode.json" --json
+  step "bench-decode-$bpa.json" 400 "$gsrq" --no-db bench-decode "${shape[@]}" --bpa $bpa "${anchor[@]}" --json
 done
 if [ $sanitizer = 1 ]; then
-  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+  cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)}
   if [ -n "$cs" ]; then
     step sanitizer-memcheck.txt 300 "$cs" --tool memcheck --error-exitcode 3 "$gsrq" --no-db check-gpu
     step sanitizer-racecheck.txt 300 "$cs" --tool racecheck --error-exitcode 3 "$gsrq" --no-db check-gpu
   fi
 fi
 if [ $profile = 1 ]; then
-  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+  ncu=${NCU:-$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)}
   if [ -n "$ncu" ]; then
     # Every kernel of one decode point (32K tokens, batch 1, 1 BPA), each path, with its duration and
     # throughput: where a step's time goes.
     step ncu-decode.csv 200 "$ncu" --clock-control none --csv --metrics \
       gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed \
-      "$gsrq" --no-db bench-decode --heads 32 --kv-heads 8 --head-dim 128 --ctx 32768 --batch 1 --bpa 1 \
-      --reps 20 --warmup 1 --no-verify
+      "$gsrq" --no-db bench-decode "${point[@]}" --bpa 1 --reps 20 --warmup 1 --no-verify
     # Every kernel of two iterations of one stage of the layer, with its duration and throughput.
     step ncu-train.csv 300 "$ncu" --clock-control none --csv --metrics \
       gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed \
-      "$gsrq" --no-db bench-train --rows $rows --features 128 --dim 128 --stages 1 --k 256 --iters 2 \
+      "$gsrq" --no-db bench-train --rows $rows --features $dim --dim $dim --stages 1 --k $k --iters 2 \
       --weights grad-log --backend cuda --tf32
   fi
 fi
 # The CPU's NMSE on a smaller case of the same shape (the whole layer would take minutes on the CPU);
 # last, since the CPU run is the slowest step.
-small_rows=32768; [ $quick = 1 ] && small_rows=8192
-small=(--rows $small_rows --features 1024 --dim 128 --stages 16 --k 256 --iters 40 --weights grad-log)
+small=(--rows $small_rows --features $features --dim $dim --stages $stages --k $k --iters $iters --weights grad-log)
 step nmse-cpu.json 300 "$gsrq" --no-db bench-train "${small[@]}" --backend cpu --json
 step nmse-cuda.json 120 "$gsrq" --no-db bench-train "${small[@]}" --backend cuda --json
 step nmse-cuda-tf32.json 120 "$gsrq" --no-db bench-train "${small[@]}" --backend cuda --tf32 --json

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# tools/gpu/run-all.sh end to end against the CUDA emulator build, so a run on a GPU machine cannot
+# fail on the script: the emulated gsrq and GPU suites staged as a bundle (GSRQ_BUNDLE), every step
+# at --tiny shapes, then every step's exit status and the summary checked.
+#   run_all_emulated.sh SOURCE_DIR GSRQ_EMULATED TST_GPU_EMULATED TST_DECODE_GPU_EMULATED WORK_DIR
+# The suites only list their test functions here (ctest runs them whole as *_emulated); Nsight
+# Compute's steps run their commands through ncu_passthrough.sh (no profiler without a GPU); the steps
+# that need NVIDIA's tools or PyTorch with CUDA (nvidia-smi, the torch baselines) may fail, and the
+# summary must then hold nulls for them; every other step must pass.
+set -euo pipefail
+[ $# -eq 5 ] || { echo "usage: $0 SOURCE_DIR GSRQ_EMULATED TST_GPU_EMULATED TST_DECODE_GPU_EMULATED WORK_DIR" >&2; exit 2; }
+src=$1 work=$5
+rm -rf "$work"
+bundle=$work/gsrq-gpu
+mkdir -p "$bundle/bin" "$bundle/resources/samples" "$bundle/tools/bench"
+ln -s "$2" "$bundle/bin/gsrq"
+ln -s "$3" "$bundle/bin/tst_gpu"
+ln -s "$4" "$bundle/bin/tst_decode_gpu"
+ln -s "$src/resources/samples/stories260K-gpl3.safetensors" "$bundle/resources/samples/"
+ln -s "$src/tools/bench/torch_gskm.py" "$src/tools/bench/torch_decode.py" "$bundle/tools/bench/"
+echo "emulated build" >"$bundle/COMMIT"
+
+GSRQ_BUNDLE=$bundle GSRQ_SUITE_ARGS=-functions PYTHON=python3 NCU=$src/tests/gpu/ncu_passthrough.sh \
+  bash "$src/tools/gpu/run-all.sh" "$work/out" --tiny --no-sanitizer --budget 600
+
+python3 - "$work/out" <<'PY'
+import csv, json, os, sys
+out = sys.argv[1]
+optional = {"nvidia-smi.txt", "torch-layer-tf32.json", "torch-layer-fp32.json", "torch-decode.json"}
+steps = list(csv.DictReader(open(os.path.join(out, "steps.tsv")), delimiter="\t"))
+names = [s["step"] for s in steps]
+for want in ("tst_gpu.txt", "tst_decode_gpu.txt", "train-sample-cpu.json", "train-sample-cuda.json",
+             "bench-train-tf32.json", "bench-train-fp32.json", "bench-decode-0.75.json", "bench-decode-1.json",
+             "ncu-decode.csv", "ncu-train.csv", "nmse-cpu.json", "nmse-cuda.json", "nmse-cuda-tf32.json",
+             "gpu-summary.json"):
+    assert want in names, f"run-all.sh did not run {want}: {names}"
+bad = [(s["step"], s["exit"]) for s in steps if s["step"] not in optional and s["exit"] != "0"]
+assert not bad, f"steps failed: {bad} (see their .err files in {out})"
+summary = json.load(open(os.path.join(out, "gpu-summary.json")))
+assert "emulator" in (summary["device"] or "").lower(), summary["device"]
+train = summary["train"]
+for key in ("layer_seconds", "fp32_layer_seconds", "nmse_layer", "nmse_cuda", "nmse_cuda_tf32", "nmse_cpu",
+            "sample_nmse_cuda", "sample_nmse_cpu", "device_pass_seconds", "host_seconds"):
+    assert isinstance(train[key], float), f"summary train.{key} is {train[key]!r}"
+# The backends train the same seeded layer: NMSE within the 0.5% they must agree to.
+assert abs(train["sample_nmse_cuda"] - train["sample_nmse_cpu"]) <= 5e-3 * train["sample_nmse_cpu"], train
+assert abs(train["nmse_cuda"] - train["nmse_cpu"]) <= 5e-3 * train["nmse_cpu"], train
+# Where PyTorch gave nothing, its figures are null, not made up.
+torch_ok = {s["step"]: s["exit"] == "0" for s in steps}
+if not torch_ok["torch-layer-tf32.json"]:
+    assert train["torch_layer_seconds"] is None and train["speedup_vs_torch"] is None, train
+decode = summary["decode"]
+assert {p["bpa"] for p in decode} == {0.75, 1.0}, decode
+assert len(decode) == 2 * 2 * 2, decode  # 2 contexts × 2 batches × 2 BPA
+for p in decode:
+    assert p["verified"] and p["fp16_us"] and p["lookup_us"] and p["paper_us"], p
+    if not torch_ok["torch-decode.json"]:
+        assert p["torch_sdpa_us"] is None, p
+print(f"run-all.sh --tiny on the emulator: {len(steps)} steps, all required ones passed; summary checked")
+PY
