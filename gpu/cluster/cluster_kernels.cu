@@ -98,49 +98,50 @@ static __global__ void argmaxRowsKernel(const float* __restrict__ S, int K, cons
     }
 }
 
-// Per-cluster sums without a sort. A block takes a fixed tile of kTileRows rows, 32 columns of the
-// block (one per lane) and up to kTileClusters clusters; warp w owns the clusters k ≡ w (mod 8) of
-// that range and keeps their partial sums in shared memory, where no other warp writes. Rows are
-// staged kStageRows at a time; each warp walks them in row order and adds the rows of its clusters,
-// so every partial is summed in one fixed order, with no atomics. The tiles' partials are then
-// added to the pass's sums in tile order (tileReduceKernel), so the result depends neither on the
-// schedule nor on how the rows were split into launches or chunks (multiples of kTileRows).
+// Per-cluster sums without a sort. A block takes a fixed tile of rows, 32 columns of the block (one
+// per lane) and a range of C clusters; warp w owns the clusters k ≡ w (mod 8) of that range and keeps
+// their partial sums in shared memory, where no other warp writes. Rows are staged kStageRows at a
+// time; each warp walks them in row order and adds the rows of its clusters, so every partial is
+// summed in one fixed order, with no atomics, whatever C is (C only sets how many ranges re-read the
+// rows: 256 where the device's shared memory holds them, fewer on smaller ones). The tiles' partials
+// are then added to the pass's sums in tile order (tileReduceKernel), so the result depends neither
+// on the schedule nor on how the rows were split into launches or chunks (multiples of the tile).
 constexpr int kTileWarps = 8;
-constexpr int kTileClusters = 256;
-constexpr int kStageRows = 256;
+constexpr int kStageRows = 128;
 constexpr int kTileThreads = kWarp * kTileWarps;
 
-std::size_t tileSharedBytes(bool shape)
+template <int C> constexpr std::size_t tileSharedBytes(bool shape)
 {
-    return std::size_t(kTileClusters) * kWarp * sizeof(double) * (shape ? 2 : 1)   // partial Sx (and Sy)
-           + std::size_t(kTileClusters) * (sizeof(double) + sizeof(long long))     // partial W and counts
+    return std::size_t(C) * kWarp * sizeof(double) * (shape ? 2 : 1)               // partial Sx (and Sy)
+           + std::size_t(C) * (sizeof(double) + sizeof(long long))                 // partial W and counts
            + std::size_t(kStageRows) * kWarp * sizeof(float)                       // staged columns
            + std::size_t(kStageRows) * (sizeof(std::int32_t) + 2 * sizeof(float)); // labels, w, inv
 }
 
 // Grid (tiles of this launch, column groups, cluster ranges); block (32, 8). Partials of tile t of
 // the launch: pX/pY [t][K][d], pW/pC [t][K] (pW and pC written by column group 0 only).
-static __global__ void __launch_bounds__(kTileThreads)
+template <int C>
+__global__ void __launch_bounds__(kTileThreads)
     tileSumsKernel(const float* __restrict__ x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
-                   std::int64_t tile0, const std::int32_t* __restrict__ labels, const float* __restrict__ w,
-                   const float* __restrict__ inv, bool shape, double* __restrict__ pX, double* __restrict__ pY,
-                   double* __restrict__ pW, long long* __restrict__ pC)
+                   std::int64_t tileRows, std::int64_t tile0, const std::int32_t* __restrict__ labels,
+                   const float* __restrict__ w, const float* __restrict__ inv, bool shape, double* __restrict__ pX,
+                   double* __restrict__ pY, double* __restrict__ pW, long long* __restrict__ pC)
 {
     double* sx = dynamicShared<double>();
-    double* sy = sx + std::size_t(kTileClusters) * kWarp; // used only with shape
-    double* sw = sy + (shape ? std::size_t(kTileClusters) * kWarp : 0);
-    long long* sc = reinterpret_cast<long long*>(sw + kTileClusters);
-    float* xs = reinterpret_cast<float*>(sc + kTileClusters);
+    double* sy = sx + std::size_t(C) * kWarp; // used only with shape
+    double* sw = sy + (shape ? std::size_t(C) * kWarp : 0);
+    long long* sc = reinterpret_cast<long long*>(sw + C);
+    float* xs = reinterpret_cast<float*>(sc + C);
     std::int32_t* ls = reinterpret_cast<std::int32_t*>(xs + kStageRows * kWarp);
     float* ws = reinterpret_cast<float*>(ls + kStageRows);
     float* is = ws + kStageRows;
 
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * kWarp + lane;
-    const int j0 = int(blockIdx.y) * kWarp, k0 = int(blockIdx.z) * kTileClusters;
-    const int cols = min(kWarp, d - j0), kb = min(kTileClusters, K - k0);
+    const int j0 = int(blockIdx.y) * kWarp, k0 = int(blockIdx.z) * C;
+    const int cols = min(kWarp, d - j0), kb = min(C, K - k0);
     const bool first = blockIdx.y == 0; // column group 0 also sums W and the counts
-    const std::int64_t t0 = (tile0 + blockIdx.x) * std::int64_t(kTileRows);
-    const std::int64_t t1 = min(m, t0 + std::int64_t(kTileRows));
+    const std::int64_t t0 = (tile0 + blockIdx.x) * tileRows;
+    const std::int64_t t1 = min(m, t0 + tileRows);
     for (int i = tid; i < kb * kWarp; i += kTileThreads) {
         sx[i] = 0;
         if (shape)
@@ -336,32 +337,25 @@ namespace {
 
 // Tiles per launch: all of them up to kMaxTilesPerLaunch, fewer where their partials would pass
 // 64 MiB (large K·d), at least one.
-std::int64_t tilesPerLaunch(std::int64_t m, int d, int K)
+std::int64_t tilesPerLaunch(std::int64_t m, int d, int K, std::int64_t tileRows)
 {
     const std::int64_t perTile = std::int64_t(K) * (2 * std::int64_t(d) + 2) * std::int64_t(sizeof(double));
     const std::int64_t cap = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / perTile);
-    return std::max<std::int64_t>(1, std::min({(m + kTileRows - 1) / kTileRows, kMaxTilesPerLaunch, cap}));
+    return std::max<std::int64_t>(1, std::min({(m + tileRows - 1) / tileRows, kMaxTilesPerLaunch, cap}));
 }
 
-} // namespace
-
-std::size_t tilePartialDoubles(std::int64_t m, int d, int K)
+template <int C>
+cudaError_t launchTiles(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
+                        std::int64_t tileRows, const std::int32_t* labels, const float* w, const float* inv,
+                        double* sumX, double* sumY, double* wsum, long long* count, double* partials,
+                        cudaStream_t stream)
 {
-    return std::size_t(tilesPerLaunch(m, d, K)) * K * (2 * std::size_t(d) + 2); // Sx, Sy, W, counts (8 bytes)
-}
-
-cudaError_t launchAccumulate(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
-                             const std::int32_t* labels, const float* w, const float* inv, double* sumX, double* sumY,
-                             double* wsum, long long* count, double* partials, cudaStream_t stream)
-{
-    if (m == 0)
-        return cudaSuccess;
     const bool shape = sumY != nullptr;
-    const std::size_t shm = tileSharedBytes(shape);
-    if (cudaError_t e = allowShared(tileSumsKernel, shm); e != cudaSuccess)
+    const std::size_t shm = tileSharedBytes<C>(shape);
+    if (cudaError_t e = allowShared(tileSumsKernel<C>, shm); e != cudaSuccess)
         return e;
-    const std::int64_t tiles = (m + kTileRows - 1) / kTileRows;
-    const std::int64_t group = tilesPerLaunch(m, d, K);
+    const std::int64_t tiles = (m + tileRows - 1) / tileRows;
+    const std::int64_t group = tilesPerLaunch(m, d, K, tileRows);
     const std::size_t kd = std::size_t(K) * d;
     double* pX = partials;
     double* pY = pX + std::size_t(group) * kd;
@@ -370,15 +364,49 @@ cudaError_t launchAccumulate(const float* x, std::int64_t ld, std::int64_t r0, s
     const unsigned reduceBlocks = unsigned((std::max<std::size_t>(kd, std::size_t(K)) + 255) / 256);
     for (std::int64_t g0 = 0; g0 < tiles; g0 += group) {
         const int n = int(std::min(group, tiles - g0));
-        const dim3 grid(unsigned(n), unsigned((d + kWarp - 1) / kWarp),
-                        unsigned((K + kTileClusters - 1) / kTileClusters));
-        launch(tileSumsKernel, grid, dim3(kWarp, kTileWarps), shm, stream, x, ld, r0, m, d, K, g0, labels, w, inv,
-               shape, pX, pY, pW, pC);
+        const dim3 grid(unsigned(n), unsigned((d + kWarp - 1) / kWarp), unsigned((K + C - 1) / C));
+        launch(tileSumsKernel<C>, grid, dim3(kWarp, kTileWarps), shm, stream, x, ld, r0, m, d, K, tileRows, g0, labels,
+               w, inv, shape, pX, pY, pW, pC);
         launch(tileReduceKernel, reduceBlocks, 256, 0, stream, n, K, d, shape, pX, pY, pW, pC, sumX, sumY, wsum, count);
         if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
             return e;
     }
     return cudaSuccess;
+}
+
+} // namespace
+
+std::int64_t tileRowsFor(std::int64_t chunk)
+{
+    std::int64_t t = kTileRows;
+    while (t > 256 && t > chunk)
+        t /= 2;
+    return t;
+}
+
+std::size_t tilePartialDoubles(std::int64_t m, int d, int K, std::int64_t tileRows)
+{
+    return std::size_t(tilesPerLaunch(m, d, K, tileRows)) * K * (2 * std::size_t(d) + 2); // Sx, Sy, W, counts
+}
+
+cudaError_t launchAccumulate(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
+                             std::int64_t tileRows, std::size_t sharedOptin, const std::int32_t* labels, const float* w,
+                             const float* inv, double* sumX, double* sumY, double* wsum, long long* count,
+                             double* partials, cudaStream_t stream)
+{
+    if (m == 0)
+        return cudaSuccess;
+    const bool shape = sumY != nullptr;
+    // The widest cluster range whose partials fit the device's shared memory per block beside the
+    // kernel's static arrays (256 on Hopper and the A100; 128 on the RTX 30 and 40 series, the L4).
+    auto fits = [&](std::size_t bytes, auto kernel) { return bytes + staticShared(kernel) <= sharedOptin; };
+    if (fits(tileSharedBytes<256>(shape), tileSumsKernel<256>))
+        return launchTiles<256>(x, ld, r0, m, d, K, tileRows, labels, w, inv, sumX, sumY, wsum, count, partials,
+                                stream);
+    if (fits(tileSharedBytes<128>(shape), tileSumsKernel<128>))
+        return launchTiles<128>(x, ld, r0, m, d, K, tileRows, labels, w, inv, sumX, sumY, wsum, count, partials,
+                                stream);
+    return launchTiles<32>(x, ld, r0, m, d, K, tileRows, labels, w, inv, sumX, sumY, wsum, count, partials, stream);
 }
 
 cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream)

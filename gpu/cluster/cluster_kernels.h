@@ -33,23 +33,27 @@ cudaError_t launchArgmaxRows(const float* S, int K, const float* cNorm, std::int
                              const float* sq, const float* w, std::int32_t* labels, double* err, double* sqw,
                              double* wt, double* changed, RowMetricTerms metrics, cudaStream_t stream);
 
-// The rows summed in one fixed order by one block (a tile), and the most tiles one launch of the sums
-// kernel takes (their partials are added to the sums between launches).
+// The rows summed in one fixed order by one block (a tile): kTileRows, or for chunks of fewer rows
+// the largest power of two (at least 256) they hold (tileRowsFor); and the most tiles one launch of
+// the sums kernel takes (their partials are added to the sums between launches).
 inline constexpr std::int64_t kTileRows = 4096;
 inline constexpr std::int64_t kMaxTilesPerLaunch = 64;
+std::int64_t tileRowsFor(std::int64_t chunk);
 
 // The doubles of the `partials` buffer launchAccumulate needs for m rows: K × (2d + 2) per tile, for
 // at most kMaxTilesPerLaunch tiles and at most 64 MiB (at least one tile).
-std::size_t tilePartialDoubles(std::int64_t m, int d, int K);
+std::size_t tilePartialDoubles(std::int64_t m, int d, int K, std::int64_t tileRows);
 
 // For rows r0 .. r0+m−1 (x: row r0, ld), with labels already set, adds per cluster k:
 //   sumX[k] += Σ w·x, sumY[k] += Σ w·inv·x (when sumY is not null), wsum[k] += Σ w, count[k] += members.
-// No sort and no floating-point atomics: each tile of kTileRows rows is summed in row order, and the
+// No sort and no floating-point atomics: each tile of tileRows rows is summed in row order, and the
 // tiles are added in tile order, so the sums are the same on every run, and the same whether the rows
-// come in one call or in several whose r0 are multiples of kTileRows.
+// come in one call or in several whose r0 are multiples of tileRows. sharedOptin: the device's
+// shared memory per block with the opt-in (it sets how many clusters a block takes, not the result).
 cudaError_t launchAccumulate(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
-                             const std::int32_t* labels, const float* w, const float* inv, double* sumX, double* sumY,
-                             double* wsum, long long* count, double* partials, cudaStream_t stream);
+                             std::int64_t tileRows, std::size_t sharedOptin, const std::int32_t* labels, const float* w,
+                             const float* inv, double* sumX, double* sumY, double* wsum, long long* count,
+                             double* partials, cudaStream_t stream);
 
 // out[a] = Σ_i arrays[a][i] for a < count, i < n, each in one fixed order (a block per array).
 cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream);

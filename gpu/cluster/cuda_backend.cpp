@@ -51,6 +51,7 @@ public:
         cudaDeviceProp prop{};
         check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
         m_device = cat(prop.name, " (device ", o.device, ")");
+        m_sharedOptin = prop.sharedMemPerBlockOptin;
         const Cublas& api = cublas();
         check(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking), "cudaStreamCreate");
         check(api.create(&m_handle), "cublasCreate");
@@ -362,9 +363,9 @@ private:
     // Sums of rows r0 .. r0+m−1 (x: row r0) into the pass's sums, for the current labels.
     void accumulate(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, bool withShapeSums)
     {
-        check(kernels::launchAccumulate(x, ld, r0, m, m_d, m_workK, m_labels.get(), wPtr(), m_inv.get(), m_sumX.get(),
-                                        withShapeSums ? m_sumY.get() : nullptr, m_wsum.get(), m_count.get(),
-                                        m_partials.get(), m_stream),
+        check(kernels::launchAccumulate(x, ld, r0, m, m_d, m_workK, m_tileRows, m_sharedOptin, m_labels.get(), wPtr(),
+                                        m_inv.get(), m_sumX.get(), withShapeSums ? m_sumY.get() : nullptr, m_wsum.get(),
+                                        m_count.get(), m_partials.get(), m_stream),
               "accumulating sums");
     }
 
@@ -372,16 +373,20 @@ private:
     {
         std::int64_t chunk =
             std::min<std::int64_t>(m_n, std::max<std::int64_t>(256, std::int64_t(kScoreBytes / (sizeof(float) * K))));
-        // Streamed chunks in whole tiles of the sums, so they are summed as the resident rows are.
-        if (chunk < m_n && chunk > kernels::kTileRows)
-            chunk -= chunk % kernels::kTileRows;
+        // The sums' tiles follow from the chunk (K and n alone), and streamed chunks are whole tiles:
+        // resident and streamed rows are summed in the same order.
+        const std::int64_t tileRows = kernels::tileRowsFor(chunk);
+        if (chunk < m_n)
+            chunk -= chunk % tileRows;
+        m_tileRows = tileRows;
         if (chunk != m_chunk || K != m_workK) {
             m_chunk = chunk;
             m_workK = K;
             m_stats.chunkRows = chunk;
             m_S.ensure(std::size_t(chunk) * K, "the score block of a chunk", m_device);
         }
-        m_partials.ensure(kernels::tilePartialDoubles(m_resident ? m_n : chunk, m_d, K), "per-tile sums", m_device);
+        m_partials.ensure(kernels::tilePartialDoubles(m_resident ? m_n : chunk, m_d, K, m_tileRows), "per-tile sums",
+                          m_device);
         if (!m_resident)
             m_stage.ensure(std::size_t(chunk) * m_d, "a streamed chunk", m_device);
         const std::size_t kd = std::size_t(K) * m_d;
@@ -444,8 +449,9 @@ private:
     std::int64_t m_n = 0;
     int m_f = 0, m_col0 = 0, m_d = 0;
     bool m_resident = true, m_hasWeights = false, m_reconReady = false;
-    std::int64_t m_chunk = 0;
+    std::int64_t m_chunk = 0, m_tileRows = 0;
     int m_workK = 0;
+    std::size_t m_sharedOptin = 0;
 
     DeviceArray<float> m_res, m_x, m_rec, m_w, m_sq, m_inv, m_stage, m_S, m_C, m_cNorm, m_rowsOut;
     DeviceArray<std::int32_t> m_labels;

@@ -548,10 +548,10 @@ void failLaunch(std::string why)
 cudaError_t setFuncAttribute(const void* kernel, cudaFuncAttribute attr, int value)
 {
     const std::size_t fixed = staticSharedBytes();
-    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || std::size_t(value) + fixed > kSharedOptin)
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || std::size_t(value) + fixed > sharedOptin())
         return fail(cudaErrorInvalidValue, std::to_string(value) + " bytes of dynamic shared memory and " +
                                                std::to_string(fixed) + " of static are above the device's " +
-                                               std::to_string(kSharedOptin) + " bytes per block");
+                                               std::to_string(sharedOptin()) + " bytes per block");
     std::lock_guard lock(launchMutex);
     maxDynamicShared()[kernel] = value;
     return cudaSuccess;

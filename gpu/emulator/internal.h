@@ -10,7 +10,10 @@
 namespace gsrq::emulator::internal {
 
 inline constexpr std::size_t kSharedPerBlock = 48 * 1024;
-inline constexpr std::size_t kSharedOptin = 227 * 1024; // Hopper's opt-in limit per block
+// The emulated device's shared memory per block with the opt-in: Hopper's 227 KiB, or
+// GSRQ_EMULATOR_SHARED_OPTIN_KIB (read at every call, so a test can emulate a smaller device, e.g.
+// 99 for an RTX 40 series or an L4).
+std::size_t sharedOptin();
 inline constexpr int kL2Bytes = 4 << 20;
 
 // Sets cudaGetLastError()'s error (and cudaGetErrorString's reason, when one is given); returns it.

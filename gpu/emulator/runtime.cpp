@@ -6,7 +6,8 @@
 // bytes, so a kernel that reads or writes past an array faults instead of reading a neighbour.
 // Copies, memsets and kernel pointer parameters are checked against the live allocations. The
 // emulated device has GSRQ_EMULATOR_MEMORY_MIB of memory (default 4096): asking for more fails with
-// cudaErrorMemoryAllocation, as a full device does.
+// cudaErrorMemoryAllocation, as a full device does; GSRQ_EMULATOR_SHARED_OPTIN_KIB sets its shared
+// memory per block with the opt-in (default 227, Hopper's).
 
 #include "internal.h"
 
@@ -41,6 +42,13 @@ cudaError_t fail(cudaError_t e, std::string detail)
 }
 
 // ---- the emulated device ------------------------------------------------------------------------
+
+std::size_t sharedOptin()
+{
+    const char* v = std::getenv("GSRQ_EMULATOR_SHARED_OPTIN_KIB");
+    const long long kib = v ? std::atoll(v) : 227;
+    return std::size_t(kib >= 48 ? kib : 227) << 10;
+}
 
 namespace {
 
@@ -218,7 +226,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device)
     std::snprintf(prop->name, sizeof prop->name, "CUDA emulator on the CPU (functional; its timings mean nothing)");
     prop->totalGlobalMem = gsrq::emulator::internal::memoryLimit();
     prop->sharedMemPerBlock = gsrq::emulator::internal::kSharedPerBlock;
-    prop->sharedMemPerBlockOptin = gsrq::emulator::internal::kSharedOptin;
+    prop->sharedMemPerBlockOptin = gsrq::emulator::internal::sharedOptin();
     prop->major = 9;
     prop->minor = 0;
     prop->multiProcessorCount = 132; // an H100 SXM's, so launches are planned with its geometry

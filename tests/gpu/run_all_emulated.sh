@@ -21,7 +21,7 @@ ln -s "$src/tools/bench/torch_gskm.py" "$src/tools/bench/torch_decode.py" "$bund
 echo "emulated build" >"$bundle/COMMIT"
 
 GSRQ_BUNDLE=$bundle GSRQ_SUITE_ARGS=-functions PYTHON=python3 NCU=$src/tests/gpu/ncu_passthrough.sh \
-  bash "$src/tools/gpu/run-all.sh" "$work/out" --tiny --no-sanitizer --budget 600
+  bash "$src/tools/gpu/run-all.sh" "$work/out" --tiny --no-sanitizer --budget 1200
 
 python3 - "$work/out" <<'PY'
 import csv, json, os, sys

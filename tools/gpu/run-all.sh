@@ -83,8 +83,9 @@ suite_args=()
 
 step nvidia-smi.txt 30 nvidia-smi
 [ $tiny = 1 ] || step check-gpu.json 300 "$gsrq" --no-db check-gpu --json
-step tst_gpu.txt 300 "$root/bin/tst_gpu" "${suite_args[@]}"
-step tst_decode_gpu.txt 300 "$root/bin/tst_decode_gpu" "${suite_args[@]}"
+# (${a[@]+"${a[@]}"}: an empty array under set -u on bash before 4.4 too)
+step tst_gpu.txt 300 "$root/bin/tst_gpu" ${suite_args[@]+"${suite_args[@]}"}
+step tst_decode_gpu.txt 300 "$root/bin/tst_decode_gpu" ${suite_args[@]+"${suite_args[@]}"}
 for b in cpu cuda; do
   step "train-sample-$b.json" 120 "$gsrq" --no-db train "$sample" "${sample_args[@]}" --weights grad-log \
     --backend $b --json -q
@@ -103,10 +104,10 @@ rm -f "$work"/layer.*.npy
 # (against PyTorch's times where it gave them).
 step torch-decode.json 300 "$python" "$root/tools/bench/torch_decode.py" "${shape[@]}"
 anchor=()
-"$python" -c 'import json, sys; json.load(open(sys.argv[1]))' "$out/torch-decode.json" 2>/dev/null &&
+"$python" -c 'import json, sys; assert json.load(open(sys.argv[1]))["points"]' "$out/torch-decode.json" 2>/dev/null &&
   anchor=(--anchor "$out/torch-decode.json")
 for bpa in 0.75 1; do
-  step "bench-decode-$bpa.json" 400 "$gsrq" --no-db bench-decode "${shape[@]}" --bpa $bpa "${anchor[@]}" --json
+  step "bench-decode-$bpa.json" 400 "$gsrq" --no-db bench-decode "${shape[@]}" --bpa $bpa ${anchor[@]+"${anchor[@]}"} --json
 done
 if [ $sanitizer = 1 ]; then
   cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)}

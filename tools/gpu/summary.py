@@ -63,7 +63,8 @@ def main():
         "nmse_cuda": get(load(out, "nmse-cuda.json"), "nmse"),
         "nmse_cuda_tf32": get(load(out, "nmse-cuda-tf32.json"), "nmse"),
         "nmse_cpu": get(load(out, "nmse-cpu.json"), "nmse"),
-        "nmse_case": (f"{get(load(out, 'nmse-cpu.json'), 'rows')} rows of the same shape and settings"
+        "nmse_case": (None if get(load(out, "nmse-cpu.json"), "rows") is None else
+                      f"{get(load(out, 'nmse-cpu.json'), 'rows')} rows of the same shape and settings"
                       " (the CPU on the whole layer takes minutes)"),
         "sample_nmse_cuda": sample_nmse(load(out, "train-sample-cuda.json")),
         "sample_nmse_cpu": sample_nmse(load(out, "train-sample-cpu.json")),
