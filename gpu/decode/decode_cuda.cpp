@@ -96,28 +96,29 @@ struct CudaDecodeCache::Impl {
     {
         return std::size_t(cfg.batch) * cfg.shape.kvHeads * std::size_t(cfg.capacity) * cfg.shape.headDim;
     }
-    kernels::DecodeDims stepDims(DecodePath path) const
+    // The step's dimensions with its split plan: the binned paths (lookup, and paper with bins) take
+    // longer splits, as their per-split bins cost more than the split-K partials.
+    kernels::DecodeDims plannedDims(bool bins) const
     {
         kernels::DecodeDims d = dims;
         d.tokens = tokens;
         d.positionOffset = positionOffset;
-        const bool bins = path == DecodePath::Lookup || (path == DecodePath::Paper && paperBinsFit());
         const SplitPlan p =
             planSplits(tokens, cfg.batch, cfg.shape.kvHeads, sms, bins ? kMinLookupSplitTokens : kMinSplitTokens);
         d.splits = p.splits;
         d.tokensPerSplit = p.tokensPerSplit;
         return d;
     }
+    kernels::DecodeDims stepDims(DecodePath path) const
+    {
+        return plannedDims(path == DecodePath::Lookup || (path == DecodePath::Paper && paperBinsFit()));
+    }
     // The paper path takes values through per-codeword weights when its bins and the combine's merged
-    // weights fit in a block's shared memory (planned as the lookup path plans its splits); else it
+    // weights fit in a block's shared memory (planned as the binned paths plan their splits); else it
     // sums each token's value codewords.
     bool paperBinsFit() const
     {
-        kernels::DecodeDims d = dims;
-        d.tokens = tokens;
-        const SplitPlan p = planSplits(tokens, cfg.batch, cfg.shape.kvHeads, sms, kMinLookupSplitTokens);
-        d.splits = p.splits;
-        d.tokensPerSplit = p.tokensPerSplit;
+        const kernels::DecodeDims d = plannedDims(true);
         return std::max(kernels::paperBinsSharedBytes(d), kernels::lookupCombineSharedBytes(d)) <= sharedOptin;
     }
     void uploadBooks(const Codebooks& cb, DeviceArray<std::uint16_t>& h, DeviceArray<float>& f,
