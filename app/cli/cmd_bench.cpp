@@ -249,7 +249,7 @@ Command registerBenchTrain(CLI::App& root)
                 const double achieved = perIteration > 0 ? flopPerPass / perIteration : 0;
                 double peak = 0;
                 const std::string deviceName = backend->device();
-                if (gpu::cudaStats(*backend)) {
+                if (cuda) {
                     const auto q = gpu::queryDevices();
                     for (const auto& d : q.devices)
                         if (d.index == o->backend.device)

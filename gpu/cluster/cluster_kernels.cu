@@ -399,14 +399,15 @@ cudaError_t launchAccumulate(const float* x, std::int64_t ld, std::int64_t r0, s
     const bool shape = sumY != nullptr;
     // The widest cluster range whose partials fit the device's shared memory per block beside the
     // kernel's static arrays (256 on Hopper and the A100; 128 on the RTX 30 and 40 series, the L4).
-    auto fits = [&](std::size_t bytes, auto kernel) { return bytes + staticShared(kernel) <= sharedOptin; };
-    if (fits(tileSharedBytes<256>(shape), tileSumsKernel<256>))
-        return launchTiles<256>(x, ld, r0, m, d, K, tileRows, labels, w, inv, sumX, sumY, wsum, count, partials,
-                                stream);
-    if (fits(tileSharedBytes<128>(shape), tileSumsKernel<128>))
-        return launchTiles<128>(x, ld, r0, m, d, K, tileRows, labels, w, inv, sumX, sumY, wsum, count, partials,
-                                stream);
-    return launchTiles<32>(x, ld, r0, m, d, K, tileRows, labels, w, inv, sumX, sumY, wsum, count, partials, stream);
+    auto fits = [&]<int C>() { return tileSharedBytes<C>(shape) + staticShared(tileSumsKernel<C>) <= sharedOptin; };
+    auto run = [&]<int C>() {
+        return launchTiles<C>(x, ld, r0, m, d, K, tileRows, labels, w, inv, sumX, sumY, wsum, count, partials, stream);
+    };
+    if (fits.template operator()<256>())
+        return run.template operator()<256>();
+    if (fits.template operator()<128>())
+        return run.template operator()<128>();
+    return run.template operator()<32>();
 }
 
 cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream)

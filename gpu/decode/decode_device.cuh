@@ -3,6 +3,7 @@
 // as C++ against the CUDA emulator).
 
 #include "gpu/decode/decode_kernels.h"
+#include "gpu/decode/decode_math.h"
 #include "gpu/device/launch.cuh"
 
 #include <cuda_fp16.h>
@@ -65,7 +66,74 @@ template <class F> inline cudaError_t withGroup(int group, F&& f)
     return cudaErrorInvalidValue;
 }
 
-using kernels::allowShared;
-using kernels::staticShared;
+// ---- weights binned by value codeword (the lookup path, and the paper path with bins) ----------
+
+__device__ __forceinline__ float blockMax(float v, float* red)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int w = 1; w < int(blockDim.x / 32); ++w)
+        r = fmaxf(r, red[w]);
+    return r;
+}
+
+__device__ __forceinline__ float blockSum(float v, float* red)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    float r = 0;
+    for (int w = 0; w < int(blockDim.x / 32); ++w)
+        r += red[w];
+    return r;
+}
+
+// Adds each head's softmax weight p[h] to the bins of a token's value codes `w` in subspace s, for
+// stages r0, r0 + step, ... (bins: group × S·R·K floats, head-major).
+template <int G>
+__device__ __forceinline__ void addToBins(float* W, int per, int group, int s, int R, int K, const std::uint32_t* w,
+                                          int bits, int r0, int step, const float (&p)[G])
+{
+    for (int r = r0; r < R; r += step) {
+        const int o = (s * R + r) * K + int(codeAt(w, r, bits));
+#pragma unroll
+        for (int h = 0; h < G; ++h)
+            if (h < group)
+                atomicAdd(&W[h * per + o], p[h]);
+    }
+}
+
+// A split's bins, reference maximum and softmax sum per head, in the layout launchLookupCombine reads.
+template <int G>
+__device__ void writeSplitBins(const DecodeDims& d, const float* W, int per, int b, int g, int split,
+                               const float (&mRef)[G], const float (&lSum)[G], float* weights, float* mOut, float* lOut,
+                               float* red)
+{
+    const int group = d.group();
+    for (int h = 0; h < group; ++h) {
+        const float l = blockSum(lSum[h], red);
+        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits + split;
+        for (int i = threadIdx.x; i < per; i += blockDim.x)
+            weights[o * per + i] = W[h * per + i];
+        if (threadIdx.x == 0) {
+            mOut[o] = mRef[h];
+            lOut[o] = l;
+        }
+    }
+}
+
+// Rescale collected weights only when a new maximum passes the reference by this much (base 2):
+// exp2 of scores stays ≤ 2^8 in between, and the result is exact either way.
+constexpr float kRescaleMargin = 8.f;
 
 } // namespace gsrq::gpu::kernels::detail
