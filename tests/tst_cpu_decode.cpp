@@ -75,6 +75,8 @@ private slots:
         QTest::newRow("token splits: more threads than heads") << 4;
         QTest::newRow("GQA 2, token splits over two heads") << 5;
         QTest::newRow("GQA 6 in 8 lanes, token splits") << 6;
+        QTest::newRow("GQA 4, R = 12: stage groups of 8 and 4, blocks and a partial one") << 7;
+        QTest::newRow("R = 16 in two stage groups, two subspaces per head, GQA 8") << 8;
     }
     void everyPathMatchesItsReference()
     {
@@ -90,6 +92,10 @@ private slots:
             // 4 threads over 2 heads: 2 splits each; 3 threads over one head of 6 query heads (8 lanes).
             {"gqa2 splits", {4, 2, 32}, 32, 3, 256, 4300, 1, 4},
             {"gqa6 splits", {6, 1, 64}, 64, 2, 16, 4500, 1, 3},
+            // The lookup path's compiled shapes (K = 256; R = 12 and 16): scores and bins a group of
+            // eight stages at a time, then the rest, over blocks of 256 tokens and a partial last one.
+            {"r12", {8, 2, 64}, 64, 12, 256, 700, 2, 2},
+            {"r16", {8, 1, 64}, 32, 16, 256, 600, 1, 1},
         };
         const Case& cs = cases[index];
         const auto kb = syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 11);
@@ -172,39 +178,47 @@ private slots:
         // is zero, so its codes (and the lookup and paper paths' key) are exact. The query lives in
         // the slowest-turning RoPE pairs (angles under 0.3 rad over the 300 positions between that
         // token and the query), so the paper path, which rotates both, sees nearly the same score.
+        // With R = 2 the lookup path runs its any-shape loop; with R = 12 (K = 256) its compiled one,
+        // where the raise happens in the block of 256 tokens that starts at token 2,048.
         const DecodeShape s{4, 1, 64};
-        Codebooks kb = syntheticDecodeBooks(s, 64, 2, 256, 7), vb = syntheticDecodeBooks(s, 64, 2, 256, 8);
-        Eigen::VectorXf q0 = Eigen::VectorXf::Zero(64);
-        for (int i = 26; i < 32; ++i) { // pairs (i, i + 32): inverse frequencies ≤ 10000^(−52/64)
-            q0[i] = 0.5f + 0.1f * float(i - 26);
-            q0[i + 32] = 0.3f;
-        }
-        const Eigen::VectorXf k0 = q0 * (40.f * 8.f / q0.squaredNorm()); // q0·k0 / √64 = 40
-        kb.book(0, 0).row(0) = k0.transpose();
-        kb.book(0, 1).row(0).setZero();
-        for (const std::string& isa : cpuDecodeIsas()) {
-            CpuDecodeCache c({s, 1, 3000, true, 10000, 1, isa}, kb, vb);
-            MatrixRF keys = test::randomRows(2500, 64, 31, 0.3f);
-            const MatrixRF values = test::randomRows(2500, 64, 32);
-            keys.row(2200) = k0.transpose();
-            c.append(keys, values);
-            QCOMPARE(packedCode(c.keyCodes(0), 0, 2200, 0), 0);
-            QCOMPARE(packedCode(c.keyCodes(0), 0, 2200, 1), 0);
-            MatrixRF q(1, 4 * 64);
-            for (int h = 0; h < 4; ++h)
-                q.block(0, h * 64, 1, 64) = q0.transpose();
-            const Codes vcodes = unpackCodes(c.valueCodes(0));
-            for (DecodePath path : {DecodePath::Fp16, DecodePath::Lookup, DecodePath::Paper}) {
-                const MatrixRF out = c.decode(path, q);
-                const double e = relErr(out.row(0).transpose().cast<double>(), reference(c, path, q, 0, 0));
-                QVERIFY2(e < kTol, qPrintable(QString("%1: %2").arg(decodePathName(path)).arg(e)));
-                // The other 2,499 tokens weigh under e^−25 of it together: the output is its value
-                // (as stored: FP16, or decoded from its codes), to well within 1e-3.
-                const Eigen::VectorXf v =
-                    path == DecodePath::Fp16
-                        ? Eigen::VectorXf(c.fp16Values(0).row(2200).transpose())
-                        : Eigen::VectorXf(decode(Codes(vcodes.row(2200)), c.valueBooks16()).row(0).transpose());
-                QVERIFY2((out.row(0).segment(0, 64).transpose() - v).norm() < 1e-3 * v.norm(), decodePathName(path));
+        for (const int stages : {2, 12}) {
+            Codebooks kb = syntheticDecodeBooks(s, 64, stages, 256, 7),
+                      vb = syntheticDecodeBooks(s, 64, stages, 256, 8);
+            Eigen::VectorXf q0 = Eigen::VectorXf::Zero(64);
+            for (int i = 26; i < 32; ++i) { // pairs (i, i + 32): inverse frequencies ≤ 10000^(−52/64)
+                q0[i] = 0.5f + 0.1f * float(i - 26);
+                q0[i + 32] = 0.3f;
+            }
+            const Eigen::VectorXf k0 = q0 * (40.f * 8.f / q0.squaredNorm()); // q0·k0 / √64 = 40
+            kb.book(0, 0).row(0) = k0.transpose();
+            for (int r = 1; r < stages; ++r)
+                kb.book(0, r).row(0).setZero();
+            for (const std::string& isa : cpuDecodeIsas()) {
+                CpuDecodeCache c({s, 1, 3000, true, 10000, 1, isa}, kb, vb);
+                MatrixRF keys = test::randomRows(2500, 64, 31, 0.3f);
+                const MatrixRF values = test::randomRows(2500, 64, 32);
+                keys.row(2200) = k0.transpose();
+                c.append(keys, values);
+                for (int r = 0; r < stages; ++r)
+                    QCOMPARE(packedCode(c.keyCodes(0), 0, 2200, r), 0);
+                MatrixRF q(1, 4 * 64);
+                for (int h = 0; h < 4; ++h)
+                    q.block(0, h * 64, 1, 64) = q0.transpose();
+                const Codes vcodes = unpackCodes(c.valueCodes(0));
+                for (DecodePath path : {DecodePath::Fp16, DecodePath::Lookup, DecodePath::Paper}) {
+                    const MatrixRF out = c.decode(path, q);
+                    const double e = relErr(out.row(0).transpose().cast<double>(), reference(c, path, q, 0, 0));
+                    QVERIFY2(e < kTol,
+                             qPrintable(QString("R = %1, %2: %3").arg(stages).arg(decodePathName(path)).arg(e)));
+                    // The other 2,499 tokens weigh under e^−25 of it together: the output is its value
+                    // (as stored: FP16, or decoded from its codes), to well within 1e-3.
+                    const Eigen::VectorXf v =
+                        path == DecodePath::Fp16
+                            ? Eigen::VectorXf(c.fp16Values(0).row(2200).transpose())
+                            : Eigen::VectorXf(decode(Codes(vcodes.row(2200)), c.valueBooks16()).row(0).transpose());
+                    QVERIFY2((out.row(0).segment(0, 64).transpose() - v).norm() < 1e-3 * v.norm(),
+                             decodePathName(path));
+                }
             }
         }
     }
