@@ -281,6 +281,18 @@ private slots:
         QVERIFY_THROWS_EXCEPTION(Error, c.keyCodes(1));
     }
 
+    void speedUpsPairRunsTimedInTurn()
+    {
+        // The median of each repetition's FP16 time over the path's time in the same repetition. Here
+        // the machine slows tenfold for three repetitions; every pair keeps its ratio of 2, while one
+        // outlier pair (ratio 20, a burst during one FP16 run) moves the median of ratios not at all.
+        QCOMPARE(pairedSpeedup({1, 1, 10, 10, 10, 1, 10}, {0.5, 0.5, 5, 5, 5, 0.5, 0.5}), 2.0);
+        // Pairs up to the shorter list; a run of no time is left out; no pairs gives 0.
+        QCOMPARE(pairedSpeedup({4, 4, 4}, {1, 2}), 3.0);
+        QCOMPARE(pairedSpeedup({4, 4}, {0, 2}), 2.0);
+        QCOMPARE(pairedSpeedup({}, {1}), 0.0);
+    }
+
     void costModelCountsWhatEachPathMoves()
     {
         // 32 heads, 8 KV heads × 128, R = 12, K = 256, 32K tokens, batch 1.

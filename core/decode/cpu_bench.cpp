@@ -324,7 +324,17 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
                     appendTimed = true;
                 }
             }
-            double fp16Seconds = 0;
+            // Each path checked against its reference first; those that pass are warmed up, then
+            // timed in turn within every repetition (each run after a cache flush), so the paths'
+            // times, and the speed-ups taken from them, come from the same moments of a machine whose
+            // speed drifts from minute to minute.
+            std::vector<DecodeBenchPoint> points;
+            std::vector<DecodePath> timed;
+            const auto report = [&](const DecodeBenchPoint& p) {
+                rep.points.push_back(p);
+                if (onPoint)
+                    onPoint(p);
+            };
             for (DecodePath path : o.paths) {
                 if (stop && stop())
                     return rep;
@@ -334,9 +344,7 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
                 p.path = path;
                 p.skipped = skipped;
                 if (!p.skipped.empty()) {
-                    rep.points.push_back(p);
-                    if (onPoint)
-                        onPoint(p);
+                    report(p);
                     continue;
                 }
                 CpuDecodeCache& c0 = *layers.front();
@@ -347,29 +355,34 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
                     if (ref.size() == 0)
                         ref = decodeReference(c0, path, q.row(0).transpose(), s, invFreq);
                     if (!verifyDecodePoint(p, out, ref)) {
-                        rep.points.push_back(p);
-                        if (onPoint)
-                            onPoint(p);
+                        report(p);
                         continue;
                     }
                 }
                 for (int w = 0; w < o.warmup; ++w)
                     for (auto& l : layers)
                         l->run(path);
-                std::vector<double> t, tr;
-                const auto flushCaches = [&] {
-                    std::uint64_t x = 0;
-                    for (std::uint64_t v : flush)
-                        x ^= v;
-                    flushSink = flushSink ^ x;
-                };
-                for (int r = 0; r < o.reps; ++r) {
+                points.push_back(p);
+                timed.push_back(path);
+            }
+            if (timed.empty())
+                continue;
+            const auto flushCaches = [&] {
+                std::uint64_t x = 0;
+                for (std::uint64_t v : flush)
+                    x ^= v;
+                flushSink = flushSink ^ x;
+            };
+            std::vector<std::vector<double>> t(timed.size());
+            std::vector<double> tr;
+            for (int r = 0; r < o.reps; ++r) {
+                for (std::size_t i = 0; i < timed.size(); ++i) {
                     flushCaches();
                     const auto t0 = Clock::now();
                     for (auto& l : layers) // one after another, like a model's layers
-                        l->run(path);
-                    t.push_back(since(t0) / o.layers);
-                    if (path == DecodePath::Fp16) {
+                        l->run(timed[i]);
+                    t[i].push_back(since(t0) / o.layers);
+                    if (timed[i] == DecodePath::Fp16) {
                         // The same rows read and nothing else, in alternation with the steps, so the
                         // fraction compares the two at the same moments of a shared machine.
                         flushCaches();
@@ -378,13 +391,22 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
                             flushSink = flushSink ^ l->readFp16Rows();
                         tr.push_back(since(t1) / o.layers);
                     }
-                    if (stop && stop())
-                        break;
                 }
-                if (!tr.empty())
+                if (stop && stop())
+                    break;
+            }
+            const auto fp16 = std::find(timed.begin(), timed.end(), DecodePath::Fp16);
+            double fp16Seconds = 0;
+            for (std::size_t i = 0; i < timed.size(); ++i) {
+                DecodeBenchPoint& p = points[i];
+                const DecodePath path = timed[i];
+                if (path == DecodePath::Fp16 && !tr.empty())
                     p.readRowsSeconds = median(tr);
-                timeDecodePoint(p, t, decodeStepBytes(path, s, keyBooks, ctx, batch), fp16Seconds);
+                timeDecodePoint(p, t[i], decodeStepBytes(path, s, keyBooks, ctx, batch), fp16Seconds);
+                if (fp16 != timed.end() && path != DecodePath::Fp16)
+                    p.speedupVsFp16 = pairedSpeedup(t[std::size_t(fp16 - timed.begin())], t[i]);
                 if (path == DecodePath::Fp16 && eigen) {
+                    CpuDecodeCache& c0 = *layers.front();
                     EigenAttention sanity(c0, s, batch);
                     const MatrixRF& out = sanity.run(q, rep.threads);
                     const double e = o.verify ? decodeRelativeError(out.row(0).transpose().cast<double>(),
@@ -393,10 +415,7 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
                     if (e <= kDecodeTolerance) { // unverified (−1) or within the tolerance
                         std::vector<double> te;
                         for (int r = 0; r < std::max(5, o.reps / 5); ++r) {
-                            std::uint64_t x = 0;
-                            for (std::uint64_t v : flush)
-                                x ^= v;
-                            flushSink = flushSink ^ x;
+                            flushCaches();
                             const auto t0 = Clock::now();
                             sanity.run(q, rep.threads);
                             te.push_back(since(t0));
@@ -408,9 +427,7 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
                 p.costs = cpuDecodeCosts(path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch});
                 p.roofline = roofline(p.costs, rep.rates);
                 p.rooflineFraction = p.roofline.seconds / p.seconds;
-                rep.points.push_back(p);
-                if (onPoint)
-                    onPoint(p);
+                report(p);
             }
         }
     return rep;

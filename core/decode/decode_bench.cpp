@@ -129,6 +129,15 @@ void timeDecodePoint(DecodeBenchPoint& p, std::vector<double> t, double bytes, d
         p.speedupVsFp16 = fp16Seconds / p.seconds;
 }
 
+double pairedSpeedup(const std::vector<double>& fp16Seconds, const std::vector<double>& pathSeconds)
+{
+    std::vector<double> ratios;
+    for (std::size_t i = 0; i < std::min(fp16Seconds.size(), pathSeconds.size()); ++i)
+        if (pathSeconds[i] > 0)
+            ratios.push_back(fp16Seconds[i] / pathSeconds[i]);
+    return ratios.empty() ? 0.0 : median(ratios);
+}
+
 Codebooks codebooksRoundedToHalf(const Codebooks& books)
 {
     Codebooks r = books;

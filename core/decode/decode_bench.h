@@ -126,6 +126,10 @@ bool verifyDecodePoint(DecodeBenchPoint& p, const MatrixRF& out, const Eigen::Ve
 // here when the point is the FP16 path's).
 void timeDecodePoint(DecodeBenchPoint& p, std::vector<double> seconds, double bytes, double& fp16Seconds);
 
+// A path's speed-up over FP16 from runs timed in turn: the median over repetitions of the FP16 run's
+// time over the path's run of the same repetition (pairs up to the shorter list; 0 for none).
+double pairedSpeedup(const std::vector<double>& fp16Seconds, const std::vector<double>& pathSeconds);
+
 // Codebooks rounded to FP16, as floats: what the decode paths compute with (they store FP16).
 Codebooks codebooksRoundedToHalf(const Codebooks& books);
 
