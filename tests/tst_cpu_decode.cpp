@@ -293,6 +293,30 @@ private slots:
         QCOMPARE(pairedSpeedup({}, {1}), 0.0);
     }
 
+    void aFailedCheckFailsTheReport()
+    {
+        // A point that fails its check against the reference is reported with why (skipped) and makes
+        // the report fail (gsrq bench-decode exits 1); a point skipped for memory, never checked, and
+        // an unchecked run (--no-verify: relError −1) do not.
+        DecodeBenchReport rep;
+        DecodeBenchPoint memory;
+        memory.skipped = "needs 90 GB of memory";
+        rep.points.push_back(memory);
+        rep.points.push_back(DecodeBenchPoint{});
+        QVERIFY(rep.allVerified());
+        DecodeBenchPoint good, bad;
+        const Eigen::VectorXd ref = Eigen::VectorXd::LinSpaced(8, 1, 8);
+        MatrixRF out = ref.cast<float>().transpose();
+        QVERIFY(verifyDecodePoint(good, out, ref));
+        rep.points.push_back(good);
+        QVERIFY(rep.allVerified());
+        out(0, 3) += 1.f; // relative error 1/√204 ≈ 0.07
+        QVERIFY(!verifyDecodePoint(bad, out, ref));
+        QVERIFY(bad.skipped.find("failed verification") != std::string::npos);
+        rep.points.push_back(bad);
+        QVERIFY(!rep.allVerified());
+    }
+
     void costModelCountsWhatEachPathMoves()
     {
         // 32 heads, 8 KV heads × 128, R = 12, K = 256, 32K tokens, batch 1.

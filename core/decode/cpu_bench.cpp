@@ -403,6 +403,7 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
                 if (path == DecodePath::Fp16 && !tr.empty())
                     p.readRowsSeconds = median(tr);
                 timeDecodePoint(p, t[i], decodeStepBytes(path, s, keyBooks, ctx, batch), fp16Seconds);
+                // Paired by repetition (timeDecodePoint sorted a copy: t keeps the runs' order).
                 if (fp16 != timed.end() && path != DecodePath::Fp16)
                     p.speedupVsFp16 = pairedSpeedup(t[std::size_t(fp16 - timed.begin())], t[i]);
                 if (path == DecodePath::Fp16 && eigen) {

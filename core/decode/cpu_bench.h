@@ -38,8 +38,11 @@ DecodeCosts cpuDecodeCosts(DecodePath path, const CpuDecodeCostCase& c);
 
 // Runs the sweep with options.threads threads and the kernels options.isa names (options.device is
 // ignored). Each FP16 point is also run as Eigen FP32 dense attention over the same cache, checked
-// against the same reference (eigenFp32Seconds; left 0 when it fails the check). onPoint sees each point as
-// it is measured; stop() returning true ends the sweep between points.
+// against the same reference (eigenFp32Seconds; left 0 when it fails the check). The paths of a context
+// and batch are timed in turn within each repetition: onPoint sees a point that is skipped or fails
+// its check at once, and the timed ones together once their context is measured; stop() returning
+// true ends the sweep before the next path's check or after the current repetition (the paths of
+// that context then reported with the repetitions they had).
 DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& options, const Codebooks& keyBooks,
                                     const Codebooks& valueBooks, const std::string& codebookSource,
                                     const std::function<void(const DecodeBenchPoint&)>& onPoint = {},

@@ -53,7 +53,7 @@ Roofline roofline(const DecodeCosts& c, const DecodeRates& r)
 bool DecodeBenchReport::allVerified() const
 {
     for (const auto& p : points)
-        if (p.skipped.empty() && p.relError >= 0 && !p.verified) // checked, and failed
+        if (p.relError >= 0 && !p.verified) // checked, and failed (its `skipped` says so)
             return false;
     return true;
 }

@@ -68,7 +68,9 @@ struct DecodeBenchPoint {
     double bytesPerSecond = 0;
     double relError = -1; // ‖out − ref‖ / ‖ref‖ against the double reference (sequence 0); −1: not verified
     bool verified = false;
-    double speedupVsFp16 = 0; // the FP16 path's time over this path's (0 when not timed)
+    // The FP16 path's time over this path's (0 when not timed): on the CPU the median over repetitions
+    // of the two runs' ratio in each (pairedSpeedup), on a GPU the ratio of their medians.
+    double speedupVsFp16 = 0;
     int splits = 0;
     DecodeCosts costs;           // the path's model
     Roofline roofline;           // its time at the machine's rates
