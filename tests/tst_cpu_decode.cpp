@@ -77,6 +77,8 @@ private slots:
         QTest::newRow("GQA 6 in 8 lanes, token splits") << 6;
         QTest::newRow("GQA 4, R = 12: stage groups of 8 and 4, blocks and a partial one") << 7;
         QTest::newRow("R = 16 in two stage groups, two subspaces per head, GQA 8") << 8;
+        QTest::newRow("R = 8, one stage group, two blocks and a partial one") << 9;
+        QTest::newRow("R = 32: four stage groups") << 10;
     }
     void everyPathMatchesItsReference()
     {
@@ -96,6 +98,8 @@ private slots:
             // eight stages at a time, then the rest, over blocks of 256 tokens and a partial last one.
             {"r12", {8, 2, 64}, 64, 12, 256, 700, 2, 2},
             {"r16", {8, 1, 64}, 32, 16, 256, 600, 1, 1},
+            {"r8", {8, 2, 128}, 128, 8, 256, 520, 1, 2},
+            {"r32", {4, 1, 64}, 64, 32, 256, 300, 1, 1},
         };
         const Case& cs = cases[index];
         const auto kb = syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 11);
