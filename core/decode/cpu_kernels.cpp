@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <type_traits>
 #include <utility>
 
@@ -79,23 +80,33 @@ float maxOf(const float* x, int n)
     return b;
 }
 
-// x[i] = 2^(x[i] − ref) for n floats in place; returns their sum.
-float exp2Shifted(float* x, int n, float ref)
+// x[i] = 2^(x[i] − ref[i mod 8]) for n floats in place, eight at a time; sums[j] is the sum of the
+// results at positions ≡ j (mod 8). ref repeats every eight floats: one reference, or a group's four
+// or eight lanes.
+void exp2ShiftedLanes(float* x, int n, const float* ref, float* sums)
 {
-    const V8 r = V8::set1(ref);
-    V8 sum = V8::zero();
+    const V8 r = V8::load(ref);
+    V8 acc = V8::zero();
     int i = 0;
     for (; i + 8 <= n; i += 8) {
         const V8 w = V8::exp2(V8::load(x + i) - r);
         w.store(x + i);
-        sum = sum + w;
+        acc = acc + w;
     }
-    float total = sum.sum();
+    acc.store(sums);
     for (; i < n; ++i) {
-        x[i] = std::exp2(std::max(x[i] - ref, -126.f));
-        total += x[i];
+        x[i] = std::exp2(std::max(x[i] - ref[i % 8], -126.f));
+        sums[i % 8] += x[i];
     }
-    return total;
+}
+
+// x[i] = 2^(x[i] − ref) for n floats in place; returns their sum.
+float exp2Shifted(float* x, int n, float ref)
+{
+    alignas(32) float r[8], sums[8];
+    std::fill(r, r + 8, ref);
+    exp2ShiftedLanes(x, n, r, sums);
+    return std::accumulate(sums, sums + 8, 0.f);
 }
 
 template <typename F> void dispatchGroup(int G, F&& f)
@@ -351,20 +362,7 @@ template <int Gp> void weighBlock(const HeadDims& d, float* s, int bt, float* m,
     alignas(32) float mr[8], lanes[8];
     for (int i = 0; i < 8; ++i)
         mr[i] = m[i % Gp];
-    const V8 mv = V8::load(mr);
-    V8 acc = V8::zero();
-    const int floats = bt * Gp;
-    int i = 0;
-    for (; i + 8 <= floats; i += 8) {
-        const V8 w = V8::exp2(V8::load(s + i) - mv);
-        w.store(s + i);
-        acc = acc + w;
-    }
-    acc.store(lanes);
-    for (; i < floats; ++i) { // a last token of four lanes
-        s[i] = std::exp2(std::max(s[i] - mr[i % Gp], -126.f));
-        lanes[i % Gp] += s[i];
-    }
+    exp2ShiftedLanes(s, bt * Gp, mr, lanes); // two tokens of four lanes, or one of eight, per vector
     for (int g = 0; g < Gp; ++g)
         l[g] += Gp == 4 ? lanes[g] + lanes[g + 4] : lanes[g];
 }
