@@ -396,15 +396,15 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
                     break;
             }
             const auto fp16 = std::find(timed.begin(), timed.end(), DecodePath::Fp16);
-            double fp16Seconds = 0;
             for (std::size_t i = 0; i < timed.size(); ++i) {
                 DecodeBenchPoint& p = points[i];
                 const DecodePath path = timed[i];
                 if (path == DecodePath::Fp16 && !tr.empty())
                     p.readRowsSeconds = median(tr);
-                timeDecodePoint(p, t[i], decodeStepBytes(path, s, keyBooks, ctx, batch), fp16Seconds);
-                // Paired by repetition (timeDecodePoint sorted a copy: t keeps the runs' order).
-                if (fp16 != timed.end() && path != DecodePath::Fp16)
+                timeDecodePoint(p, t[i], decodeStepBytes(path, s, keyBooks, ctx, batch));
+                // Paired by repetition (timeDecodePoint sorted a copy: t keeps the runs' order); the
+                // FP16 point's own is 1.
+                if (fp16 != timed.end())
                     p.speedupVsFp16 = pairedSpeedup(t[std::size_t(fp16 - timed.begin())], t[i]);
                 if (path == DecodePath::Fp16 && eigen) {
                     CpuDecodeCache& c0 = *layers.front();

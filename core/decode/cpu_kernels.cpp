@@ -56,9 +56,9 @@ namespace gsrq::cpudecode {
 namespace {
 
 // Before a loop over a compile-time count (heads of a group, tokens or codewords per step, chunks per
-// pass): unrolled, so the arrays of accumulators it indexes live in registers at -O2 as at -O3. At -O2 GCC 12 left them
-// on the stack, a load and a store around every fused multiply-add: the FP16 loop ran 2.1× and the table products 2.4×
-// slower than unrolled (-O3 unrolls them itself).
+// pass): unrolled, so the arrays of accumulators it indexes live in registers at -O2 as at -O3. At
+// -O2 GCC 12 left them on the stack, a load and a store around every fused multiply-add: the FP16
+// loop ran 2.1× and the table products 2.4× slower than unrolled (-O3 unrolls them itself).
 #define GSRQ_UNROLL _Pragma("GCC unroll 16")
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();

@@ -115,7 +115,7 @@ bool verifyDecodePoint(DecodeBenchPoint& p, const MatrixRF& out, const Eigen::Ve
     return p.verified;
 }
 
-void timeDecodePoint(DecodeBenchPoint& p, std::vector<double> t, double bytes, double& fp16Seconds)
+void timeDecodePoint(DecodeBenchPoint& p, std::vector<double> t, double bytes)
 {
     std::sort(t.begin(), t.end());
     p.seconds = median(t);
@@ -123,10 +123,6 @@ void timeDecodePoint(DecodeBenchPoint& p, std::vector<double> t, double bytes, d
     p.maxSeconds = t.back();
     p.bytes = bytes;
     p.bytesPerSecond = bytes / p.seconds;
-    if (p.path == DecodePath::Fp16)
-        fp16Seconds = p.seconds;
-    if (fp16Seconds > 0)
-        p.speedupVsFp16 = fp16Seconds / p.seconds;
 }
 
 double pairedSpeedup(const std::vector<double>& fp16Seconds, const std::vector<double>& pathSeconds)

@@ -123,10 +123,9 @@ double decodeStepBytes(DecodePath path, const DecodeShape& shape, const Codebook
 // skipped when it fails. Returns whether it passed.
 bool verifyDecodePoint(DecodeBenchPoint& p, const MatrixRF& out, const Eigen::VectorXd& ref);
 
-// A point's timing from its timed runs (seconds per layer and step): median, extremes, bytes read
-// over time, and the speed-up over the FP16 path of the same context and batch (fp16Seconds, set
-// here when the point is the FP16 path's).
-void timeDecodePoint(DecodeBenchPoint& p, std::vector<double> seconds, double bytes, double& fp16Seconds);
+// A point's timing from its timed runs (seconds per layer and step): median, extremes and bytes read
+// over time. Its speed-up over FP16 is the runner's (see speedupVsFp16).
+void timeDecodePoint(DecodeBenchPoint& p, std::vector<double> seconds, double bytes);
 
 // A path's speed-up over FP16 from runs timed in turn: the median over repetitions of the FP16 run's
 // time over the path's run of the same repetition (pairs up to the shorter list; 0 for none).

@@ -707,7 +707,13 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
                     check(cudaEventRecord(ev.b, stream), "cudaEventRecord");
                     t.push_back(ev.seconds() / o.layers);
                 }
-                timeDecodePoint(p, t, decodeStepBytes(path, s, keyBooks, ctx, batch), fp16Seconds);
+                timeDecodePoint(p, t, decodeStepBytes(path, s, keyBooks, ctx, batch));
+                // Paths run one after another here (a device's timing does not drift as a shared
+                // CPU's does): the speed-up is the ratio of the medians.
+                if (path == DecodePath::Fp16)
+                    fp16Seconds = p.seconds;
+                if (fp16Seconds > 0)
+                    p.speedupVsFp16 = fp16Seconds / p.seconds;
                 p.paperBins = path == DecodePath::Paper && c0.paperUsesBins();
                 p.costs = decodeCosts(
                     path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits, c0.paperUsesBins()});
