@@ -315,6 +315,91 @@ private slots:
         QVERIFY(gpu::cudaStats(*g)->devicePasses >= 1 + std::int64_t(a.history.size())); // the start's pass too
     }
 
+    void lloydIterationsStayOnTheDevice()
+    {
+        QString why;
+        if (!test::haveCudaDevice(&why))
+            QSKIP(qPrintable(why));
+        // Lloyd's iterations on the device: update_rule.h applied by a kernel, the centroids never
+        // leaving it, each iteration reading back its ten scalars; against the CPU backend applying
+        // the same rule in host memory. Seeded synthetic rows, weighted: 2,000 rows around 24
+        // KV-like centres (each its centre plus Gaussian noise of 0.3 of the centres' norm),
+        // clustered with K = 60, so GSKM's clusters empty out as a blob's extra centroids compete
+        // (the re-seeding round trip runs). No two rows are equal: duplicated centroids would tie,
+        // and which of two equal columns a GEMM scores higher is not defined on any device. Tighter
+        // blobs are no good either: 2·x·c − ‖c‖² then cancels most of its digits, and the two
+        // backends' roundings part rows near a boundary.
+        const MatrixRF centres = synthesize(SynthKind::KvLike, 24, 16, 11);
+        const MatrixRF noise = synthesize(SynthKind::Gaussian, 2000, 16, 12);
+        const float scale = 0.3f * centres.rowwise().norm().mean() / noise.rowwise().norm().mean();
+        MatrixRF X(2000, 16);
+        std::vector<float> w(2000);
+        for (int i = 0; i < 2000; ++i) {
+            X.row(i) = centres.row(i % 24) + scale * noise.row(i);
+            w[std::size_t(i)] = 0.5f + float((i * 37) % 11) / 8.0f;
+        }
+        struct Case {
+            Method method;
+            double ema;
+            bool reseed;
+        };
+        int reseededInAll = 0;
+        for (const Case& t :
+             {Case{Method::KMeans, 0, false}, Case{Method::GainShape, 0, false}, Case{Method::KMeans, 0, true},
+              Case{Method::GainShape, 0, true}, Case{Method::KMeans, 0.5, true}}) {
+            const QString name =
+                QString("%1, EMA %2, re-seeding %3").arg(methodName(t.method)).arg(t.ema).arg(t.reseed ? "on" : "off");
+            ClusteringParams p;
+            p.k = 60;
+            p.maxIterations = 20;
+            p.seed = 9;
+            p.emaDecay = t.ema;
+            p.reseedEmpty = t.reseed;
+            auto c = makeCpuBackend(2);
+            const auto a = cluster(X, w.data(), t.method, p, *c);
+            auto g = gpu::makeCudaBackend({});
+            const auto* stats = gpu::cudaStats(*g);
+            // What a clustering reads back besides its iterations: the run stopped before any update.
+            ClusteringParams none = p;
+            none.maxIterations = 0;
+            const std::int64_t before = stats->bytesToHost;
+            cluster(X, w.data(), t.method, none, *g);
+            const std::int64_t fixedBytes = stats->bytesToHost - before;
+            const std::int64_t start = stats->bytesToHost;
+            const auto b = cluster(X, w.data(), t.method, p, *g);
+            const std::int64_t runBytes = stats->bytesToHost - start;
+            const auto b2 = cluster(X, w.data(), t.method, p, *g);
+
+            QVERIFY2(b.iterations == a.iterations && b.labels == a.labels, qPrintable(name));
+            int reseeded = 0;
+            for (std::size_t i = 0; i < a.history.size(); ++i) {
+                // The sums of a pass in another order: objectives to 1e-5, the same empties and re-seeds.
+                QVERIFY2(std::abs(a.history[i].objective - b.history[i].objective) <= 1e-5 * a.history[i].objective,
+                         qPrintable(name));
+                QCOMPARE(b.history[i].emptyClusters, a.history[i].emptyClusters);
+                QCOMPARE(b.history[i].reseeded, a.history[i].reseeded);
+                QCOMPARE(b.history[i].changed, a.history[i].changed);
+                QVERIFY(std::abs(a.history[i].shrinkage - b.history[i].shrinkage) <= 1e-5 * a.history[i].shrinkage);
+                reseeded += a.history[i].reseeded;
+            }
+            reseededInAll += reseeded;
+            QVERIFY2((b.centroids - a.centroids).cwiseAbs().maxCoeff() <= 1e-5 * a.centroids.cwiseAbs().maxCoeff(),
+                     qPrintable(name));
+            // Bit-identical run to run: fixed-order sums and one update text.
+            QVERIFY2(b2.centroids == b.centroids && b2.labels == b.labels, qPrintable(name));
+            for (std::size_t i = 0; i < b.history.size(); ++i)
+                QCOMPARE(b2.history[i].objective, b.history[i].objective);
+            // Each iteration reads back its ten scalars (80 bytes) and nothing else; a re-seeding
+            // iteration also the cluster totals and the state, down and up.
+            const std::int64_t perIteration = 10 * sizeof(double);
+            if (!t.reseed)
+                QCOMPARE(runBytes - fixedBytes, perIteration * b.iterations);
+            else
+                QVERIFY(runBytes - fixedBytes >= perIteration * b.iterations);
+        }
+        QVERIFY2(reseededInAll > 0, "the data must exercise the re-seeding");
+    }
+
     void cliTrainsOnTheDeviceAsOnTheCpu()
     {
         QString why;

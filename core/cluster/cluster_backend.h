@@ -10,9 +10,15 @@
 // residual (and adds them to a running reconstruction), so a device backend keeps all the data
 // where it computes, across iterations and stages, and returns only K×D sums per pass.
 //
+// Lloyd's iterations run on centroids the backend holds (loadCentroids .. storeCentroids): each
+// passHeld() is the primitive on them, each updateHeld() applies update_rule.h where they are. The CPU
+// backend keeps them in host memory; the CUDA backend on the device, so an iteration returns only the
+// pass's totals (AssignStats' scalars), the centroids cross once each way per clustering.
+//
 // Thread-safety: one backend per thread; calls on one backend must not overlap.
 
 #include "core/cluster/metrics.h"
+#include "core/cluster/update_rule.h"
 #include "core/io/tensor.h"
 
 #include <Eigen/Core>
@@ -42,6 +48,26 @@ struct AssignStats {
     double cosineSum = 0;        // Σ cos(x, c_label) over rows with ‖x‖ > 0 (0 where c_label = 0)
     std::int64_t cosineRows = 0; // rows with ‖x‖ > 0
     double squaredNormSum = 0;   // Σ ‖x‖²
+
+    // Of the clusters: how many have no member, and Σ_k count_k·‖c_k‖² (Σ‖x̂‖² over the rows).
+    // Filled by passHeld(); assignPass() leaves them to the caller, who holds the centroids.
+    std::int64_t emptyClusters = 0;
+    double reconstructionSquaredNorm = 0;
+};
+
+// GSKM's state between updates: each centroid is gains[k]·shapes.row(k).
+struct GainShapeState {
+    Eigen::VectorXd gains;
+    MatrixRD shapes;
+};
+
+// What Lloyd's update carries from pass to pass (update_rule.h): the centroids, GSKM's gains and
+// shapes (empty for KM), the EMA's running sums (empty unless the rule is Ema).
+struct CentroidState {
+    MatrixRF centroids; // K × D
+    GainShapeState gs;
+    Eigen::VectorXd emaWeight;
+    MatrixRD emaSum;
 };
 
 // What one assignment pass accumulates besides labels, W_k, counts, Sx_k and the totals.
@@ -84,6 +110,20 @@ public:
         assignPass(centroids, AssignRequest{withShapeSums, false}, out);
     }
 
+    // Lloyd's iterations on held centroids. The defaults keep them in host memory and apply the rule
+    // there (the CPU backend's way); a device backend overrides all five to keep them where it computes.
+    // loadCentroids: the state to iterate from (its gs and EMA parts sized for the rule that follows).
+    virtual void loadCentroids(const CentroidState& state);
+    // One assignment pass with the held centroids: out's scalars (sums of rows, changed, skipped,
+    // emptyClusters, reconstructionSquaredNorm). The per-cluster sums stay with the backend.
+    virtual void passHeld(const AssignRequest& what, AssignStats& out);
+    // The held centroids updated from the last passHeld's sums (which asked for shape sums if the
+    // rule is GainShape).
+    virtual void updateHeld(const update::Params& rule);
+    // The last passHeld's weightSum and count (K each), for a caller that re-seeds empty clusters.
+    virtual void heldClusterTotals(AssignStats& out);
+    virtual void storeCentroids(CentroidState& state);
+
     virtual void readLabels(std::span<std::int32_t> out) = 0;
     virtual void writeLabels(std::span<const std::int32_t> in) = 0;
 
@@ -107,6 +147,11 @@ public:
         assign(centroids, withShapeSums, out);
         readLabels(labels);
     }
+
+private:
+    // The defaults' held centroids and last pass.
+    CentroidState m_held;
+    AssignStats m_heldPass;
 };
 
 // Eigen GEMM over row chunks, OpenMP across chunks, memory bounded by threads × chunk × K.

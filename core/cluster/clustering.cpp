@@ -121,12 +121,10 @@ void initGainShape(ClusterBackend& backend, MatrixRF& c, GainShapeState& gs, Ass
     backend.writeLabels(std::vector<std::int32_t>(static_cast<std::size_t>(backend.rows()), -1));
 }
 
-// metrics.h's definitions from the pass's row sums; Σ‖x̂‖² = Σ_k count_k·‖c_k‖².
-void setPassMetrics(const AssignStats& st, const MatrixRF& centroids, std::int64_t n, IterationStats& it)
+// metrics.h's definitions from the pass's row sums.
+void setPassMetrics(const AssignStats& st, std::int64_t n, IterationStats& it)
 {
-    double reconSq = 0;
-    for (Eigen::Index k = 0; k < centroids.rows(); ++k)
-        reconSq += double(st.count[k]) * centroids.row(k).cast<double>().squaredNorm();
+    const double reconSq = st.reconstructionSquaredNorm;
     it.gainError = n > 0 ? st.gainErrorSum / double(n) : 0.0;
     it.cosine = st.cosineRows > 0 ? st.cosineSum / double(st.cosineRows) : 0.0;
     it.shrinkage = st.squaredNormSum > 0 ? reconSq / st.squaredNormSum : 0.0;
@@ -136,21 +134,72 @@ void setPassMetrics(const AssignStats& st, const MatrixRF& centroids, std::int64
 
 void updateCentroids(Method method, const AssignStats& st, double shapeEpsilon, MatrixRF& c, GainShapeState& gs)
 {
-    const auto K = c.rows();
-    for (Eigen::Index k = 0; k < K; ++k) {
-        const double W = st.weightSum[k];
-        if (!(W > 0))
-            continue; // empty (or zero-weight) cluster keeps its centroid
-        if (method == Method::KMeans) {
-            c.row(k) = (st.sumX.row(k) / W).cast<float>();
-            continue;
-        }
-        const double n = st.sumY.row(k).norm();
-        if (n / W > shapeEpsilon)
-            gs.shapes.row(k) = st.sumY.row(k) / n;
-        gs.gains[k] = std::max(0.0, st.sumX.row(k).dot(gs.shapes.row(k)) / W);
-        c.row(k) = (gs.gains[k] * gs.shapes.row(k)).cast<float>();
+    const update::Params rule{method == Method::KMeans ? update::Rule::Mean : update::Rule::GainShape, shapeEpsilon, 0};
+    const int d = static_cast<int>(c.cols());
+    for (Eigen::Index k = 0; k < c.rows(); ++k) {
+        const bool shape = method == Method::GainShape;
+        update::cluster(rule, d, st.weightSum[k], st.sumX.row(k).data(), shape ? st.sumY.row(k).data() : nullptr,
+                        nullptr, nullptr, shape ? &gs.gains[k] : nullptr, shape ? gs.shapes.row(k).data() : nullptr,
+                        c.row(k).data());
     }
+}
+
+// ---- the held centroids' defaults: in host memory, the rule applied here ------------------------
+
+void ClusterBackend::loadCentroids(const CentroidState& state)
+{
+    m_held = state;
+}
+
+void ClusterBackend::passHeld(const AssignRequest& what, AssignStats& out)
+{
+    AssignStats& st = m_heldPass;
+    assignPass(m_held.centroids, what, st);
+    st.emptyClusters = (st.count.array() == 0).count();
+    st.reconstructionSquaredNorm = 0;
+    for (Eigen::Index k = 0; k < m_held.centroids.rows(); ++k)
+        st.reconstructionSquaredNorm += double(st.count[k]) * m_held.centroids.row(k).cast<double>().squaredNorm();
+    // The scalars only, as a device backend returns them.
+    out = AssignStats{};
+    out.weightedError = st.weightedError;
+    out.weightedSquaredNorm = st.weightedSquaredNorm;
+    out.totalWeight = st.totalWeight;
+    out.changed = st.changed;
+    out.skipped = st.skipped;
+    out.gainErrorSum = st.gainErrorSum;
+    out.cosineSum = st.cosineSum;
+    out.cosineRows = st.cosineRows;
+    out.squaredNormSum = st.squaredNormSum;
+    out.emptyClusters = st.emptyClusters;
+    out.reconstructionSquaredNorm = st.reconstructionSquaredNorm;
+}
+
+void ClusterBackend::updateHeld(const update::Params& rule)
+{
+    const AssignStats& st = m_heldPass;
+    CentroidState& h = m_held;
+    if (st.weightSum.size() != h.centroids.rows())
+        throwRuntime("updateHeld: no pass with the held centroids before the update");
+    if (rule.rule == update::Rule::GainShape && st.sumY.rows() != h.centroids.rows())
+        throwRuntime("updateHeld: the gain-shape rule needs a pass with shape sums");
+    const int d = static_cast<int>(h.centroids.cols());
+    const bool shape = rule.rule == update::Rule::GainShape, ema = rule.rule == update::Rule::Ema;
+    for (Eigen::Index k = 0; k < h.centroids.rows(); ++k)
+        update::cluster(rule, d, st.weightSum[k], st.sumX.row(k).data(), shape ? st.sumY.row(k).data() : nullptr,
+                        ema ? &h.emaWeight[k] : nullptr, ema ? h.emaSum.row(k).data() : nullptr,
+                        shape ? &h.gs.gains[k] : nullptr, shape ? h.gs.shapes.row(k).data() : nullptr,
+                        h.centroids.row(k).data());
+}
+
+void ClusterBackend::heldClusterTotals(AssignStats& out)
+{
+    out.weightSum = m_heldPass.weightSum;
+    out.count = m_heldPass.count;
+}
+
+void ClusterBackend::storeCentroids(CentroidState& state)
+{
+    state = m_held;
 }
 
 void validateWeights(const float* weights, std::int64_t n)
@@ -192,65 +241,64 @@ ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const C
 
     const auto start = Clock::now();
     ClusteringResult r;
-    r.centroids = backend.gatherRows(sampleRows(n, p.k, p.seed));
-    GainShapeState gs;
+    CentroidState state;
+    state.centroids = backend.gatherRows(sampleRows(n, p.k, p.seed));
     AssignStats st;
     if (method == Method::GainShape)
-        initGainShape(backend, r.centroids, gs, st);
+        initGainShape(backend, state.centroids, state.gs, st);
     if (!(p.emaDecay >= 0 && p.emaDecay < 1))
         throwInvalid("--ema-decay ", p.emaDecay, ": must be in [0, 1)");
     const bool ema = method == Method::KMeans && p.emaDecay > 0;
-    Eigen::VectorXd emaWeight; // Σ_t γ^(T−t) W_k
-    MatrixRD emaSum;           // Σ_t γ^(T−t) Sx_k
+    const update::Params rule{ema                           ? update::Rule::Ema
+                              : method == Method::GainShape ? update::Rule::GainShape
+                                                            : update::Rule::Mean,
+                              p.shapeEpsilon, ema ? p.emaDecay : 0.0};
+    if (ema) { // Σ_t γ^(T−t) W_k and Σ_t γ^(T−t) Sx_k, from zero: the first update gives W_k and Sx_k
+        state.emaWeight = Eigen::VectorXd::Zero(p.k);
+        state.emaSum = MatrixRD::Zero(p.k, state.centroids.cols());
+    }
+    backend.loadCentroids(state);
 
     auto passStart = Clock::now();
     for (;;) {
-        backend.assignPass(r.centroids, AssignRequest{method == Method::GainShape, p.passMetrics}, st);
+        backend.passHeld(AssignRequest{method == Method::GainShape, p.passMetrics}, st);
         IterationStats it;
         it.iteration = r.iterations;
         it.objective = st.weightedError / st.totalWeight;
         it.nmse = st.weightedSquaredNorm > 0 ? st.weightedError / st.weightedSquaredNorm : 0.0;
         if (p.passMetrics)
-            setPassMetrics(st, r.centroids, n, it);
+            setPassMetrics(st, n, it);
         it.changed = st.changed;
         it.skipped = st.skipped;
-        it.emptyClusters = static_cast<int>((st.count.array() == 0).count());
+        it.emptyClusters = static_cast<int>(st.emptyClusters);
 
         const bool converged = r.iterations > 0 && st.changed == 0;
         const bool last = converged || r.iterations >= p.maxIterations;
         it.last = last;
         if (!last) {
-            if (ema) {
-                if (emaWeight.size() == 0) {
-                    emaWeight = st.weightSum;
-                    emaSum = st.sumX;
-                } else {
-                    emaWeight = p.emaDecay * emaWeight + st.weightSum;
-                    emaSum = p.emaDecay * emaSum + st.sumX;
-                }
-                for (Eigen::Index k = 0; k < r.centroids.rows(); ++k)
-                    if (emaWeight[k] > 0)
-                        r.centroids.row(k) = (emaSum.row(k) / emaWeight[k]).cast<float>();
-            } else {
-                updateCentroids(method, st, p.shapeEpsilon, r.centroids, gs);
-            }
+            backend.updateHeld(rule);
             if (p.reseedEmpty && it.emptyClusters > 0) {
-                const auto touched = reseedEmptyClusters(st, r.centroids);
+                // Rare: the centroids come to the host for the split and go back.
+                AssignStats totals;
+                backend.heldClusterTotals(totals);
+                backend.storeCentroids(state);
+                const auto touched = reseedEmptyClusters(totals, state.centroids);
                 it.reseeded = static_cast<int>(touched.size() / 2);
                 if (ema)
                     for (auto k : touched) { // the split halves start their averages afresh
-                        emaWeight[k] = 0;
-                        emaSum.row(k).setZero();
+                        state.emaWeight[k] = 0;
+                        state.emaSum.row(k).setZero();
                     }
                 if (method == Method::GainShape) {
                     // Split clusters get their own gain and shape from the nudged centroids.
                     GainShapeState fresh;
-                    shapeFromCentroids(r.centroids, fresh);
+                    shapeFromCentroids(state.centroids, fresh);
                     for (auto k : touched) {
-                        gs.gains[k] = fresh.gains[k];
-                        gs.shapes.row(k) = fresh.shapes.row(k);
+                        state.gs.gains[k] = fresh.gains[k];
+                        state.gs.shapes.row(k) = fresh.shapes.row(k);
                     }
                 }
+                backend.loadCentroids(state);
             }
             ++r.iterations;
         }
@@ -265,13 +313,15 @@ ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const C
         }
         if (onIteration && !onIteration(it)) {
             // The labels stay those of the last pass; re-assign so they match the centroids returned.
-            backend.assign(r.centroids, false, st);
+            backend.passHeld(AssignRequest{}, st);
             r.stop = StopReason::Cancelled;
             break;
         }
     }
     if (onIteration && r.stop != StopReason::Cancelled)
         onIteration(r.history.back());
+    backend.storeCentroids(state);
+    r.centroids = std::move(state.centroids);
     r.labels.resize(static_cast<std::size_t>(n));
     backend.readLabels(r.labels);
     r.seconds = std::chrono::duration<double>(Clock::now() - start).count();

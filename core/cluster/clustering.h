@@ -93,12 +93,8 @@ ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const C
 // Throws Error(InvalidInput) for a weight that is negative or not finite, or all weights zero.
 void validateWeights(const float* weights, std::int64_t n);
 
-// One update step on the sufficient statistics (exposed for tests and other backends' checks).
+// One update step on the sufficient statistics (update_rule.h per cluster; exposed for tests).
 // centroids (K × D) is updated in place; GSKM keeps gains/shapes in `gains` (K) and `shapes` (K × D).
-struct GainShapeState {
-    Eigen::VectorXd gains;
-    MatrixRD shapes;
-};
 void updateCentroids(Method method, const AssignStats& stats, double shapeEpsilon, MatrixRF& centroids,
                      GainShapeState& gs);
 

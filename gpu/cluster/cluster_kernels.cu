@@ -1,4 +1,6 @@
 #include "gpu/cluster/cluster_kernels.h"
+
+#include "core/cluster/update_rule.h"
 #include "gpu/device/launch.cuh"
 
 #include <algorithm>
@@ -255,6 +257,63 @@ static __global__ void sumArraysKernel(const double* const* __restrict__ arrays,
         out[blockIdx.x] = part[0];
 }
 
+// One thread per cluster: update_rule.h's update, then the centroid's ‖c‖² for the next pass.
+static __global__ void updateCentroidsKernel(update::Params rule, int K, int d, const double* __restrict__ wsum,
+                                             const double* __restrict__ sumX, const double* __restrict__ sumY,
+                                             double* __restrict__ emaW, double* __restrict__ emaS,
+                                             double* __restrict__ gain, double* __restrict__ shape,
+                                             float* __restrict__ C, float* __restrict__ cNorm)
+{
+    const int k = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+    if (k >= K)
+        return;
+    const std::int64_t o = std::int64_t(k) * d;
+    const bool gs = rule.rule == update::Rule::GainShape, ema = rule.rule == update::Rule::Ema;
+    update::cluster(rule, d, wsum[k], sumX + o, gs ? sumY + o : nullptr, ema ? emaW + k : nullptr,
+                    ema ? emaS + o : nullptr, gs ? gain + k : nullptr, gs ? shape + o : nullptr, C + o);
+    cNorm[k] = update::squaredNorm(C + o, d);
+}
+
+static __global__ void centroidNormsKernel(int K, int d, const float* __restrict__ C, float* __restrict__ cNorm)
+{
+    const int k = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+    if (k < K)
+        cNorm[k] = update::squaredNorm(C + std::int64_t(k) * d, d);
+}
+
+constexpr int kTotalThreads = 256;
+
+// out[0] = clusters with no member, out[1] = Σ_k count_k·‖c_k‖² (‖c_k‖² in double): thread t takes
+// k = t, t+256, ... in order, then a fixed tree over the threads.
+static __global__ void clusterTotalsKernel(int K, int d, const long long* __restrict__ count,
+                                           const float* __restrict__ C, double* __restrict__ out)
+{
+    __shared__ double empty[kTotalThreads], recon[kTotalThreads];
+    double e = 0, r = 0;
+    for (int k = threadIdx.x; k < K; k += kTotalThreads) {
+        const float* c = C + std::int64_t(k) * d;
+        double sq = 0;
+        for (int j = 0; j < d; ++j)
+            sq = fma(double(c[j]), double(c[j]), sq);
+        e += count[k] == 0 ? 1.0 : 0.0;
+        r = fma(double(count[k]), sq, r);
+    }
+    empty[threadIdx.x] = e;
+    recon[threadIdx.x] = r;
+    __syncthreads();
+    for (int half = kTotalThreads / 2; half > 0; half /= 2) {
+        if (int(threadIdx.x) < half) {
+            empty[threadIdx.x] += empty[threadIdx.x + half];
+            recon[threadIdx.x] += recon[threadIdx.x + half];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[0] = empty[0];
+        out[1] = recon[0];
+    }
+}
+
 static __global__ void gatherRowsKernel(const float* __restrict__ x, std::int64_t ld,
                                         const std::int64_t* __restrict__ idx, int k, int d, float* __restrict__ out)
 {
@@ -413,6 +472,29 @@ cudaError_t launchAccumulate(const float* x, std::int64_t ld, std::int64_t r0, s
 cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream)
 {
     launch(sumArraysKernel, count, kSumThreads, 0, stream, arrays, n, out);
+    return cudaGetLastError();
+}
+
+cudaError_t launchUpdateCentroids(const update::Params& rule, int K, int d, const double* wsum, const double* sumX,
+                                  const double* sumY, double* emaW, double* emaS, double* gain, double* shape, float* C,
+                                  float* cNorm, cudaStream_t stream)
+{
+    constexpr int threads = 128;
+    launch(updateCentroidsKernel, (K + threads - 1) / threads, threads, 0, stream, rule, K, d, wsum, sumX, sumY, emaW,
+           emaS, gain, shape, C, cNorm);
+    return cudaGetLastError();
+}
+
+cudaError_t launchCentroidNorms(int K, int d, const float* C, float* cNorm, cudaStream_t stream)
+{
+    constexpr int threads = 128;
+    launch(centroidNormsKernel, (K + threads - 1) / threads, threads, 0, stream, K, d, C, cNorm);
+    return cudaGetLastError();
+}
+
+cudaError_t launchClusterTotals(int K, int d, const long long* count, const float* C, double* out, cudaStream_t stream)
+{
+    launch(clusterTotalsKernel, 1, kTotalThreads, 0, stream, K, d, count, C, out);
     return cudaGetLastError();
 }
 

@@ -5,6 +5,8 @@
 // Every launcher takes raw device pointers, sizes and a stream, enqueues its work and returns the
 // launch status; none synchronizes. Matrices are row-major with a leading dimension `ld` in elements.
 
+#include "core/cluster/update_rule.h"
+
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -57,6 +59,20 @@ cudaError_t launchAccumulate(const float* x, std::int64_t ld, std::int64_t r0, s
 
 // out[a] = Σ_i arrays[a][i] for a < count, i < n, each in one fixed order (a block per array).
 cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream);
+
+// Lloyd's update on the device, update_rule.h's for every cluster k < K (one thread each) from the
+// pass's sums (wsum, sumX, sumY: K, K × d, K × d), in place on C (K × d) and the rule's state (emaW,
+// emaS for Ema; gain, shape for GainShape; null otherwise); then cNorm[k] = ‖c_k‖² as
+// update::squaredNorm rounds it.
+cudaError_t launchUpdateCentroids(const update::Params& rule, int K, int d, const double* wsum, const double* sumX,
+                                  const double* sumY, double* emaW, double* emaS, double* gain, double* shape, float* C,
+                                  float* cNorm, cudaStream_t stream);
+
+// cNorm[k] = update::squaredNorm of row k of C (K × d).
+cudaError_t launchCentroidNorms(int K, int d, const float* C, float* cNorm, cudaStream_t stream);
+
+// out[0] = clusters with count 0, out[1] = Σ_k count_k·‖c_k‖², each summed in one fixed order.
+cudaError_t launchClusterTotals(int K, int d, const long long* count, const float* C, double* out, cudaStream_t stream);
 
 // out (k × d) = rows idx[0..k) of x (ld).
 cudaError_t launchGatherRows(const float* x, std::int64_t ld, const std::int64_t* idx, int k, int d, float* out,

@@ -121,6 +121,7 @@ public:
             throwRuntime("CUDA backend: block [", col0, ", ", col0 + dim, ") outside the ", m_f, " features bound");
         m_col0 = col0;
         m_d = dim;
+        ++m_blockSerial;
         m_chunk = 0; // chunk size depends on K: chosen at the first pass
         if (m_resident) {
             check(
@@ -163,16 +164,13 @@ public:
               "copying row indices");
         check(kernels::launchGatherRows(m_res.get() + m_col0, m_f, m_idx.get(), k, m_d, m_rowsOut.get(), m_stream),
               "gathering rows");
-        check(cudaMemcpyAsync(out.data(), m_rowsOut.get(), std::size_t(k) * m_d * sizeof(float), cudaMemcpyDeviceToHost,
-                              m_stream),
-              "copying rows back");
+        toHost(out.data(), m_rowsOut.get(), std::size_t(k) * m_d * sizeof(float), "copying rows back");
         check(cudaStreamSynchronize(m_stream), "gathering rows");
         return out;
     }
 
     void assignPass(const MatrixRF& C, const AssignRequest& what, AssignStats& out) override
     {
-        const bool withShapeSums = what.shapeSums;
         const auto start = std::chrono::steady_clock::now();
         use();
         const int K = int(C.rows()), D = m_d;
@@ -180,91 +178,144 @@ public:
             throwRuntime("CUDA backend: centroids ", C.rows(), "×", C.cols(), " do not match the block width ", D);
         prepareWork(K);
         uploadCentroids(C);
+        runPass(m_C.get(), m_cNorm.get(), K, what);
+
+        // One transfer of the K × D sums and the scalars.
         const std::size_t kd = std::size_t(K) * D;
-        check(cudaMemsetAsync(m_sumX.get(), 0, kd * sizeof(double), m_stream), "clearing sums");
-        if (withShapeSums)
-            check(cudaMemsetAsync(m_sumY.get(), 0, kd * sizeof(double), m_stream), "clearing sums");
-        check(cudaMemsetAsync(m_wsum.get(), 0, std::size_t(K) * sizeof(double), m_stream), "clearing sums");
-        check(cudaMemsetAsync(m_count.get(), 0, std::size_t(K) * sizeof(long long), m_stream), "clearing sums");
-
-        kernels::RowMetricTerms metricTerms;
-        if (what.rowMetrics)
-            metricTerms = {m_rowTerms[4].get(), m_rowTerms[5].get(), m_rowTerms[6].get(), m_rowTerms[7].get()};
-        const float one = 1.0f, zero = 0.0f;
-        for (std::int64_t r0 = 0; r0 < m_n; r0 += m_chunk) {
-            const std::int64_t m = std::min(m_chunk, m_n - r0);
-            const float* xb;
-            std::int64_t ld;
-            if (m_resident) {
-                xb = m_res.get() + r0 * m_f + m_col0;
-                ld = m_f;
-            } else {
-                stageChunk(r0, m);
-                xb = m_stage.get();
-                ld = D;
-            }
-            // Column-major view: Sᵀ (K × m) = C (K × D, stored as Cᵀ D × K) · Xᵀ (D × m, ld).
-            check(cublas().sgemm(m_handle, CUBLAS_OP_T, CUBLAS_OP_N, K, int(m), D, &one, m_C.get(), D, xb, int(ld),
-                                 &zero, m_S.get(), K),
-                  "SGEMM of rows and centroids");
-            check(kernels::launchArgmaxRows(m_S.get(), K, m_cNorm.get(), r0, m, m_sq.get(), wPtr(), m_labels.get(),
-                                            m_rowTerms[0].get(), m_rowTerms[1].get(), m_rowTerms[2].get(),
-                                            m_rowTerms[3].get(), metricTerms, m_stream),
-                  "argmax");
-            if (!m_resident) // the staged chunk is overwritten by the next
-                accumulate(xb, ld, r0, m, withShapeSums);
-        }
-        if (m_resident) // all the rows at once, now that every label is set
-            accumulate(m_res.get() + m_col0, m_f, 0, m_n, withShapeSums);
-        sumRowTerms(what.rowMetrics ? 8 : 4);
-
-        // One transfer of the K × D sums and the scalars per pass.
         double* h = m_hostSums.get();
-        check(cudaMemcpyAsync(h, m_sumX.get(), kd * sizeof(double), cudaMemcpyDeviceToHost, m_stream), "copying sums");
-        if (withShapeSums)
-            check(cudaMemcpyAsync(h + kd, m_sumY.get(), kd * sizeof(double), cudaMemcpyDeviceToHost, m_stream),
-                  "copying sums");
-        check(cudaMemcpyAsync(h + 2 * kd, m_wsum.get(), std::size_t(K) * sizeof(double), cudaMemcpyDeviceToHost,
-                              m_stream),
-              "copying sums");
-        check(cudaMemcpyAsync(h + 2 * kd + K, m_count.get(), std::size_t(K) * sizeof(long long), cudaMemcpyDeviceToHost,
-                              m_stream),
-              "copying counts");
-        check(
-            cudaMemcpyAsync(h + 2 * kd + 2 * K, m_scalars.get(), 8 * sizeof(double), cudaMemcpyDeviceToHost, m_stream),
-            "copying totals");
+        toHost(h, m_sumX.get(), kd * sizeof(double), "copying sums");
+        if (what.shapeSums)
+            toHost(h + kd, m_sumY.get(), kd * sizeof(double), "copying sums");
+        copyClusterTotals(K, h + 2 * kd);
+        toHost(h + 2 * kd + 2 * K, m_scalars.get(), kScalars * sizeof(double), "copying totals");
         check(cudaStreamSynchronize(m_stream), "an assignment pass");
-        ++m_stats.devicePasses;
-        m_stats.passSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        countPass(start);
 
         out.sumX = Eigen::Map<const MatrixRD>(h, K, D);
-        if (withShapeSums)
+        if (what.shapeSums)
             out.sumY = Eigen::Map<const MatrixRD>(h + kd, K, D);
         else
             out.sumY.resize(0, 0);
-        out.weightSum = Eigen::Map<const Eigen::VectorXd>(h + 2 * kd, K);
-        const auto* counts = reinterpret_cast<const long long*>(h + 2 * kd + K);
-        out.count.resize(K);
-        for (int k = 0; k < K; ++k)
-            out.count[k] = counts[k];
-        const double* s = h + 2 * kd + 2 * K;
-        out.weightedError = s[0];
-        out.weightedSquaredNorm = s[1];
-        out.totalWeight = s[2];
-        out.changed = std::int64_t(s[3]);
-        out.gainErrorSum = what.rowMetrics ? s[4] : 0.0;
-        out.cosineSum = what.rowMetrics ? s[5] : 0.0;
-        out.cosineRows = what.rowMetrics ? std::int64_t(s[6]) : 0;
-        out.squaredNormSum = what.rowMetrics ? s[7] : 0.0;
+        takeClusterTotals(K, h + 2 * kd, out);
+        takeScalars(h + 2 * kd + 2 * K, what, out);
+    }
+
+    // ---- Lloyd's iterations on the device: the centroids and the rule's state stay there ----------
+
+    void loadCentroids(const CentroidState& s) override
+    {
+        use();
+        const int K = int(s.centroids.rows());
+        if (s.centroids.cols() != m_d || K < 1)
+            throwRuntime("CUDA backend: centroids ", s.centroids.rows(), "×", s.centroids.cols(),
+                         " do not match the block width ", m_d);
+        prepareWork(K);
+        const std::size_t kd = std::size_t(K) * m_d;
+        m_heldK = K;
+        m_heldBlock = m_blockSerial;
+        m_heldGs = s.gs.gains.size() == K;
+        m_heldEma = s.emaWeight.size() == K;
+        m_heldC.ensure(kd, "centroids", m_device);
+        m_heldNorm.ensure(std::size_t(K), "centroid norms", m_device);
+        upload(m_heldC.get(), s.centroids.data(), kd, "copying centroids");
+        if (m_heldGs) {
+            m_gain.ensure(std::size_t(K), "gains", m_device);
+            m_shape.ensure(kd, "shapes", m_device);
+            upload(m_gain.get(), s.gs.gains.data(), std::size_t(K), "copying gains");
+            upload(m_shape.get(), s.gs.shapes.data(), kd, "copying shapes");
+        }
+        if (m_heldEma) {
+            m_emaW.ensure(std::size_t(K), "running weights", m_device);
+            m_emaS.ensure(kd, "running sums", m_device);
+            upload(m_emaW.get(), s.emaWeight.data(), std::size_t(K), "copying running weights");
+            upload(m_emaS.get(), s.emaSum.data(), kd, "copying running sums");
+        }
+        check(kernels::launchCentroidNorms(K, m_d, m_heldC.get(), m_heldNorm.get(), m_stream), "centroid norms");
+        m_heldPassed = false;
+        check(cudaStreamSynchronize(m_stream), "copying centroids");
+    }
+
+    void passHeld(const AssignRequest& what, AssignStats& out) override
+    {
+        const auto start = std::chrono::steady_clock::now();
+        use();
+        requireHeld("passHeld");
+        prepareWork(m_heldK);
+        runPass(m_heldC.get(), m_heldNorm.get(), m_heldK, what);
+        check(kernels::launchClusterTotals(m_heldK, m_d, m_count.get(), m_heldC.get(), m_scalars.get() + kRowTerms,
+                                           m_stream),
+              "cluster totals");
+        // The one read of the iteration: its scalars.
+        double* h = m_hostSums.get();
+        toHost(h, m_scalars.get(), kScalars * sizeof(double), "copying totals");
+        check(cudaStreamSynchronize(m_stream), "an assignment pass");
+        countPass(start);
+        m_heldPassed = true;
+        m_heldPassShape = what.shapeSums;
+        out = AssignStats{};
+        takeScalars(h, what, out);
+        out.emptyClusters = std::int64_t(h[kRowTerms]);
+        out.reconstructionSquaredNorm = h[kRowTerms + 1];
+    }
+
+    void updateHeld(const update::Params& rule) override
+    {
+        const auto start = std::chrono::steady_clock::now();
+        use();
+        requireHeld("updateHeld");
+        if (!m_heldPassed)
+            throwRuntime("CUDA backend: updateHeld without a pass on the held centroids");
+        const bool gs = rule.rule == update::Rule::GainShape, ema = rule.rule == update::Rule::Ema;
+        if ((gs && (!m_heldGs || !m_heldPassShape)) || (ema && !m_heldEma))
+            throwRuntime("CUDA backend: the ", gs ? "gain-shape" : "EMA", " update without its state or sums");
+        check(kernels::launchUpdateCentroids(rule, m_heldK, m_d, m_wsum.get(), m_sumX.get(),
+                                             gs ? m_sumY.get() : nullptr, ema ? m_emaW.get() : nullptr,
+                                             ema ? m_emaS.get() : nullptr, gs ? m_gain.get() : nullptr,
+                                             gs ? m_shape.get() : nullptr, m_heldC.get(), m_heldNorm.get(), m_stream),
+              "updating centroids");
+        m_heldPassed = false; // the sums belong to the centroids before the update
+        // Not synchronized: the next pass on the stream waits for it, and its time lands there.
+        m_stats.passSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+
+    void heldClusterTotals(AssignStats& out) override
+    {
+        use();
+        requireHeld("heldClusterTotals");
+        double* h = m_hostSums.get();
+        copyClusterTotals(m_heldK, h);
+        check(cudaStreamSynchronize(m_stream), "copying cluster totals");
+        takeClusterTotals(m_heldK, h, out);
+    }
+
+    void storeCentroids(CentroidState& s) override
+    {
+        use();
+        requireHeld("storeCentroids");
+        const int K = m_heldK;
+        const std::size_t kd = std::size_t(K) * m_d;
+        s.centroids.resize(K, m_d);
+        download(s.centroids.data(), m_heldC.get(), kd);
+        if (m_heldGs) {
+            s.gs.gains.resize(K);
+            s.gs.shapes.resize(K, m_d);
+            download(s.gs.gains.data(), m_gain.get(), std::size_t(K));
+            download(s.gs.shapes.data(), m_shape.get(), kd);
+        }
+        if (m_heldEma) {
+            s.emaWeight.resize(K);
+            s.emaSum.resize(K, m_d);
+            download(s.emaWeight.data(), m_emaW.get(), std::size_t(K));
+            download(s.emaSum.data(), m_emaS.get(), kd);
+        }
+        check(cudaStreamSynchronize(m_stream), "copying centroids");
     }
 
     void readLabels(std::span<std::int32_t> out) override
     {
         use();
         checkLabelSpan(out.size());
-        check(cudaMemcpyAsync(out.data(), m_labels.get(), out.size() * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
-                              m_stream),
-              "copying labels");
+        toHost(out.data(), m_labels.get(), out.size() * sizeof(std::int32_t), "copying labels");
         check(cudaStreamSynchronize(m_stream), "copying labels");
     }
 
@@ -326,7 +377,7 @@ public:
               "row metrics");
         sumRowTerms(6);
         double s[6];
-        check(cudaMemcpyAsync(s, m_scalars.get(), sizeof s, cudaMemcpyDeviceToHost, m_stream), "copying metrics");
+        toHost(s, m_scalars.get(), sizeof s, "copying metrics");
         check(cudaStreamSynchronize(m_stream), "metrics");
         QuantMetrics q;
         if (m_n == 0)
@@ -342,6 +393,107 @@ public:
 
 private:
     void use() { check(cudaSetDevice(m_opt.device), "cudaSetDevice"); }
+
+    template <class T> void upload(T* to, const T* from, std::size_t count, const char* what)
+    {
+        check(cudaMemcpyAsync(to, from, count * sizeof(T), cudaMemcpyHostToDevice, m_stream), what);
+    }
+    template <class T> void download(T* to, const T* from, std::size_t count)
+    {
+        toHost(to, from, count * sizeof(T), "copying centroids back");
+    }
+    // Every copy to the host goes through here, counted (CudaBackendStats::bytesToHost).
+    void toHost(void* to, const void* from, std::size_t bytes, const char* what)
+    {
+        check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToHost, m_stream), what);
+        m_stats.bytesToHost += std::int64_t(bytes);
+    }
+
+    void requireHeld(const char* call) const
+    {
+        if (m_heldK == 0)
+            throwRuntime("CUDA backend: ", call, " before loadCentroids");
+        if (m_heldBlock != m_blockSerial)
+            throwRuntime("CUDA backend: ", call, " on centroids loaded for another block");
+    }
+
+    // The pass on centroids C (K × m_d) with norms cNorm, all on the device: per chunk the GEMM and the
+    // argmax, then the per-cluster sums and the row terms' totals (m_scalars[0 .. kRowTerms)).
+    void runPass(const float* C, const float* cNorm, int K, const AssignRequest& what)
+    {
+        const int D = m_d;
+        const std::size_t kd = std::size_t(K) * D;
+        check(cudaMemsetAsync(m_sumX.get(), 0, kd * sizeof(double), m_stream), "clearing sums");
+        if (what.shapeSums)
+            check(cudaMemsetAsync(m_sumY.get(), 0, kd * sizeof(double), m_stream), "clearing sums");
+        check(cudaMemsetAsync(m_wsum.get(), 0, std::size_t(K) * sizeof(double), m_stream), "clearing sums");
+        check(cudaMemsetAsync(m_count.get(), 0, std::size_t(K) * sizeof(long long), m_stream), "clearing sums");
+
+        kernels::RowMetricTerms metricTerms;
+        if (what.rowMetrics)
+            metricTerms = {m_rowTerms[4].get(), m_rowTerms[5].get(), m_rowTerms[6].get(), m_rowTerms[7].get()};
+        const float one = 1.0f, zero = 0.0f;
+        for (std::int64_t r0 = 0; r0 < m_n; r0 += m_chunk) {
+            const std::int64_t m = std::min(m_chunk, m_n - r0);
+            const float* xb;
+            std::int64_t ld;
+            if (m_resident) {
+                xb = m_res.get() + r0 * m_f + m_col0;
+                ld = m_f;
+            } else {
+                stageChunk(r0, m);
+                xb = m_stage.get();
+                ld = D;
+            }
+            // Column-major view: Sᵀ (K × m) = C (K × D, stored as Cᵀ D × K) · Xᵀ (D × m, ld).
+            check(cublas().sgemm(m_handle, CUBLAS_OP_T, CUBLAS_OP_N, K, int(m), D, &one, C, D, xb, int(ld), &zero,
+                                 m_S.get(), K),
+                  "SGEMM of rows and centroids");
+            check(kernels::launchArgmaxRows(m_S.get(), K, cNorm, r0, m, m_sq.get(), wPtr(), m_labels.get(),
+                                            m_rowTerms[0].get(), m_rowTerms[1].get(), m_rowTerms[2].get(),
+                                            m_rowTerms[3].get(), metricTerms, m_stream),
+                  "argmax");
+            if (!m_resident) // the staged chunk is overwritten by the next
+                accumulate(xb, ld, r0, m, what.shapeSums);
+        }
+        if (m_resident) // all the rows at once, now that every label is set
+            accumulate(m_res.get() + m_col0, m_f, 0, m_n, what.shapeSums);
+        sumRowTerms(what.rowMetrics ? kRowTerms : 4);
+    }
+
+    // W and the counts (K each) into h (2K doubles' room), enqueued.
+    void copyClusterTotals(int K, double* h)
+    {
+        toHost(h, m_wsum.get(), std::size_t(K) * sizeof(double), "copying sums");
+        toHost(h + K, m_count.get(), std::size_t(K) * sizeof(long long), "copying counts");
+    }
+
+    static void takeClusterTotals(int K, const double* h, AssignStats& out)
+    {
+        out.weightSum = Eigen::Map<const Eigen::VectorXd>(h, K);
+        const auto* counts = reinterpret_cast<const long long*>(h + K);
+        out.count.resize(K);
+        for (int k = 0; k < K; ++k)
+            out.count[k] = counts[k];
+    }
+
+    static void takeScalars(const double* s, const AssignRequest& what, AssignStats& out)
+    {
+        out.weightedError = s[0];
+        out.weightedSquaredNorm = s[1];
+        out.totalWeight = s[2];
+        out.changed = std::int64_t(s[3]);
+        out.gainErrorSum = what.rowMetrics ? s[4] : 0.0;
+        out.cosineSum = what.rowMetrics ? s[5] : 0.0;
+        out.cosineRows = what.rowMetrics ? std::int64_t(s[6]) : 0;
+        out.squaredNormSum = what.rowMetrics ? s[7] : 0.0;
+    }
+
+    void countPass(std::chrono::steady_clock::time_point start)
+    {
+        ++m_stats.devicePasses;
+        m_stats.passSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
 
     const float* wPtr() const { return m_hasWeights ? m_w.get() : nullptr; }
 
@@ -396,9 +548,9 @@ private:
         m_sumY.ensure(kd, "shape sums", m_device);
         m_wsum.ensure(std::size_t(K), "weight sums", m_device);
         m_count.ensure(std::size_t(K), "counts", m_device);
-        m_scalars.ensure(8, "totals", m_device);
-        m_ptrs.ensure(8, "pointers", m_device);
-        m_hostSums.ensure(2 * kd + 2 * std::size_t(K) + 8, "sums", m_device);
+        m_scalars.ensure(kScalars, "totals", m_device);
+        m_ptrs.ensure(kRowTerms, "pointers", m_device);
+        m_hostSums.ensure(2 * kd + 2 * std::size_t(K) + kScalars, "sums", m_device);
     }
 
     void uploadCentroids(const MatrixRF& C)
@@ -433,8 +585,8 @@ private:
         const double* ptrs[kRowTerms];
         for (int a = 0; a < kRowTerms; ++a)
             ptrs[a] = m_rowTerms[std::size_t(a)].get();
-        m_ptrs.ensure(8, "pointers", m_device);
-        m_scalars.ensure(8, "totals", m_device);
+        m_ptrs.ensure(kRowTerms, "pointers", m_device);
+        m_scalars.ensure(kScalars, "totals", m_device);
         check(cudaMemcpyAsync(m_ptrs.get(), ptrs, sizeof ptrs, cudaMemcpyHostToDevice, m_stream), "copying pointers");
         check(kernels::launchSumArrays(m_ptrs.get(), count, m_n, m_scalars.get(), m_stream), "summing rows");
     }
@@ -454,12 +606,20 @@ private:
     std::size_t m_sharedOptin = 0;
 
     DeviceArray<float> m_res, m_x, m_rec, m_w, m_sq, m_inv, m_stage, m_S, m_C, m_cNorm, m_rowsOut;
+    // The held centroids of Lloyd's iterations and the rule's state.
+    DeviceArray<float> m_heldC, m_heldNorm;
+    DeviceArray<double> m_gain, m_shape, m_emaW, m_emaS;
+    int m_heldK = 0;
+    std::int64_t m_blockSerial = 0, m_heldBlock = -1;
+    bool m_heldGs = false, m_heldEma = false, m_heldPassed = false, m_heldPassShape = false;
     DeviceArray<std::int32_t> m_labels;
     DeviceArray<std::int64_t> m_idx;
     DeviceArray<double> m_sumX, m_sumY, m_wsum, m_scalars, m_partials;
     DeviceArray<long long> m_count;
     DeviceArray<const double*> m_ptrs;
+    // Row terms summed per pass; the scalars are their sums, then the cluster totals' two.
     static constexpr int kRowTerms = 8;
+    static constexpr int kScalars = kRowTerms + 2;
     DeviceArray<double> m_rowTerms[kRowTerms];
     PinnedArray<float> m_hostRes;
     PinnedArray<double> m_hostSums;

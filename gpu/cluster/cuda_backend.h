@@ -7,8 +7,13 @@
 // between the cuBLAS SGEMM that writes it and the argmax kernel that reads it; the N × K score
 // matrix is never whole in memory. The per-cluster sums are then taken without a sort, in tiles of
 // rows each summed in row order, the tiles added in order (cluster_kernels.h): no floating-point
-// atomics, so a seeded run gives the same sums every time. Per pass, the host receives the K × D
-// sums (the centroid update stays in core, the one copy of the algorithm) and four scalars.
+// atomics, so a seeded run gives the same sums every time.
+//
+// Lloyd's iterations stay on the device (loadCentroids .. storeCentroids): the update is
+// update_rule.h's, the one text core's CPU path runs too, applied by a kernel with a thread per
+// cluster; each iteration reads back only its ten scalars (objective terms, changed labels, empty
+// clusters, the pass's row metrics), from which core decides whether to stop. assignPass(), the
+// primitive for everything else (GSKM's start, beam search, encoding), returns the K × D sums.
 //
 // When the rows do not fit in device memory beside the work buffers, the backend keeps them in
 // pinned host memory and copies each chunk's block columns in per pass ("streamed"); the
@@ -41,6 +46,7 @@ struct CudaBackendStats {
     // Wall seconds spent in assignment passes, from the call to the sums on the host (the device's
     // work, the launches and the transfers): what is left of a training's time is the host's.
     double passSeconds = 0;
+    std::int64_t bytesToHost = 0; // every copy from the device, since the backend was made
 };
 const CudaBackendStats* cudaStats(const ClusterBackend& backend);
 

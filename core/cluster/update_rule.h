@@ -1,0 +1,79 @@
+#pragma once
+// Lloyd's update for one cluster, written once for every backend: the CPU calls it from core
+// (clustering.cpp), the CUDA backend from a kernel (one thread per cluster) so its centroids never
+// leave the device. Plain C++ over raw arrays, no Eigen and nothing of the standard library a device
+// lacks, so nvcc, the CUDA emulator and the host compiler build the same text.
+//
+// Same inputs, same bits on every backend: each sum runs in index order, and every product that
+// meets a sum is an explicit fma(), correctly rounded everywhere. (Compilers may otherwise contract
+// a·b + c into an FMA on one target and not on another.)
+//
+//   KM:    c = Sx / W                                  (W = 0: the centroid is kept)
+//   EMA:   W̄ = γ·W̄ + W, S̄ = γ·S̄ + Sx, c = S̄ / W̄        (W̄ = 0: kept)
+//   GSKM:  s = Sy / ‖Sy‖ (kept where ‖Sy‖/W ≤ shapeEpsilon), g = max(0, Sx·s / W), c = g·s
+
+#include <cmath>
+
+#if defined(__CUDACC__) // the emulator runs kernels as host code: plain functions serve it
+#define GSRQ_HOST_DEVICE __host__ __device__
+#else
+#define GSRQ_HOST_DEVICE
+#endif
+
+namespace gsrq::update {
+
+enum class Rule : int { Mean = 0, Ema = 1, GainShape = 2 };
+
+struct Params {
+    Rule rule = Rule::Mean;
+    double shapeEpsilon = 1e-6; // GainShape
+    double emaDecay = 0;        // Ema: γ in (0, 1)
+};
+
+// One cluster of width d. W, sx (d), sy (d; GainShape only): the pass's sums. emaWeight, emaSum (d):
+// the running sums (Ema only). gain, shape (d): GSKM's state (GainShape only). c (d): the centroid,
+// updated in place.
+GSRQ_HOST_DEVICE inline void cluster(const Params& p, int d, double W, const double* sx, const double* sy,
+                                     double* emaWeight, double* emaSum, double* gain, double* shape, float* c)
+{
+    if (p.rule == Rule::Ema) {
+        *emaWeight = fma(p.emaDecay, *emaWeight, W);
+        for (int j = 0; j < d; ++j)
+            emaSum[j] = fma(p.emaDecay, emaSum[j], sx[j]);
+        if (*emaWeight > 0)
+            for (int j = 0; j < d; ++j)
+                c[j] = float(emaSum[j] / *emaWeight);
+        return;
+    }
+    if (!(W > 0))
+        return; // an empty (or zero-weight) cluster keeps its centroid
+    if (p.rule == Rule::Mean) {
+        for (int j = 0; j < d; ++j)
+            c[j] = float(sx[j] / W);
+        return;
+    }
+    double sq = 0;
+    for (int j = 0; j < d; ++j)
+        sq = fma(sy[j], sy[j], sq);
+    const double norm = sqrt(sq);
+    if (norm / W > p.shapeEpsilon)
+        for (int j = 0; j < d; ++j)
+            shape[j] = sy[j] / norm;
+    double dot = 0;
+    for (int j = 0; j < d; ++j)
+        dot = fma(sx[j], shape[j], dot);
+    *gain = fmax(0.0, dot / W);
+    for (int j = 0; j < d; ++j)
+        c[j] = float(*gain * shape[j]);
+}
+
+// ‖c‖² of a centroid as the assignment's bias uses it: summed in double in index order, rounded once.
+GSRQ_HOST_DEVICE inline float squaredNorm(const float* c, int d)
+{
+    double s = 0;
+    for (int j = 0; j < d; ++j)
+        s = fma(double(c[j]), double(c[j]), s);
+    return float(s);
+}
+
+} // namespace gsrq::update
