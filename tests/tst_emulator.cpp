@@ -16,6 +16,8 @@
 
 #include <cublas_v2.h>
 
+#include "byte_counts.h"
+
 namespace {
 
 using gsrq::emulator::launch;
@@ -113,6 +115,10 @@ __global__ void staticSharedKernel(float* out)
 }
 
 } // namespace
+
+// emulator_counted_kernel.cpp: a kernel of known traffic, in a source of its own that is instrumented
+// as the library's kernels are (the byte counters see only instrumented code).
+void launchCountedKernel(unsigned blocks, const float* in, float* out);
 
 class TestEmulator : public QObject {
     Q_OBJECT
@@ -281,6 +287,43 @@ private slots:
         cudaMemGetInfo(&free1, &total);
         QCOMPARE(free1, free0);
         cudaGetLastError();
+    }
+
+    void byteCountsSeeEachAccess()
+    {
+        if (!gsrq::emulator::byteCountsBuilt())
+            QSKIP("this build's emulator has no byte counts (the AddressSanitizer build)");
+        float* in = deviceArray<float>(128);
+        float* out = deviceArray<float>(128);
+        QVERIFY(in && out);
+        std::vector<float> h(128, 1.0f);
+        QCOMPARE(cudaMemcpy(in, h.data(), 128 * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+        launchCountedKernel(2, in, out); // not counted
+        gsrq::emulator::startByteCounts();
+        launchCountedKernel(2, in, out);
+        launchCountedKernel(1, in, out);
+        const auto counts = gsrq::emulator::stopByteCounts();
+        launchCountedKernel(2, in, out); // not counted
+        QCOMPARE(cudaGetLastError(), cudaSuccess);
+        QCOMPARE(int(counts.size()), 2);
+        const auto& c = counts[0];
+        QVERIFY(c.kernel != nullptr && c.kernel == counts[1].kernel);
+        QCOMPARE(c.grid[0], 2u);
+        QCOMPARE(c.block[0], 64u);
+        QCOMPARE(c.dynamicShared, 64 * sizeof(float));
+        // 2 blocks × 64 threads: two 4-byte global reads and one write each; the 512 bytes of `in`
+        // read by both blocks count once as distinct. Shared: 8 + 4 bytes written and read per thread.
+        QCOMPARE(c.globalRead, std::uint64_t(2 * 64 * 8));
+        QCOMPARE(c.globalReadDistinct, std::uint64_t(128 * 4));
+        QCOMPARE(c.globalWrite, std::uint64_t(2 * 64 * 4));
+        QCOMPARE(c.globalWriteDistinct, std::uint64_t(128 * 4));
+        QCOMPARE(c.sharedWrite, std::uint64_t(2 * 64 * 12));
+        QCOMPARE(c.sharedRead, std::uint64_t(2 * 64 * 12));
+        // Each launch counts afresh: one block writes half of `out`.
+        QCOMPARE(counts[1].globalWriteDistinct, std::uint64_t(64 * 4));
+        QCOMPARE(counts[1].sharedRead, std::uint64_t(64 * 12));
+        cudaFree(in);
+        cudaFree(out);
     }
 
     void sgemmMatchesItsDefinition()

@@ -13,9 +13,9 @@
 
 namespace gsrq::gpu::kernels::detail {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = kDecodeWarps;
 constexpr int kThreads = kWarps * 32;
-constexpr int kEpl = 8; // features per lane
+constexpr int kEpl = kFeaturesPerLane;
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ void addHalf8(float (&x)[kEpl], const uint4& raw)
@@ -64,6 +64,35 @@ template <class F> inline cudaError_t withGroup(int group, F&& f)
     if (group <= kMaxGroup)
         return f.template operator()<8>();
     return cudaErrorInvalidValue;
+}
+
+// ---- static shared arrays of the template kernels ------------------------------------------------
+// Declared in functions of internal linkage that are not templates, whose kernels take them by
+// pointer: GCC (through 12 at least) ignores the section attribute on a function template's static
+// locals, and the CUDA emulator finds a block's static shared memory by that section (emulator.h; it
+// fills it with NaN before each block, and its byte counters tell shared from global by it). On a
+// device the arrays are what they were: static shared memory of each kernel that calls the function.
+
+// The RoPE turns of half a head (head_dim / 2 ≤ 128 pairs).
+static __device__ __forceinline__ float2* sharedTurns()
+{
+    __shared__ float2 turns[128];
+    return turns;
+}
+
+// One value per warp of a block of up to kMaxBlockWarps warps, for block reductions.
+constexpr int kMaxBlockWarps = 8;
+static __device__ __forceinline__ float* sharedWarpValues()
+{
+    __shared__ float perWarp[kMaxBlockWarps];
+    return perWarp;
+}
+
+// A value per warp and group head, red[w·kMaxGroup + h], for the paper path's tile maxima.
+static __device__ __forceinline__ float* sharedWarpHeadValues()
+{
+    __shared__ float perWarpHead[kMaxBlockWarps * kMaxGroup];
+    return perWarpHead;
 }
 
 // ---- weights binned by value codeword (the lookup path, and the paper path with bins) ----------

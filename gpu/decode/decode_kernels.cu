@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kThreads)
                       const __half* vb, const float2* turnsIn, SplitPartials part)
 {
     float* smem = dynamicShared<float>();
-    __shared__ float2 turns[128]; // headDim/2 ≤ 128
+    float2* const turns = sharedTurns();
     const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
     const int width = d.headDim / kEpl, perWarp = 32 / width, half = d.headDim / 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -283,9 +283,10 @@ __global__ void __launch_bounds__(kThreads)
                     const float2* turnsIn, float* weights, float* mOut, float* lOut)
 {
     float* W = dynamicShared<float>();
-    __shared__ float2 turns[128]; // headDim/2 ≤ 128
-    __shared__ float red[kWarps][G];
-    __shared__ float sums[kWarps];
+    float2* const turns = sharedTurns();
+    float* const red = sharedWarpHeadValues(); // [warp][head], kMaxGroup heads a warp
+    float* const sums = sharedWarpValues();
+    static_assert(kWarps <= kMaxBlockWarps && G <= kMaxGroup);
     const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
     const int width = d.headDim / kEpl, perWarp = 32 / width, half = d.headDim / 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -359,7 +360,7 @@ __global__ void __launch_bounds__(kThreads)
             for (int o = 16; o > 0; o /= 2)
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
             if (lane == 0)
-                red[warp][h] = mx;
+                red[warp * kMaxGroup + h] = mx;
         }
         __syncthreads();
         bool rescaled = false; // the same decisions in every thread
@@ -367,9 +368,9 @@ __global__ void __launch_bounds__(kThreads)
         for (int h = 0; h < G; ++h) {
             if (h >= group)
                 break;
-            float tileMax = red[0][h];
+            float tileMax = red[h];
             for (int w = 1; w < kWarps; ++w)
-                tileMax = fmaxf(tileMax, red[w][h]);
+                tileMax = fmaxf(tileMax, red[w * kMaxGroup + h]);
             if (tileMax > mRef[h] + kRescaleMargin) {
                 if (mRef[h] != -INFINITY) {
                     const float c = exp2f(mRef[h] - tileMax);

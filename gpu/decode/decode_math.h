@@ -14,6 +14,14 @@
 
 namespace gsrq::gpu {
 
+// The decode kernels' block sizes, here so that the cost model (roofline.cpp) counts with the same.
+inline constexpr int kDecodeWarps = 4;          // the FP16 and paper-path kernels: 128 threads
+inline constexpr int kFeaturesPerLane = 8;      // their lanes' features (one 16-byte FP16 load)
+inline constexpr int kTablesThreads = 256;      // the lookup tables
+inline constexpr int kLookupSplitThreads = 256; // the lookup path's token loop
+inline constexpr int kStageThreads = 256;       // the bins times a stage's value codewords
+inline constexpr int kLookupOutThreads = 256;   // the stages added into the output
+
 // The stage-r code of a token whose codes are packed little-endian at `bits` bits each into
 // 32-bit words (PackedCodes' layout read as words).
 GSRQ_HD std::uint32_t codeAt(const std::uint32_t* words, int r, int bits)

@@ -48,7 +48,7 @@ __global__ void lookupTablesKernel(DecodeDims d, const float* q, const __half* k
     }
 }
 
-constexpr int kLookupThreads = 256;
+constexpr int kLookupThreads = kLookupSplitThreads;
 
 // grid (splits, G, B); shared: tables and weights, group × S·R·K floats each.
 template <int G>
@@ -57,7 +57,8 @@ __global__ void __launch_bounds__(kLookupThreads)
                       float* weights, float* mOut, float* lOut)
 {
     float* smem = dynamicShared<float>();
-    __shared__ float red[kLookupThreads / 32];
+    float* const red = sharedWarpValues();
+    static_assert(kLookupThreads / 32 <= kMaxBlockWarps);
     const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z, group = d.group();
     const int S = d.subspacesPerHead(), M = d.subspaces(), R = d.stages, K = d.k;
     const int per = S * R * K; // table entries per head
@@ -149,7 +150,7 @@ __device__ void splitScales(const DecodeDims& d, int b, int g, const float* mIn,
     L[h] = l;
 }
 
-constexpr int kCombineThreads = 256;
+constexpr int kCombineThreads = kStageThreads;
 
 // Grid (B·G, S·R): one block per (sequence, KV head, subspace s, stage r), so the work spreads over
 // the device at batch 1 too. It merges the splits' weights of that stage's K codewords for the
@@ -246,7 +247,7 @@ cudaError_t launchLookupTables(const DecodeDims& d, const float* q, const std::u
                                cudaStream_t stream)
 {
     const dim3 grid(unsigned(d.batch * d.kvHeads), unsigned(d.subspacesPerHead() * d.stages));
-    launch(lookupTablesKernel, grid, 256, 0, stream, d, q, reinterpret_cast<const __half*>(kb), tables);
+    launch(lookupTablesKernel, grid, kTablesThreads, 0, stream, d, q, reinterpret_cast<const __half*>(kb), tables);
     return cudaGetLastError();
 }
 
@@ -296,7 +297,8 @@ cudaError_t launchLookupCombine(const DecodeDims& d, const float* weights, const
     const std::size_t outShm = std::size_t(d.group()) * (d.splits + 1) * sizeof(float);
     if (cudaError_t e = allowShared(lookupOutKernel, outShm); e != cudaSuccess)
         return e;
-    launch(lookupOutKernel, unsigned(d.batch * d.kvHeads), 256, outShm, stream, d, m, l, stagePartials, out);
+    launch(lookupOutKernel, unsigned(d.batch * d.kvHeads), kLookupOutThreads, outShm, stream, d, m, l, stagePartials,
+           out);
     return cudaGetLastError();
 }
 

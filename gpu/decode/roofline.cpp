@@ -49,48 +49,125 @@ std::string decodeShapeProblem(const DecodeShape& s, int dim, int stages, int k)
     return {};
 }
 
+namespace {
+
+// The group size the kernels are compiled for (withGroup): 1, 2, 4 or 8.
+double compiledGroup(int group)
+{
+    return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+}
+
+// Token slots the split blocks of one (sequence, KV head) walk: each split's tokens (planSplits'
+// whole multiples of 32 per split) rounded up to the kernel's step, as its lanes past the split's end
+// still load (a clamped token) in the step's last round.
+double tokenSlots(std::int64_t tokens, int splits, std::int64_t step)
+{
+    const std::int64_t per = ((tokens + splits - 1) / splits + 31) / 32 * 32;
+    double slots = 0;
+    for (int i = 0; i < splits; ++i) {
+        const std::int64_t n = std::clamp<std::int64_t>(tokens - std::int64_t(i) * per, 0, per);
+        slots += double((n + step - 1) / step * step);
+    }
+    return slots;
+}
+
+} // namespace
+
+std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase& c)
+{
+    const double hd = c.shape.headDim, G = double(c.shape.heads) / c.shape.kvHeads, Gt = compiledGroup(int(G));
+    const double D = c.dim, R = c.stages, K = c.k, S = hd / D, P = c.splits;
+    const double bpt = PackedCodes::bytesFor(c.stages, PackedCodes::bitsFor(c.k)); // per token and subspace
+    const double pairs = double(c.batch) * c.shape.kvHeads;                        // (sequence, KV head)
+    const double tok = pairs * double(c.context);                                  // (sequence, KV head, token)
+    const double hq = double(c.batch) * c.shape.heads;                             // query heads of the batch
+    const double books = double(c.shape.kvHeads) * S * R * K * D * 2.0; // FP16 codewords of one of keys, values
+    const double per = S * R * K;                                       // bins (table entries) per query head
+    const double q = hq * hd * 4.0, out = hq * hd * 4.0;                // FP32 queries in, outputs out
+    const double codes = tok * S * bpt;                                 // one of keys', values' codes
+    const double turns = hd / 2 * 8.0;                                  // the RoPE frequencies
+    const double decodeThreads = kDecodeWarps * 32.0;
+    const double perWarp = 32.0 / (hd / kFeaturesPerLane), slots = kDecodeWarps * perWarp; // tokens per round
+
+    // The split kernels' partials (accumulators, maxima, sums) and the combine that merges them.
+    const double partials = hq * P * (hd + 2.0) * 4.0;
+    auto finishSplitShared = [&] { return pairs * P * (slots * G * (hd + 2.0) * 4.0 + G * hd * slots * 16.0); };
+    const KernelCost combine{"combine", partials + out, 0, 0, 0};
+    // The bins merged over the splits and multiplied by a stage's value codewords, then the stages added.
+    auto stageAndOut = [&](std::vector<KernelCost>& k) {
+        const double parts = std::max(1.0, std::floor(kStageThreads / D));
+        k.push_back({"stage combine", hq * P * per * 4.0 + hq * P * 8.0 + books + hq * S * R * D * 4.0,
+                     (c.batch - 1.0) * books, // every sequence reads the books, the first from HBM
+                     pairs * S * R *
+                         (G * P * 4.0 + G * 4.0 + G * K * 4.0 + parts * G * D * 4.0   // writes
+                          + G * K * P * 4.0 + G * K * D * 4.0 + G * D * parts * 4.0), // reads
+                     hq * per * D * 2.0});
+        k.push_back({"lookup out", hq * S * R * D * 4.0 + hq * P * 8.0 + out, 0,
+                     pairs * (G * (P + 1.0) * 4.0 + G * hd * 4.0), 0});
+    };
+
+    std::vector<KernelCost> k;
+    if (path == DecodePath::Fp16) {
+        k.push_back({"fp16 split", tok * hd * 2.0 * 2.0 + q + partials, 0, finishSplitShared(), tok * G * 4.0 * hd});
+        k.push_back(combine);
+        return k;
+    }
+    if (path == DecodePath::Lookup) {
+        k.push_back({"lookup tables", books + q + hq * per * 4.0, (c.batch - 1.0) * books,
+                     pairs * S * R * (G * D * 4.0 + K * G * D * 4.0), hq * per * D * 2.0});
+        const double warps = kLookupSplitThreads / 32.0;
+        const double walked = pairs * tokenSlots(c.context, c.splits, kLookupSplitThreads);
+        const double tiles = walked / kLookupSplitThreads;
+        const double blocks = pairs * P;
+        const double shared = blocks * 2.0 * G * per * 4.0                    // tables copied in, bins cleared
+                              + walked * S * R * G * 4.0                      // table entries per token slot
+                              + tok * S * R * G * 8.0                         // bins read and written per token
+                              + tiles * G * warps * 4.0                       // tile maxima written (a lane per warp)
+                              + tiles * G * kLookupSplitThreads * warps * 4.0 // and read by every thread
+                              + blocks * G * per * 4.0                        // bins read out
+                              + blocks * G * (warps + kLookupSplitThreads * warps) * 4.0; // softmax sums
+        k.push_back({"lookup split", hq * per * 4.0 + 2.0 * codes + hq * P * per * 4.0 + hq * P * 8.0, 0, shared,
+                     tok * S * R * G * 2.0});
+        stageAndOut(k);
+        return k;
+    }
+    // The paper path: the key's codewords gathered per token (each codeword's first read from HBM, the
+    // rest from the L2), RoPE at its position.
+    const double U = Gt >= 8 ? 1 : 2;
+    const double walked = pairs * tokenSlots(c.context, c.splits, std::int64_t(U * slots));
+    const double blocks = pairs * P;
+    const double ropeShared = blocks * (turns + decodeThreads * Gt * kFeaturesPerLane * 8.0) // turns in, q's RoPE
+                              + walked * hd * 8.0; // each token slot's key RoPE: 8 features a lane, float2 each
+    const double keyFlops = tok * (S * R * D + 6.0 * hd + G * 2.0 * hd);
+    if (c.paperBins) {
+        const double tiles = walked / (U * slots);
+        const double shared = ropeShared + blocks * G * per * 4.0              // bins cleared
+                              + tok * S * R * G * 8.0                          // bins read and written per token
+                              + tiles * G * kDecodeWarps * 4.0                 // tile maxima written (a lane per warp)
+                              + tiles * G * decodeThreads * kDecodeWarps * 4.0 // and read by every thread
+                              + blocks * G * per * 4.0                         // bins read out
+                              + blocks * G * (kDecodeWarps + decodeThreads * kDecodeWarps) * 4.0; // sums
+        k.push_back({"paper bins", 2.0 * codes + books + q + turns + hq * P * per * 4.0 + hq * P * 8.0,
+                     tok * S * R * D * 2.0 - books, shared, keyFlops + tok * S * R * G});
+        stageAndOut(k);
+        return k;
+    }
+    k.push_back({"paper split", 2.0 * codes + 2.0 * books + q + turns + partials, 2.0 * (tok * S * R * D * 2.0 - books),
+                 ropeShared + finishSplitShared(), keyFlops + tok * (S * R * D + G * 2.0 * hd)});
+    k.push_back(combine);
+    return k;
+}
+
 DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c)
 {
-    const double d = c.shape.headDim, G = double(c.shape.heads) / c.shape.kvHeads, D = c.dim, R = c.stages, K = c.k;
-    const double S = d / D;                                                        // subspaces per KV head
-    const double bpt = PackedCodes::bytesFor(c.stages, PackedCodes::bitsFor(c.k)); // per token and subspace
-    const double tokens = double(c.batch) * c.shape.kvHeads * double(c.context);   // (sequence, KV head, token)
-    const double heads = double(c.batch) * c.shape.heads;
-    const double io = heads * d * 4.0 * 2.0; // FP32 queries in, outputs out
-    DecodeCosts k;
-    if (path == DecodePath::Fp16) {
-        k.memoryBytes = tokens * 4.0 * d + io; // FP16 key and value
-        k.flops = tokens * G * 4.0 * d;        // q·k and p·v per query head
-        if (c.splits > 1)
-            k.memoryBytes += heads * c.splits * (d + 2.0) * 4.0 * 2.0; // partials written, read back
-        return k;
+    DecodeCosts total;
+    for (const KernelCost& k : decodeKernelCosts(path, c)) {
+        total.memoryBytes += k.hbmBytes;
+        total.l2Bytes += k.l2Bytes;
+        total.sharedBytes += k.sharedBytes;
+        total.flops += k.flops;
     }
-    const double books = double(c.shape.kvHeads) * S * R * K * D * 2.0; // FP16 codewords of one of keys, values
-    const double perHeadBins = S * R * K;                               // bins (or table entries) per query head
-    k.memoryBytes = tokens * 2.0 * S * bpt + 2.0 * books + io;
-    if (path == DecodePath::Lookup) {
-        // Tables (q·codeword per head), then per token R lookups and R bin updates per subspace and head.
-        k.l2Bytes = double(c.batch) * 2.0 * books;      // key books for the tables, value books at the end
-        k.sharedBytes = tokens * S * R * G * 4.0 * 3.0; // table read; bin read and write
-        k.flops = heads * perHeadBins * D * 2.0 * 2.0 + tokens * S * R * G * 2.0;
-        k.memoryBytes += heads * c.splits * perHeadBins * 4.0 * 2.0 + heads * perHeadBins * 4.0; // weights, tables
-        return k;
-    }
-    // Paper path: the key's R codewords gathered per token (from the L2), RoPE, the score per head.
-    k.l2Bytes = tokens * S * R * D * 2.0;
-    k.flops = tokens * (S * R * D + 6.0 * d + G * 2.0 * d);
-    if (c.paperBins) {
-        k.l2Bytes += double(c.batch) * books; // value books, once per query at the end
-        k.sharedBytes = tokens * S * R * G * 4.0 * 2.0;
-        k.flops += tokens * S * R * G + heads * perHeadBins * D * 2.0;
-        k.memoryBytes += heads * c.splits * perHeadBins * 4.0 * 2.0;
-    } else {
-        k.l2Bytes *= 2.0; // values' codewords too
-        k.flops += tokens * (S * R * D + G * 2.0 * d);
-        if (c.splits > 1)
-            k.memoryBytes += heads * c.splits * (d + 2.0) * 4.0 * 2.0;
-    }
-    return k;
+    return total;
 }
 
 DecodeRates decodeRates(const DeviceInfo& device, double copyBytesPerSecond, double l2Rate)

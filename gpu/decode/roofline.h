@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gsrq::gpu {
 
@@ -40,6 +41,23 @@ struct DecodeCostCase {
     bool paperBins = true; // paper path: values through per-codeword weights (else codewords summed)
 };
 DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c);
+
+// One kernel launch of a decode step as the model counts it, from what the kernel's code reads and
+// writes (decode_kernels.cu, lookup_kernels.cu). The emulator counts the same launches
+// (gpu/emulator/byte_counts.h) and tst_decode_gpu holds each to its term here.
+struct KernelCost {
+    std::string kernel;
+    double hbmBytes = 0;    // distinct bytes of device memory read and written (each byte once per launch)
+    double l2Bytes = 0;     // bytes read again after the first read: codeword gathers, books read per sequence
+    double sharedBytes = 0; // bytes the threads load and store in shared memory (a warp's load of 4-byte
+                            // words moves 128 of them, one shared-memory cycle's worth)
+    double flops = 0;
+};
+// The launches of one step of `path`, in launch order. Assumes the bins are never rescaled (the
+// running maximum passing its reference by 2^8 after the first tile: rare, and it costs a pass over
+// the bins) and every codeword is read (at contexts past a few times K tokens almost surely).
+// decodeCosts is their sum.
+std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase& c);
 
 // HBM: the measured device-to-device copy (bytes read + written per second); shared memory: 128
 // bytes per clock per SM (32 banks of 4 bytes, the CUDA programming guide) at the peak clock; FP32:

@@ -376,13 +376,7 @@ std::string dimText(dim3 d)
     return s;
 }
 
-// Every __shared__ array of every kernel linked in: the linker's bounds of the section that
-// emulator.h's __shared__ puts them in (weak, so no kernel with such arrays reads as none).
-extern "C" {
-extern char __start_gsrq_emu_shared[] __attribute__((weak));
-extern char __stop_gsrq_emu_shared[] __attribute__((weak));
-}
-
+// Every __shared__ array of every kernel linked in: the section's bounds (declared at the top).
 std::size_t staticSharedBytes()
 {
     if (__start_gsrq_emu_shared == nullptr || __stop_gsrq_emu_shared == nullptr)
@@ -484,6 +478,8 @@ void runGrid(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t, const
     s.shared.assign((sharedBytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t), std::max_align_t{});
     s.block.dim = block;
     s.block.grid = grid;
+    beginLaunchCount(kernel, grid, block, sharedBytes, s.shared.data(), __start_gsrq_emu_shared,
+                     __stop_gsrq_emu_shared);
     std::mt19937_64 rng(0x9e3779b97f4a7c15ull ^ ++s.launches);
     std::vector<int> order(static_cast<std::size_t>(n));
     for (unsigned z = 0; z < grid.z; ++z)
@@ -522,6 +518,7 @@ void runGrid(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t, const
                 currentThread = &s.fibers[s.current].thread;
                 jumpToFiber(&s.mainSp, &s.mainFakeStack, s.current);
                 if (s.failed) {
+                    endLaunchCount();
                     fail(cudaErrorLaunchFailure, "block " + dimText(dim3(x, y, z)) + " of grid " + dimText(grid) +
                                                      ", block shape " + dimText(block) + ": " + s.failure);
                     currentBlock = nullptr;
@@ -529,6 +526,7 @@ void runGrid(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t, const
                     return;
                 }
             }
+    endLaunchCount();
     currentBlock = nullptr;
     currentThread = nullptr;
 }

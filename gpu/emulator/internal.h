@@ -5,7 +5,10 @@
 #include "emulator.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace gsrq::emulator::internal {
 
@@ -23,5 +26,14 @@ std::size_t pageBytes();
 
 // Whether [p, p + bytes) lies in one live device allocation (p may be its end when bytes is 0).
 bool deviceRange(const void* p, std::size_t bytes);
+
+// The live device allocations: (start address, bytes), by address.
+std::vector<std::pair<std::uintptr_t, std::size_t>> deviceAllocations();
+
+// byte_counts.cpp: a launch's counting, begun before its first block (with its dynamic shared memory
+// and the static shared section's bounds) and ended after its last. No-ops unless counting is on.
+void beginLaunchCount(const void* kernel, dim3 grid, dim3 block, std::size_t dynamicShared, const void* shared,
+                      const void* staticBegin, const void* staticEnd);
+void endLaunchCount();
 
 } // namespace gsrq::emulator::internal

@@ -140,6 +140,16 @@ bool deviceRange(const void* p, std::size_t bytes)
     return it->second.device && a + bytes <= it->first + it->second.bytes;
 }
 
+std::vector<std::pair<std::uintptr_t, std::size_t>> deviceAllocations()
+{
+    std::lock_guard lock(memoryMutex);
+    std::vector<std::pair<std::uintptr_t, std::size_t>> out;
+    for (const auto& [start, a] : allocations)
+        if (a.device)
+            out.emplace_back(start, a.bytes);
+    return out;
+}
+
 namespace {
 
 bool hostPointer(const void* p)
