@@ -10,6 +10,7 @@
 #include "gpu/cluster/backend.h"
 #include "gpu/cluster/cuda_backend.h"
 #include "gpu/cluster/gpu_check.h"
+#include "gpu/cluster/pass_costs.h"
 #include "gpu/device/device.h"
 #include "gpu_test_util.h"
 #include "test_util.h"
@@ -20,6 +21,10 @@
 #include <QtTest>
 
 #include <numeric>
+
+#if defined(GSRQ_TEST_EMULATOR)
+#include "gpu/emulator/byte_counts.h"
+#endif
 
 using namespace gsrq;
 
@@ -399,6 +404,72 @@ private slots:
         }
         QVERIFY2(reseededInAll > 0, "the data must exercise the re-seeding");
     }
+
+#if defined(GSRQ_TEST_EMULATOR)
+    void passBytesMatchTheModel()
+    {
+        if (!emulator::byteCountsBuilt())
+            QSKIP("this build's emulator has no byte counts (the AddressSanitizer build)");
+        // Each launch of a held pass and of the update after it, as the emulator counts its loads and
+        // stores, against pass_costs.h's term for it: the training estimate's per-pass bytes are the
+        // code's. 9,000 weighted synthetic rows of 48 features, the block of 40 columns at 8 (two
+        // column groups of the sums, the second partial), K = 300 (two cluster ranges, the second
+        // partial): one chunk, three tiles (the last partial) in one launch. Exact, as every term is
+        // a count of what the code reads and writes; the centroids are distinct rows, so no cluster
+        // is empty (the update's model assumes none).
+        const std::int64_t n = 9000;
+        const int f = 48, col0 = 8, d = 40, K = 300;
+        const MatrixRF X = synthesize(SynthKind::Gaussian, n, f, 6);
+        std::vector<float> w(static_cast<std::size_t>(n));
+        for (std::size_t i = 0; i < w.size(); ++i)
+            w[i] = 0.5f + float(i % 7) / 4.0f;
+        int compared = 0;
+        for (bool gskm : {false, true}) {
+            auto g = gpu::makeCudaBackend({});
+            g->bind(X.data(), n, f, w.data());
+            g->selectBlock(col0, d, 1e-8f);
+            CentroidState state;
+            state.centroids = X.topRows(K).middleCols(col0, d);
+            if (gskm) {
+                state.gs.gains = state.centroids.rowwise().norm().cast<double>();
+                state.gs.shapes = state.centroids.cast<double>().rowwise().normalized();
+            }
+            g->loadCentroids(state);
+            const gpu::ClusterPassCase pc{n, d, K, true, gskm, true, 256, true};
+            AssignStats out;
+            emulator::startByteCounts();
+            g->passHeld({gskm, true}, out);
+            auto launches = emulator::stopByteCounts();
+            QCOMPARE(out.emptyClusters, std::int64_t(0));
+            emulator::startByteCounts();
+            g->updateHeld({gskm ? update::Rule::GainShape : update::Rule::Mean, 1e-6, 0});
+            const auto update = emulator::stopByteCounts();
+            launches.insert(launches.end(), update.begin(), update.end());
+
+            std::vector<gpu::KernelCost> model;
+            for (const auto& k : gpu::clusterPassCosts(pc))
+                if (!k.library) // the emulator's cuBLAS is host code, not a launch
+                    model.push_back(k);
+            model.push_back(gpu::centroidUpdateCost(pc));
+            QCOMPARE(launches.size(), model.size());
+            for (std::size_t i = 0; i < launches.size(); ++i) {
+                const auto& l = launches[i];
+                const auto& m = model[i];
+                const QString what = QString("%1: %2").arg(gskm ? "gskm" : "km").arg(m.kernel.c_str());
+                const double hbm = double(l.globalReadDistinct + l.globalWriteDistinct);
+                const double shared = double(l.sharedRead + l.sharedWrite);
+                QVERIFY2(hbm == m.hbmBytes,
+                         qPrintable(QString("%1: %2 distinct bytes, the model %3").arg(what).arg(hbm).arg(m.hbmBytes)));
+                QVERIFY2(
+                    shared == m.sharedBytes,
+                    qPrintable(QString("%1: %2 shared bytes, the model %3").arg(what).arg(shared).arg(m.sharedBytes)));
+                ++compared;
+            }
+        }
+        // argmax, tile sums and reduce, row totals, cluster totals, update: for KM and GSKM.
+        QCOMPARE(compared, 2 * 6);
+    }
+#endif
 
     void cliTrainsOnTheDeviceAsOnTheCpu()
     {

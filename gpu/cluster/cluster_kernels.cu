@@ -394,15 +394,6 @@ cudaError_t launchArgmaxRows(const float* S, int K, const float* cNorm, std::int
 
 namespace {
 
-// Tiles per launch: all of them up to kMaxTilesPerLaunch, fewer where their partials would pass
-// 64 MiB (large K·d), at least one.
-std::int64_t tilesPerLaunch(std::int64_t m, int d, int K, std::int64_t tileRows)
-{
-    const std::int64_t perTile = std::int64_t(K) * (2 * std::int64_t(d) + 2) * std::int64_t(sizeof(double));
-    const std::int64_t cap = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / perTile);
-    return std::max<std::int64_t>(1, std::min({(m + tileRows - 1) / tileRows, kMaxTilesPerLaunch, cap}));
-}
-
 template <int C>
 cudaError_t launchTiles(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
                         std::int64_t tileRows, const std::int32_t* labels, const float* w, const float* inv,
@@ -434,14 +425,6 @@ cudaError_t launchTiles(const float* x, std::int64_t ld, std::int64_t r0, std::i
 }
 
 } // namespace
-
-std::int64_t tileRowsFor(std::int64_t chunk)
-{
-    std::int64_t t = kTileRows;
-    while (t > 256 && t > chunk)
-        t /= 2;
-    return t;
-}
 
 std::size_t tilePartialDoubles(std::int64_t m, int d, int K, std::int64_t tileRows)
 {

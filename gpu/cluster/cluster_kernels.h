@@ -6,6 +6,7 @@
 // launch status; none synchronizes. Matrices are row-major with a leading dimension `ld` in elements.
 
 #include "core/cluster/update_rule.h"
+#include "gpu/cluster/pass_costs.h"
 
 #include <cuda_runtime_api.h>
 
@@ -35,12 +36,8 @@ cudaError_t launchArgmaxRows(const float* S, int K, const float* cNorm, std::int
                              const float* sq, const float* w, std::int32_t* labels, double* err, double* sqw,
                              double* wt, double* changed, RowMetricTerms metrics, cudaStream_t stream);
 
-// The rows summed in one fixed order by one block (a tile): kTileRows, or for chunks of fewer rows
-// the largest power of two (at least 256) they hold (tileRowsFor); and the most tiles one launch of
-// the sums kernel takes (their partials are added to the sums between launches).
-inline constexpr std::int64_t kTileRows = 4096;
-inline constexpr std::int64_t kMaxTilesPerLaunch = 64;
-std::int64_t tileRowsFor(std::int64_t chunk);
+// The tiles of rows the sums take and how many a launch takes: pass_costs.h (tileRowsFor,
+// tilesPerLaunch), where the cost model plans them alike.
 
 // The doubles of the `partials` buffer launchAccumulate needs for m rows: K × (2d + 2) per tile, for
 // at most kMaxTilesPerLaunch tiles and at most 64 MiB (at least one tile).

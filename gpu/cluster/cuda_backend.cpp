@@ -28,8 +28,6 @@ using detail::mib;
 using detail::outOfMemory;
 using detail::PinnedArray;
 
-// A chunk's score block: 32 MiB stays in an H100's 50 MiB L2 between the GEMM and the argmax.
-constexpr std::size_t kScoreBytes = std::size_t(32) << 20;
 // Set aside for chunk buffers, sums and cuBLAS when deciding whether the rows fit resident.
 constexpr std::size_t kWorkReserve = std::size_t(512) << 20;
 // Per-row device arrays: norms (2 floats), label, and eight doubles of per-row terms.
@@ -523,13 +521,11 @@ private:
 
     void prepareWork(int K)
     {
-        std::int64_t chunk =
-            std::min<std::int64_t>(m_n, std::max<std::int64_t>(256, std::int64_t(kScoreBytes / (sizeof(float) * K))));
-        // The sums' tiles follow from the chunk (K and n alone), and streamed chunks are whole tiles:
-        // resident and streamed rows are summed in the same order.
-        const std::int64_t tileRows = kernels::tileRowsFor(chunk);
-        if (chunk < m_n)
-            chunk -= chunk % tileRows;
+        // The chunk's score block stays in the L2 between the GEMM and the argmax; the sums' tiles follow
+        // from the chunk (K and n alone), and streamed chunks are whole tiles: resident and streamed
+        // rows are summed in the same order (pass_costs.h plans both).
+        const std::int64_t chunk = passChunkRows(m_n, K);
+        const std::int64_t tileRows = tileRowsFor(chunk);
         m_tileRows = tileRows;
         if (chunk != m_chunk || K != m_workK) {
             m_chunk = chunk;

@@ -8,6 +8,7 @@
 #include "core/decode/decode_bench.h"
 #include "core/lm/decode_cache.h"
 #include "gpu/device/device.h"
+#include "gpu/device/kernel_cost.h"
 
 #include <cstdint>
 #include <string>
@@ -42,17 +43,6 @@ struct DecodeCostCase {
 };
 DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c);
 
-// One kernel launch of a decode step as the model counts it, from what the kernel's code reads and
-// writes (decode_kernels.cu, lookup_kernels.cu). The emulator counts the same launches
-// (gpu/emulator/byte_counts.h) and tst_decode_gpu holds each to its term here.
-struct KernelCost {
-    std::string kernel;
-    double hbmBytes = 0;    // distinct bytes of device memory read and written (each byte once per launch)
-    double l2Bytes = 0;     // bytes read again after the first read: codeword gathers, books read per sequence
-    double sharedBytes = 0; // bytes the threads load and store in shared memory (a warp's load of 4-byte
-                            // words moves 128 of them, one shared-memory cycle's worth)
-    double flops = 0;
-};
 // The launches of one step of `path`, in launch order. Assumes the bins are never rescaled (the
 // running maximum passing its reference by 2^8 after the first tile: rare, and it costs a pass over
 // the bins) and every codeword is read (at contexts past a few times K tokens almost surely).

@@ -1,0 +1,103 @@
+// The clustering pass's planning and cost model (pass_costs.h): pure arithmetic, built everywhere.
+#include "gpu/cluster/pass_costs.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gsrq::gpu {
+
+std::int64_t tileRowsFor(std::int64_t chunk)
+{
+    std::int64_t t = kTileRows;
+    while (t > 256 && t > chunk)
+        t /= 2;
+    return t;
+}
+
+std::int64_t tilesPerLaunch(std::int64_t m, int d, int K, std::int64_t tileRows)
+{
+    const std::int64_t perTile = std::int64_t(K) * (2 * std::int64_t(d) + 2) * std::int64_t(sizeof(double));
+    const std::int64_t cap = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / perTile);
+    return std::max<std::int64_t>(1, std::min({(m + tileRows - 1) / tileRows, kMaxTilesPerLaunch, cap}));
+}
+
+std::int64_t passChunkRows(std::int64_t n, int K)
+{
+    constexpr std::int64_t kScoreBytes = std::int64_t(32) << 20;
+    std::int64_t chunk = std::min<std::int64_t>(n, std::max<std::int64_t>(256, kScoreBytes / (4 * std::int64_t(K))));
+    const std::int64_t tileRows = tileRowsFor(chunk);
+    if (chunk < n)
+        chunk -= chunk % tileRows;
+    return chunk;
+}
+
+namespace {
+
+constexpr double kWarp = 32, kTileThreads = 256, kStageRows = 128;
+
+// The sums kernel's shared-memory loads and stores for one column group of `cols` columns: `rows`
+// rows in T tiles, each tile's blocks over `ranges` cluster ranges that together hold the K clusters
+// (each row's label in exactly one range); `first`: the column group that also sums W and the counts.
+double tileShared(double rows, double T, double ranges, double K, double cols, bool shape, bool first)
+{
+    const double s = shape ? 1 : 0;
+    double b = 0;
+    b += T * (K * kWarp * 8 * (1 + s) + K * 16);        // partials cleared
+    b += ranges * rows * (12 + kWarp * 4);              // labels, weights, 1/‖x‖ and 32 columns staged
+    b += ranges * rows * kTileThreads * 4;              // every thread reads each staged row's label
+    b += rows * kWarp * (4 + 4 * s + 4 + 16 * (1 + s)); // the owning warp: w, 1/‖x‖, x; Sx (and Sy) read, written
+    b += T * K * cols * 8 * (1 + s);                    // partials read out
+    if (first)
+        b += rows * 32 + T * K * 16; // W and the count read and written (a lane a row); read out
+    return b;
+}
+
+} // namespace
+
+std::vector<KernelCost> clusterPassCosts(const ClusterPassCase& c)
+{
+    const double K = c.K, d = c.d, s = c.shapeSums ? 1 : 0, w = c.weighted ? 1 : 0;
+    const std::int64_t chunk = passChunkRows(c.n, c.K), tileRows = tileRowsFor(chunk);
+    std::vector<KernelCost> k;
+    for (std::int64_t r0 = 0; r0 < c.n; r0 += chunk) {
+        const double m = double(std::min(chunk, c.n - r0));
+        k.push_back({"SGEMM (cuBLAS)", m * d * 4 + K * d * 4 + m * K * 4, 0, 0, 2 * m * K * d, true});
+        // Scores, ‖c‖², ‖x‖², weights and last labels in; labels and four terms a row out (four more
+        // with the row metrics).
+        k.push_back(
+            {"argmax", m * K * 4 + K * 4 + m * 4 * (2 + w) + m * 4 + m * 32 * (c.rowMetrics ? 2 : 1), 0, 0, 3 * m * K});
+    }
+    const double ranges = std::ceil(K / c.clustersPerBlock);
+    const std::int64_t tiles = (c.n + tileRows - 1) / tileRows, group = tilesPerLaunch(c.n, c.d, c.K, tileRows);
+    const double sums = K * d * 8 * (1 + s) + K * 16; // Sx (and Sy), W and the counts
+    for (std::int64_t t0 = 0; t0 < tiles; t0 += group) {
+        const std::int64_t t1 = std::min(tiles, t0 + group);
+        const double rows = double(std::min(c.n, t1 * tileRows) - t0 * tileRows), T = double(t1 - t0);
+        double shared = 0;
+        for (int j0 = 0; j0 < c.d; j0 += int(kWarp))
+            shared += tileShared(rows, T, ranges, K, std::min(kWarp, d - j0), c.shapeSums, j0 == 0);
+        // The rows' block columns, labels, weights and 1/‖x‖ in; the tiles' partials out.
+        k.push_back({"tile sums", rows * (d * 4 + 4 + 4 * w + 4 * s) + T * sums, 0, shared, rows * d * 2 * (1 + s)});
+        k.push_back({"tile reduce", T * sums + 2 * sums, 0, 0, T * K * d * (1 + s)});
+    }
+    const double terms = c.rowMetrics ? 8 : 4;
+    // A block per array: its rows in, a pointer to it and its total; in shared memory each of 1,024
+    // threads' partial, a tree of 1,023 additions (two reads, a write), the total read.
+    k.push_back({"row totals", terms * double(c.n) * 8 + terms * 8 + terms * 8, 0,
+                 terms * (1024 * 8 + 1023 * 8 * 3 + 8), terms * double(c.n)});
+    if (c.held) // the counts and centroids in, two totals out; two such trees over 256 threads
+        k.push_back({"cluster totals", K * 8 + K * d * 4 + 16, 0, 2 * (256 * 8 + 255 * 8 * 3 + 8), 2 * K * d});
+    return k;
+}
+
+KernelCost centroidUpdateCost(const ClusterPassCase& c)
+{
+    const double K = c.K, d = c.d;
+    // W, Sx and the centroids (read back for ‖c‖²) in; centroids and ‖c‖² out. GSKM also reads Sy
+    // and the shapes and writes the shapes and gains.
+    const double km = K * 8 + K * d * 8 + K * d * 4 + K * d * 4 + K * 4;
+    const double gskm = c.shapeSums ? K * d * 8 + K * d * 8 + K * d * 8 + K * 8 : 0;
+    return {"centroid update", km + gskm, 0, 0, K * d * (c.shapeSums ? 6 : 3)};
+}
+
+} // namespace gsrq::gpu
