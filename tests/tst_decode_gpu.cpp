@@ -21,6 +21,8 @@
 #include "gpu/emulator/byte_counts.h"
 #endif
 
+#include <QDir>
+#include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -207,6 +209,57 @@ private slots:
         const auto badPath = test::gsrqRun({"--no-db", "bench-decode", "--backend", "cuda", "--paths", "fp16,fast"});
         QCOMPARE(badPath.code, 2);
         QVERIFY2(badPath.err.contains("--paths"), badPath.err.constData());
+    }
+
+    void benchDecodeModelsANamedDevice()
+    {
+        // --model-device needs no device, on every machine: each point is its path's roofline on the
+        // named GPU's model, split as the kernels would split it there, recorded as a modelled run.
+        const QString db = QDir(qEnvironmentVariable("TMPDIR", "/tmp")).filePath("tst_decode_model.sqlite");
+        QFile::remove(db);
+        const auto r = test::gsrqRun({"--db", db, "bench-decode", "--model-device", "h200", "--ctx", "1024,131072",
+                                      "--batch", "1", "--bpa", "1", "--json"});
+        QVERIFY2(r.code == 0, r.err.constData());
+        const auto j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["settings"].toObject()["model_device"].toString(), QString("h200"));
+        const auto model = j["summary"].toObject()["model"].toObject();
+        QCOMPARE(model["hbm_bytes_per_second"].toDouble(), 4.24e12); // the copy rate measured on an H200
+        const auto points = j["points"].toArray();
+        QCOMPARE(points.size(), 6);
+        const auto* h200 = gpu::findDeviceModel("h200");
+        QVERIFY(h200);
+        const auto rates = gpu::decodeRates(h200->info, h200->copyBytesPerSecond);
+        double fp16 = 0;
+        for (const auto& v : points) {
+            const auto p = v.toObject();
+            QVERIFY(p["modelled"].toBool());
+            QVERIFY(!p["verified"].toBool()); // nothing ran
+            const DecodePath path = p["path"].toString() == "fp16"    ? DecodePath::Fp16
+                                    : p["path"].toString() == "paper" ? DecodePath::Paper
+                                                                      : DecodePath::Lookup;
+            const std::int64_t ctx = p["context"].toInteger();
+            // The splits the kernels would take on 132 SMs: one (sequence, KV head) pair per ~16
+            // SMs, no split under 256 tokens (1,024 for the binned paths).
+            const int splits = p["splits"].toInt();
+            const bool bins = path != DecodePath::Fp16;
+            QCOMPARE(splits, gpu::planSplits(ctx, 1, 8, 132, bins ? 1024 : 256).splits);
+            const auto costs = gpu::decodeCosts(path, {{32, 8, 128}, 128, 16, 256, ctx, 1, splits, true});
+            QCOMPARE(p["seconds_per_layer"].toDouble(), roofline(costs, rates).seconds);
+            if (path == DecodePath::Fp16)
+                fp16 = p["seconds_per_layer"].toDouble();
+            else
+                QCOMPARE(p["speedup_vs_fp16"].toDouble(), fp16 / p["seconds_per_layer"].toDouble());
+        }
+        const auto list = test::gsrqRun({"--db", db, "runs", "list"});
+        QVERIFY2(list.code == 0 && list.out.contains("model"), list.out.constData());
+        // A name it does not know, or a CPU run, is an input error that says what it takes.
+        const auto bad = test::gsrqRun({"--no-db", "bench-decode", "--model-device", "a100"});
+        QCOMPARE(bad.code, 2);
+        QVERIFY2(bad.err.contains("h100, h200"), bad.err.constData());
+        const auto cpu = test::gsrqRun({"--no-db", "bench-decode", "--model-device", "h100", "--backend", "cpu"});
+        QCOMPARE(cpu.code, 2);
+        QVERIFY2(cpu.err.contains("--backend cpu"), cpu.err.constData());
+        QFile::remove(db);
     }
 
     void decodeCacheWithoutDeviceFailsCleanly()

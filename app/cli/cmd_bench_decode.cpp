@@ -78,7 +78,7 @@ Command registerBenchDecode(CLI::App& root)
     struct Opts {
         int heads = 32, kvHeads = 8, headDim = 128, layers = 1, layer = 0, device = 0, reps = 25, warmup = 5,
             threads = 0;
-        std::string ctx, batch, codebooks, anchor, paths = "fp16,paper,lookup", backend = "auto", isa;
+        std::string ctx, batch, codebooks, anchor, paths = "fp16,paper,lookup", backend = "auto", isa, modelDevice;
         double bpa = 0.75, theta = 10000, l2Rate = 0;
         int dim = 0, stages = 0, k = 0;
         std::uint64_t seed = 1;
@@ -120,14 +120,30 @@ Command registerBenchDecode(CLI::App& root)
     cmd->add_option("--l2-rate", o->l2Rate,
                     "A GPU L2's read rate in GB/s for the rooflines, if measured (default: an estimate, 2.5 x the "
                     "measured HBM copy rate; the CPU backend measures its own)");
+    cmd->add_option("--model-device", o->modelDevice,
+                    "No timing: each point's time is its roofline on this GPU's model (" + gpu::deviceModelNames() +
+                        "), split as the kernels would split it there; recorded as a modelled run");
     cmd->add_flag("--no-verify", o->noVerify,
                   "Skip the check against the double reference (figures are then unverified)");
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     return {
         cmd, [o] {
             DecodeBenchOptions b;
-            const auto devices = gpu::queryDevices();
-            if (o->backend == "auto")
+            const gpu::DeviceModel* model = nullptr;
+            if (!o->modelDevice.empty()) {
+                model = gpu::findDeviceModel(o->modelDevice);
+                if (!model)
+                    throwInvalid("--model-device '", o->modelDevice, "': one of ", gpu::deviceModelNames());
+                if (o->backend == "cpu")
+                    throwInvalid("--model-device models a GPU's kernels: not with --backend cpu");
+                if (!o->anchor.empty())
+                    throwInvalid("--anchor: measured PyTorch timings compare with measured points, not with "
+                                 "--model-device");
+            }
+            const auto devices = model ? gpu::DeviceQuery{} : gpu::queryDevices();
+            if (model)
+                b.backend = DecodeBackend::Cuda;
+            else if (o->backend == "auto")
                 b.backend = devices.devices.empty() ? DecodeBackend::Cpu : DecodeBackend::Cuda;
             else if (o->backend == "cpu")
                 b.backend = DecodeBackend::Cpu;
@@ -226,20 +242,28 @@ Command registerBenchDecode(CLI::App& root)
             }
             const auto anchor = o->anchor.empty() ? decltype(readAnchor("")){} : readAnchor(o->anchor);
             // Without a device this is an input error before anything is recorded.
-            if (!cpu && devices.devices.empty())
+            if (!cpu && !model && devices.devices.empty())
                 throwInvalid("bench-decode --backend cuda needs a CUDA device: ", devices.message,
                              " (--backend cpu runs on this machine)");
-            if (!cpu && (o->device < 0 || std::size_t(o->device) >= devices.devices.size()))
+            if (!cpu && !model && (o->device < 0 || std::size_t(o->device) >= devices.devices.size()))
                 throwInvalid("--device ", o->device, ": this machine has ", devices.devices.size(), " CUDA device(s)");
 
             const double bpa = bitsPerActivation(kb.dim, kb.stages, kb.k);
-            const auto settings = benchDecodeRunSettings(b, kb, source);
+            auto settings = benchDecodeRunSettings(b, kb, source);
+            if (model)
+                settings["model_device"] = model->name;
             const int threads = cpuDecodeThreads(o->threads);
             const std::string deviceName =
-                cpu ? cpuDecodeDeviceName(cpuModelName(), threads)
-                    : decodeDeviceName(devices.devices[std::size_t(o->device)].name, o->device);
-            CliRun run("bench-decode", settings.dump(), {}, {}, decodeBackendName(b.backend), deviceName);
-            if (!o->json)
+                model ? "model of the " + model->info.name
+                : cpu ? cpuDecodeDeviceName(cpuModelName(), threads)
+                      : decodeDeviceName(devices.devices[std::size_t(o->device)].name, o->device);
+            CliRun run("bench-decode", settings.dump(), {}, {}, model ? "model" : decodeBackendName(b.backend),
+                       deviceName);
+            if (!o->json && model)
+                std::printf("bench-decode, modelled (no timing), on the %s: %d heads / %d KV heads × %d, D=%d R=%d "
+                            "K=%d (%.3g bits per activation), per layer and decode step\n",
+                            model->info.name.c_str(), o->heads, o->kvHeads, o->headDim, kb.dim, kb.stages, kb.k, bpa);
+            else if (!o->json)
                 std::printf("bench-decode on %s: %d heads / %d KV heads × %d, D=%d R=%d K=%d (%.3g bits per "
                             "activation, %s codebooks), %d layer(s), median of %d\n",
                             deviceName.c_str(), o->heads, o->kvHeads, o->headDim, kb.dim, kb.stages, kb.k, bpa,
@@ -247,44 +271,55 @@ Command registerBenchDecode(CLI::App& root)
             std::map<std::pair<std::int64_t, int>, double> fp16;
             DecodeBenchReport rep;
             run.guard([&] {
+                const auto onPoint = [&](const DecodeBenchPoint& p) {
+                    if (run) { // as each point lands, so the app's Latency page can follow
+                        run->recordMetrics(decodeMetrics(p));
+                        run->recordSeries(decodeSeries(p));
+                    }
+                    if (o->json)
+                        return;
+                    if (!p.skipped.empty()) {
+                        std::printf("  ctx %7lld  batch %2d  %-6s  skipped: %s\n", (long long)p.context, p.batch,
+                                    decodePathName(p.path), p.skipped.c_str());
+                    } else if (model) {
+                        std::printf("  ctx %7lld  batch %2d  %-6s  %9.2f µs  model, %s-bound, %d split(s)",
+                                    (long long)p.context, p.batch, decodePathName(p.path), p.seconds * 1e6,
+                                    p.roofline.bound.c_str(), p.splits);
+                        if (p.path != DecodePath::Fp16 && p.speedupVsFp16 > 0)
+                            std::printf("  %.2f× vs fp16", p.speedupVsFp16);
+                        std::printf("\n");
+                    } else {
+                        std::printf("  ctx %7lld  batch %2d  %-6s  %9.2f µs  %7.1f GB/s  %s", (long long)p.context,
+                                    p.batch, decodePathName(p.path), p.seconds * 1e6, p.bytesPerSecond / 1e9,
+                                    p.verified ? cat("err ", p.relError).c_str() : "unverified");
+                        if (p.path != DecodePath::Fp16 && p.speedupVsFp16 > 0)
+                            std::printf("  %.2f× vs fp16", p.speedupVsFp16);
+                        if (p.roofline.seconds > 0)
+                            std::printf("  %.0f%% of its roofline (%.2f µs, %s-bound)", 100 * p.rooflineFraction,
+                                        p.roofline.seconds * 1e6, p.roofline.bound.c_str());
+                        if (p.readRowsSeconds > 0)
+                            std::printf("  %.0f%% of a plain read of its rows (%.2f µs)",
+                                        100 * p.readRowsSeconds / p.seconds, p.readRowsSeconds * 1e6);
+                        if (p.eigenFp32Seconds > 0)
+                            std::printf("  (Eigen FP32 sanity check: %.2f µs, fp16 %.2f× faster)",
+                                        p.eigenFp32Seconds * 1e6, p.eigenFp32Seconds / p.seconds);
+                        std::printf("\n");
+                    }
+                    std::fflush(stdout);
+                };
+                if (model) {
+                    rep = gpu::modelDecodeBench(b, kb.dim, kb.stages, kb.k, *model, onPoint);
+                    return;
+                }
                 const auto runner = cpu ? runCpuDecodeBench : gpu::runDecodeBench;
-                rep = runner(
-                    b, kb, vb, source,
-                    [&](const DecodeBenchPoint& p) {
-                        if (run) { // as each point lands, so the app's Latency page can follow
-                            run->recordMetrics(decodeMetrics(p));
-                            run->recordSeries(decodeSeries(p));
-                        }
-                        if (o->json)
-                            return;
-                        if (!p.skipped.empty()) {
-                            std::printf("  ctx %7lld  batch %2d  %-6s  skipped: %s\n", (long long)p.context, p.batch,
-                                        decodePathName(p.path), p.skipped.c_str());
-                        } else {
-                            std::printf("  ctx %7lld  batch %2d  %-6s  %9.2f µs  %7.1f GB/s  %s", (long long)p.context,
-                                        p.batch, decodePathName(p.path), p.seconds * 1e6, p.bytesPerSecond / 1e9,
-                                        p.verified ? cat("err ", p.relError).c_str() : "unverified");
-                            if (p.path != DecodePath::Fp16 && p.speedupVsFp16 > 0)
-                                std::printf("  %.2f× vs fp16", p.speedupVsFp16);
-                            if (p.roofline.seconds > 0)
-                                std::printf("  %.0f%% of its roofline (%.2f µs, %s-bound)", 100 * p.rooflineFraction,
-                                            p.roofline.seconds * 1e6, p.roofline.bound.c_str());
-                            if (p.readRowsSeconds > 0)
-                                std::printf("  %.0f%% of a plain read of its rows (%.2f µs)",
-                                            100 * p.readRowsSeconds / p.seconds, p.readRowsSeconds * 1e6);
-                            if (p.eigenFp32Seconds > 0)
-                                std::printf("  (Eigen FP32 sanity check: %.2f µs, fp16 %.2f× faster)",
-                                            p.eigenFp32Seconds * 1e6, p.eigenFp32Seconds / p.seconds);
-                            std::printf("\n");
-                        }
-                        std::fflush(stdout);
-                    },
-                    [] { return stopRequested(); });
+                rep = runner(b, kb, vb, source, onPoint, [] { return stopRequested(); });
             });
             nlohmann::ordered_json points = nlohmann::ordered_json::array();
             for (const auto& p : rep.points) {
                 nlohmann::ordered_json j = {
                     {"context", p.context}, {"batch", p.batch}, {"path", decodePathName(p.path)}};
+                if (model)
+                    j["modelled"] = true;
                 if (!p.skipped.empty()) {
                     j["skipped"] = p.skipped;
                 } else {
@@ -339,7 +374,13 @@ Command registerBenchDecode(CLI::App& root)
                 j["cache_bytes"] = {{"fp16", cb.fp16}, {"codes", cb.codes}, {"codebooks", cb.codebooks}};
                 points.push_back(j);
             }
-            const auto summary = benchDecodeRunSummary(rep);
+            auto summary = benchDecodeRunSummary(rep);
+            if (model) // what the rooflines divided by, and where each rate comes from
+                summary["model"] = {
+                    {"device", model->info.name},          {"hbm_bytes_per_second", model->copyBytesPerSecond},
+                    {"hbm_source", model->source},         {"shared_bytes_per_second", rep.rates.shared},
+                    {"l2_bytes_per_second", rep.rates.l2}, {"l2_source", rep.rates.l2Source},
+                    {"fp32_flops", rep.rates.flops}};
             if (stopRequested()) {
                 if (run)
                     run.cancelled(summary.dump());
@@ -354,6 +395,11 @@ Command registerBenchDecode(CLI::App& root)
                            {"settings", settings},
                            {"summary", summary},
                            {"points", points}});
+            } else if (model) {
+                std::printf("%s: no timing; rates %s, shared memory %.1f TB/s (128 B per clock per SM), L2 %.1f "
+                            "TB/s (%s), FP32 %.1f TFLOP/s\n",
+                            rep.device.c_str(), model->source.c_str(), rep.rates.shared / 1e12, rep.rates.l2 / 1e12,
+                            rep.rates.l2Source.c_str(), rep.rates.flops / 1e12);
             } else if (cpu) {
                 std::printf("%s, %d thread(s), %s kernels: DRAM read %.1f GB/s, L2 read %.0f GB/s, %.2f G "
                             "lookups/s, %.0f GFLOP/s (measured in this run); quantize-and-pack of one token per "

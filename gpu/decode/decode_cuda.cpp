@@ -28,9 +28,6 @@ std::uint16_t halfBits(float v)
     return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(v));
 }
 
-constexpr std::int64_t kMinSplitTokens = 256;
-constexpr std::int64_t kMinLookupSplitTokens = 1024;
-
 } // namespace
 
 class CudaDecodeCache final : public DeviceDecodeCache {
@@ -104,7 +101,7 @@ struct CudaDecodeCache::Impl {
         d.tokens = tokens;
         d.positionOffset = positionOffset;
         const SplitPlan p =
-            planSplits(tokens, cfg.batch, cfg.shape.kvHeads, sms, bins ? kMinLookupSplitTokens : kMinSplitTokens);
+            planSplits(tokens, cfg.batch, cfg.shape.kvHeads, sms, bins ? kMinBinnedSplitTokens : kMinSplitTokens);
         d.splits = p.splits;
         d.tokensPerSplit = p.tokensPerSplit;
         return d;

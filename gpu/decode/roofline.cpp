@@ -187,3 +187,119 @@ DecodeRates decodeRates(const DeviceInfo& device, double copyBytesPerSecond, dou
 }
 
 } // namespace gsrq::gpu
+
+namespace gsrq::gpu {
+
+namespace {
+
+// Hopper's shared memory per block with the opt-in (the CUDA programming guide): 227 KiB.
+constexpr std::size_t kHopperSharedOptin = 227 * 1024;
+
+DeviceInfo hopperSxm(const char* name, std::uint64_t memory, double nominalBandwidth)
+{
+    DeviceInfo d;
+    d.name = name;
+    d.memoryBytes = memory;
+    d.computeMajor = 9;
+    d.multiprocessors = 132;
+    d.clockHz = 1.98e9;
+    d.peakFp32Flops = 132.0 * fp32LanesPerSm(9, 0) * 2 * d.clockHz;
+    d.memoryBandwidth = nominalBandwidth;
+    d.l2Bytes = 50ull << 20;
+    return d;
+}
+
+const std::vector<DeviceModel>& models()
+{
+    static const std::vector<DeviceModel> m = {
+        {"h100", hopperSxm("NVIDIA H100 SXM", 80ull << 30, 3.35e12), 3.35e12,
+         "HBM: the datasheet's 3.35 TB/s (no copy rate measured on an H100 here)", kHopperSharedOptin},
+        {"h200", hopperSxm("NVIDIA H200", 141ull << 30, 4.8e12), 4.24e12,
+         "HBM: 4.24 TB/s, the device-to-device copy bench-decode measured on an H200 (2026-11-26)", kHopperSharedOptin},
+    };
+    return m;
+}
+
+// The static shared memory the binned kernels declare beside their dynamic bins (decode_device.cuh):
+// the RoPE turns, a value per warp and head, a value per warp.
+constexpr std::size_t kPaperBinsStatic = 128 * 8 + 8 * 8 * 4 + 8 * 4;
+constexpr std::size_t kLookupSplitStatic = 8 * 4;
+
+} // namespace
+
+const DeviceModel* findDeviceModel(const std::string& name)
+{
+    for (const auto& m : models())
+        if (m.name == name)
+            return &m;
+    return nullptr;
+}
+
+std::string deviceModelNames()
+{
+    std::string s;
+    for (const auto& m : models())
+        s += (s.empty() ? "" : ", ") + m.name;
+    return s;
+}
+
+DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int stages, int k, const DeviceModel& model,
+                                   const std::function<void(const DecodeBenchPoint&)>& onPoint)
+{
+    DecodeBenchReport rep;
+    rep.backend = DecodeBackend::Cuda;
+    rep.device = "model of the " + model.info.name;
+    rep.nominalBandwidth = model.info.memoryBandwidth;
+    rep.copyBytesPerSecond = model.copyBytesPerSecond;
+    rep.rates = decodeRates(model.info, model.copyBytesPerSecond, o.l2BytesPerSecond);
+    rep.dim = dim;
+    rep.stages = stages;
+    rep.k = k;
+    rep.codebookSource = "none (model)";
+    const int group = o.shape.heads / o.shape.kvHeads, S = o.shape.headDim / dim;
+    const std::size_t per = std::size_t(S) * stages * k; // bins per head
+    for (std::int64_t ctx : o.contexts)
+        for (int batch : o.batches) {
+            const int sms = model.info.multiprocessors;
+            const SplitPlan binned = planSplits(ctx, batch, o.shape.kvHeads, sms, kMinBinnedSplitTokens);
+            const std::size_t parts = std::size_t(std::max(1, kStageThreads / dim));
+            const std::size_t combine =
+                (std::size_t(group) * (std::size_t(binned.splits) + 1 + std::size_t(k)) + parts * group * dim) * 4;
+            const bool paperBins = std::max(group * per * 4 + kPaperBinsStatic, combine) <= model.sharedOptin;
+            double fp16Seconds = 0;
+            for (DecodePath path : o.paths) {
+                DecodeBenchPoint p;
+                p.context = ctx;
+                p.batch = batch;
+                p.path = path;
+                if (const auto why = decodeShapeProblem(o.shape, dim, stages, k); !why.empty()) {
+                    p.skipped = why;
+                } else if (path == DecodePath::Lookup && 2 * group * per * 4 + kLookupSplitStatic > model.sharedOptin) {
+                    p.skipped = cat("the lookup path's tables and bins need ", (2 * group * per * 4) / 1024,
+                                    " KiB of shared memory per block; the ", model.info.name, " has ",
+                                    model.sharedOptin / 1024);
+                } else {
+                    const bool bins = path == DecodePath::Lookup || (path == DecodePath::Paper && paperBins);
+                    p.splits =
+                        bins ? binned.splits : planSplits(ctx, batch, o.shape.kvHeads, sms, kMinSplitTokens).splits;
+                    p.paperBins = path == DecodePath::Paper && paperBins;
+                    p.costs = decodeCosts(path, {o.shape, dim, stages, k, ctx, batch, p.splits, p.paperBins});
+                    p.roofline = roofline(p.costs, rep.rates);
+                    p.seconds = p.minSeconds = p.maxSeconds = p.roofline.seconds;
+                    p.bytes = p.costs.memoryBytes;
+                    p.bytesPerSecond = p.seconds > 0 ? p.bytes / p.seconds : 0;
+                    p.rooflineFraction = 1;
+                    if (path == DecodePath::Fp16)
+                        fp16Seconds = p.seconds;
+                    else if (fp16Seconds > 0 && p.seconds > 0)
+                        p.speedupVsFp16 = fp16Seconds / p.seconds;
+                }
+                if (onPoint)
+                    onPoint(p);
+                rep.points.push_back(p);
+            }
+        }
+    return rep;
+}
+
+} // namespace gsrq::gpu

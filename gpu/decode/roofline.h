@@ -11,6 +11,7 @@
 #include "gpu/device/kernel_cost.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct SplitPlan {
     std::int64_t tokensPerSplit = 0;
 };
 SplitPlan planSplits(std::int64_t tokens, int batch, int kvHeads, int multiprocessors, std::int64_t minTokens);
+// The shortest split: the split-K paths' (FP16, paper by codeword sums), and the binned paths' (lookup,
+// paper with bins), whose per-split bins cost more than the split-K partials.
+inline constexpr std::int64_t kMinSplitTokens = 256;
+inline constexpr std::int64_t kMinBinnedSplitTokens = 1024;
 
 // Why a shape cannot run on the decode kernels (empty when it can): head_dim 64, 128 or 256; D a
 // multiple of 8 that divides head_dim; at most 8 query heads per KV head; R·log2 K ≤ 256 bits.
@@ -54,5 +59,25 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
 // the device's peak; L2: `l2Rate` when given (bytes/s, measured), else an estimate of 2.5 × the
 // HBM rate, which l2Source says.
 DecodeRates decodeRates(const DeviceInfo& device, double copyBytesPerSecond, double l2Rate = 0);
+
+// A named device's rates, for rooflines without the device (gsrq bench-decode --model-device): its
+// facts (SMs, clock, FP32 peak), the HBM rate the model divides by (where it comes from in `source`),
+// and its shared memory per block with the opt-in.
+struct DeviceModel {
+    std::string name; // "h100", "h200"
+    DeviceInfo info;
+    double copyBytesPerSecond = 0;
+    std::string source;
+    std::size_t sharedOptin = 0;
+};
+const DeviceModel* findDeviceModel(const std::string& name); // null for a name not in deviceModelNames()
+std::string deviceModelNames();                              // "h100, h200"
+
+// The decode benchmark's points from the model alone, for D, R, K on `model`: each point's time is
+// its roofline at the model's rates, split as the kernels would split it on that device (SMs, and
+// whether the paper path's bins fit in its shared memory); nothing runs and nothing is verified.
+DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& options, int dim, int stages, int k,
+                                   const DeviceModel& model,
+                                   const std::function<void(const DecodeBenchPoint&)>& onPoint = {});
 
 } // namespace gsrq::gpu
