@@ -160,6 +160,7 @@ private slots:
     void weightsFollowTau();
     void latencyPageSaysHowToMeasure();
     void latencyPageShowsStoredRuns();
+    void latencyFrontierPrefersMeasuredPoints();
     void latencyRunFillsTheChartOnTheCpu();
     void latencyRunFillsTheChartOnAGpu();
     void perplexityModelFollowsTheDump();
@@ -1480,6 +1481,74 @@ void TestStudio::latencyPageShowsStoredRuns()
         RunStore store(m_store.toStdString());
         store.deleteRun(id);
     }
+}
+
+void TestStudio::latencyFrontierPrefersMeasuredPoints()
+{
+    // The frontier joins train runs' attention error with GPU decode times of the same D, R, K:
+    // a modelled run (bench-decode --model-device) for every path, then a measured one for lookup
+    // and FP16 only, which take the modelled points' places. Written directly, with made-up figures.
+    std::vector<std::int64_t> ids;
+    {
+        RunStore store(m_store.toStdString());
+        auto train = [&](const char* rope, double error) {
+            RunInfo info;
+            info.kind = "train";
+            info.settingsJson = nlohmann::json{{"dim", 64}, {"stages", 6}, {"k", 256}, {"key_rope", rope}}.dump();
+            const auto id = store.beginRun(info);
+            store.addMetrics(id, {{"attention", "", "layers.2", -1, -1, "relative_l2", error}});
+            store.finishRun(id, RunStatus::Done);
+            ids.push_back(id);
+        };
+        train("as-dumped", 0.15);
+        train("post", 0.25);
+        auto decode = [&](const char* backend, const char* device, std::vector<std::pair<DecodePath, double>> us) {
+            RunInfo info;
+            info.kind = "bench-decode";
+            info.backend = backend;
+            info.device = device;
+            info.settingsJson = nlohmann::json{{"dim", 64}, {"stages", 6}, {"k", 256}}.dump();
+            const auto id = store.beginRun(info);
+            for (auto [path, t] : us)
+                for (std::int64_t ctx : {8192, 32768}) { // only 32K, batch 1 is the frontier's point
+                    DecodeBenchPoint p;
+                    p.context = ctx;
+                    p.batch = 1;
+                    p.path = path;
+                    p.seconds = t * 1e-6 * (ctx == 32768 ? 1.0 : 0.25);
+                    store.addMetrics(id, decodeMetrics(p));
+                }
+            store.finishRun(id, RunStatus::Done);
+            ids.push_back(id);
+        };
+        decode("model", "model of the NVIDIA H200",
+               {{DecodePath::Fp16, 32}, {DecodePath::Paper, 38}, {DecodePath::Lookup, 10}});
+        decode("cuda", "NVIDIA H200 (device 0)", {{DecodePath::Fp16, 40}, {DecodePath::Lookup, 30}});
+        decode("cpu", "2 threads", {{DecodePath::Fp16, 7000}, {DecodePath::Lookup, 3000}}); // not a GPU's
+    }
+    auto* page = m_window->latencyPage();
+    page->frontierAt()->setCurrentIndex(0); // 32K tokens, batch 1
+    page->refresh();
+    auto* chart = page->frontierChart();
+    chart->flush();
+    const auto lookup = chart->points("lookup, D=64 (measured)");
+    QCOMPARE(lookup.size(), 1);
+    QVERIFY(std::abs(lookup[0].x() - 30) < 1e-9 && lookup[0].y() == 0.25); // keys after RoPE
+    QVERIFY(chart->points("lookup, D=64 (model)").isEmpty());
+    const auto paper = chart->points("paper, D=64 (model)"); // no measured paper point: the model's stays
+    QCOMPARE(paper.size(), 1);
+    QVERIFY(std::abs(paper[0].x() - 38) < 1e-9 && paper[0].y() == 0.15);
+    const QString fp16 = "fp16, exact cache (NVIDIA H200 (device 0))";
+    QVERIFY(chart->isReference(fp16));
+    QVERIFY(std::abs(chart->points(fp16).front().x() - 40) < 1e-9);
+    {
+        RunStore store(m_store.toStdString());
+        for (auto id : ids)
+            store.deleteRun(id);
+    }
+    page->refresh();
+    chart->flush();
+    QVERIFY(chart->seriesNames().isEmpty());
 }
 
 void TestStudio::latencyRunFillsTheChartOnTheCpu()

@@ -4,6 +4,7 @@
 #include "core/decode/cpu_bench.h"
 #include "core/decode/cpu_decode.h"
 #include "core/decode/decode_bench.h"
+#include "core/jobs/decode_frontier.h"
 #include "core/jobs/run_records.h"
 #include "gpu/decode/decode.h"
 #include "views/chart_panel.h"
@@ -22,6 +23,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 namespace gsrq::studio {
@@ -131,6 +134,23 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_chart->setLogX(true);
     m_chart->setLogY(true);
     m_chart->setEmptyText(tr("Press Run to time each decode path at the context lengths above."));
+    m_frontierAt = new QComboBox(this);
+    m_frontierAt->setObjectName("frontierAt");
+    for (auto [ctx, batch] : {std::pair<int, int>{32768, 1}, {32768, 8}, {131072, 1}, {131072, 8}, {8192, 1}})
+        m_frontierAt->addItem(tr("%1K tokens, batch %2").arg(ctx / 1024).arg(batch), QPoint(ctx, batch));
+    m_frontier = new views::ChartPanel(tr("Speed–quality frontier on a GPU (recorded runs)"),
+                                       tr("µs per decode step and layer"), tr("attention-output error"), this);
+    m_frontier->setObjectName("frontier");
+    m_frontier->setLogX(true);
+    m_frontier->setEmptyText(
+        tr("No GPU decode runs with a train run of the same D, R and K in the run store: tools/bench/frontier.sh "
+           "records both (the times from gsrq bench-decode --model-device, the counted-bytes roofline of an "
+           "H100 or H200, where no GPU is at hand; a GPU's measured runs take their place)."));
+    m_frontier->setToolTip(tr("Per path and subspace width D, a point per bit rate: the attention-output error of "
+                              "the latest train run of that shape against the path's time per decode step in the "
+                              "latest GPU run of that shape at the chosen context and batch; measured points "
+                              "replace modelled ones. The dashed line is the FP16 path (exact cache) at the same "
+                              "point."));
 
     auto* form = new QFormLayout;
     auto* where = new QHBoxLayout;
@@ -168,6 +188,12 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     layout->addWidget(m_chart, 1);
     layout->addWidget(new QLabel(tr("Speed and quality at equal bits (recorded runs)"), this));
     layout->addWidget(m_table);
+    auto* frontierRow = new QHBoxLayout;
+    frontierRow->addWidget(new QLabel(tr("Frontier at"), this));
+    frontierRow->addWidget(m_frontierAt);
+    frontierRow->addStretch(1);
+    layout->addLayout(frontierRow);
+    layout->addWidget(m_frontier, 1);
 
     const auto devices = gpu::queryDevices();
     if (devices.devices.empty()) {
@@ -181,6 +207,7 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     connect(m_backend, &QComboBox::currentIndexChanged, this, &LatencyPage::backendChanged);
 
     connect(refreshButton, &QPushButton::clicked, this, &LatencyPage::refresh);
+    connect(m_frontierAt, &QComboBox::currentIndexChanged, this, &LatencyPage::fillFrontier);
     connect(m_run, &QPushButton::clicked, this, &LatencyPage::start);
     connect(m_cancel, &QPushButton::clicked, this, [this] { m_ctx.runner().cancel(); });
     auto onEnd = [this](int id, bool ok) {
@@ -224,6 +251,40 @@ void LatencyPage::refresh()
     setMessage(shown);
     m_chart->flush();
     fillSpeedQuality();
+    fillFrontier();
+}
+
+void LatencyPage::fillFrontier()
+{
+    m_frontier->clear();
+    try {
+        RunStore store(m_ctx.storePath().toStdString());
+        const QPoint at = m_frontierAt->currentData().toPoint();
+        const DecodeFrontier f = decodeFrontier(store, at.x(), at.y());
+        // A series per path and D (its points the bit rates, by time), named by where its times come from.
+        std::map<QString, QList<QPointF>> series;
+        double maxError = 0;
+        for (const auto& p : f.points) {
+            const QString name = tr("%1, D=%2 (%3)")
+                                     .arg(QString::fromStdString(p.path))
+                                     .arg(p.dim)
+                                     .arg(p.measured ? tr("measured") : tr("model"));
+            series[name] << QPointF(p.seconds * 1e6, p.error);
+            maxError = std::max(maxError, p.error);
+        }
+        for (auto& [name, pts] : series) {
+            std::sort(pts.begin(), pts.end(), [](const QPointF& a, const QPointF& b) { return a.x() < b.x(); });
+            m_frontier->setSeries(name, pts);
+        }
+        if (f.fp16Seconds > 0 && !series.empty()) {
+            const QString name = tr("fp16, exact cache (%1)").arg(QString::fromStdString(f.fp16Device));
+            m_frontier->setSeries(name, {QPointF(f.fp16Seconds * 1e6, 0), QPointF(f.fp16Seconds * 1e6, maxError)});
+            m_frontier->setReference(name);
+        }
+    } catch (const std::exception& e) {
+        m_ctx.showMessage(QString::fromUtf8(e.what()));
+    }
+    m_frontier->flush();
 }
 
 void LatencyPage::setMessage(int storedRuns)
@@ -263,31 +324,7 @@ void LatencyPage::fillSpeedQuality()
         RunStore store(m_ctx.storePath().toStdString());
         // Attention-output error per (D, R, K, keys after RoPE): the latest train run of that shape with
         // attention fidelity. The lookup path reads keys stored after RoPE, the paper path before.
-        std::map<std::tuple<int, int, int, bool>, std::pair<double, std::int64_t>> quality;
-        for (const auto& run : store.listRuns({"train", RunStatus::Done, "", 200}))
-            try {
-                const auto set = nlohmann::json::parse(run.settingsJson, nullptr, false);
-                if (!set.is_object() || !set.contains("dim") || !set.contains("stages") || !set.contains("k"))
-                    continue;
-                // Codebooks the decode paths refuse (strided channel groups) time nothing here.
-                if (set.value("strided_groups", false))
-                    continue;
-                const auto key = std::tuple{set["dim"].get<int>(), set["stages"].get<int>(), set["k"].get<int>(),
-                                            set.value("key_rope", std::string()) == "post"};
-                if (quality.count(key))
-                    continue; // runs come newest first
-                double sum = 0;
-                int n = 0;
-                for (const auto& m : store.metrics(run.id))
-                    if (m.scope == "attention" && m.name == "relative_l2") {
-                        sum += m.value;
-                        ++n;
-                    }
-                if (n)
-                    quality[key] = {sum / n, run.id};
-            } catch (const std::exception&) {
-                continue; // a run whose settings this page cannot read is left out, not the whole table
-            }
+        const AttentionErrors quality = latestAttentionErrors(store);
         struct Row {
             std::int64_t run;
             QString backend, bpa, quality, path;

@@ -2,7 +2,9 @@
 // Decode latency: runs the decode-latency sweep (gsrq bench-decode) on the CPU, on every machine, or
 // on a CUDA device where one is present, filling the chart point by point (context length against
 // per-layer latency for each path and batch, each path's roofline beside it), and shows the
-// benchmark runs recorded in the run store with a speed–quality table at equal bits.
+// benchmark runs recorded in the run store with a speed–quality table at equal bits, and the GPU
+// speed–quality frontier (core/jobs/decode_frontier.h): measured or modelled times against the
+// attention-output error of the same shapes' train runs.
 
 #include "studio_context.h"
 
@@ -33,6 +35,8 @@ public:
     QPushButton* runButton() const { return m_run; }
     QComboBox* backendBox() const { return m_backend; }
     QTableWidget* speedQualityTable() const { return m_table; }
+    views::ChartPanel* frontierChart() const { return m_frontier; }
+    QComboBox* frontierAt() const { return m_frontierAt; }
 
 signals:
     void runFinished(bool ok); // the sweep Run started ended: finished (true), cancelled or failed
@@ -42,6 +46,7 @@ private:
     void backendChanged();
     void setMessage(int storedRuns); // what the page shows and how to measure, over the chart
     void fillSpeedQuality();
+    void fillFrontier();
 
     StudioContext& m_ctx;
     QLabel* m_message;
@@ -55,6 +60,8 @@ private:
     QComboBox* m_backend;
     QSpinBox* m_threads;
     QTableWidget* m_table;
+    QComboBox* m_frontierAt;
+    views::ChartPanel* m_frontier;
     QPushButton* m_run;
     QPushButton* m_cancel;
     QPlainTextEdit* m_log;
