@@ -48,6 +48,14 @@ __global__ void neighbourKernel(int* out, bool barrier)
     out[blockIdx.x * blockDim.x + t] = s[(t + 1) % n];
 }
 
+// Lane t of each warp votes t % 3 == 0 and takes the mask; then the lowest voter and the count.
+__global__ void ballotKernel(unsigned* out, int* lowest)
+{
+    const int t = int(threadIdx.x);
+    out[t] = __ballot_sync(0xffffffffu, t % 32 % 3 == 0);
+    lowest[t] = __ffs(int(out[t])) - 1 + 100 * __popc(out[t]);
+}
+
 __global__ void shuffleKernel(int* xorOut, int* downOut, int* bcastOut, float* sumOut)
 {
     const int t = int(threadIdx.x);
@@ -165,6 +173,26 @@ private slots:
         }
         for (auto* p : {static_cast<void*>(x), static_cast<void*>(d), static_cast<void*>(c), static_cast<void*>(s)})
             cudaFree(p);
+    }
+
+    void ballotsFollowCuda()
+    {
+        // Every lane of a warp gets the mask of its warp's voting lanes (two warps: each its own).
+        unsigned* out = deviceArray<unsigned>(64);
+        int* lowest = deviceArray<int>(64);
+        launch(ballotKernel, 1, 64, 0, nullptr, out, lowest);
+        QCOMPARE(cudaGetLastError(), cudaSuccess);
+        unsigned want = 0;
+        for (int t = 0; t < 32; t += 3)
+            want |= 1u << t;
+        const auto got = download(out, 64);
+        const auto low = download(lowest, 64);
+        for (std::size_t t = 0; t < 64; ++t) {
+            QCOMPARE(got[t], want);
+            QCOMPARE(low[t], 0 + 100 * 11); // lane 0 votes, and 11 lanes of 32 do
+        }
+        cudaFree(out);
+        cudaFree(lowest);
     }
 
     void brokenRulesFailTheLaunchAndTheNextOneRuns()

@@ -14,6 +14,8 @@
 #include "core/io/synth.h"
 #include "core/jobs/run_records.h"
 #include "gpu/cluster/cuda_backend.h"
+#include "gpu/cluster/pass_costs.h"
+#include "gpu/decode/roofline.h"
 #include "gpu/device/device.h"
 #include "recording.h"
 
@@ -169,18 +171,83 @@ Command registerBenchCluster(CLI::App& root)
             }};
 }
 
+namespace {
+
+// bench-train --model-device: one pass's launches, their bytes and roofline times on a GPU's model.
+void printTrainingModel(const gpu::DeviceModel& m, const gpu::ClusterPassCase& c, std::int64_t passes, bool tf32,
+                        bool json)
+{
+    const auto rates = gpu::decodeRates(m.info, m.copyBytesPerSecond);
+    const double gemmRate = tf32 ? m.tf32Flops : m.info.peakFp32Flops;
+    auto launches = gpu::clusterPassCosts(c);
+    launches.push_back(gpu::centroidUpdateCost(c));
+    double pass = 0, hbm = 0;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    if (!json)
+        std::printf("bench-train, modelled (no timing), on the %s: %lld rows, D=%d, K=%d, %s%s; %s\n"
+                    "  %-16s %12s %12s %12s %10s  %s\n",
+                    m.info.name.c_str(), (long long)c.n, c.d, c.K, c.shapeSums ? "GSKM" : "KM",
+                    c.weighted ? ", weighted" : "", m.source.c_str(), "launch", "HBM MB", "shared MB", "GFLOP", "µs",
+                    "bound");
+    for (const auto& k : launches) {
+        DecodeCosts costs;
+        costs.memoryBytes = k.hbmBytes;
+        costs.sharedBytes = k.sharedBytes;
+        DecodeRates r = rates;
+        r.flops = k.library ? gemmRate : rates.flops;
+        costs.flops = k.flops;
+        const Roofline t = roofline(costs, r);
+        pass += t.seconds;
+        hbm += k.hbmBytes;
+        if (json)
+            rows.push_back({{"launch", k.kernel},
+                            {"hbm_bytes", k.hbmBytes},
+                            {"shared_bytes", k.sharedBytes},
+                            {"flops", k.flops},
+                            {"roofline_seconds", t.seconds},
+                            {"bound", t.bound}});
+        else
+            std::printf("  %-16s %12.2f %12.2f %12.2f %10.1f  %s\n", k.kernel.c_str(), k.hbmBytes / 1e6,
+                        k.sharedBytes / 1e6, k.flops / 1e9, t.seconds * 1e6, t.bound.c_str());
+    }
+    if (json) {
+        printJson({{"tool", "gsrq"},
+                   {"version", kVersion},
+                   {"command", "bench-train"},
+                   {"modelled", true},
+                   {"device", m.info.name},
+                   {"hbm_source", m.source},
+                   {"gemm", tf32 ? "tf32" : "fp32"},
+                   {"launches", rows},
+                   {"pass_seconds", pass},
+                   {"passes", passes},
+                   {"layer_seconds", pass * double(passes)}});
+        return;
+    }
+    std::printf("per pass (launches back to back, each at its roofline, no launch gaps): %.1f µs, %.1f MB from HBM; "
+                "the layer's at most %lld passes: %.2f s (the GEMM in %s at %.0f TFLOP/s)\n",
+                pass * 1e6, hbm / 1e6, (long long)passes, pass * double(passes), tf32 ? "TF32" : "FP32",
+                gemmRate / 1e12);
+}
+
+} // namespace
+
 Command registerBenchTrain(CLI::App& root)
 {
     struct Opts {
         std::int64_t rows = 262144;
         int features = 1024, dim = 128, stages = 16, k = 256, iters = 40;
-        std::string method = "gskm", data = "kv", weights = "grad-log", saveData;
+        std::string method = "gskm", data = "kv", weights = "grad-log", saveData, modelDevice;
         std::uint64_t seed = 0;
         BackendOptions backend;
         bool json = false;
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = root.add_subcommand("bench-train", "Time a whole GSRQ layer's training on generated (synthetic) data");
+    cmd->add_option("--model-device", o->modelDevice,
+                    "No training: one assignment pass's launches as the CUDA backend makes them, their bytes "
+                    "(the counted-bytes model) and roofline times on this GPU's model (" +
+                        gpu::deviceModelNames() + "), and the layer's at most features/dim × stages × iters passes");
     cmd->add_option("--rows", o->rows, "Rows (tokens)")->capture_default_str();
     cmd->add_option("--features", o->features, "Features per row (heads × head_dim)")->capture_default_str();
     cmd->add_option("--dim", o->dim, "Subspace width D")->capture_default_str();
@@ -216,10 +283,20 @@ Command registerBenchTrain(CLI::App& root)
                 s.seed = o->seed;
                 s.method = method;
                 validateRq(s, o->rows, o->features);
-                auto backend = openBackend(o->backend, o->json);
                 const auto wmode = weightModeFromName(o->weights);
                 if (!wmode)
                     throwInvalid("--weights ", o->weights, ": expected none, grad-raw or grad-log");
+                if (!o->modelDevice.empty()) {
+                    const auto* model = gpu::findDeviceModel(o->modelDevice);
+                    if (!model)
+                        throwInvalid("--model-device '", o->modelDevice, "': one of ", gpu::deviceModelNames());
+                    printTrainingModel(
+                        *model,
+                        {o->rows, s.dim, s.k, *wmode != WeightMode::None, method == Method::GainShape, true, 256, true},
+                        std::int64_t(o->features / s.dim) * s.stages * s.iterations, o->backend.tf32, o->json);
+                    return;
+                }
+                auto backend = openBackend(o->backend, o->json);
                 const MatrixRF x = synthesize(*kind, o->rows, o->features, o->seed);
                 const Eigen::VectorXf w = syntheticGradientWeights(o->rows, *wmode, o->seed);
                 const float* wp = *wmode == WeightMode::None ? nullptr : w.data();

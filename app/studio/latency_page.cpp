@@ -185,15 +185,20 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     layout->addLayout(form);
     layout->addLayout(buttons);
     layout->addWidget(m_log);
-    layout->addWidget(m_chart, 1);
-    layout->addWidget(new QLabel(tr("Speed and quality at equal bits (recorded runs)"), this));
-    layout->addWidget(m_table);
+    // The latency chart and the frontier side by side, the frontier's point chosen over it.
     auto* frontierRow = new QHBoxLayout;
     frontierRow->addWidget(new QLabel(tr("Frontier at"), this));
     frontierRow->addWidget(m_frontierAt);
     frontierRow->addStretch(1);
-    layout->addLayout(frontierRow);
-    layout->addWidget(m_frontier, 1);
+    auto* frontierColumn = new QVBoxLayout;
+    frontierColumn->addLayout(frontierRow);
+    frontierColumn->addWidget(m_frontier, 1);
+    auto* charts = new QHBoxLayout;
+    charts->addWidget(m_chart, 1);
+    charts->addLayout(frontierColumn, 1);
+    layout->addLayout(charts, 1);
+    layout->addWidget(new QLabel(tr("Speed and quality at equal bits (recorded runs)"), this));
+    layout->addWidget(m_table);
 
     const auto devices = gpu::queryDevices();
     if (devices.devices.empty()) {

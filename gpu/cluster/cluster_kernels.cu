@@ -168,18 +168,25 @@ __global__ void __launch_bounds__(kTileThreads)
             xs[i] = c < cols ? x[(s0 + r) * ld + j0 + c] : 0.0f;
         }
         __syncthreads();
-        for (int r = 0; r < rows; ++r) {
-            const int k = ls[r];
-            if (unsigned(k) >= unsigned(kb) || k % kTileWarps != warp)
-                continue;
-            const double wr = double(ws[r]);
-            const double v = double(xs[r * kWarp + lane]);
-            sx[k * kWarp + lane] += wr * v;
-            if (shape)
-                sy[k * kWarp + lane] += (wr * double(is[r])) * v;
-            if (first && lane == 0) {
-                sw[k] += wr;
-                sc[k] += 1;
+        // 32 staged rows at a time: a lane reads one row's label, a ballot names the warp's rows, and
+        // the warp takes them in row order (the label from its lane by a shuffle), so each label is
+        // read from shared memory once per warp, not once per thread.
+        for (int q = 0; q < rows; q += kWarp) {
+            const int label = q + lane < rows ? ls[q + lane] : -1;
+            unsigned mine = __ballot_sync(0xffffffffu, unsigned(label) < unsigned(kb) && label % kTileWarps == warp);
+            while (mine) {
+                const int j = __ffs(int(mine)) - 1;
+                mine &= mine - 1;
+                const int r = q + j, k = __shfl_sync(0xffffffffu, label, j);
+                const double wr = double(ws[r]);
+                const double v = double(xs[r * kWarp + lane]);
+                sx[k * kWarp + lane] += wr * v;
+                if (shape)
+                    sy[k * kWarp + lane] += (wr * double(is[r])) * v;
+                if (first && lane == 0) {
+                    sw[k] += wr;
+                    sc[k] += 1;
+                }
             }
         }
     }

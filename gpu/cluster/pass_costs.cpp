@@ -33,7 +33,7 @@ std::int64_t passChunkRows(std::int64_t n, int K)
 
 namespace {
 
-constexpr double kWarp = 32, kTileThreads = 256, kStageRows = 128;
+constexpr double kWarp = 32, kTileWarps = 8;
 
 // The sums kernel's shared-memory loads and stores for one column group of `cols` columns: `rows`
 // rows in T tiles, each tile's blocks over `ranges` cluster ranges that together hold the K clusters
@@ -44,7 +44,7 @@ double tileShared(double rows, double T, double ranges, double K, double cols, b
     double b = 0;
     b += T * (K * kWarp * 8 * (1 + s) + K * 16);        // partials cleared
     b += ranges * rows * (12 + kWarp * 4);              // labels, weights, 1/‖x‖ and 32 columns staged
-    b += ranges * rows * kTileThreads * 4;              // every thread reads each staged row's label
+    b += ranges * rows * kTileWarps * 4;                // each warp reads each staged row's label once
     b += rows * kWarp * (4 + 4 * s + 4 + 16 * (1 + s)); // the owning warp: w, 1/‖x‖, x; Sx (and Sy) read, written
     b += T * K * cols * 8 * (1 + s);                    // partials read out
     if (first)

@@ -213,9 +213,10 @@ const std::vector<DeviceModel>& models()
 {
     static const std::vector<DeviceModel> m = {
         {"h100", hopperSxm("NVIDIA H100 SXM", 80ull << 30, 3.35e12), 3.35e12,
-         "HBM: the datasheet's 3.35 TB/s (no copy rate measured on an H100 here)", kHopperSharedOptin},
+         "HBM: the datasheet's 3.35 TB/s (no copy rate measured on an H100 here)", kHopperSharedOptin, 494.7e12},
         {"h200", hopperSxm("NVIDIA H200", 141ull << 30, 4.8e12), 4.24e12,
-         "HBM: 4.24 TB/s, the device-to-device copy bench-decode measured on an H200 (2026-11-26)", kHopperSharedOptin},
+         "HBM: 4.24 TB/s, the device-to-device copy bench-decode measured on an H200 (2026-11-26)", kHopperSharedOptin,
+         494.7e12},
     };
     return m;
 }

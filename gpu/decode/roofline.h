@@ -69,6 +69,7 @@ struct DeviceModel {
     double copyBytesPerSecond = 0;
     std::string source;
     std::size_t sharedOptin = 0;
+    double tf32Flops = 0; // dense TF32 tensor-core peak (the datasheet's)
 };
 const DeviceModel* findDeviceModel(const std::string& name); // null for a name not in deviceModelNames()
 std::string deviceModelNames();                              // "h100, h200"

@@ -445,6 +445,20 @@ std::uint64_t exchange(std::uint64_t value, int srcLane, unsigned mask)
     return w.slot[p][srcLane];
 }
 
+unsigned ballot(bool predicate, unsigned mask)
+{
+    Scheduler& s = sched();
+    const Warp& w = s.warps[s.fibers[s.current].thread.warp];
+    const int p = w.parity; // the slots exchange() is about to fill with every lane's predicate
+    const unsigned live = w.liveMask;
+    exchange(predicate ? 1 : 0, int(s.fibers[s.current].thread.lane), mask);
+    unsigned bits = 0;
+    for (int lane = 0; lane < 32; ++lane)
+        if ((live >> lane) & 1u && w.slot[p][lane])
+            bits |= 1u << lane;
+    return bits;
+}
+
 void runGrid(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t, const void* kernel, Body body, void* context)
 {
     std::lock_guard lock(launchMutex);

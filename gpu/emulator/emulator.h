@@ -43,6 +43,9 @@ void syncthreads();
 // The lanes of the current warp each give `value` and receive lane `srcLane`'s value (a barrier of
 // the warp's lanes; `mask` must name every lane that is still running).
 std::uint64_t exchange(std::uint64_t value, int srcLane, unsigned mask);
+// The lanes of the current warp each give a predicate and receive the mask of the lanes whose
+// predicate is true (a barrier of the warp's lanes, as exchange()).
+unsigned ballot(bool predicate, unsigned mask);
 
 // Whether [p, p + bytes) lies in one live device allocation (p may be its end when bytes is 0).
 bool isDeviceRange(const void* p, std::size_t bytes);
@@ -121,7 +124,9 @@ inline void* dynamicShared()
 #define __launch_bounds__(...)
 // Blocks run one at a time, so a function-static array is the running block's shared memory. All
 // of them live in one ELF section, which the emulator fills with 0xff bytes (NaN) before each
-// block, as it does dynamic shared memory: a read before any write of this block shows.
+// block, as it does dynamic shared memory: a read before any write of this block shows. GCC (through
+// 12) ignores the section attribute on a function template's static locals: a template kernel
+// declares its static shared arrays in a plain function of internal linkage (decode_device.cuh).
 #define __shared__ __attribute__((section("gsrq_emu_shared"))) static
 
 #define threadIdx (::gsrq::emulator::detail::currentThread->idx)
@@ -162,6 +167,22 @@ template <class T> T __shfl_down_sync(unsigned mask, T v, unsigned delta, int wi
     const int src = (lane % width) + int(delta) < width ? lane + int(delta) : lane;
     return ::gsrq::emulator::detail::fromBits<T>(
         ::gsrq::emulator::detail::exchange(::gsrq::emulator::detail::toBits(v), src, mask));
+}
+
+inline unsigned __ballot_sync(unsigned mask, int predicate)
+{
+    return ::gsrq::emulator::detail::ballot(predicate != 0, mask);
+}
+
+// The position of the lowest set bit, from 1 (0 for none), and the set bits' count.
+inline int __ffs(int x)
+{
+    return __builtin_ffs(x);
+}
+
+inline int __popc(unsigned x)
+{
+    return __builtin_popcount(x);
 }
 
 // Atomics: threads switch only at barriers, so a read-modify-write is atomic as written.
