@@ -471,6 +471,38 @@ private slots:
     }
 #endif
 
+    void benchTrainModelsANamedDevice()
+    {
+        // --model-device needs no device: the 1-BPA layer's pass as the backend would launch it
+        // (8 chunks of 32,768 rows: a GEMM and an argmax each; the sums and their reduction; the row
+        // and cluster totals; the update), and the layer's at most 8 blocks × 16 stages clusterings of
+        // 41 passes, 40 updates and GSKM's start.
+        const auto r = test::gsrqRun({"--no-db", "bench-train", "--model-device", "h200", "--tf32", "--json"});
+        QVERIFY2(r.code == 0, r.err.constData());
+        const auto j = QJsonDocument::fromJson(r.out).object();
+        QVERIFY(j["modelled"].toBool());
+        QCOMPARE(j["launches"].toArray().size(), 8 * 2 + 2 + 2 + 1);
+        QCOMPARE(j["clusterings"].toInt(), 8 * 16);
+        QCOMPARE(j["max_passes"].toInt(), 8 * 16 * 42);
+        const double pass = j["pass_seconds"].toDouble(), update = j["update_seconds"].toDouble(),
+                     start = j["start_pass_seconds"].toDouble();
+        QVERIFY(pass > 0 && update > 0 && start > 0 && start < pass); // the start has no shape sums or metrics
+        QVERIFY(std::abs(j["layer_seconds_at_most"].toDouble() - 128 * (41 * pass + 40 * update + start)) <=
+                1e-12 * j["layer_seconds_at_most"].toDouble());
+        // The launches' sum is the pass, each launch at its roofline.
+        double sum = 0;
+        for (const auto& l : j["launches"].toArray())
+            if (l.toObject()["launch"].toString() != "centroid update")
+                sum += l.toObject()["roofline_seconds"].toDouble();
+        QVERIFY(std::abs(sum - pass) <= 1e-12 * pass);
+        const auto bad = test::gsrqRun({"--no-db", "bench-train", "--model-device", "v100"});
+        QCOMPARE(bad.code, 2);
+        QVERIFY2(bad.err.contains("h100, h200"), bad.err.constData());
+        const auto save = test::gsrqRun({"--no-db", "bench-train", "--model-device", "h100", "--save-data", "x"});
+        QCOMPARE(save.code, 2);
+        QVERIFY2(save.err.contains("--save-data"), save.err.constData());
+    }
+
     void cliTrainsOnTheDeviceAsOnTheCpu()
     {
         QString why;

@@ -1524,6 +1524,7 @@ void TestStudio::latencyFrontierPrefersMeasuredPoints()
         decode("model", "model of the NVIDIA H200",
                {{DecodePath::Fp16, 32}, {DecodePath::Paper, 38}, {DecodePath::Lookup, 10}});
         decode("cuda", "NVIDIA H200 (device 0)", {{DecodePath::Fp16, 40}, {DecodePath::Lookup, 30}});
+        decode("model", "model of the NVIDIA H100", {{DecodePath::Paper, 50}});             // another GPU's model
         decode("cpu", "2 threads", {{DecodePath::Fp16, 7000}, {DecodePath::Lookup, 3000}}); // not a GPU's
     }
     auto* page = m_window->latencyPage();
@@ -1534,10 +1535,11 @@ void TestStudio::latencyFrontierPrefersMeasuredPoints()
     const auto lookup = chart->points("lookup, D=64 (measured)");
     QCOMPARE(lookup.size(), 1);
     QVERIFY(std::abs(lookup[0].x() - 30) < 1e-9 && lookup[0].y() == 0.25); // keys after RoPE
-    QVERIFY(chart->points("lookup, D=64 (model)").isEmpty());
-    const auto paper = chart->points("paper, D=64 (model)"); // no measured paper point: the model's stays
+    QVERIFY(chart->points("lookup, D=64 (model of the NVIDIA H200)").isEmpty());
+    const auto paper = chart->points("paper, D=64 (model of the NVIDIA H200)"); // not measured: the model's stays
     QCOMPARE(paper.size(), 1);
     QVERIFY(std::abs(paper[0].x() - 38) < 1e-9 && paper[0].y() == 0.15);
+    QCOMPARE(chart->points("paper, D=64 (model of the NVIDIA H100)").size(), 1); // apart from the H200's
     const QString fp16 = "fp16, exact cache (NVIDIA H200 (device 0))";
     QVERIFY(chart->isReference(fp16));
     QVERIFY(std::abs(chart->points(fp16).front().x() - 40) < 1e-9);

@@ -173,44 +173,53 @@ Command registerBenchCluster(CLI::App& root)
 
 namespace {
 
-// bench-train --model-device: one pass's launches, their bytes and roofline times on a GPU's model.
-void printTrainingModel(const gpu::DeviceModel& m, const gpu::ClusterPassCase& c, std::int64_t passes, bool tf32,
-                        bool json)
+// bench-train --model-device: one pass's launches, their bytes and roofline times on a GPU's model,
+// and the layer's: per block of D columns and stage, a clustering of at most iters + 1 passes with
+// an update after all but the last (and GSKM's start, one pass by direction).
+void printTrainingModel(const gpu::DeviceModel& m, const gpu::ClusterPassCase& c, std::int64_t clusterings, int iters,
+                        bool tf32, bool json)
 {
     const auto rates = gpu::decodeRates(m.info, m.copyBytesPerSecond);
     const double gemmRate = tf32 ? m.tf32Flops : m.info.peakFp32Flops;
-    auto launches = gpu::clusterPassCosts(c);
-    launches.push_back(gpu::centroidUpdateCost(c));
-    double pass = 0, hbm = 0;
-    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-    if (!json)
-        std::printf("bench-train, modelled (no timing), on the %s: %lld rows, D=%d, K=%d, %s%s; %s\n"
-                    "  %-16s %12s %12s %12s %10s  %s\n",
-                    m.info.name.c_str(), (long long)c.n, c.d, c.K, c.shapeSums ? "GSKM" : "KM",
-                    c.weighted ? ", weighted" : "", m.source.c_str(), "launch", "HBM MB", "shared MB", "GFLOP", "µs",
-                    "bound");
-    for (const auto& k : launches) {
+    auto at = [&](const gpu::KernelCost& k) {
         DecodeCosts costs;
         costs.memoryBytes = k.hbmBytes;
         costs.sharedBytes = k.sharedBytes;
+        costs.flops = k.flops;
         DecodeRates r = rates;
         r.flops = k.library ? gemmRate : rates.flops;
-        costs.flops = k.flops;
-        const Roofline t = roofline(costs, r);
-        pass += t.seconds;
+        return roofline(costs, r);
+    };
+    auto seconds = [&](const std::vector<gpu::KernelCost>& launches) {
+        double t = 0;
+        for (const auto& k : launches)
+            t += at(k).seconds;
+        return t;
+    };
+    const auto pass = gpu::clusterPassCosts(c);
+    const auto update = gpu::centroidUpdateCost(c);
+    gpu::ClusterPassCase start = c; // GSKM's start: a plain pass by direction, no shape sums or metrics
+    start.shapeSums = start.rowMetrics = start.held = false;
+    const double passSeconds = seconds(pass), updateSeconds = at(update).seconds;
+    const double startSeconds = c.shapeSums ? seconds(gpu::clusterPassCosts(start)) : 0.0;
+    const double layer =
+        double(clusterings) * (double(iters + 1) * passSeconds + double(iters) * updateSeconds + startSeconds);
+    double hbm = 0;
+    for (const auto& k : pass)
         hbm += k.hbmBytes;
-        if (json)
+    auto all = pass;
+    all.push_back(update);
+    if (json) {
+        nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+        for (const auto& k : all) {
+            const Roofline t = at(k);
             rows.push_back({{"launch", k.kernel},
                             {"hbm_bytes", k.hbmBytes},
                             {"shared_bytes", k.sharedBytes},
                             {"flops", k.flops},
                             {"roofline_seconds", t.seconds},
                             {"bound", t.bound}});
-        else
-            std::printf("  %-16s %12.2f %12.2f %12.2f %10.1f  %s\n", k.kernel.c_str(), k.hbmBytes / 1e6,
-                        k.sharedBytes / 1e6, k.flops / 1e9, t.seconds * 1e6, t.bound.c_str());
-    }
-    if (json) {
+        }
         printJson({{"tool", "gsrq"},
                    {"version", kVersion},
                    {"command", "bench-train"},
@@ -219,15 +228,29 @@ void printTrainingModel(const gpu::DeviceModel& m, const gpu::ClusterPassCase& c
                    {"hbm_source", m.source},
                    {"gemm", tf32 ? "tf32" : "fp32"},
                    {"launches", rows},
-                   {"pass_seconds", pass},
-                   {"passes", passes},
-                   {"layer_seconds", pass * double(passes)}});
+                   {"pass_seconds", passSeconds},
+                   {"update_seconds", updateSeconds},
+                   {"start_pass_seconds", startSeconds},
+                   {"clusterings", clusterings},
+                   {"max_passes", clusterings * (iters + 1 + (c.shapeSums ? 1 : 0))},
+                   {"layer_seconds_at_most", layer}});
         return;
     }
-    std::printf("per pass (launches back to back, each at its roofline, no launch gaps): %.1f µs, %.1f MB from HBM; "
-                "the layer's at most %lld passes: %.2f s (the GEMM in %s at %.0f TFLOP/s)\n",
-                pass * 1e6, hbm / 1e6, (long long)passes, pass * double(passes), tf32 ? "TF32" : "FP32",
-                gemmRate / 1e12);
+    std::printf("bench-train, modelled (no timing), on the %s: %lld rows, D=%d, K=%d, %s%s; %s\n"
+                "  %-16s %12s %12s %12s %10s  %s\n",
+                m.info.name.c_str(), (long long)c.n, c.d, c.K, c.shapeSums ? "GSKM" : "KM",
+                c.weighted ? ", weighted" : "", m.source.c_str(), "launch", "HBM MB", "shared MB", "GFLOP", "µs",
+                "bound");
+    for (const auto& k : all) {
+        const Roofline t = at(k);
+        std::printf("  %-16s %12.2f %12.2f %12.2f %10.1f  %s\n", k.kernel.c_str(), k.hbmBytes / 1e6,
+                    k.sharedBytes / 1e6, k.flops / 1e9, t.seconds * 1e6, t.bound.c_str());
+    }
+    std::printf("per pass and its update (launches back to back, each at its roofline, no launch gaps): %.1f µs, "
+                "%.1f MB from HBM; the layer (%lld clusterings of at most %d passes and %d updates%s): at most "
+                "%.2f s (the GEMM in %s at %.0f TFLOP/s)\n",
+                (passSeconds + updateSeconds) * 1e6, hbm / 1e6, (long long)clusterings, iters + 1, iters,
+                c.shapeSums ? ", and GSKM's start" : "", layer, tf32 ? "TF32" : "FP32", gemmRate / 1e12);
 }
 
 } // namespace
@@ -290,10 +313,12 @@ Command registerBenchTrain(CLI::App& root)
                     const auto* model = gpu::findDeviceModel(o->modelDevice);
                     if (!model)
                         throwInvalid("--model-device '", o->modelDevice, "': one of ", gpu::deviceModelNames());
+                    if (!o->saveData.empty())
+                        throwInvalid("--save-data: with --model-device no data is made");
                     printTrainingModel(
                         *model,
                         {o->rows, s.dim, s.k, *wmode != WeightMode::None, method == Method::GainShape, true, 256, true},
-                        std::int64_t(o->features / s.dim) * s.stages * s.iterations, o->backend.tf32, o->json);
+                        std::int64_t(o->features / s.dim) * s.stages, s.iterations, o->backend.tf32, o->json);
                     return;
                 }
                 auto backend = openBackend(o->backend, o->json);

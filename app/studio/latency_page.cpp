@@ -270,10 +270,11 @@ void LatencyPage::fillFrontier()
         std::map<QString, QList<QPointF>> series;
         double maxError = 0;
         for (const auto& p : f.points) {
+            // "lookup, D=128 (measured)", or "(model of the NVIDIA H200)": models of two GPUs stay apart.
             const QString name = tr("%1, D=%2 (%3)")
                                      .arg(QString::fromStdString(p.path))
                                      .arg(p.dim)
-                                     .arg(p.measured ? tr("measured") : tr("model"));
+                                     .arg(p.measured ? tr("measured") : QString::fromStdString(p.device));
             series[name] << QPointF(p.seconds * 1e6, p.error);
             maxError = std::max(maxError, p.error);
         }

@@ -13,7 +13,8 @@
 // Lloyd's iterations run on centroids the backend holds (loadCentroids .. storeCentroids): each
 // passHeld() is the primitive on them, each updateHeld() applies update_rule.h where they are. The CPU
 // backend keeps them in host memory; the CUDA backend on the device, so an iteration returns only the
-// pass's totals (AssignStats' scalars), the centroids cross once each way per clustering.
+// pass's totals (AssignStats' scalars), the centroids cross once each way per clustering (and for
+// an iteration that re-seeds empty clusters, on the host).
 //
 // Thread-safety: one backend per thread; calls on one backend must not overlap.
 

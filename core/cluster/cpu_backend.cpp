@@ -146,7 +146,9 @@ public:
         // nearest codeword and its score (2x·c − ‖c‖²) from it, the product never leaving registers.
         const nearest::NearestKernels& kernel = m_kernel ? *m_kernel : nearest::bestNearest();
         const nearest::NearestPanels panels = nearest::packCodewords(C, kernel);
-        const Eigen::RowVectorXf cNorm = C.rowwise().squaredNorm().transpose();
+        Eigen::RowVectorXf cNorm(K); // ‖c‖² as every backend rounds it (update_rule.h)
+        for (int k = 0; k < K; ++k)
+            cNorm[k] = update::squaredNorm(C.row(k).data(), D);
         // The vector kernels score a pair by the same operations wherever it lies in a tile or range,
         // which the bounds' exactness rests on; Eigen's GEMM (the portable build) rounds a codeword
         // differently by its column, so that build scores every codeword.

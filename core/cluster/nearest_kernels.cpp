@@ -7,6 +7,7 @@
 #include "core/cluster/nearest_kernels.h"
 
 #include "core/base/cpu_features.h"
+#include "core/cluster/update_rule.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -398,7 +399,7 @@ NearestPanels packCodewords(const MatrixRF& C, const NearestKernels& k)
         p.Ct = C.transpose();
         p.bias.resize(std::size_t(p.K));
         for (int c = 0; c < p.K; ++c)
-            p.bias[std::size_t(c)] = -C.row(c).squaredNorm();
+            p.bias[std::size_t(c)] = -update::squaredNorm(C.row(c).data(), p.D); // as every backend rounds it
         return p;
     }
     p.groups = (p.K + k.width - 1) / k.width;
@@ -412,7 +413,7 @@ NearestPanels packCodewords(const MatrixRF& C, const NearestKernels& k)
     }
     p.bias.assign(std::size_t(p.groups) * k.width, -std::numeric_limits<float>::infinity());
     for (int c = 0; c < p.K; ++c)
-        p.bias[std::size_t(c)] = -C.row(c).squaredNorm();
+        p.bias[std::size_t(c)] = -update::squaredNorm(C.row(c).data(), p.D); // as every backend rounds it
     return p;
 }
 

@@ -67,7 +67,8 @@ GSRQ_HOST_DEVICE inline void cluster(const Params& p, int d, double W, const dou
         c[j] = float(*gain * shape[j]);
 }
 
-// ‖c‖² of a centroid as the assignment's bias uses it: summed in double in index order, rounded once.
+// ‖c‖² of a centroid as every backend's assignment takes it for its bias (the CPU's kernels, the CUDA
+// backend's passes): summed in double in index order, rounded once, so the backends score alike.
 GSRQ_HOST_DEVICE inline float squaredNorm(const float* c, int d)
 {
     double s = 0;

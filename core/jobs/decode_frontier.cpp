@@ -55,8 +55,9 @@ DecodeFrontier decodeFrontier(RunStore& store, std::int64_t context, int batch)
 {
     const AttentionErrors quality = latestAttentionErrors(store);
     const std::string tensor = cat("b=", batch, " ctx=", context);
-    // (path, D, R, K) → the point; a measured one replaces a modelled one, else the newest stays.
-    std::map<std::tuple<std::string, int, int, int>, FrontierPoint> best;
+    // (path, D, R, K, the modelled device or "" for measured) → the point: a measured one replaces
+    // every modelled one, else the newest stays.
+    std::map<std::tuple<std::string, int, int, int, std::string>, FrontierPoint> best;
     DecodeFrontier f;
     bool fp16Measured = false;
     for (const auto& run : store.listRuns({"bench-decode", RunStatus::Done, "", 500})) {
@@ -79,10 +80,14 @@ DecodeFrontier decodeFrontier(RunStore& store, std::int64_t context, int batch)
                     }
                     continue;
                 }
-                const auto key = std::tuple{m.method, D, R, K};
-                auto it = best.find(key);
-                if (it != best.end() && (it->second.measured || !measured))
-                    continue; // newest first: keep it unless this one is measured and it is not
+                const auto key = std::tuple{m.method, D, R, K, measured ? std::string() : run.device};
+                if (best.count(key) || best.count(std::tuple{m.method, D, R, K, std::string()}))
+                    continue; // runs come newest first; a measured point stands for every model
+                if (measured) // drop the models this measurement replaces
+                    std::erase_if(best, [&](const auto& e) {
+                        const auto& [path, d, r, k, device] = e.first;
+                        return path == m.method && d == D && r == R && k == K && !device.empty();
+                    });
                 const auto q = quality.find({D, R, K, m.method == "lookup"});
                 if (q == quality.end())
                     continue; // no quality for this shape yet
@@ -107,7 +112,7 @@ DecodeFrontier decodeFrontier(RunStore& store, std::int64_t context, int batch)
     for (auto& [key, p] : best)
         f.points.push_back(p);
     std::sort(f.points.begin(), f.points.end(), [](const FrontierPoint& a, const FrontierPoint& b) {
-        return std::tie(a.path, b.dim, a.bpa) < std::tie(b.path, a.dim, b.bpa);
+        return std::tie(a.path, b.dim, a.bpa, a.device) < std::tie(b.path, a.dim, b.bpa, b.device);
     });
     return f;
 }

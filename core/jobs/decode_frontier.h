@@ -3,7 +3,8 @@
 // (D, R, K), the attention-output error of the latest train run of that shape (keys after RoPE for
 // the lookup path, before it for the paper path) against the path's time per decode step in the
 // latest bench-decode run of that shape on a GPU, at one context and batch. A GPU's measured runs
-// take the place of modelled ones (gsrq bench-decode --model-device) for the same path and shape.
+// take the place of modelled ones (gsrq bench-decode --model-device) for the same path and shape;
+// modelled runs of different devices (an H100's, an H200's) stay apart.
 // The Latency page draws it; tools/bench/frontier.sh fills the store for it.
 
 #include "core/store/run_store.h"
@@ -34,7 +35,7 @@ struct FrontierPoint {
 };
 
 struct DecodeFrontier {
-    std::vector<FrontierPoint> points; // by path, then D, then bits
+    std::vector<FrontierPoint> points; // by path, then D (largest first), then bits, then device
     double fp16Seconds = 0;            // the FP16 path at the same point (measured where any point is), 0: none
     std::string fp16Device;
 };

@@ -176,6 +176,7 @@ public:
             throwRuntime("CUDA backend: centroids ", C.rows(), "×", C.cols(), " do not match the block width ", D);
         prepareWork(K);
         uploadCentroids(C);
+        m_heldPassed = false; // the sums are this pass's now, not the held centroids'
         runPass(m_C.get(), m_cNorm.get(), K, what);
 
         // One transfer of the K × D sums and the scalars.
@@ -551,8 +552,10 @@ private:
 
     void uploadCentroids(const MatrixRF& C)
     {
-        // ‖c‖² in float on the host, exactly as the CPU backend computes it.
-        const Eigen::VectorXf cNorm = C.rowwise().squaredNorm();
+        // ‖c‖² as every backend rounds it (update_rule.h's squaredNorm, as the held passes' kernels do).
+        Eigen::VectorXf cNorm(C.rows());
+        for (Eigen::Index k = 0; k < C.rows(); ++k)
+            cNorm[k] = update::squaredNorm(C.row(k).data(), int(C.cols()));
         check(cudaMemcpyAsync(m_C.get(), C.data(), std::size_t(C.size()) * sizeof(float), cudaMemcpyHostToDevice,
                               m_stream),
               "copying centroids");

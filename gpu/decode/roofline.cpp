@@ -148,12 +148,13 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
                               + blocks * G * per * 4.0                         // bins read out
                               + blocks * G * (kDecodeWarps + decodeThreads * kDecodeWarps) * 4.0; // sums
         k.push_back({"paper bins", 2.0 * codes + books + q + turns + hq * P * per * 4.0 + hq * P * 8.0,
-                     tok * S * R * D * 2.0 - books, shared, keyFlops + tok * S * R * G});
+                     std::max(0.0, tok * S * R * D * 2.0 - books), shared, keyFlops + tok * S * R * G});
         stageAndOut(k);
         return k;
     }
-    k.push_back({"paper split", 2.0 * codes + 2.0 * books + q + turns + partials, 2.0 * (tok * S * R * D * 2.0 - books),
-                 ropeShared + finishSplitShared(), keyFlops + tok * (S * R * D + G * 2.0 * hd)});
+    k.push_back({"paper split", 2.0 * codes + 2.0 * books + q + turns + partials,
+                 2.0 * std::max(0.0, tok * S * R * D * 2.0 - books), ropeShared + finishSplitShared(),
+                 keyFlops + tok * (S * R * D + G * 2.0 * hd)});
     k.push_back(combine);
     return k;
 }

@@ -146,7 +146,10 @@ void endLaunchCount()
 
 // ---- the instrumentation's hooks ------------------------------------------------------------------
 // GCC and Clang call these (with -fsanitize=thread) before each access of the instrumented code.
+// Only where the build instruments the kernels for counting: a ThreadSanitizer build's runtime
+// defines them itself, and these would take its race detection's place.
 
+#if defined(GSRQ_EMULATOR_BYTE_COUNTS)
 extern "C" {
 
 #define GSRQ_EMU_ACCESS(n)                                                                                             \
@@ -213,3 +216,4 @@ void __tsan_vptr_update(void**, void*) {}
 void __tsan_vptr_read(void**) {}
 
 } // extern "C"
+#endif

@@ -30,10 +30,10 @@ for dim in 128 64; do
   for bpa in 0.5 0.75 1; do
     stages=$("$python" -c "print(round($bpa * $dim / 8))")
     for rope in as-dumped post; do
-      "$gsrq" "${db[@]}" train "$sample" --tensors 'layers.2.*' --dim "$dim" --stages "$stages" --k 256 \
+      "$gsrq" ${db[@]+"${db[@]}"} train "$sample" --tensors 'layers.2.*' --dim "$dim" --stages "$stages" --k 256 \
         --iters "$iters" --key-rope "$rope" --json -q >"$tmp/train-$dim-$bpa-$rope.json"
     done
-    "$gsrq" "${db[@]}" bench-decode --model-device "$device" --dim "$dim" --stages "$stages" --k 256 \
+    "$gsrq" ${db[@]+"${db[@]}"} bench-decode --model-device "$device" --dim "$dim" --stages "$stages" --k 256 \
       --ctx "$ctx" --batch "$batch" --json >"$tmp/decode-$dim-$bpa.json"
   done
 done
