@@ -43,8 +43,9 @@ struct CudaBackendStats {
     std::int64_t devicePasses = 0;
     bool resident = false;
     std::int64_t chunkRows = 0;
-    // Wall seconds spent in assignment passes, from the call to the sums on the host (the device's
-    // work, the launches and the transfers): what is left of a training's time is the host's.
+    // Wall seconds spent in assignment passes and held updates, from the call until the pass's results
+    // are on the host (the device's work, the launches and the transfers; an update's work lands in
+    // the pass after it, which waits for it): what is left of a training's time is the host's.
     double passSeconds = 0;
     std::int64_t bytesToHost = 0; // every copy from the device, since the backend was made
 };
