@@ -76,12 +76,11 @@ template <class F> inline cudaError_t withGroup(int group, F&& f)
 // The RoPE turns of half a head (head_dim / 2 ≤ 128 pairs).
 static __device__ __forceinline__ float2* sharedTurns()
 {
-    __shared__ float2 turns[128];
+    __shared__ float2 turns[kMaxRopePairs];
     return turns;
 }
 
 // One value per warp of a block of up to kMaxBlockWarps warps, for block reductions.
-constexpr int kMaxBlockWarps = 8;
 static __device__ __forceinline__ float* sharedWarpValues()
 {
     __shared__ float perWarp[kMaxBlockWarps];

@@ -466,10 +466,11 @@ cudaError_t launchPaperDecode(const DecodeDims& d, const float* q, const std::ui
 
 namespace {
 
-// The dynamic shared memory each launch asks for; the *SharedBytes functions add the static arrays.
+// The dynamic shared memory each launch asks for (decode_math.h); the *SharedBytes functions add the
+// static arrays.
 std::size_t paperBinsDynamicBytes(const DecodeDims& d)
 {
-    return std::size_t(d.group()) * d.subspacesPerHead() * d.stages * d.k * sizeof(float);
+    return gpu::paperBinsDynamicBytes(d.group(), d.subspacesPerHead(), d.stages, d.k);
 }
 
 } // namespace

@@ -32,8 +32,7 @@ struct DecodeDims {
     GSRQ_HD int group() const { return heads / kvHeads; }
 };
 
-// Largest GQA group (query heads per KV head) and code words per token the kernels take.
-inline constexpr int kMaxGroup = 8;
+// Most code words per token the kernels take (the largest GQA group, kMaxGroup, is in decode_math.h).
 inline constexpr int kMaxCodeWords = 8; // R·log2 K ≤ 256 bits per token and subspace
 
 // Quantize-and-pack: rows n (= batch × perSeq, row b·perSeq + i is sequence b's i-th new token) of

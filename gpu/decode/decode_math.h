@@ -4,6 +4,7 @@
 // without a GPU.
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -21,6 +22,34 @@ inline constexpr int kTablesThreads = 256;      // the lookup tables
 inline constexpr int kLookupSplitThreads = 256; // the lookup path's token loop
 inline constexpr int kStageThreads = 256;       // the bins times a stage's value codewords
 inline constexpr int kLookupOutThreads = 256;   // the stages added into the output
+
+// Largest GQA group (query heads per KV head) the kernels take, and most warps in one of their blocks.
+inline constexpr int kMaxGroup = 8;
+inline constexpr int kMaxBlockWarps = 8;
+inline constexpr int kMaxRopePairs = 128; // head_dim / 2 for head_dim ≤ 256
+
+// The shared memory the binned kernels hold per block, in bytes, here so that the launches
+// (decode_kernels.cu, lookup_kernels.cu) and the device models (roofline.cpp) count with the same.
+// Dynamic: the bins, group × S·R·K floats (the lookup split kernel: its tables as well).
+inline std::size_t paperBinsDynamicBytes(int group, int subspaces, int stages, int k)
+{
+    return std::size_t(group) * std::size_t(subspaces) * std::size_t(stages) * std::size_t(k) * sizeof(float);
+}
+inline std::size_t lookupSplitDynamicBytes(int group, int subspaces, int stages, int k)
+{
+    return 2 * paperBinsDynamicBytes(group, subspaces, stages, k);
+}
+// The stage combine: group × (splits + 1 + K) floats, then its parts' partial sums, parts × group × D.
+inline std::size_t lookupCombineDynamicBytes(int group, int splits, int k, int dim)
+{
+    const std::size_t parts = std::size_t(kStageThreads / dim > 1 ? kStageThreads / dim : 1);
+    return (std::size_t(group) * (std::size_t(splits) + 1 + std::size_t(k)) + parts * group * dim) * sizeof(float);
+}
+// Static (decode_device.cuh): the paper kernel's RoPE turns (float2 each), a value per warp and head,
+// a value per warp; the lookup split kernel's value per warp.
+inline constexpr std::size_t kPaperBinsStaticBytes =
+    kMaxRopePairs * 2 * sizeof(float) + kMaxBlockWarps * kMaxGroup * sizeof(float) + kMaxBlockWarps * sizeof(float);
+inline constexpr std::size_t kLookupSplitStaticBytes = kMaxBlockWarps * sizeof(float);
 
 // The stage-r code of a token whose codes are packed little-endian at `bits` bits each into
 // 32-bit words (PackedCodes' layout read as words).

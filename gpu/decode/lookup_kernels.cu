@@ -227,16 +227,17 @@ __global__ void lookupOutKernel(DecodeDims d, const float* mIn, const float* lIn
     }
 }
 
-// The dynamic shared memory each launch asks for; the *SharedBytes functions add the static arrays.
+// The dynamic shared memory each launch asks for (decode_math.h); the *SharedBytes functions add the
+// static arrays.
 std::size_t lookupDynamicBytes(const DecodeDims& d)
 {
-    return 2 * std::size_t(d.group()) * d.subspacesPerHead() * d.stages * d.k * sizeof(float);
+    return lookupSplitDynamicBytes(d.group(), d.subspacesPerHead(), d.stages, d.k);
 }
 
 std::size_t lookupCombineDynamicBytes(const DecodeDims& d)
 {
-    const std::size_t group = std::size_t(d.group()), parts = std::size_t(std::max(1, kCombineThreads / d.dim));
-    return (group * (d.splits + 1 + d.k) + parts * group * d.dim) * sizeof(float);
+    static_assert(kCombineThreads == kStageThreads);
+    return gpu::lookupCombineDynamicBytes(d.group(), d.splits, d.k, d.dim);
 }
 
 } // namespace

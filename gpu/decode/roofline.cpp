@@ -222,11 +222,6 @@ const std::vector<DeviceModel>& models()
     return m;
 }
 
-// The static shared memory the binned kernels declare beside their dynamic bins (decode_device.cuh):
-// the RoPE turns, a value per warp and head, a value per warp.
-constexpr std::size_t kPaperBinsStatic = 128 * 8 + 8 * 8 * 4 + 8 * 4;
-constexpr std::size_t kLookupSplitStatic = 8 * 4;
-
 } // namespace
 
 const DeviceModel* findDeviceModel(const std::string& name)
@@ -259,15 +254,15 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
     rep.k = k;
     rep.codebookSource = "none (model)";
     const int group = o.shape.heads / o.shape.kvHeads, S = o.shape.headDim / dim;
-    const std::size_t per = std::size_t(S) * stages * k; // bins per head
     for (std::int64_t ctx : o.contexts)
         for (int batch : o.batches) {
             const int sms = model.info.multiprocessors;
             const SplitPlan binned = planSplits(ctx, batch, o.shape.kvHeads, sms, kMinBinnedSplitTokens);
-            const std::size_t parts = std::size_t(std::max(1, kStageThreads / dim));
-            const std::size_t combine =
-                (std::size_t(group) * (std::size_t(binned.splits) + 1 + std::size_t(k)) + parts * group * dim) * 4;
-            const bool paperBins = std::max(group * per * 4 + kPaperBinsStatic, combine) <= model.sharedOptin;
+            // The shared memory the launches would ask for (decode_math.h), against the device's opt-in.
+            const std::size_t combine = lookupCombineDynamicBytes(group, binned.splits, k, dim);
+            const std::size_t lookupSplit = lookupSplitDynamicBytes(group, S, stages, k) + kLookupSplitStaticBytes;
+            const bool paperBins = std::max(paperBinsDynamicBytes(group, S, stages, k) + kPaperBinsStaticBytes,
+                                            combine) <= model.sharedOptin;
             double fp16Seconds = 0;
             for (DecodePath path : o.paths) {
                 DecodeBenchPoint p;
@@ -276,8 +271,8 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
                 p.path = path;
                 if (const auto why = decodeShapeProblem(o.shape, dim, stages, k); !why.empty()) {
                     p.skipped = why;
-                } else if (path == DecodePath::Lookup && 2 * group * per * 4 + kLookupSplitStatic > model.sharedOptin) {
-                    p.skipped = cat("the lookup path's tables and bins need ", (2 * group * per * 4) / 1024,
+                } else if (path == DecodePath::Lookup && lookupSplit > model.sharedOptin) {
+                    p.skipped = cat("the lookup path's tables and bins need ", lookupSplit / 1024,
                                     " KiB of shared memory per block; the ", model.info.name, " has ",
                                     model.sharedOptin / 1024);
                 } else {

@@ -31,6 +31,7 @@ steps = list(csv.DictReader(open(os.path.join(out, "steps.tsv")), delimiter="\t"
 names = [s["step"] for s in steps]
 for want in ("tst_gpu.txt", "tst_decode_gpu.txt", "train-sample-cpu.json", "train-sample-cuda.json",
              "bench-train-tf32.json", "bench-train-fp32.json", "bench-decode-0.75.json", "bench-decode-1.json",
+             "frontier-32-0.5.json", "frontier-32-0.75.json", "frontier-32-1.json",
              "ncu-decode.csv", "ncu-train.csv", "nmse-cpu.json", "nmse-cuda.json", "nmse-cuda-tf32.json",
              "gpu-summary.json"):
     assert want in names, f"run-all.sh did not run {want}: {names}"
@@ -56,5 +57,21 @@ for p in decode:
     assert p["verified"] and p["fp16_us"] and p["lookup_us"] and p["paper_us"], p
     if not torch_ok["torch-decode.json"]:
         assert p["torch_sdpa_us"] is None, p
+# The frontier's shapes at --tiny (D = 32 of head_dim 64; R = 2, 3, 4 for 0.5, 0.75, 1 BPA), each
+# verified, and recorded into OUTDIR/runs.db, which `gsrq runs import` takes.
+frontier = summary["frontier"]
+assert [(p["dim"], p["stages"], p["bpa"], p["batch"]) for p in frontier] == \
+    [(32, 2, 0.5, 1), (32, 3, 0.75, 1), (32, 4, 1.0, 1)], frontier
+for p in frontier:
+    assert p["verified"] and p["fp16_us"] and p["lookup_us"] and p["paper_us"], p
+assert summary["runs_db"] == "runs.db", summary["runs_db"]
+PY
+db=$work/out/runs.db
+[ "$("$2" --db "$db" runs list | grep -c bench-decode)" -eq 3 ] || { "$2" --db "$db" runs list >&2; echo "runs.db: not the frontier's 3 runs" >&2; exit 1; }
+"$2" --db "$work/imported.db" runs import "$db" >/dev/null
+[ "$("$2" --db "$work/imported.db" runs list | grep -c bench-decode)" -eq 3 ] || { echo "runs import of runs.db took not 3 runs" >&2; exit 1; }
+python3 - "$work/out" <<'PY'
+import csv, os, sys
+steps = list(csv.DictReader(open(os.path.join(sys.argv[1], "steps.tsv")), delimiter="\t"))
 print(f"run-all.sh --tiny on the emulator: {len(steps)} steps, all required ones passed; summary checked")
 PY

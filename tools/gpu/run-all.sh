@@ -4,7 +4,8 @@
 #   tools/gpu/run-all.sh OUTDIR [--no-sanitizer] [--no-profile] [--quick | --tiny] [--budget SECONDS]
 # Each tool's output goes unedited into OUTDIR (one file per step, its stderr beside it as .err, its
 # exit status and seconds in steps.tsv); gpu-summary.json gathers the figures the benchmarks are
-# judged by, null where a step could not measure one. A failing step does not stop the others.
+# judged by, null where a step could not measure one. A failing step does not stop the others. The
+# frontier's decode runs are also recorded in OUTDIR/runs.db (gsrq runs import takes them).
 # --budget caps the whole run: each step's limit is cut to what is left (the summary's time kept
 # aside), and a step that would get under 10 s is skipped (exit "skipped" in steps.tsv). The steps
 # run in the order of what they prove: correctness on the device first, then speed, then tools.
@@ -71,12 +72,14 @@ rows=262144 features=1024 dim=128 stages=16 k=256 iters=40 small_rows=32768
 sample_args=(--dim 8 --stages 4 --k 64)
 shape=(--heads 32 --kv-heads 8 --head-dim 128 --ctx 1024,8192,32768,131072 --batch 1,8)
 point=(--heads 32 --kv-heads 8 --head-dim 128 --ctx 32768 --batch 1)
+frontier=(--heads 32 --kv-heads 8 --head-dim 128 --ctx 32768 --batch 1,8) frontier_dims=(128 64)
 [ $quick = 1 ] && rows=65536 small_rows=8192
 if [ $tiny = 1 ]; then
   rows=4096 features=128 dim=64 stages=2 k=16 iters=3 small_rows=2048
   sample_args=(--layers 0 --dim 8 --stages 2 --k 16 --iters 3)
   shape=(--heads 4 --kv-heads 2 --head-dim 64 --ctx 64,256 --batch 1,2)
   point=(--heads 4 --kv-heads 2 --head-dim 64 --ctx 256 --batch 1)
+  frontier=(--heads 4 --kv-heads 2 --head-dim 64 --ctx 256 --batch 1) frontier_dims=(32)
 fi
 suite_args=()
 [ -n "${GSRQ_SUITE_ARGS:-}" ] && read -r -a suite_args <<<"$GSRQ_SUITE_ARGS"
@@ -109,11 +112,31 @@ anchor=()
 for bpa in 0.75 1; do
   step "bench-decode-$bpa.json" 400 "$gsrq" --no-db bench-decode "${shape[@]}" --bpa $bpa ${anchor[@]+"${anchor[@]}"} --json
 done
+# The speed–quality frontier's shapes (tools/bench/frontier.sh's D and R at K = 256, 0.5, 0.75 and 1
+# bits per activation), recorded into OUTDIR/runs.db: `gsrq runs import OUTDIR/runs.db` puts these
+# measured points on the Latency page's frontier in place of the modelled ones.
+for dim in "${frontier_dims[@]}"; do
+  for eighths in 4 6 8; do # BPA × 8: R = BPA · D / 8
+    bpa=$(awk -v e=$eighths 'BEGIN {print e / 8}')
+    step "frontier-$dim-$bpa.json" 60 "$gsrq" --db "$out/runs.db" bench-decode "${frontier[@]}" --dim "$dim" \
+      --stages $((eighths * dim / 64)) --k 256 --json
+  done
+done
 if [ $sanitizer = 1 ]; then
   cs=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)}
   if [ -n "$cs" ]; then
     step sanitizer-memcheck.txt 300 "$cs" --tool memcheck --error-exitcode 3 "$gsrq" --no-db check-gpu
     step sanitizer-racecheck.txt 300 "$cs" --tool racecheck --error-exitcode 3 "$gsrq" --no-db check-gpu
+    # The suites' kernel tests by name: under compute-sanitizer the suites stop at their first test that
+    # starts the CLI (a segmentation fault in the test process, not seen outside it).
+    train_tests=(cudaMatchesCpu cudaKeepsWorkingBlockByBlock sumsAreExactRepeatableAndChunkFree
+                 gskmFollowsTheCpuPathOnTheDevice lloydIterationsStayOnTheDevice)
+    decode_tests=(quantizeAndPackMatchesTheCpuEncoder decodePathsMatchTheirReferences decodeOnSyntheticCacheAndReRuns)
+    step sanitizer-memcheck-tst_gpu.txt 300 "$cs" --tool memcheck --error-exitcode 3 "$root/bin/tst_gpu" "${train_tests[@]}"
+    step sanitizer-memcheck-tst_decode_gpu.txt 300 "$cs" --tool memcheck --error-exitcode 3 "$root/bin/tst_decode_gpu" \
+      "${decode_tests[@]}"
+    step sanitizer-racecheck-tst_decode_gpu.txt 300 "$cs" --tool racecheck --error-exitcode 3 "$root/bin/tst_decode_gpu" \
+      "${decode_tests[@]}"
   fi
 fi
 if [ $profile = 1 ]; then

@@ -95,6 +95,27 @@ def main():
                 "torch_sdpa_us": torch_s * 1e6 if torch_s else None,
                 "verified": verified,
             })
+    # The frontier's shapes (frontier-D-BPA.json), one entry per D, BPA and batch.
+    frontier = []
+    names = sorted(n for n in os.listdir(out) if n.startswith("frontier-") and n.endswith(".json"))
+    for name in names:
+        doc = load(out, name)
+        if doc is None:
+            continue
+        settings = doc.get("settings", {})
+        by_batch = {}
+        for p in doc.get("points", []):
+            by_batch.setdefault(p["batch"], {})[p["path"]] = p
+        for batch, paths in sorted(by_batch.items()):
+            def us(path):
+                s = get(paths, path, "seconds_per_layer")
+                return s * 1e6 if s else None
+            frontier.append({
+                "dim": settings.get("dim"), "stages": settings.get("stages"), "k": settings.get("k"),
+                "bpa": settings.get("bpa"), "ctx": next(iter(paths.values()))["context"], "batch": batch,
+                "fp16_us": us("fp16"), "paper_us": us("paper"), "lookup_us": us("lookup"),
+                "verified": all(p.get("verified", False) for p in paths.values() if "skipped" not in p),
+            })
     summary = {
         "device": get(check, "device", "name") or get(ours, "device"),
         "commit": commit,
@@ -102,6 +123,8 @@ def main():
         "check_gpu": None if check is None else get(check, "verdict"),
         "train": train,
         "decode": decode,
+        "frontier": frontier,
+        "runs_db": "runs.db" if os.path.exists(os.path.join(out, "runs.db")) else None,
         "copy_bytes_per_second": get(load(out, "bench-decode-0.75.json"), "summary", "copy_bytes_per_second"),
         "append_seconds": get(load(out, "bench-decode-0.75.json"), "summary", "append_seconds"),
     }
