@@ -42,6 +42,7 @@
 #include <QLegendMarker>
 #include <QLineEdit>
 #include <QLineSeries>
+#include <QLogValueAxis>
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
@@ -149,6 +150,7 @@ private slots:
     void runsPageImportsStoresAndGroupsThem();
     void unusableStoreIsADialog();
     void chartsExportPngSvgCsv();
+    void logAxesKeepTheEndPointsInside();
     void histogramsAreBars();
     void legendNamesWrapWhereTheyDoNotFit();
     void badSettingIsAMessage();
@@ -1036,6 +1038,20 @@ void TestStudio::legendNamesWrapWhereTheyDoNotFit()
     small.setSeries("gskm", {QPointF(1, 3)});
     small.flush();
     QCOMPARE(small.view()->chart()->legend()->alignment(), Qt::AlignBottom);
+}
+
+// On a log x axis (the latency and frontier charts) the end points lie inside the axis, their
+// markers whole: the axis reaches 1.1× past the data at each end, no further.
+void TestStudio::logAxesKeepTheEndPointsInside()
+{
+    views::ChartPanel chart("t", "µs", "error");
+    chart.setLogX(true);
+    chart.setSeries("lookup", {QPointF(148, 0.26), QPointF(779, 0.07)});
+    chart.flush();
+    auto* axis = qobject_cast<QLogValueAxis*>(chart.view()->chart()->axes(Qt::Horizontal).value(0));
+    QVERIFY(axis);
+    QCOMPARE(axis->min(), 148 / 1.1);
+    QCOMPARE(axis->max(), 779 * 1.1);
 }
 
 void TestStudio::histogramsAreBars()

@@ -22,6 +22,12 @@
 
 namespace gsrq::views {
 
+namespace {
+// A log x axis reaches this factor past the data at each end: a point at the end keeps its whole
+// marker (at the data's exact range, half of it was cut off).
+constexpr double kLogAxisMargin = 1.1;
+} // namespace
+
 QList<QPointF> histogramPoints(const Histogram& h)
 {
     QList<QPointF> out;
@@ -341,6 +347,8 @@ void ChartPanel::onTick()
         const double padY = (y1 - y0) * 0.05 + (y1 == y0 ? std::abs(y0) * 0.05 + 1e-12 : 0);
         if (m_integerX && !m_logX)
             fitIntegerTicks(x0, x1);
+        else if (!axesX.isEmpty() && x1 > x0 && m_logX) // a margin, so the end points' markers are whole
+            axesX.first()->setRange(x0 / kLogAxisMargin, x1 * kLogAxisMargin);
         else if (!axesX.isEmpty() && x1 > x0)
             axesX.first()->setRange(x0, x1);
         else if (!axesX.isEmpty()) // one x: centred, not at the left edge
