@@ -332,15 +332,29 @@ void ChartPanel::onTick()
         return;
     placeLegend();
     updateEmptyHint();
-    // Fit the axes to the data.
+    // Fit the axes to the data. A reference line across the plot (two points at one y, as the
+    // perplexity chart's FP32) takes part in the fit by its y alone; it is drawn across the whole x
+    // axis once that is fitted.
+    const auto across = [&](const QString& name) {
+        const QList<QPointF> d = m_data.value(name);
+        return m_references.contains(name) && d.size() == 2 && d[0].y() == d[1].y() && d[0].x() != d[1].x();
+    };
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-    for (auto* s : m_series)
-        for (const auto& p : s->points()) {
-            x0 = std::min(x0, p.x());
-            x1 = std::max(x1, p.x());
+    for (auto it = m_series.cbegin(); it != m_series.cend(); ++it)
+        for (const auto& p : it.value()->points()) {
+            if (!across(it.key())) {
+                x0 = std::min(x0, p.x());
+                x1 = std::max(x1, p.x());
+            }
             y0 = std::min(y0, p.y());
             y1 = std::max(y1, p.y());
         }
+    if (!std::isfinite(x0)) // only lines across: their own ends
+        for (auto it = m_series.cbegin(); it != m_series.cend(); ++it)
+            for (const auto& p : it.value()->points()) {
+                x0 = std::min(x0, p.x());
+                x1 = std::max(x1, p.x());
+            }
     if (std::isfinite(x0)) {
         const auto axesX = m_view->chart()->axes(Qt::Horizontal);
         const auto axesY = m_view->chart()->axes(Qt::Vertical);
@@ -362,6 +376,18 @@ void ChartPanel::onTick()
             axesY.first()->setRange(lowY, m_logY ? y1 * 1.2 : y1 + padY);
         if (auto* vy = qobject_cast<QValueAxis*>(axesY.value(0)))
             vy->applyNiceNumbers();
+        if (!axesX.isEmpty()) {
+            double lo = 0, hi = 0;
+            if (auto* l = qobject_cast<QLogValueAxis*>(axesX.first()))
+                lo = l->min(), hi = l->max();
+            else if (auto* v = qobject_cast<QValueAxis*>(axesX.first()))
+                lo = v->min(), hi = v->max();
+            for (auto it = m_series.begin(); it != m_series.end(); ++it)
+                if (hi > lo && across(it.key())) {
+                    const double y = m_data.value(it.key()).front().y();
+                    it.value()->replace({QPointF(lo, y), QPointF(hi, y)});
+                }
+        }
     }
     emit redrawn();
 }
