@@ -333,28 +333,20 @@ void ChartPanel::onTick()
     placeLegend();
     updateEmptyHint();
     // Fit the axes to the data. A reference line across the plot (two points at one y, as the
-    // perplexity chart's FP32) takes part in the fit by its y alone; it is drawn across the whole x
-    // axis once that is fitted.
+    // perplexity chart's FP32) takes part in the fit by its data, as given, and is then drawn across
+    // the whole x axis as fitted.
     const auto across = [&](const QString& name) {
         const QList<QPointF> d = m_data.value(name);
         return m_references.contains(name) && d.size() == 2 && d[0].y() == d[1].y() && d[0].x() != d[1].x();
     };
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     for (auto it = m_series.cbegin(); it != m_series.cend(); ++it)
-        for (const auto& p : it.value()->points()) {
-            if (!across(it.key())) {
-                x0 = std::min(x0, p.x());
-                x1 = std::max(x1, p.x());
-            }
+        for (const auto& p : across(it.key()) ? m_data.value(it.key()) : it.value()->points()) {
+            x0 = std::min(x0, p.x());
+            x1 = std::max(x1, p.x());
             y0 = std::min(y0, p.y());
             y1 = std::max(y1, p.y());
         }
-    if (!std::isfinite(x0)) // only lines across: their own ends
-        for (auto it = m_series.cbegin(); it != m_series.cend(); ++it)
-            for (const auto& p : it.value()->points()) {
-                x0 = std::min(x0, p.x());
-                x1 = std::max(x1, p.x());
-            }
     if (std::isfinite(x0)) {
         const auto axesX = m_view->chart()->axes(Qt::Horizontal);
         const auto axesY = m_view->chart()->axes(Qt::Vertical);

@@ -112,10 +112,9 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
         });
         chart.setSeries(name, points);
     }
-    // FP32 across the bits drawn: the chart draws a reference line across its whole x axis (and
-    // keeps a margin on a log axis, so that no point sits on the plot's edge).
-    const double x0 = logX ? lo : lo - std::max(0.1 * (hi - lo), 0.1 * lo);
-    const double x1 = logX ? hi : hi + std::max(0.1 * (hi - lo), 0.1 * lo);
+    // FP32 across the bits drawn, and a little beyond, so that no point sits on the plot's edge.
+    const double x0 = logX ? lo / 1.25 : lo - std::max(0.1 * (hi - lo), 0.1 * lo);
+    const double x1 = logX ? hi * 1.25 : hi + std::max(0.1 * (hi - lo), 0.1 * lo);
     for (const auto& set : sets)
         if (set.fp32) {
             const QString name = QStringLiteral("%1FP32 %2")
