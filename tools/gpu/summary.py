@@ -24,6 +24,12 @@ def get(d, *keys):
     return d
 
 
+def us(paths, path):
+    """A decode point's time per layer in µs, of {path name: point}; None where it has none."""
+    s = get(paths, path, "seconds_per_layer")
+    return s * 1e6 if s else None
+
+
 def sample_nmse(doc):
     """The mean NMSE over the sample's tensors of one gsrq train --json."""
     tensors = get(doc, "tensors") or []
@@ -80,18 +86,15 @@ def main():
             key = (p["context"], p["batch"])
             rows.setdefault(key, {})[p["path"]] = p
         for (ctx, batch), paths in sorted(rows.items()):
-            def us(path):
-                s = get(paths, path, "seconds_per_layer")
-                return s * 1e6 if s else None
             fp16 = paths.get("fp16", {})
             torch_s = next((p.get("torch_sdpa_seconds") for p in paths.values() if p.get("torch_sdpa_seconds")), None)
             verified = all(p.get("verified", False) for p in paths.values() if "skipped" not in p)
             decode.append({
                 "ctx": ctx, "batch": batch, "bpa": float(get(doc, "settings", "bpa") or bpa_name),
-                "fp16_us": us("fp16"),
+                "fp16_us": us(paths, "fp16"),
                 "fp16_bandwidth_fraction": (fp16.get("bytes_per_second") / copy
                                             if fp16.get("bytes_per_second") and copy else None),
-                "paper_us": us("paper"), "lookup_us": us("lookup"),
+                "paper_us": us(paths, "paper"), "lookup_us": us(paths, "lookup"),
                 "torch_sdpa_us": torch_s * 1e6 if torch_s else None,
                 "verified": verified,
             })
@@ -107,13 +110,10 @@ def main():
         for p in doc.get("points", []):
             by_batch.setdefault(p["batch"], {})[p["path"]] = p
         for batch, paths in sorted(by_batch.items()):
-            def us(path):
-                s = get(paths, path, "seconds_per_layer")
-                return s * 1e6 if s else None
             frontier.append({
                 "dim": settings.get("dim"), "stages": settings.get("stages"), "k": settings.get("k"),
                 "bpa": settings.get("bpa"), "ctx": next(iter(paths.values()))["context"], "batch": batch,
-                "fp16_us": us("fp16"), "paper_us": us("paper"), "lookup_us": us("lookup"),
+                "fp16_us": us(paths, "fp16"), "paper_us": us(paths, "paper"), "lookup_us": us(paths, "lookup"),
                 "verified": all(p.get("verified", False) for p in paths.values() if "skipped" not in p),
             })
     summary = {
