@@ -22,8 +22,12 @@ windows, per-layer attention types, logit soft-capping and the query scale. Outp
 layer_LLL.safetensors per layer) that `gsrq` opens as one dump. Activations go to disk sequence by
 sequence and each shard is streamed from there, so memory stays at one sequence's activations.
 
-Needs torch and transformers (the user's environment); nothing is downloaded unless --model is a
-hub id that is not cached. Exit codes: 0 done, 2 bad input (named), 1 other failures, 128 + N when
+--model is a transformers model directory, a hub id, or a GGUF file (or a directory holding one, as
+tools/fetch_model.py leaves it): transformers dequantizes a GGUF model's weights to --model-dtype, and
+a model whose weights and backward pass would not fit in the memory available (estimated from the
+GGUF's tensor table before loading) is refused with both figures.
+Needs torch and transformers (the user's environment; gguf and accelerate for GGUF models); nothing
+is downloaded unless --model is a hub id that is not cached. Exit codes: 0 done, 2 bad input (named), 1 other failures, 128 + N when
 stopped by signal N (SIGTERM, SIGHUP, SIGINT: after the sequence in progress); on any failure nothing
 is left at --out. The work happens in a staging directory beside --out (.NAME.dump_kv), removed on
 every exit unless --resume was given, in which case a stop or crash keeps it and the same command
@@ -453,7 +457,67 @@ def describe(model):
     }
 
 
-def load_model(a):
+def gguf_location(model):
+    """(directory, file name) when --model is a GGUF file, or a directory with one .gguf file and no
+    config.json (as tools/fetch_model.py leaves a model); None for a transformers model directory or
+    hub id. Several .gguf files in one directory: name one."""
+    if os.path.isfile(model):
+        if not model.endswith(".gguf"):
+            raise InputError(f"--model {model}: a file, but not a .gguf one (give a GGUF file or a model directory)")
+        return os.path.dirname(os.path.abspath(model)), os.path.basename(model)
+    if os.path.isdir(model) and not os.path.isfile(os.path.join(model, "config.json")):
+        ggufs = sorted(f for f in os.listdir(model) if f.endswith(".gguf"))
+        if len(ggufs) == 1:
+            return os.path.abspath(model), ggufs[0]
+        if len(ggufs) > 1:
+            raise InputError(f"--model {model}: holds {len(ggufs)} GGUF files ({', '.join(ggufs)}): name one")
+    return None
+
+
+def gguf_parameters(path):
+    """The GGUF file's parameter count, from its tensor table (nothing dequantized)."""
+    try:
+        import gguf
+    except ImportError as e:
+        raise InputError(f"--model {path}: reading a GGUF model needs the gguf package in this Python ({e}; "
+                         "tools/hf_env.sh installs it)")
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as e:  # noqa: BLE001 - a truncated or foreign file, named
+        raise InputError(f"--model {path}: not a readable GGUF file ({type(e).__name__}: {first_line(e)})")
+    return sum(int(t.n_elements) for t in reader.tensors)
+
+
+def available_memory():
+    """Bytes the kernel says a new process can use without swapping (MemAvailable), or None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def memory_estimate(params, cfg, seq_len, backward, model_bytes=4):
+    """Peak bytes of loading a model of `params` parameters in FP32 (transformers holds the dequantized
+    state dict and the model at once: 2 copies) and running one sequence, with the activations a
+    backward pass keeps (per layer about seq_len · hidden · (34 + 5 · heads · seq_len / hidden) values,
+    Korthikanti et al. 2022, in the model's dtype) when `backward`. An estimate, stated as one."""
+    weights = params * model_bytes
+    tc = text_config(cfg)
+    hidden, heads = int(tc.hidden_size), int(tc.num_attention_heads)
+    layers = int(tc.num_hidden_layers)
+    act = seq_len * hidden * (34 + 5 * heads * seq_len / hidden) * model_bytes / 2 * layers
+    return int(2 * weights + (act if backward else act / layers)), int(weights)
+
+
+def load_model(a, seq_len=None, backward=None):
+    """(model, tokenizer, device, model dtype) of --model: a transformers model directory, a hub id, or
+    a GGUF file (transformers dequantizes it to the model dtype; needs gguf and accelerate). A GGUF
+    model that would not fit in memory (weights plus backward, estimated before loading) is refused
+    with both numbers."""
     try:
         import torch
         import transformers
@@ -463,32 +527,52 @@ def load_model(a):
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     mdt = a.model_dtype if a.model_dtype != "auto" else ("bf16" if device.startswith("cuda") else "f32")
+    gg = gguf_location(a.model)
     local = a.model.startswith(("/", ".", "~")) or os.path.exists(a.model)
-    if local and not os.path.isdir(a.model):
-        raise InputError(f"--model {a.model}: no such directory")
+    if local and gg is None and not os.path.isdir(a.model):
+        raise InputError(f"--model {a.model}: no such directory or GGUF file")
+    where, extra = (gg[0], {"gguf_file": gg[1]}) if gg else (a.model, {})
     try:
-        cfg = transformers.AutoConfig.from_pretrained(a.model)
-    except (OSError, ValueError, KeyError) as e:
+        cfg = transformers.AutoConfig.from_pretrained(where, **extra)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise InputError(f"--model {a.model}: cannot read its config ({first_line(e)})")
     if getattr(cfg, "model_type", None) not in SUPPORTED:
         raise InputError(f"--model {a.model}: model_type '{getattr(cfg, 'model_type', '?')}' is not a supported "
                          f"family ({', '.join(SUPPORTED)})")
+    if gg:
+        params = gguf_parameters(os.path.join(*gg))
+        seq = seq_len if seq_len is not None else getattr(a, "seq_len", 512)
+        grad = backward if backward is not None else not getattr(a, "no_grad", True)
+        need, weights = memory_estimate(params, cfg, seq, grad and device == "cpu",
+                                        DTYPES[mdt][1] if mdt in DTYPES else 4)
+        have = available_memory()
+        if device == "cpu" and have is not None and need > have:
+            raise InputError(f"--model {a.model}: needs about {need / 2**30:.1f} GiB ({params / 1e9:.2f} B parameters: "
+                             f"{weights / 2**30:.1f} GiB of {mdt} weights, twice while loading, plus "
+                             f"{'the backward pass of ' if grad else ''}one {seq}-token sequence); this machine has "
+                             f"{have / 2**30:.1f} GiB available")
     try:
-        tok = transformers.AutoTokenizer.from_pretrained(a.model)
+        tok = transformers.AutoTokenizer.from_pretrained(where, **extra)
     except Exception as e:  # noqa: BLE001 - any tokenizer failure is the model directory's
         raise InputError(f"--model {a.model}: no usable tokenizer ({first_line(e)})")
     # transformers 5 names the argument dtype; 4.x calls it torch_dtype (and would pass an unknown
     # dtype= on to the config, silently loading FP32).
     major = int(str(getattr(transformers, "__version__", "4")).split(".")[0] or 4)
-    kw = {"dtype" if major >= 5 else "torch_dtype": torch_dtype(torch, mdt)}
+    kw = {"dtype" if major >= 5 else "torch_dtype": torch_dtype(torch, mdt), **extra}
     # Logit soft-capping (Gemma 2) is implemented by the eager attention only.
     if getattr(text_config(cfg), "attn_logit_softcapping", None):
         kw["attn_implementation"] = "eager"
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(a.model, **kw)
+        model = transformers.AutoModelForCausalLM.from_pretrained(where, **kw)
     except Exception as e:  # noqa: BLE001 - a truncated or mismatched weights file, named
         raise InputError(f"--model {a.model}: cannot load its weights ({type(e).__name__}: {first_line(e)})")
-    if os.path.isdir(a.model):
+    if gg:
+        # The weights are dequantized, plain tensors of the model dtype: nothing of the GGUF
+        # quantizer is left in the forward pass, so the model is an ordinary one from here on.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+    elif os.path.isdir(a.model):
         check_stored_dtypes(a.model, model)
     model.to(device)
     model.eval()
@@ -748,7 +832,7 @@ def run(a, loaded=None):
     parent = os.path.dirname(os.path.abspath(a.out)) or "."
     if not os.path.isdir(parent):
         raise InputError(f"--out {a.out}: the directory {parent} does not exist")
-    fingerprint = json.dumps({"model": os.path.abspath(a.model) if os.path.isdir(a.model) else a.model,
+    fingerprint = json.dumps({"model": os.path.abspath(a.model) if os.path.exists(a.model) else a.model,
                               "text": os.path.abspath(a.text), "text_bytes": os.path.getsize(a.text),
                               "samples": a.samples, "seq_len": a.seq_len, "layers": layer_ids, "dtype": a.dtype,
                               "model_dtype": mdt, "grad": not a.no_grad, "post_rope": a.post_rope,

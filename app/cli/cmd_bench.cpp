@@ -61,7 +61,7 @@ Command registerBenchCluster(CLI::App& root)
         std::uint64_t seed = 0;
         BackendOptions backend;
         std::string input;
-        bool json = false;
+        bool json = false, quiet = false;
         bool warmup = false;
         bool reseedEmpty = false;
     };
@@ -80,6 +80,7 @@ Command registerBenchCluster(CLI::App& root)
                   "warm-up");
     cmd->add_flag("--reseed-empty", o->reseedEmpty, "Re-seed empty clusters by splitting the largest (as FAISS)");
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
+    cmd->add_flag("--quiet,-q", o->quiet, "No backend notes on standard error");
     return {cmd, [o] {
                 if (o->iters < 1)
                     throwInvalid("--iters ", o->iters, ": must be ≥ 1");
@@ -98,7 +99,7 @@ Command registerBenchCluster(CLI::App& root)
                 p.maxIterations = o->iters;
                 p.seed = o->seed;
                 p.reseedEmpty = o->reseedEmpty;
-                auto backend = openBackend(o->backend, false);
+                auto backend = openBackend(o->backend, o->quiet);
                 const auto settings = benchClusterRunSettings(source, x.rows(), x.cols(), o->k, o->iters, o->seed);
                 CliRun run("bench-cluster", settings.dump(), o->input,
                            o->input.empty() ? std::vector<std::string>{} : std::vector<std::string>{o->input},
@@ -263,7 +264,7 @@ Command registerBenchTrain(CLI::App& root)
         std::string method = "gskm", data = "kv", weights = "grad-log", saveData, modelDevice;
         std::uint64_t seed = 0;
         BackendOptions backend;
-        bool json = false;
+        bool json = false, quiet = false;
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = root.add_subcommand("bench-train", "Time a whole GSRQ layer's training on generated (synthetic) data");
@@ -289,6 +290,7 @@ Command registerBenchTrain(CLI::App& root)
                     "Also write the data and weights as PREFIX.x.npy and PREFIX.w.npy (for an outside baseline)");
     addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
+    cmd->add_flag("--quiet,-q", o->quiet, "No backend notes on standard error");
     return {cmd, [o] {
                 const Method method = parseMethod("--method", o->method);
                 const auto kind = synthKindFromName(o->data);
@@ -321,7 +323,7 @@ Command registerBenchTrain(CLI::App& root)
                         std::int64_t(o->features / s.dim) * s.stages, s.iterations, o->backend.tf32, o->json);
                     return;
                 }
-                auto backend = openBackend(o->backend, o->json);
+                auto backend = openBackend(o->backend, o->json || o->quiet);
                 const MatrixRF x = synthesize(*kind, o->rows, o->features, o->seed);
                 const Eigen::VectorXf w = syntheticGradientWeights(o->rows, *wmode, o->seed);
                 const float* wp = *wmode == WeightMode::None ? nullptr : w.data();

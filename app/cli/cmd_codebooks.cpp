@@ -100,7 +100,7 @@ Command registerEval(CLI::App& root)
     struct Opts {
         std::string dump, codebooks, method = "codebooks", tensors, layers, keyRope = "auto";
         int beam = 0;
-        bool json = false, dropNonFinite = false;
+        bool json = false, dropNonFinite = false, quiet = false;
         KiviEvalSettings kivi;
         BackendOptions backend;
     };
@@ -133,6 +133,7 @@ Command registerEval(CLI::App& root)
     auto* seed = cmd->add_option("--seed", o->kivi.seed, "KIVI: seed of the attention sample")->capture_default_str();
     addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
+    cmd->add_flag("--quiet,-q", o->quiet, "No progress or backend notes on standard error");
     return {cmd, [o, bits, group, residual, tensors, layers, keyRope, queries, seed] {
                 if (o->method == "kivi") {
                     if (!o->codebooks.empty())
@@ -165,7 +166,7 @@ Command registerEval(CLI::App& root)
                     beam = file.metadata.count("beam") ? std::stoi(file.metadata.at("beam")) : 1;
                 if (beam < 1 || beam > 256)
                     throwInvalid("--beam ", beam, ": must be between 1 and 256");
-                auto backend = openBackend(o->backend, false);
+                auto backend = openBackend(o->backend, o->quiet);
                 const auto settings = evalRunSettings(o->codebooks, beam, o->dropNonFinite, file.metadata);
                 CliRun run("eval", settings.dump(), dump.path(), dump.files(), backend->name(), backend->device());
                 run.guard([&] {

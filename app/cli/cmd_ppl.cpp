@@ -82,7 +82,7 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
     // As every ppl run: the model is the run's input (the training dump is in the settings).
     CliRun run("ppl", settings.dump(), o.model, {o.model}, backend->name(), backend->device());
     run.guard([&] {
-        ProgressBar bar(!o.json);
+        ProgressBar bar(!o.json && !o.quiet);
         // The trainings' passes are not recorded: the run is the table, and its methods' clusterings
         // (K-means for CQ, KM-RQ and VQLLM-style alike) would mix in the pass curves.
         const auto r = runMethodTable(model, seqs, ts, *backend, [&](const ProgressEvent& e) {
@@ -161,7 +161,7 @@ Command registerPerplexity(CLI::App& root)
 {
     struct Opts {
         std::string model, tokenizer, text, layers;
-        bool generate = false, json = false, perLayer = false;
+        bool generate = false, json = false, perLayer = false, quiet = false;
         std::uint64_t seed = 0;
         int seqLen = 256, sequences = 16;
         std::vector<std::string> codebooks;
@@ -198,6 +198,7 @@ Command registerPerplexity(CLI::App& root)
             ->capture_default_str();
     addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
+    cmd->add_flag("--quiet,-q", o->quiet, "No progress bar");
     return {cmd, [o, iters, trainSeed] {
                 if (!o->methods.empty()) {
                     runMethodTableCommand(*o);

@@ -4,14 +4,18 @@
 #include "commands.h"
 #include "core/base/error.h"
 #include "core/io/safetensors.h"
+#include "core/jobs/method_table.h"
 #include "core/jobs/result_json.h"
+#include "core/jobs/run_records.h"
 #include "recording.h"
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 namespace gsrq::cli {
@@ -82,19 +86,139 @@ std::string metricKey(const MetricRow& m)
                m.subspace >= 0 ? cat(" block ", m.subspace) : std::string(), " ", m.name);
 }
 
+std::string fmt(const char* format, double v)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof buf, format, v);
+    return buf;
+}
+
+// The perplexity rows of two runs side by side, as the Runs page compares them: FP32, then each
+// evaluated cache (a codebooks file or a comparison's method) with its bits, effective bits, and
+// each run's perplexity with its Δ against that run's own FP32. Nothing when neither run has any.
+void printPerplexities(RunStore& store, std::int64_t idA, std::int64_t idB)
+{
+    const RunPerplexities pa = runPerplexities(store.metrics(idA), store.series(idA));
+    const RunPerplexities pb = runPerplexities(store.metrics(idB), store.series(idB));
+    if (!pa.fp32 && !pb.fp32 && pa.points.empty() && pb.points.empty())
+        return;
+    struct Row {
+        double bits = 0, effective = 0;
+        std::optional<double> a, b;
+    };
+    std::vector<std::string> order;
+    std::map<std::string, Row> rows;
+    auto add = [&](const RunPerplexities& p, bool first) {
+        for (const auto& pt : p.points) {
+            if (!rows.count(pt.label))
+                order.push_back(pt.label);
+            Row& r = rows[pt.label];
+            r.bits = pt.bits;
+            r.effective = pt.effectiveBits;
+            (first ? r.a : r.b) = pt.perplexity;
+        }
+    };
+    add(pa, true);
+    add(pb, false);
+    auto cell = [](std::optional<double> v, std::optional<double> fp32) {
+        if (!v)
+            return std::string("-");
+        if (!fp32 || *fp32 <= 0)
+            return fmt("%.4f", *v);
+        return cat(fmt("%.4f", *v), " (", fmt("%+.2f", 100 * (*v - *fp32) / *fp32), "%)");
+    };
+    std::printf("\nperplexity (Δ against each run's FP32):\n%-40s %7s %9s %22s %22s\n", "method", "bits", "eff. bits",
+                cat("run ", idA).c_str(), cat("run ", idB).c_str());
+    std::printf("%-40s %7s %9s %22s %22s\n", "fp32", "32", "32", cell(pa.fp32, std::nullopt).c_str(),
+                cell(pb.fp32, std::nullopt).c_str());
+    for (const auto& label : order) {
+        const Row& r = rows[label];
+        std::printf("%-40s %7s %9s %22s %22s\n", label.c_str(), fmt("%.4g", r.bits).c_str(),
+                    fmt("%.4g", r.effective).c_str(), cell(r.a, pa.fp32).c_str(), cell(r.b, pb.fp32).c_str());
+    }
+}
+
+// A perplexity table measured outside gsrq (tools/real_table.py's table.json: a transformers or GGUF
+// model through tools/hf_ppl.py) recorded as one ppl run, with the rows and series the Runs page's
+// perplexity chart and `runs compare` read. Throws Error(InvalidInput) naming the file and field.
+void addPplTable(const std::string& path)
+{
+    std::ifstream in(path);
+    if (!in)
+        throwInvalid("runs add-ppl: ", path, ": no such file");
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+        throwInvalid("runs add-ppl: ", path, ": not a JSON object (tools/real_table.py's table.json)");
+    auto field = [&](const nlohmann::json& o, const char* key, auto fallback) {
+        using T = decltype(fallback);
+        if (!o.contains(key))
+            throwInvalid("runs add-ppl: ", path, ": no \"", key, "\"");
+        try {
+            return o.at(key).template get<T>();
+        } catch (const std::exception&) {
+            throwInvalid("runs add-ppl: ", path, ": \"", key, "\" has the wrong type");
+        }
+    };
+    MethodTableResult r;
+    if (!j.contains("rows") || !j["rows"].is_array() || j["rows"].empty())
+        throwInvalid("runs add-ppl: ", path, ": no \"rows\"");
+    for (const auto& row : j["rows"]) {
+        MethodTableRow m;
+        m.name = field(row, "name", std::string());
+        m.family = field(row, "family", std::string());
+        m.bits = field(row, "bits", 0.0);
+        m.effectiveBits = row.contains("effective_bits") && row["effective_bits"].is_number()
+                              ? row["effective_bits"].get<double>()
+                              : m.bits;
+        m.perplexity = field(row, "perplexity", 0.0);
+        m.settings = row.value("settings", std::string());
+        if (!(m.perplexity > 0) || !std::isfinite(m.perplexity))
+            throwInvalid("runs add-ppl: ", path, ": ", m.name, "'s perplexity is not a positive number");
+        r.rows.push_back(std::move(m));
+    }
+    if (r.rows.front().family != "fp32")
+        throwInvalid("runs add-ppl: ", path, ": the first row must be fp32 (every Δ is against it)");
+    PplRunSettings ps;
+    ps.model = field(j, "model", std::string());
+    ps.text = j.value("eval_text", std::string());
+    ps.seqLen = field(j, "seq_len", 0);
+    ps.sequences = field(j, "eval_sequences", 0);
+    for (const auto& m : r.rows)
+        ps.methods.push_back(m.name);
+    ps.trainDump = j.value("calibration_dump", std::string());
+    ps.trainIterations = j.value("iters", 0);
+    auto settings = pplRunSettings(ps);
+    settings["measured_by"] = "tools/hf_ppl.py (transformers)";
+    settings["model_type"] = j.value("model_type", std::string());
+    settings["budget"] = j.value("budget", std::string());
+    settings["calib_samples"] = j.value("calib_samples", 0);
+    std::vector<std::string> files;
+    if (std::filesystem::is_regular_file(ps.model))
+        files.push_back(ps.model);
+    CliRun run("ppl", settings.dump(), ps.model, files, "transformers", j.value("device", std::string("cpu")));
+    run.guard([&] {
+        if (run) {
+            run->recordMetrics(methodTableMetrics(r));
+            run->recordSeries(methodTableSeries(r));
+        }
+        run.done(methodTableSummary(r).dump());
+    });
+    std::printf("%s: recorded as a ppl run of %zu methods\n", path.c_str(), r.rows.size());
+}
+
 } // namespace
 
 Command registerRuns(CLI::App& root)
 {
     struct Opts {
-        std::string kind, status, group, csvDir, note;
+        std::string kind, status, group, csvDir, note, table;
         std::vector<std::string> sources;
         std::int64_t id = 0, other = 0;
         int limit = 50;
         bool json = false, all = false;
     };
     auto o = std::make_shared<Opts>();
-    auto* cmd = root.add_subcommand("runs", "Browse the run store: list, show, export, compare, note, delete");
+    auto* cmd = root.add_subcommand("runs", "Browse the run store: list, show, export, compare, note, delete, import, add-ppl");
     cmd->require_subcommand(1);
     auto* list = cmd->add_subcommand("list", "Recorded runs, newest first");
     list->add_option(
@@ -124,9 +248,18 @@ Command registerRuns(CLI::App& root)
         cmd->add_subcommand("import", "Copy the runs of other stores into this one (importing twice adds nothing)");
     imp->add_option("stores", o->sources, "Run store files, e.g. plan/stores/*.sqlite")->required();
     imp->add_flag("--json", o->json, "Print JSON");
+    auto* addPpl = cmd->add_subcommand(
+        "add-ppl", "Record a perplexity table measured by tools/real_table.py (its table.json) as a ppl run");
+    addPpl->add_option("table", o->table, "tools/real_table.py's table.json")->required();
 
     return {
-        cmd, [o, list, show, exp, del, cmp, note, imp] {
+        cmd, [o, list, show, exp, del, cmp, note, imp, addPpl] {
+            if (addPpl->parsed()) {
+                if (globalOptions().noDb)
+                    throwInvalid("--no-db: runs add-ppl records into the run store");
+                addPplTable(o->table);
+                return;
+            }
             auto store = requireStore();
             if (imp->parsed()) {
                 // Every source is checked before any is imported: a bad one leaves the store as it was.
@@ -332,10 +465,14 @@ Command registerRuns(CLI::App& root)
                 for (const auto& m : store->metrics(b.id))
                     if (o->all || m.scope == "final" || m.scope == "heldout")
                         rows[metricKey(m)].second = cat(m.value);
-                std::printf("\n%-58s %14s %14s\n", "metric", cat("run ", a.id).c_str(), cat("run ", b.id).c_str());
-                for (const auto& [k, v] : rows)
-                    std::printf("%-58s %14s %14s\n", k.c_str(), v.first.empty() ? "-" : v.first.c_str(),
-                                v.second.empty() ? "-" : v.second.c_str());
+                if (!rows.empty() || (a.kind != "ppl" && b.kind != "ppl")) {
+                    std::printf("\n%-58s %14s %14s\n", "metric", cat("run ", a.id).c_str(),
+                                cat("run ", b.id).c_str());
+                    for (const auto& [k, v] : rows)
+                        std::printf("%-58s %14s %14s\n", k.c_str(), v.first.empty() ? "-" : v.first.c_str(),
+                                    v.second.empty() ? "-" : v.second.c_str());
+                }
+                printPerplexities(*store, a.id, b.id);
             }
         }};
 }

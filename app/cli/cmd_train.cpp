@@ -44,7 +44,7 @@ Command registerTrain(CLI::App& root)
     cmd->add_option("dump", o->dump, "KV dump: .safetensors file, directory of shards, or 2-D .npy")->required();
     cmd->add_option("--tensors", o->tensors, "Comma-separated globs, e.g. 'layers.*.value' (default: keys and values)");
     cmd->add_option("--layers", o->layers, "Layers to train, e.g. 0-3,7 (default: all)");
-    cmd->add_option("--bpa", o->bpa, "Bits per activation from the paper: 2, 1, 0.75 (D=128) or 0.375 (D=256)");
+    cmd->add_option("--bpa", o->bpa, "Bits per activation from the paper: 2, 1, 0.75 (D = head_dim, 128 in the paper) or 0.375 (D = 2 heads; K = 256, R = BPA·D/8)");
     cmd->add_option("--dim,-d", o->dim, "Subspace width D (with --stages and --k, instead of --bpa)");
     cmd->add_option("--stages,-r", o->stages, "Residual stages R");
     cmd->add_option("--k,-k", o->k, "Codewords per stage K (a power of two up to 65,536)");
@@ -165,7 +165,10 @@ Command registerTrain(CLI::App& root)
                 } else if (o->bpa > 0 && direct) {
                     throwInvalid("--bpa sets D, R and K; give either --bpa or --dim/--stages/--k");
                 } else if (o->bpa > 0) {
-                    const BpaChoice c = paperBpaFor(o->bpa, F);
+                    // The presets follow the model: D from the heads' width where the dump has one
+                    // ([tokens, heads, head_dim]), else the paper's D = 128.
+                    const auto& shape = selected.front()->view.shape;
+                    const BpaChoice c = paperBpaFor(o->bpa, F, ArgStyle::Cli, shape.size() == 3 ? shape[2] : 0);
                     s.rq.dim = c.dim;
                     s.rq.stages = c.stages;
                     s.rq.k = c.k;

@@ -2,6 +2,7 @@
 
 #include "core/base/error.h"
 #include "core/cluster/codebook_file.h"
+#include "core/cluster/quantizer.h"
 #include "core/jobs/method_table.h"
 #include "core/jobs/result_json.h"
 #include "core/jobs/run_records.h"
@@ -165,6 +166,7 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     layout->addLayout(right, 1);
 
     connect(m_preset, &QComboBox::currentIndexChanged, this, &TrainPage::applyPreset);
+    connect(&m_ctx, &StudioContext::dumpChanged, this, &TrainPage::applyPreset);
     connect(m_stageMetric, &QComboBox::currentIndexChanged, this, &TrainPage::drawStages);
     connect(m_run, &QPushButton::clicked, this, &TrainPage::start);
     connect(m_ppl, &QPushButton::clicked, this, &TrainPage::evaluatePerplexity);
@@ -185,16 +187,40 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
 
 void TrainPage::applyPreset()
 {
-    static const int presets[][3] = {{0, 0, 0}, {128, 32, 256}, {128, 16, 256}, {128, 12, 256}, {256, 12, 256}};
+    // The paper's four rates, carried to the open dump's heads (paperBpa): D = head_dim where its
+    // keys are [tokens, heads, head_dim], so a model with heads of 64 trains at the paper's rates too.
+    static const double rates[] = {2, 1, 0.75, 0.375};
+    std::int64_t headDim = 0, features = 0;
+    if (const auto dump = m_ctx.dump())
+        for (const auto& t : dump->tensors())
+            if (t.kind == KvKind::Key && t.view.shape.size() == 3) {
+                headDim = t.view.shape[2];
+                features = t.view.features();
+                break;
+            }
+    std::optional<BpaChoice> choice[4];
+    for (int r = 0; r < 4; ++r) {
+        choice[r] = headDim > 0 ? paperBpa(rates[r], headDim, features) : paperBpa(rates[r]);
+        if (!choice[r])
+            choice[r] = paperBpa(rates[r]);
+        const QString label = QStringLiteral("%1 %2 (D=%3, R=%4, K=%5)")
+                                  .arg(rates[r])
+                                  .arg(rates[r] == 1 ? tr("bit") : tr("bits"))
+                                  .arg(choice[r]->dim)
+                                  .arg(choice[r]->stages)
+                                  .arg(choice[r]->k);
+        if (m_preset->itemText(r + 1) != label)
+            m_preset->setItemText(r + 1, label);
+    }
     const int i = m_preset->currentIndex();
     const bool custom = i == 0;
     m_dim->setEnabled(custom);
     m_stages->setEnabled(custom);
     m_k->setEnabled(custom);
     if (!custom) {
-        m_dim->setValue(presets[i][0]);
-        m_stages->setValue(presets[i][1]);
-        m_k->setValue(presets[i][2]);
+        m_dim->setValue(choice[i - 1]->dim);
+        m_stages->setValue(choice[i - 1]->stages);
+        m_k->setValue(choice[i - 1]->k);
     }
 }
 

@@ -34,6 +34,20 @@ std::optional<BpaChoice> paperBpa(double bpa)
     return std::nullopt;
 }
 
+std::optional<BpaChoice> paperBpa(double bpa, std::int64_t headDim, std::int64_t features)
+{
+    const auto paper = paperBpa(bpa);
+    if (!paper || headDim < 32 || headDim == 128) // toy heads (< 32) keep the paper's D
+        return paper;
+    std::int64_t d = headDim;
+    if (paper->dim == 256 && features % (2 * headDim) == 0)
+        d = 2 * headDim; // the paper's lowest rate spans two heads
+    const double r = bpa * double(d) / 8;
+    if (r < 1 || std::abs(r - std::round(r)) > 1e-9)
+        return std::nullopt;
+    return BpaChoice{int(d), int(std::round(r)), 256};
+}
+
 std::vector<BpaChoice> suggestBpa(double bpa, std::int64_t features, std::size_t count)
 {
     std::vector<BpaChoice> all;
@@ -58,10 +72,10 @@ std::vector<BpaChoice> suggestBpa(double bpa, std::int64_t features, std::size_t
     return all;
 }
 
-BpaChoice paperBpaFor(double bpa, std::int64_t features, ArgStyle style)
+BpaChoice paperBpaFor(double bpa, std::int64_t features, ArgStyle style, std::int64_t headDim)
 {
     const bool cli = style == ArgStyle::Cli;
-    const auto c = paperBpa(bpa);
+    const auto c = headDim > 0 && features % headDim == 0 ? paperBpa(bpa, headDim, features) : paperBpa(bpa);
     if (c && features % c->dim == 0)
         return *c;
     std::string hint;

@@ -54,6 +54,12 @@ struct BpaChoice {
 };
 // The paper's settings: 2, 1, 0.75 -> D=128, R=32/16/12, K=256; 0.375 -> D=256, R=12, K=256.
 std::optional<BpaChoice> paperBpa(double bpa);
+// The paper's settings carried to a model's head_dim (0, or below 32 as toy models have: the paper's
+// own settings): D = head_dim (two
+// heads at 0.375, as the paper's D = 256 spans two heads of 128, where 2·head_dim divides
+// `features`, else one), K = 256, R = BPA·D/8. head_dim 128 gives the paper's own. nullopt where
+// BPA is not one of the paper's four or R would not be a whole number.
+std::optional<BpaChoice> paperBpa(double bpa, std::int64_t headDim, std::int64_t features);
 // Settings that reach `bpa` exactly for `features` (D divides F, K a power of two ≤ 65,536),
 // closest to the paper's D=128, K=256 first.
 std::vector<BpaChoice> suggestBpa(double bpa, std::int64_t features, std::size_t count = 4);
@@ -61,10 +67,10 @@ std::vector<BpaChoice> suggestBpa(double bpa, std::int64_t features, std::size_t
 // How an error message spells the settings: the CLI's flags (--bpa 3; --dim 8 --stages 3 --k 256) or
 // Python's keywords (bpa=3; dim=8, stages=3, k=256).
 enum class ArgStyle { Cli, Python };
-// The paper's D, R, K for `bpa` on rows of `features`. Throws Error(InvalidInput) naming bpa when it
-// is not one of the paper's settings or its D does not divide the features, listing the settings
-// (suggestBpa) that reach it exactly.
-BpaChoice paperBpaFor(double bpa, std::int64_t features, ArgStyle style = ArgStyle::Cli);
+// The paper's D, R, K for `bpa` on rows of `features` of heads of `headDim` (0: unknown; the
+// paper's D = 128). Throws Error(InvalidInput) naming bpa when it is not one of the paper's settings
+// or its D does not divide the features, listing the settings (suggestBpa) that reach it exactly.
+BpaChoice paperBpaFor(double bpa, std::int64_t features, ArgStyle style = ArgStyle::Cli, std::int64_t headDim = 0);
 
 // The strided order of M subspaces of D: subspace m holds features m, m + M, …, m + (D − 1)·M.
 std::vector<std::int32_t> stridedOrder(int dim, int subspaces);

@@ -101,7 +101,7 @@ std::vector<MethodSpec> parseMethods(const std::string& list, const std::string&
 }
 
 TrainSettings methodTrainSettings(const MethodSpec& m, std::int64_t features, bool hasGradients, int iterations,
-                                  std::uint64_t seed, std::string* note, const std::string& flag)
+                                  std::uint64_t seed, std::string* note, const std::string& flag, std::int64_t headDim)
 {
     TrainSettings s;
     s.rq.iterations = iterations;
@@ -122,7 +122,7 @@ TrainSettings methodTrainSettings(const MethodSpec& m, std::int64_t features, bo
     case TableMethod::KmRq:
     case TableMethod::Gsrq:
     case TableMethod::Vqllm: {
-        std::optional<BpaChoice> c = paperBpa(m.bpa);
+        std::optional<BpaChoice> c = paperBpa(m.bpa, headDim, features);
         if (!c || features % c->dim != 0) {
             const auto sg = suggestBpa(m.bpa, features, 1);
             if (sg.empty())
@@ -161,7 +161,7 @@ void validateMethods(const std::vector<MethodSpec>& methods, const Llama2cConfig
         if (m.kind == TableMethod::Kivi)
             validateKivi(m.kivi, cfg.kvDim(), KiviAxis::Value, cat(flag, " ", m.name, ": "));
         else if (m.kind != TableMethod::Fp32 && m.kind != TableMethod::File)
-            methodTrainSettings(m, cfg.kvDim(), true, 1, 0, nullptr, flag);
+            methodTrainSettings(m, cfg.kvDim(), true, 1, 0, nullptr, flag, cfg.headDim());
     }
 }
 
@@ -275,7 +275,8 @@ MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<st
                 file = readCodebookFile(m.name);
             } else {
                 std::string note;
-                TrainSettings ts = methodTrainSettings(m, cfg.kvDim(), hasGradients, s.iterations, s.seed, &note);
+                TrainSettings ts = methodTrainSettings(m, cfg.kvDim(), hasGradients, s.iterations, s.seed, &note, "--methods",
+                                                      cfg.headDim());
                 if (!note.empty())
                     out.notes.push_back(note);
                 ts.layers = layerGlob;

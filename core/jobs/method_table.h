@@ -14,8 +14,9 @@
 //                        its greedy stages: gsrq@1+r3
 //   <file>.safetensors   a codebooks file trained before (gsrq train)
 // Trained methods are trained on the keys and values of a dump of the model (--train-dump) with
-// every row (the perplexity text is the held-out set); BPA takes the paper's D = 128, K = 256 where
-// D divides the model's kv_dim, else the setting suggestBpa finds closest to it.
+// every row (the perplexity text is the held-out set); BPA takes the paper's K = 256 with D = the
+// model's head_dim (the paper's D = 128 on its models; paperBpa) where D divides the model's kv_dim,
+// else the setting suggestBpa finds closest to it.
 
 #include "core/cluster/cluster_backend.h"
 #include "core/cluster/kivi.h"
@@ -51,8 +52,10 @@ std::vector<MethodSpec> parseMethods(const std::string& list, const std::string&
 // weights). Throws Error(InvalidInput) naming `flag` when C does not divide the features or no
 // D, R, K reach the BPA. `hasGradients`: weighted methods fall back to no weights without them
 // (and say so in `note`).
+// BPA's D follows `headDim` (paperBpa(bpa, headDim, features); 0: the paper's D = 128).
 TrainSettings methodTrainSettings(const MethodSpec& m, std::int64_t features, bool hasGradients, int iterations,
-                                  std::uint64_t seed, std::string* note, const std::string& flag = "--methods");
+                                  std::uint64_t seed, std::string* note, const std::string& flag = "--methods",
+                                  std::int64_t headDim = 0);
 
 // Checks every method against the model before anything runs: KIVI's group against kv_dim, CQ's
 // channels and a BPA's D, R, K against the keys' and values' width. Throws Error(InvalidInput)

