@@ -10,6 +10,7 @@
 #include "core/io/kv_dump.h"
 #include "core/io/safetensors.h"
 #include "core/jobs/method_table.h"
+#include "core/jobs/run_records.h"
 #include "core/store/run_store.h"
 #include "test_util.h"
 
@@ -81,6 +82,10 @@ private slots:
     void pplMethodTable();
     void pplMethodTableBadInput_data();
     void pplMethodTableBadInput();
+    void runsCompareOfPplRunsShowsPerplexities();
+    void runsAddPplRecordsATable();
+    void quietOnEveryProgressCommand();
+    void bpaPresetsFollowHeadDim();
 
 private:
     QTemporaryDir m_dir;
@@ -600,6 +605,130 @@ void TestBaselines::pplMethodTableBadInput()
                            extra);
     QCOMPARE(r.code, 2);
     QVERIFY2(QString::fromUtf8(r.err).contains(phrase), r.err.constData());
+}
+
+void TestBaselines::runsCompareOfPplRunsShowsPerplexities()
+{
+    // Two ppl tables of the same model and text, one method apart: the comparison prints FP32 and each
+    // method's perplexity with its Δ against that run's FP32, bits and effective bits, as the Runs
+    // page compares them (not just the settings and an empty metric table).
+    const QStringList common{"ppl", kModel, "--tokenizer", kTokenizer, "--generate", "--seq-len", "64", "--sequences",
+                             "2", "--json", "-q"};
+    const auto a = gsrqRun(common + QStringList{"--methods", "fp32,kivi-2"});
+    const auto b = gsrqRun(common + QStringList{"--methods", "fp32,kivi-1"});
+    QVERIFY2(a.code == 0 && b.code == 0, (a.err + b.err).constData());
+    const auto ja = json(a), jb = json(b);
+    const QString ida = QString::number(ja["run_id"].toInteger()), idb = QString::number(jb["run_id"].toInteger());
+    const auto r = gsrqRun({"runs", "compare", ida, idb});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const QString out = QString::fromUtf8(r.out);
+    QVERIFY2(out.contains("perplexity"), qPrintable(out));
+    auto method = [](const QJsonObject& j, const char* name) {
+        for (const auto& m : j["methods"].toArray())
+            if (m.toObject()["method"].toString() == QLatin1String(name))
+                return m.toObject();
+        return QJsonObject();
+    };
+    const double fp32 = method(ja, "fp32")["perplexity"].toDouble();
+    const double k2 = method(ja, "kivi-2")["perplexity"].toDouble();
+    const double k1 = method(jb, "kivi-1")["perplexity"].toDouble();
+    // Each row shows its run's value to 4 decimals, and KIVI-2's its Δ% against run A's FP32.
+    QVERIFY2(out.contains(QString::number(fp32, 'f', 4)), qPrintable(out));
+    QVERIFY2(out.contains(QString::number(k2, 'f', 4)), qPrintable(out));
+    QVERIFY2(out.contains(QString::number(k1, 'f', 4)), qPrintable(out));
+    const QString delta = QString::asprintf("%+.2f%%", 100 * (k2 - fp32) / fp32);
+    QVERIFY2(out.contains(delta), qPrintable(out + " lacks " + delta));
+    // KIVI-2's row carries its honest bits (3: 2 bits + an FP16 scale and zero per 32 values).
+    const auto lines = out.split('\n');
+    bool kiviRow = false;
+    for (const auto& l : lines)
+        if (l.startsWith("kivi-2 ") && l.split(' ', Qt::SkipEmptyParts).value(1) == "3")
+            kiviRow = true;
+    QVERIFY2(kiviRow, qPrintable(out));
+}
+
+void TestBaselines::runsAddPplRecordsATable()
+{
+    // tools/real_table.py's table.json (a transformers model measured by tools/hf_ppl.py) becomes a
+    // ppl run with the rows and perplexity-against-bits series the Runs page draws.
+    const QString path = m_dir.filePath("table.json");
+    {
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"model": "/models/x.gguf", "model_type": "llama", "eval_text": "/texts/e.txt", "seq_len": 512,
+ "eval_sequences": 4, "calib_samples": 8, "iters": 8, "budget": "quick", "calibration_dump": "/d",
+ "rows": [{"name": "fp32", "family": "fp32", "bits": 32, "effective_bits": 32, "perplexity": 10.0},
+          {"name": "kivi-2", "family": "kivi", "bits": 3, "effective_bits": 3, "perplexity": 12.5},
+          {"name": "gsrq@1", "family": "gsrq", "bits": 1, "effective_bits": 1.5, "perplexity": 11.0,
+           "settings": "D=64 R=8 K=256 gskm grad-log"}]})");
+    }
+    RunStore store(m_dir.filePath("xdg/gsrq/runs.db").toStdString());
+    const std::size_t before = store.listRuns({"ppl", std::nullopt, "", 0}).size();
+    const auto r = gsrqRun({"runs", "add-ppl", path});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto runs = store.listRuns({"ppl", std::nullopt, "", 1});
+    QCOMPARE(runs.size(), std::size_t(1));
+    const auto p = runPerplexities(store.metrics(runs[0].id), store.series(runs[0].id));
+    QVERIFY(p.fp32 && *p.fp32 == 10.0);
+    QCOMPARE(p.points.size(), std::size_t(2));
+    QCOMPARE(p.points[1].family, std::string("gsrq"));
+    QCOMPARE(p.points[1].perplexity, 11.0);
+    QCOMPARE(p.points[1].effectiveBits, 1.5);
+    // Bad input: exit 2, one line naming the file (and the field), nothing recorded.
+    {
+        QFile f(m_dir.filePath("bad.json"));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"model": "m", "seq_len": 8, "eval_sequences": 1, "rows": [{"name": "kivi-2", "family": "kivi",
+ "bits": 3, "perplexity": 12}]})");
+    }
+    for (const auto& [file, phrase] : {std::pair{QString("bad.json"), QString("first row must be fp32")},
+                                       std::pair{QString("missing.json"), QString("no such file")}}) {
+        const auto bad = gsrqRun({"runs", "add-ppl", m_dir.filePath(file)});
+        QCOMPARE(bad.code, 2);
+        QVERIFY2(QString::fromUtf8(bad.err).contains(file) && QString::fromUtf8(bad.err).contains(phrase),
+                 bad.err.constData());
+    }
+    QCOMPARE(store.listRuns({"ppl", std::nullopt, "", 0}).size(), before + 1);
+}
+
+void TestBaselines::quietOnEveryProgressCommand()
+{
+    // Every command that prints progress or backend notes takes -q, as compare and train do.
+    for (const char* c : {"compare", "sweep", "train", "eval", "ppl", "bench-cluster", "bench-train", "paper-check"}) {
+        const auto h = gsrqRun({c, "--help"});
+        QVERIFY2(h.code == 0 && QString::fromUtf8(h.out).contains("--quiet"), c);
+    }
+    const QString books = m_dir.filePath("quiet-books.safetensors");
+    auto r = gsrqRun({"--no-db", "train", kSample, "--tensors", "layers.0.*", "--dim", "8", "--stages", "1", "--k", "8",
+                      "--iters", "3", "--out", books, "-q"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    r = gsrqRun({"--no-db", "eval", kSample, "-c", books, "-q"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    QVERIFY2(r.err.isEmpty(), r.err.constData()); // nothing on standard error
+    QVERIFY(r.out.contains("layers.0.key"));
+    r = gsrqRun({"--no-db", "eval", kSample, "--method", "kivi", "-q"});
+    QVERIFY2(r.code == 0, r.err.constData());
+}
+
+void TestBaselines::bpaPresetsFollowHeadDim()
+{
+    // The paper's rates carried to a model's heads: D = head_dim, K = 256, R = BPA·D/8; the lowest
+    // rate spans two heads where they divide the features (the paper's D = 256 over heads of 128).
+    const auto c64 = paperBpa(1, 64, 192);
+    QVERIFY(c64 && c64->dim == 64 && c64->stages == 8 && c64->k == 256);
+    QVERIFY(bitsPerActivation(c64->dim, c64->stages, c64->k) == 1);
+    const auto low64 = paperBpa(0.375, 64, 192); // 3 heads: two do not divide them
+    QVERIFY(low64 && low64->dim == 64 && low64->stages == 3);
+    const auto low64x2 = paperBpa(0.375, 64, 256);
+    QVERIFY(low64x2 && low64x2->dim == 128 && low64x2->stages == 6);
+    const auto two64 = paperBpa(2, 64, 192);
+    QVERIFY(two64 && two64->dim == 64 && two64->stages == 16);
+    // head_dim 128 is the paper's own; unknown (0) and toy heads keep it too.
+    for (std::int64_t hd : {128, 0, 8}) {
+        const auto c = paperBpa(0.375, hd, 512);
+        QVERIFY(c && c->dim == 256 && c->stages == 12);
+    }
+    // End to end (gsrq train --bpa on SmolLM2's dump of heads of 64): tests/python/test_real_model.py.
 }
 
 QTEST_GUILESS_MAIN(TestBaselines)

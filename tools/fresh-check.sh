@@ -45,16 +45,24 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 2
 fi
 # The Debian mirror and security archive this machine's apt uses (a local mirror or proxy included),
-# read from apt itself; GSRQ_DEBIAN_MIRROR and GSRQ_DEBIAN_SECURITY override them, and Debian's own
-# addresses are the fallback on a machine whose apt has no bookworm sources.
+# read from apt itself; GSRQ_DEBIAN_MIRROR and GSRQ_DEBIAN_SECURITY override them. No archive is
+# named here: where neither apt nor the variable gives one, the check stops and says which to set.
 apt_repo() { # apt_repo SUITE: the URI of the first source of that suite
   apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 2>/dev/null | awk -v s="$1" '$2 == s { print $1; exit }' |
     sed 's:/*$::'
 }
 mirror=${GSRQ_DEBIAN_MIRROR:-$(apt_repo bookworm)}
-mirror=${mirror:-http://deb.debian.org/debian}
 security=${GSRQ_DEBIAN_SECURITY:-$(apt_repo bookworm-security)}
-security=${security:-http://deb.debian.org/debian-security}
+if [[ -z $mirror ]]; then
+  echo "fresh-check: this machine's apt has no Debian 12 (bookworm) source: set GSRQ_DEBIAN_MIRROR to the" \
+    "Debian archive to debootstrap from (e.g. your local mirror's URL)" >&2
+  exit 2
+fi
+if [[ -z $security ]]; then
+  echo "fresh-check: this machine's apt has no bookworm-security source: set GSRQ_DEBIAN_SECURITY to the" \
+    "Debian security archive the clean roots should use" >&2
+  exit 2
+fi
 
 if ! command -v debootstrap >/dev/null; then
   echo "fresh-check: installing debootstrap"

