@@ -612,8 +612,8 @@ void TestBaselines::runsCompareOfPplRunsShowsPerplexities()
     // Two ppl tables of the same model and text, one method apart: the comparison prints FP32 and each
     // method's perplexity with its Δ against that run's FP32, bits and effective bits, as the Runs
     // page compares them (not just the settings and an empty metric table).
-    const QStringList common{"ppl", kModel, "--tokenizer", kTokenizer, "--generate", "--seq-len", "64", "--sequences",
-                             "2", "--json", "-q"};
+    const QStringList common{"ppl", kModel,        "--tokenizer", kTokenizer, "--generate", "--seq-len",
+                             "64",  "--sequences", "2",           "--json",   "-q"};
     const auto a = gsrqRun(common + QStringList{"--methods", "fp32,kivi-2"});
     const auto b = gsrqRun(common + QStringList{"--methods", "fp32,kivi-1"});
     QVERIFY2(a.code == 0 && b.code == 0, (a.err + b.err).constData());

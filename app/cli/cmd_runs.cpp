@@ -218,7 +218,8 @@ Command registerRuns(CLI::App& root)
         bool json = false, all = false;
     };
     auto o = std::make_shared<Opts>();
-    auto* cmd = root.add_subcommand("runs", "Browse the run store: list, show, export, compare, note, delete, import, add-ppl");
+    auto* cmd =
+        root.add_subcommand("runs", "Browse the run store: list, show, export, compare, note, delete, import, add-ppl");
     cmd->require_subcommand(1);
     auto* list = cmd->add_subcommand("list", "Recorded runs, newest first");
     list->add_option(
@@ -466,8 +467,7 @@ Command registerRuns(CLI::App& root)
                     if (o->all || m.scope == "final" || m.scope == "heldout")
                         rows[metricKey(m)].second = cat(m.value);
                 if (!rows.empty() || (a.kind != "ppl" && b.kind != "ppl")) {
-                    std::printf("\n%-58s %14s %14s\n", "metric", cat("run ", a.id).c_str(),
-                                cat("run ", b.id).c_str());
+                    std::printf("\n%-58s %14s %14s\n", "metric", cat("run ", a.id).c_str(), cat("run ", b.id).c_str());
                     for (const auto& [k, v] : rows)
                         std::printf("%-58s %14s %14s\n", k.c_str(), v.first.empty() ? "-" : v.first.c_str(),
                                     v.second.empty() ? "-" : v.second.c_str());

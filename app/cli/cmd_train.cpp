@@ -44,7 +44,9 @@ Command registerTrain(CLI::App& root)
     cmd->add_option("dump", o->dump, "KV dump: .safetensors file, directory of shards, or 2-D .npy")->required();
     cmd->add_option("--tensors", o->tensors, "Comma-separated globs, e.g. 'layers.*.value' (default: keys and values)");
     cmd->add_option("--layers", o->layers, "Layers to train, e.g. 0-3,7 (default: all)");
-    cmd->add_option("--bpa", o->bpa, "Bits per activation from the paper: 2, 1, 0.75 (D = head_dim, 128 in the paper) or 0.375 (D = 2 heads; K = 256, R = BPA·D/8)");
+    cmd->add_option("--bpa", o->bpa,
+                    "Bits per activation from the paper: 2, 1, 0.75 (D = head_dim, 128 in the paper) or 0.375 (D = 2 "
+                    "heads; K = 256, R = BPA·D/8)");
     cmd->add_option("--dim,-d", o->dim, "Subspace width D (with --stages and --k, instead of --bpa)");
     cmd->add_option("--stages,-r", o->stages, "Residual stages R");
     cmd->add_option("--k,-k", o->k, "Codewords per stage K (a power of two up to 65,536)");

@@ -275,8 +275,8 @@ MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<st
                 file = readCodebookFile(m.name);
             } else {
                 std::string note;
-                TrainSettings ts = methodTrainSettings(m, cfg.kvDim(), hasGradients, s.iterations, s.seed, &note, "--methods",
-                                                      cfg.headDim());
+                TrainSettings ts = methodTrainSettings(m, cfg.kvDim(), hasGradients, s.iterations, s.seed, &note,
+                                                       "--methods", cfg.headDim());
                 if (!note.empty())
                     out.notes.push_back(note);
                 ts.layers = layerGlob;
