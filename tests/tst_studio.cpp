@@ -142,6 +142,7 @@ private slots:
     void reportIsOneSelfContainedFile();
     void firstWindowFillsTheScreenThenRemembers();
     void trainFillsTableAndExports();
+    void trainPresetsFollowTheDumpsHeadDim();
     void trainRefinesAndDrawsEachRound();
     void perplexityOfTrainedCodebooks();
     void compareMethodsOnTheModel();
@@ -692,6 +693,32 @@ void TestStudio::trainFillsTableAndExports()
     QCOMPARE(cosines.size(), 2);
     QVERIFY(cosines[1].y() > cosines[0].y() && cosines[1].y() <= 1); // stages add detail
     page->stageMetricBox()->setCurrentText("nmse");
+}
+
+void TestStudio::trainPresetsFollowTheDumpsHeadDim()
+{
+    // A dump of heads of 64 (3 KV heads, as SmolLM2's): the paper's rates at D = head_dim, K = 256,
+    // R = BPA·D/8, in the presets' labels and in the boxes they fill; the bundled sample's toy heads
+    // of 8 keep the paper's own settings. Synthetic rows.
+    const QString path = m_dir.filePath("hd64.safetensors");
+    writeSafetensors(
+        path.toStdString(),
+        {makeFloatBlob("layers.0.key", synthesize(SynthKind::KvLike, 600, 192, 7), DType::F32, {600, 3, 64}),
+         makeFloatBlob("layers.0.value", synthesize(SynthKind::Gaussian, 600, 192, 8), DType::F32, {600, 3, 64})});
+    auto* page = m_window->trainPage();
+    QVERIFY(m_window->openDump(path));
+    page->presetBox()->setCurrentIndex(2); // 1 bit
+    QCOMPARE(page->dimBox()->value(), 64);
+    QCOMPARE(page->stagesBox()->value(), 8);
+    QCOMPARE(page->kBox()->value(), 256);
+    QVERIFY2(page->presetBox()->itemText(2).contains("D=64, R=8"), qPrintable(page->presetBox()->itemText(2)));
+    page->presetBox()->setCurrentIndex(4); // 0.375: three heads, so one head per subspace
+    QCOMPARE(page->dimBox()->value(), 64);
+    QCOMPARE(page->stagesBox()->value(), 3);
+    QVERIFY(m_window->openDump(kSample)); // heads of 8: the paper's D = 256, R = 12 again
+    QCOMPARE(page->dimBox()->value(), 256);
+    QCOMPARE(page->stagesBox()->value(), 12);
+    page->presetBox()->setCurrentIndex(0); // back to custom for the tests that follow
 }
 
 void TestStudio::trainRefinesAndDrawsEachRound()

@@ -38,6 +38,7 @@ public:
     explicit TrainPage(StudioContext& ctx, QWidget* parent = nullptr);
 
     QLineEdit* tensorsEdit() const { return m_tensors; }
+    QComboBox* presetBox() const { return m_preset; }
     QSpinBox* dimBox() const { return m_dim; }
     QSpinBox* stagesBox() const { return m_stages; }
     QSpinBox* kBox() const { return m_k; }
