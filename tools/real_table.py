@@ -30,7 +30,7 @@ Budgets (the methods and sizes; any size can be set by its flag):
   table     Table 1: fp32, kivi-2, kivi-2g32r128 (KIVI's own setting: the last 128 tokens in FP16), kivi-1,
             cq-4c8b, cq-8c8b, and vqllm, km-rq, gsrq at 2, 1, 0.75, 0.375 BPA
   ablation  at 1 and 0.375 BPA: km, km-log (KM with log weights), gskm (unweighted), gskm-raw, gskm-log
-            (= gsrq), and gskm-log at τ = 0.25, 0.5, 2, 4 (τ = 1 is gskm-log's own)
+            (= gsrq), and gskm-log at τ = 0.25, 0.5, 2, 4 (gskm-log@1:tau0.5; τ = 1 is gskm-log's own)
 --methods replaces the budget's list with its own (the names above, comma-separated).
 
 Exit codes: 0 done, 2 bad input (named), 1 other failures. The dumps and codebooks stay in --out and are
@@ -61,10 +61,9 @@ BUDGETS = {
                   methods="fp32,kivi-2,kivi-2g32r128,kivi-1,cq-4c8b,cq-8c8b," + ",".join(
                       f"{m}@{b:g}" for b in (2, 1, 0.75, 0.375) for m in ("vqllm", "km-rq", "gsrq"))),
     "ablation": dict(seq_len=512, calib_samples=64, eval_samples=8, eval_sequences=16, iters=25,
-                     methods=",".join(f"{m}@{b:g}" for b in (1, 0.375)
-                                      for m in ("km", "km-log", "gskm", "gskm-raw", "gskm-log",
-                                                "gskm-log:tau0.25", "gskm-log:tau0.5", "gskm-log:tau2",
-                                                "gskm-log:tau4"))),
+                     methods="fp32," + ",".join(
+                         [f"{m}@{b:g}" for b in (1, 0.375) for m in ("km", "km-log", "gskm", "gskm-raw", "gskm-log")] +
+                         [f"gskm-log@{b:g}:tau{t:g}" for b in (1, 0.375) for t in (0.25, 0.5, 2, 4)])),
 }
 # name -> (gsrq train --method, --weights, family shown in the store)
 TRAINED = {
@@ -342,11 +341,14 @@ def main(argv=None):
                   "seq_len": a.seq_len, "calib_samples": a.calib_samples, "eval_samples": a.eval_samples,
                   "eval_sequences": a.eval_sequences, "iters": a.iters, "fp32": fp32, "rows": rows,
                   "seconds": seconds, "peak_rss_gib": peak_rss_gib(), "calibration_dump": calib}
-        with open(os.path.join(out, "table.json.tmp"), "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1)
-        os.replace(os.path.join(out, "table.json.tmp"), os.path.join(out, "table.json"))
-        with open(os.path.join(out, "table.md"), "w", encoding="utf-8") as f:
-            f.write(markdown(report))
+        # table.json and table.md: this run's; table-<budget>.*: kept beside the other budgets' tables.
+        for stem in ("table", f"table-{a.budget}"):
+            with open(os.path.join(out, stem + ".json.tmp"), "w", encoding="utf-8") as f:
+                json.dump(report, f, indent=1)
+            os.replace(os.path.join(out, stem + ".json.tmp"), os.path.join(out, stem + ".json"))
+            with open(os.path.join(out, stem + ".md.tmp"), "w", encoding="utf-8") as f:
+                f.write(markdown(report))
+            os.replace(os.path.join(out, stem + ".md.tmp"), os.path.join(out, stem + ".md"))
         if not a.no_db and os.access(a.gsrq, os.X_OK):
             run_gsrq(a.gsrq, ["runs", "add-ppl", os.path.join(out, "table.json")], "gsrq runs add-ppl")
         sys.stdout.write(markdown(report))
