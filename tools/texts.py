@@ -6,7 +6,7 @@
     python3 tools/texts.py --list
 
 Pretrained models have read much of the web; a text they have memorized says nothing about a
-quantizer (Qwen2.5-Coder's perplexity on the GPL-3 text is 2.9). These two are freely licensed,
+quantizer (the licence texts in Debian's base-files are such texts). These two are freely licensed,
 ship in Debian's main archive, and are read from the installed package, so nothing is downloaded
 here (tools/setup.sh --python installs both packages):
 
