@@ -83,7 +83,7 @@ out=${GSRQ_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gsrq-studio}/tables/smollm2-de
 "$py" tools/real_table.py --model smollm2 --text devil --budget first --out "$out"
 dump=$out/calib-32x512
 echo
-"$gsrq" info "$dump" | head -4
+"$gsrq" info "$dump" | sed -n 1,4p   # sed reads it all: no SIGPIPE under pipefail
 echo
 for tensor in layers.15.key layers.15.value; do
   "$gsrq" compare "$dump" --tensor "$tensor" --dim 64 --k 256 --weights grad-log -q
