@@ -103,7 +103,7 @@ void printPerplexities(RunStore& store, std::int64_t idA, std::int64_t idB)
     if (!pa.fp32 && !pb.fp32 && pa.points.empty() && pb.points.empty())
         return;
     struct Row {
-        double bits = 0, effective = 0;
+        std::optional<double> bitsA, bitsB, effA, effB; // each run's own (they differ for other settings)
         std::optional<double> a, b;
     };
     std::vector<std::string> order;
@@ -113,8 +113,8 @@ void printPerplexities(RunStore& store, std::int64_t idA, std::int64_t idB)
             if (!rows.count(pt.label))
                 order.push_back(pt.label);
             Row& r = rows[pt.label];
-            r.bits = pt.bits;
-            r.effective = pt.effectiveBits;
+            (first ? r.bitsA : r.bitsB) = pt.bits;
+            (first ? r.effA : r.effB) = pt.effectiveBits;
             (first ? r.a : r.b) = pt.perplexity;
         }
     };
@@ -127,14 +127,20 @@ void printPerplexities(RunStore& store, std::int64_t idA, std::int64_t idB)
             return fmt("%.4f", *v);
         return cat(fmt("%.4f", *v), " (", fmt("%+.2f", 100 * (*v - *fp32) / *fp32), "%)");
     };
-    std::printf("\nperplexity (Δ against each run's FP32):\n%-40s %7s %9s %22s %22s\n", "method", "bits", "eff. bits",
-                cat("run ", idA).c_str(), cat("run ", idB).c_str());
-    std::printf("%-40s %7s %9s %22s %22s\n", "fp32", "32", "32", cell(pa.fp32, std::nullopt).c_str(),
+    std::printf("\nperplexity (Δ against each run's FP32; bits a/b where the runs differ):\n%-40s %7s %11s %22s %22s\n",
+                "method", "bits", "eff. bits", cat("run ", idA).c_str(), cat("run ", idB).c_str());
+    std::printf("%-40s %7s %11s %22s %22s\n", "fp32", "32", "32", cell(pa.fp32, std::nullopt).c_str(),
                 cell(pb.fp32, std::nullopt).c_str());
     for (const auto& label : order) {
         const Row& r = rows[label];
-        std::printf("%-40s %7s %9s %22s %22s\n", label.c_str(), fmt("%.4g", r.bits).c_str(),
-                    fmt("%.4g", r.effective).c_str(), cell(r.a, pa.fp32).c_str(), cell(r.b, pb.fp32).c_str());
+        // One figure where both runs agree (or one has the row), else run A's / run B's.
+        auto both = [](std::optional<double> x, std::optional<double> y) {
+            if (x && y && fmt("%.4g", *x) != fmt("%.4g", *y))
+                return fmt("%.4g", *x) + "/" + fmt("%.4g", *y);
+            return fmt("%.4g", x ? *x : *y);
+        };
+        std::printf("%-40s %7s %11s %22s %22s\n", label.c_str(), both(r.bitsA, r.bitsB).c_str(),
+                    both(r.effA, r.effB).c_str(), cell(r.a, pa.fp32).c_str(), cell(r.b, pb.fp32).c_str());
     }
 }
 
