@@ -543,10 +543,14 @@ def load_model(a, seq_len=None, backward=None):
         params = gguf_parameters(os.path.join(*gg))
         seq = seq_len if seq_len is not None else getattr(a, "seq_len", 512)
         grad = backward if backward is not None else not getattr(a, "no_grad", True)
+        # transformers dequantizes in host memory whatever the device; the activations are the
+        # host's only when the model runs on the CPU.
         need, weights = memory_estimate(params, cfg, seq, grad and device == "cpu",
                                         DTYPES[mdt][1] if mdt in DTYPES else 4)
+        if device != "cpu":
+            need = 2 * weights
         have = available_memory()
-        if device == "cpu" and have is not None and need > have:
+        if have is not None and need > have:
             raise InputError(f"--model {a.model}: needs about {need / 2**30:.1f} GiB ({params / 1e9:.2f} B parameters: "
                              f"{weights / 2**30:.1f} GiB of {mdt} weights, twice while loading, plus "
                              f"{'the backward pass of ' if grad else ''}one {seq}-token sequence); this machine has "

@@ -48,8 +48,11 @@ fi
 # read from apt itself; GSRQ_DEBIAN_MIRROR and GSRQ_DEBIAN_SECURITY override them. No archive is
 # named here: where neither apt nor the variable gives one, the check stops and says which to set.
 apt_repo() { # apt_repo SUITE: the URI of the first source of that suite
-  apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 2>/dev/null | awk -v s="$1" '$2 == s { print $1; exit }' |
-    sed 's:/*$::'
+  # --no-release-info: the configured sources, also where no lists were downloaded (apt-get update
+  # not run, or its lists cleaned). awk reads all of apt's output (no early exit: apt-get would die
+  # of SIGPIPE under pipefail).
+  { apt-get indextargets --no-release-info --format '$(REPO_URI) $(RELEASE)' 2>/dev/null || true; } |
+    awk -v s="$1" '!found && $2 == s { print $1; found = 1 }' | sed 's:/*$::'
 }
 mirror=${GSRQ_DEBIAN_MIRROR:-$(apt_repo bookworm)}
 security=${GSRQ_DEBIAN_SECURITY:-$(apt_repo bookworm-security)}

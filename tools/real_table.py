@@ -89,7 +89,7 @@ def parse_method(name):
     if m:
         return {"name": name, "kind": "cq", "channels": int(m.group(1)), "bits": int(m.group(2)),
                 "bpa": int(m.group(2)) / int(m.group(1)), "family": "cq"}
-    m = re.fullmatch(r"([a-z-]+)@([0-9.]+)(?::tau([0-9.]+))?", name)
+    m = re.fullmatch(r"([a-z-]+)@(\d+(?:\.\d+)?)(?::tau(\d+(?:\.\d+)?))?", name)
     if m and m.group(1) in TRAINED:
         method, weights, family = TRAINED[m.group(1)]
         tau = float(m.group(3)) if m.group(3) else None
@@ -112,7 +112,9 @@ def run_gsrq(gsrq, args, what):
 
 def train_method(a, m, calib, evald, out_dir):
     """Codebooks of method m on every layer's keys and values; returns (path, summary)."""
-    tag = re.sub(r"[^A-Za-z0-9.@-]+", "_", m["name"]) + f"-i{a.iters}"
+    # The name says what trained them (method, iterations, calibration dump), so a later run with
+    # other settings in the same --out trains anew instead of reusing them.
+    tag = re.sub(r"[^A-Za-z0-9.@-]+", "_", m["name"]) + f"-i{a.iters}-{os.path.basename(os.path.normpath(calib))}"
     path = os.path.join(out_dir, f"codebooks-{tag}.safetensors")
     report = path + ".json"
     if os.path.isfile(path) and os.path.isfile(report):
@@ -233,6 +235,24 @@ def main(argv=None):
             raise InputError(f"--gsrq {a.gsrq}: not an executable gsrq (build it: tools/build.sh)")
         seconds = {}
         t = time.time()
+        # The text first: a missing package or file is named before a model is downloaded.
+        if a.text:
+            if a.calib or a.eval:
+                raise InputError("give --text, or --calib and --eval, not both")
+            try:
+                calib_text, eval_text = texts.prepare(a.text)
+            except texts.InputError as e:
+                raise InputError(f"--text {e}")
+            text_title = texts.TEXTS[a.text]["title"]
+            text_name = a.text
+        else:
+            if not (a.calib and a.eval):
+                raise InputError("give --text NAME (tools/texts.py --list), or --calib FILE and --eval FILE")
+            for flag, p in (("--calib", a.calib), ("--eval", a.eval)):
+                if not os.path.isfile(p):
+                    raise InputError(f"{flag} {p}: no such file")
+            calib_text, eval_text, text_title = a.calib, a.eval, f"{a.calib} / {a.eval}"
+            text_name = os.path.splitext(os.path.basename(a.eval))[0]
         models = fetch_model.load_manifest()
         title = a.model
         name = a.model
@@ -245,20 +265,6 @@ def main(argv=None):
                 raise InputError(str(e))
         else:
             name = os.path.basename(os.path.normpath(a.model))
-        if a.text:
-            if a.calib or a.eval:
-                raise InputError("give --text, or --calib and --eval, not both")
-            calib_text, eval_text = texts.prepare(a.text)
-            text_title = texts.TEXTS[a.text]["title"]
-            text_name = a.text
-        else:
-            if not (a.calib and a.eval):
-                raise InputError("give --text NAME (tools/texts.py --list), or --calib FILE and --eval FILE")
-            for flag, p in (("--calib", a.calib), ("--eval", a.eval)):
-                if not os.path.isfile(p):
-                    raise InputError(f"{flag} {p}: no such file")
-            calib_text, eval_text, text_title = a.calib, a.eval, f"{a.calib} / {a.eval}"
-            text_name = os.path.splitext(os.path.basename(a.eval))[0]
         seconds["fetch"] = time.time() - t
         out = a.out or os.path.join(fetch_model.cache_root(), "tables", f"{name}-{text_name}")
         os.makedirs(out, exist_ok=True)
@@ -292,8 +298,10 @@ def main(argv=None):
                 path, summary, s = train_method(a, m, calib, evald, out)
                 books[m["name"]] = (path, summary)
                 seconds["training"] += s
-                log(f"  {m['name']}: {summary['settings']}; NMSE train {summary['train_nmse']:.4f}, held-out "
-                    f"{summary['heldout_nmse']:.4f}; {s:.0f} s")
+                def nm(v):
+                    return f"{v:.4f}" if v is not None else "-"
+                log(f"  {m['name']}: {summary['settings']}; NMSE train {nm(summary['train_nmse'])}, held-out "
+                    f"{nm(summary['heldout_nmse'])}; {s:.0f} s")
 
         log(f"perplexity: {a.eval_sequences} × {a.seq_len} tokens of the evaluation text, {len(methods)} methods")
         t = time.time()
@@ -308,6 +316,8 @@ def main(argv=None):
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             rc = hf_ppl.main(args, loaded=loaded)
+        if rc == 2:
+            raise InputError("tools/hf_ppl.py refused its input (its message is above)")
         if rc != 0:
             raise RuntimeError(f"tools/hf_ppl.py exited {rc}")
         res = json.loads(buf.getvalue())["results"]
@@ -340,7 +350,8 @@ def main(argv=None):
                   "text_title": text_title, "calib_text": calib_text, "eval_text": eval_text, "budget": a.budget,
                   "seq_len": a.seq_len, "calib_samples": a.calib_samples, "eval_samples": a.eval_samples,
                   "eval_sequences": a.eval_sequences, "iters": a.iters, "fp32": fp32, "rows": rows,
-                  "seconds": seconds, "peak_rss_gib": peak_rss_gib(), "calibration_dump": calib}
+                  "seconds": seconds, "peak_rss_gib": peak_rss_gib(), "calibration_dump": calib,
+                  "device": a.device}
         # table.json and table.md: this run's; table-<budget>.*: kept beside the other budgets' tables.
         for stem in ("table", f"table-{a.budget}"):
             with open(os.path.join(out, stem + ".json.tmp"), "w", encoding="utf-8") as f:
