@@ -273,6 +273,22 @@ def cached_keys(cache, layer):
     return cache[layer][0][0]             # legacy tuples
 
 
+def check_with_gsrq(gsrq, out, layer, dim, compare_name, add):
+    """`gsrq info` opens the dump and `gsrq compare` runs on layer `layer`'s values (D = dim, K = 16);
+    add(check, ok, figure, limit, note) records each."""
+    r = subprocess.run([gsrq, "info", out], capture_output=True, text=True)
+    add("gsrq info", r.returncode == 0 and f"layers.{layer}.value" in r.stdout, "", "", r.stderr.strip()[-200:])
+    r = subprocess.run([gsrq, "--no-db", "compare", out, "--tensor", f"layers.{layer}.value", "--dim", str(dim),
+                        "--k", "16", "--iters", "5", "--weights", "grad-log", "--json", "-q"],
+                       capture_output=True, text=True)
+    ok = r.returncode == 0
+    fig = ""
+    if ok:
+        j = json.loads(r.stdout)
+        fig = f"cosine km {j['km']['cosine']:.4f} gskm {j['gskm']['cosine']:.4f}"
+    add(compare_name, ok, fig, "", r.stderr.strip()[-200:])
+
+
 def check_family(family, args, rep, transformers, tokenizers, torch, gsrq, work):
     try:
         model_dir, model, tok = build(family, work, transformers, tokenizers, torch)
@@ -385,19 +401,8 @@ def check_family(family, args, rep, transformers, tokenizers, torch, gsrq, work)
                 rep.add(family, device, dtype, "key gradients ≈ the f32 CPU dump's", rel <= 0.1, f"{rel:.2e}",
                         "0.1 relative (norm)")
             if gsrq:
-                r = subprocess.run([gsrq, "info", out], capture_output=True, text=True)
-                rep.add(family, device, dtype, "gsrq info", r.returncode == 0 and "layers.1.value" in r.stdout, "",
-                        "", r.stderr.strip()[-200:])
-                r = subprocess.run([gsrq, "--no-db", "compare", out, "--tensor", "layers.1.value", "--dim", "8",
-                                    "--k", "16", "--iters", "5", "--weights", "grad-log", "--json", "-q"],
-                                   capture_output=True, text=True)
-                ok = r.returncode == 0
-                fig = ""
-                if ok:
-                    j = json.loads(r.stdout)
-                    fig = f"cosine km {j['km']['cosine']:.4f} gskm {j['gskm']['cosine']:.4f}"
-                rep.add(family, device, dtype, "gsrq compare (values, D 8, K 16, grad-log)", ok, fig, "",
-                        r.stderr.strip()[-200:])
+                check_with_gsrq(gsrq, out, 1, 8, "gsrq compare (values, D 8, K 16, grad-log)",
+                                lambda *a: rep.add(family, device, dtype, *a))
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
 
@@ -544,19 +549,8 @@ def check_model(path, args, rep, transformers, torch, gsrq, work):
     del model
     if gsrq:
         mid = layers // 2
-        r = subprocess.run([gsrq, "info", out], capture_output=True, text=True)
-        rep.add(label, "cpu", "f32", "gsrq info", r.returncode == 0 and f"layers.{mid}.value" in r.stdout, "", "",
-                r.stderr.strip()[-200:])
-        r = subprocess.run([gsrq, "--no-db", "compare", out, "--tensor", f"layers.{mid}.value", "--dim", str(hd),
-                            "--k", "16", "--iters", "5", "--weights", "grad-log", "--json", "-q"],
-                           capture_output=True, text=True)
-        ok = r.returncode == 0
-        fig = ""
-        if ok:
-            j = json.loads(r.stdout)
-            fig = f"cosine km {j['km']['cosine']:.4f} gskm {j['gskm']['cosine']:.4f}"
-        rep.add(label, "cpu", "f32", f"gsrq compare (layer {mid} values, D {hd}, K 16, grad-log)", ok, fig, "",
-                r.stderr.strip()[-200:])
+        check_with_gsrq(gsrq, out, mid, hd, f"gsrq compare (layer {mid} values, D {hd}, K 16, grad-log)",
+                        lambda *a: rep.add(label, "cpu", "f32", *a))
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
 

@@ -26,6 +26,9 @@ import gzip
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fetch_model  # noqa: E402  (the one cache root of the tools)
+
 TEXTS = {
     "devil": {
         "title": "Ambrose Bierce, The Devil's Dictionary (1911)", "kind": "prose", "licence": "public domain",
@@ -44,9 +47,7 @@ class InputError(Exception):
 
 
 def cache_dir():
-    base = os.environ.get("GSRQ_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gsrq-studio")
-    return os.path.join(base, "texts")
+    return os.path.join(fetch_model.cache_root(), "texts")
 
 
 def read_source(name, t, root="/"):
