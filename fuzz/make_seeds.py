@@ -32,6 +32,58 @@ def safetensors(tensors, metadata=None):
     return struct.pack("<Q", len(text)) + text + data
 
 
+def gguf_file(kv, tensors, alignment=32):
+    """A GGUF v3 file: kv {key: (value type, packed value bytes)}, tensors [(name, dims, type, bytes)]."""
+    def string(x):
+        return struct.pack("<Q", len(x.encode())) + x.encode()
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv))
+    for key, (vtype, raw) in kv.items():
+        out += string(key) + struct.pack("<I", vtype) + raw
+    data, offsets = b"", []
+    for name, dims, ttype, raw in tensors:
+        data += b"\0" * (-len(data) % alignment)
+        offsets.append(len(data))
+        data += raw
+    for (name, dims, ttype, raw), off in zip(tensors, offsets):
+        out += string(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", ttype, off)
+    out += b"\0" * (-len(out) % alignment)
+    return out + data
+
+
+def gguf_seeds(rng):
+    """Small GGUF models: llama metadata and one tensor of each type the engine dequantizes."""
+    def s(x):
+        return (8, struct.pack("<Q", len(x.encode())) + x.encode())
+    kv = {"general.architecture": s("llama"), "llama.block_count": (4, struct.pack("<I", 1)),
+          "llama.attention.head_count": (4, struct.pack("<I", 2)),
+          "llama.attention.head_count_kv": (4, struct.pack("<I", 1)),
+          "llama.embedding_length": (4, struct.pack("<I", 32)),
+          "llama.rope.freq_base": (6, struct.pack("<f", 10000.0)),
+          "tokenizer.ggml.tokens": (9, struct.pack("<IQ", 8, 2) + s("a")[1] + s("b")[1]),
+          "tokenizer.ggml.scores": (9, struct.pack("<IQ", 6, 2) + struct.pack("<2f", 0.0, -1.0))}
+    # (type, elements per block, bytes per block); fp16 scales set to small finite values below.
+    types = [(0, 1, 4), (1, 1, 2), (30, 1, 2), (8, 32, 34), (2, 32, 18), (3, 32, 20), (6, 32, 22), (7, 32, 24),
+             (12, 256, 144), (13, 256, 176), (14, 256, 210)]
+    half = np.float16(0.01).view(np.uint16).tobytes()
+    tensors = []
+    for ttype, block, nbytes in types:
+        n = 256 if block == 256 else 64
+        raw = bytearray(rng.integers(0, 256, n // block * nbytes, dtype=np.uint8).tobytes())
+        if ttype == 0:
+            raw = (rng.standard_normal(n) * 0.1).astype(np.float32).tobytes()
+        elif ttype == 1:
+            raw = (rng.standard_normal(n) * 0.1).astype(np.float16).tobytes()
+        else:
+            for b in range(n // block):
+                at = b * nbytes + (208 if ttype == 14 else 0)
+                raw[at:at + 2] = half
+        tensors.append((f"t{ttype}", [n], ttype, bytes(raw)))
+    put("fuzz_gguf", "every-type.gguf", gguf_file(kv, tensors))
+    put("fuzz_gguf", "empty.gguf", gguf_file({"general.architecture": s("llama")}, []))
+    put("fuzz_gguf", "q4k-2d.gguf", gguf_file(kv, [tensors[8]], alignment=32)[:-7])  # truncated
+
+
 def seeds_dir(target):
     d = os.path.join(ROOT, "seeds", target)
     shutil.rmtree(d, ignore_errors=True)
@@ -51,7 +103,7 @@ def main():
     a = ap.parse_args()
     rng = np.random.default_rng(7)
     for t in ("fuzz_safetensors", "fuzz_npy", "fuzz_shard_index", "fuzz_codebooks", "fuzz_checkpoint",
-              "fuzz_tokenizer", "fuzz_codebooks_struct", "fuzz_shards_struct", "fuzz_run_store"):
+              "fuzz_tokenizer", "fuzz_codebooks_struct", "fuzz_shards_struct", "fuzz_run_store", "fuzz_gguf"):
         seeds_dir(t)
 
     # Dumps: keys, values, gradients, positions, RoPE frequencies; F32, F16, BF16.
@@ -125,6 +177,8 @@ def main():
     for i, p in enumerate(pieces):
         raw += struct.pack("<fi", float(-i), len(p.encode())) + p.encode()
     put("fuzz_tokenizer", "tiny.bin", struct.pack("<H", len(pieces)) + raw)
+
+    gguf_seeds(rng)
 
     # The structure-aware targets start from a few random byte strings.
     for t in ("fuzz_codebooks_struct", "fuzz_shards_struct"):

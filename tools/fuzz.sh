@@ -23,7 +23,7 @@ if ! [[ $seconds =~ ^[0-9]+$ ]]; then
   exit 2
 fi
 all=(fuzz_safetensors fuzz_npy fuzz_shard_index fuzz_codebooks fuzz_checkpoint fuzz_tokenizer
-     fuzz_codebooks_struct fuzz_shards_struct fuzz_run_store)
+     fuzz_codebooks_struct fuzz_shards_struct fuzz_run_store fuzz_gguf)
 targets=("${@:-${all[@]}}")
 for t in "${targets[@]}"; do
   if [[ ! -f fuzz/$t.cpp ]]; then
@@ -45,7 +45,7 @@ work=$build/fuzz-runs
 
 declare -A dict=([fuzz_safetensors]=safetensors [fuzz_npy]=npy [fuzz_shard_index]=shard_index
                  [fuzz_codebooks]=codebooks [fuzz_shards_struct]=shard_index [fuzz_codebooks_struct]=codebooks)
-declare -A maxlen=([fuzz_run_store]=131072 [fuzz_checkpoint]=65536 [fuzz_tokenizer]=16384)
+declare -A maxlen=([fuzz_run_store]=131072 [fuzz_checkpoint]=65536 [fuzz_tokenizer]=16384 [fuzz_gguf]=16384)
 
 run_one() {
   local t=$1

@@ -13,13 +13,23 @@ Command registerInfo(CLI::App& root)
 {
     struct Opts {
         std::string path;
-        bool json = false;
+        bool json = false, checksums = false;
     };
     auto o = std::make_shared<Opts>();
-    auto* cmd = root.add_subcommand("info", "List the tensors of a KV dump: names, layers, dtypes, shapes, sizes");
-    cmd->add_option("dump", o->path, "KV dump: .safetensors file, directory of shards, or 2-D .npy")->required();
+    auto* cmd = root.add_subcommand("info", "List the tensors of a KV dump (names, layers, dtypes, shapes, sizes), or "
+                                            "a GGUF model's architecture, shapes, RoPE, tokenizer and tensor types");
+    cmd->add_option("dump", o->path, "KV dump (.safetensors file, directory of shards, or 2-D .npy) or GGUF model")
+        ->required();
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
+    cmd->add_flag("--checksums", o->checksums,
+                  "GGUF: the SHA-256 of each tensor's dequantized FP32 values (little-endian, storage order)");
     return {cmd, [o] {
+                if (isGgufFile(o->path)) {
+                    printGgufInfo(o->path, o->json, o->checksums);
+                    return;
+                }
+                if (o->checksums)
+                    throwInvalid("--checksums: ", o->path, " is not a GGUF model (it takes GGUF files only)");
                 const KvDump d = KvDump::open(o->path);
                 if (o->json) {
                     nlohmann::ordered_json j = {{"file", d.path()},

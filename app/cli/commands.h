@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace gsrq::cli {
@@ -14,7 +15,9 @@ struct Command {
 };
 
 // One file per command family, named after it (cmd_<family>.cpp).
-Command registerInfo(CLI::App& root);    // cmd_info.cpp: info
+Command registerInfo(CLI::App& root);     // cmd_info.cpp: info
+bool isGgufFile(const std::string& path); // cmd_info_gguf.cpp: info of a GGUF model
+void printGgufInfo(const std::string& path, bool json, bool checksums);
 Command registerCompare(CLI::App& root); // cmd_compare.cpp: compare, sweep
 Command registerSweep(CLI::App& root);
 Command registerPaperCheck(CLI::App& root); // cmd_paper.cpp: paper-check

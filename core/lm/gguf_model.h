@@ -1,0 +1,33 @@
+#pragma once
+// What a GGUF file says about its model: the hyperparameters a forward pass and a KV cache need,
+// read from the architecture's own keys ("llama.block_count", "qwen2.rope.freq_base", ...), with
+// llama.cpp's defaults where a key is optional. Pure metadata: no weights are read.
+
+#include "core/io/gguf.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace gsrq {
+
+struct GgufModelFacts {
+    std::string architecture; // general.architecture: "llama", "qwen2", ...
+    std::string name;         // general.name (may be empty)
+    std::int64_t layers = 0, heads = 0, kvHeads = 0, embedding = 0, headDim = 0, feedForward = 0;
+    std::int64_t contextLength = 0, vocabSize = 0;
+    double ropeTheta = 10000.0, rmsEps = 1e-5;
+    std::string ropeScaling = "none"; // rope.scaling.type: none, linear, yarn, ...
+    double ropeScalingFactor = 1.0;
+    std::string tokenizerModel, tokenizerPre; // tokenizer.ggml.model ("gpt2", "llama"), .pre ("smollm", "qwen2")
+    bool tiedOutput = false;                  // no output.weight: the token embedding serves as the output
+    bool attentionBias = false;               // blk.0.attn_q.bias present (qwen2)
+    std::map<std::string, std::int64_t> tensorsByType, bytesByType;
+    std::int64_t parameters = 0;
+};
+
+// Throws Error(InvalidInput) naming the file and key when a required key is missing or inconsistent
+// (heads not a multiple of KV heads, embedding not heads × head_dim where no key_length says so).
+GgufModelFacts ggufModelFacts(const GgufFile& file);
+
+} // namespace gsrq

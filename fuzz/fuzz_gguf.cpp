@@ -1,0 +1,32 @@
+// A GGUF model as `gsrq info MODEL.gguf --checksums` opens it: the header, metadata and tensor
+// table, the model's facts, then every tensor dequantized (tensors must lie inside the file, so their
+// values are bounded by the input's size).
+#include "fuzz_input.h"
+
+#include "core/base/error.h"
+#include "core/io/gguf.h"
+#include "core/lm/gguf_model.h"
+
+#include <vector>
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
+{
+    using namespace gsrq::fuzz;
+    const auto path = writeInput("model.gguf", {reinterpret_cast<const char*>(data), size});
+    try {
+        const gsrq::GgufFile f = gsrq::GgufFile::open(path);
+        try {
+            (void)gsrq::ggufModelFacts(f);
+        } catch (const gsrq::Error&) {
+        }
+        std::vector<float> values;
+        for (const gsrq::GgufTensor& t : f.tensors()) {
+            if (!gsrq::ggmlTypeDequantizable(t.type))
+                continue;
+            values.resize(std::size_t(t.elements()));
+            gsrq::dequantizeGguf(f, t, values.data());
+        }
+    } catch (const gsrq::Error&) {
+    }
+    return 0;
+}
