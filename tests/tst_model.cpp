@@ -288,9 +288,42 @@ void TestModel::cliReportsAndRefuses()
     QVERIFY(rows[0].toObject()["perplexity"].toDouble() > 1);
     QCOMPARE(j["predicted_tokens"].toInt(), 2 * 31);
     // Bad input: exit 2 with the flag or file named.
+    const double sampled = rows[0].toObject()["perplexity"].toDouble();
     r = test::gsrqRun({"--no-db", "ppl", model, "--tokenizer", tok});
     QCOMPARE(r.code, 2);
-    QVERIFY(r.err.contains("--text FILE or --generate"));
+    QVERIFY(r.err.contains("--text FILE, --generate or --token-ids FILE"));
+    // The same sequences as token ids (one per line): the same perplexity, no tokenizer needed. The
+    // sampled sequences are regenerated from the same seed through the engine.
+    {
+        const auto m = Llama2cModel::load(modelPath());
+        const auto seqs = generateSequences(m, 32, 2, 0);
+        QTemporaryDir dir;
+        const QString ids = dir.filePath("ids.txt");
+        QFile f(ids);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        for (const auto& q : seqs) {
+            QStringList words;
+            for (auto t : q)
+                words << QString::number(t);
+            f.write((words.join(' ') + "\n\n").toUtf8()); // blank lines between are skipped
+        }
+        f.close();
+        r = test::gsrqRun({"--no-db", "ppl", model, "--token-ids", ids, "--json"});
+        QCOMPARE(r.code, 0);
+        const auto jt = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(jt["results"].toArray()[0].toObject()["perplexity"].toDouble(), sampled);
+        QCOMPARE(jt["predicted_tokens"].toInt(), 2 * 31);
+        // A word that is not an id of the vocabulary: the file and line named, exit 2.
+        QVERIFY(f.open(QIODevice::Append));
+        f.write("1 2 999999\n");
+        f.close();
+        r = test::gsrqRun({"--no-db", "ppl", model, "--token-ids", ids});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains("ids.txt:5: '999999' is not a token id"), r.err.constData());
+        r = test::gsrqRun({"--no-db", "ppl", model, "--token-ids", ids, "--text", text});
+        QCOMPARE(r.code, 2);
+        QVERIFY(r.err.contains("--token-ids: not with --text"));
+    }
     r = test::gsrqRun({"--no-db", "ppl", model, "--tokenizer", tok, "--generate", "--seq-len", "9999"});
     QCOMPARE(r.code, 2);
     QVERIFY(r.err.contains("--seq-len"));

@@ -326,6 +326,8 @@ def main(argv=None, loaded=None):
     ap.add_argument("--device", default="auto")
     ap.add_argument("--model-dtype", choices=("auto", "f32", "bf16", "f16"), default="f32")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--save-token-ids", metavar="FILE",
+                    help="write the measured sequences' token ids, one sequence per line (gsrq ppl --token-ids)")
     a = ap.parse_args(argv)
     try:
         if bool(a.text) == a.generate:
@@ -347,6 +349,12 @@ def main(argv=None, loaded=None):
             if not os.path.isfile(a.text):
                 raise InputError(f"--text {a.text}: no such file")
             seqs, _ = dump_kv.tokenize(tok, a.text, a.sequences, a.seq_len, prepare=reflow)
+        if a.save_token_ids:
+            tmp = a.save_token_ids + ".tmp"
+            with open(tmp, "w") as f:
+                for q in seqs:
+                    f.write(" ".join(str(int(t)) for t in q) + "\n")
+            os.replace(tmp, a.save_token_ids)
         fp32 = perplexity(model, seqs, device, torch)
         rows = [{"codebooks": "unquantized", "method": "-", "bpa": None, "perplexity": fp32}]
         for path, meta, books in files:

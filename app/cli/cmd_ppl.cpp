@@ -30,13 +30,62 @@ std::vector<int> parseLayers(const std::string& text, int layers)
     return {set.begin(), set.end()};
 }
 
+// The sequences a ppl run measures: --token-ids as given, or the text (or the model's own samples)
+// through the llama2.c tokenizer. The engine does not tokenize a GGUF model's vocabulary yet.
+template <class Opts>
+std::vector<std::vector<std::int32_t>> pplSequences(const Opts& o, const Llama2cModel& model, std::int64_t* textTokens)
+{
+    const auto& cfg = model.config();
+    *textTokens = 0;
+    if (!o.tokenIds.empty()) {
+        if (!o.text.empty() || o.generate)
+            throwInvalid("--token-ids: not with --text or --generate");
+        auto seqs = tokenIdSequences(o.tokenIds, cfg);
+        for (const auto& q : seqs)
+            *textTokens += std::int64_t(q.size());
+        return seqs;
+    }
+    if (o.text.empty() && !o.generate)
+        throwInvalid("ppl: give --text FILE, --generate or --token-ids FILE");
+    if (cfg.architecture != "llama2.c")
+        throwInvalid(o.model, ": a GGUF model's vocabulary is not tokenized by the engine yet; give --token-ids FILE ",
+                     "(tools/hf_ppl.py --save-token-ids writes them with the model's own tokenizer)");
+    if (o.tokenizer.empty())
+        throwInvalid("--tokenizer: a llama2.c model needs its tokenizer (.bin) for --text and --generate");
+    const auto tok = Llama2cTokenizer::load(o.tokenizer, cfg.vocab);
+    return perplexitySequences(model, tok, o.generate ? std::string() : o.text, o.seqLen, o.sequences, o.seed,
+                               textTokens);
+}
+
+// Predictions (each token after the first) and tokens cached over the sequences.
+std::int64_t predictedTokens(const std::vector<std::vector<std::int32_t>>& seqs)
+{
+    std::int64_t n = 0;
+    for (const auto& q : seqs)
+        n += std::int64_t(q.size()) - 1;
+    return n;
+}
+
+std::int64_t cachedTokens(const std::vector<std::vector<std::int32_t>>& seqs)
+{
+    return predictedTokens(seqs) + std::int64_t(seqs.size());
+}
+
+int longest(const std::vector<std::vector<std::int32_t>>& seqs)
+{
+    std::size_t n = 0;
+    for (const auto& q : seqs)
+        n = std::max(n, q.size());
+    return int(n);
+}
+
 // What every ppl run records of its options (the table adds its methods and training).
 template <class Opts> PplRunSettings pplSettingsOf(const Opts& o)
 {
     PplRunSettings ps;
     ps.model = o.model;
     ps.tokenizer = o.tokenizer;
-    ps.text = o.generate ? std::string() : o.text;
+    ps.text = o.generate ? std::string() : !o.tokenIds.empty() ? o.tokenIds : o.text;
     ps.seed = o.seed;
     ps.seqLen = o.seqLen;
     ps.sequences = o.sequences;
@@ -48,8 +97,6 @@ template <class Opts> PplRunSettings pplSettingsOf(const Opts& o)
 // gsrq ppl --methods: the paper's table on the model (core/jobs/method_table.h).
 template <class Opts> void runMethodTableCommand(const Opts& o)
 {
-    if (o.text.empty() && !o.generate)
-        throwInvalid("ppl: give --text FILE or --generate");
     if (o.perLayer)
         throwInvalid("--per-layer: not with --methods");
     if (o.iterations < 0)
@@ -63,15 +110,13 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
     ts.layers = o.layers;
     ts.iterations = o.iterations;
     ts.seed = o.trainSeed;
-    const auto model = Llama2cModel::load(o.model);
+    const auto model = loadLanguageModel(o.model);
     const auto& cfg = model.config();
-    const auto tok = Llama2cTokenizer::load(o.tokenizer, cfg.vocab);
+    std::int64_t textTokens = 0;
+    const auto seqs = pplSequences(o, model, &textTokens);
     parseLayers(o.layers, cfg.layers);
     validateMethods(ts.methods, cfg);
     auto backend = openBackend(o.backend, true);
-    std::int64_t textTokens = 0;
-    const auto seqs = perplexitySequences(model, tok, o.generate ? std::string() : o.text, o.seqLen, o.sequences,
-                                          o.seed, &textTokens);
     PplRunSettings ps = pplSettingsOf(o);
     for (const auto& m : ts.methods)
         ps.methods.push_back(m.name);
@@ -98,7 +143,7 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
         }
         run.done(methodTableSummary(r).dump());
         const double fp32 = r.rows.front().perplexity;
-        const std::int64_t predicted = std::int64_t(seqs.size()) * (o.seqLen - 1);
+        const std::int64_t predicted = predictedTokens(seqs);
         if (o.json) {
             nlohmann::ordered_json rs = nlohmann::ordered_json::array();
             for (const auto& row : r.rows) {
@@ -125,13 +170,13 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
             printJson(j);
             return;
         }
-        std::printf("%s: dim %d, %d layers, %d heads, %d KV heads × %d; %zu sequences × %d tokens (%s), %lld "
-                    "predictions; keys and values quantized: %s\n\n",
-                    o.model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, cfg.headDim(), seqs.size(), o.seqLen,
-                    o.generate ? cat("sampled from the model, seed ", o.seed).c_str()
-                               : cat(o.text, ", ", textTokens, " tokens").c_str(),
-                    static_cast<long long>(predicted),
-                    o.layers.empty() ? "every layer" : ("layers " + o.layers).c_str());
+        std::printf(
+            "%s: dim %d, %d layers, %d heads, %d KV heads × %d; %zu sequences × %d tokens (%s), %lld "
+            "predictions; keys and values quantized: %s\n\n",
+            o.model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, cfg.headDim(), seqs.size(), longest(seqs),
+            o.generate ? cat("sampled from the model, seed ", o.seed).c_str()
+                       : cat(o.tokenIds.empty() ? o.text : o.tokenIds, ", ", textTokens, " tokens").c_str(),
+            static_cast<long long>(predicted), o.layers.empty() ? "every layer" : ("layers " + o.layers).c_str());
         int width = 6;
         for (const auto& row : r.rows)
             width = std::max(width, int(row.name.size()));
@@ -144,7 +189,7 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
                         row.settings.c_str());
         std::printf("\nbits: per cached value (KIVI: with its FP16 scales, zeros and window); eff. bits: with the "
                     "codewords (F16) spread over these %lld tokens",
-                    static_cast<long long>(std::int64_t(seqs.size()) * o.seqLen));
+                    static_cast<long long>(cachedTokens(seqs)));
         if (!o.trainDump.empty())
             std::printf("; attn relL2: attention error on %s (codebooks files: not measured)", o.trainDump.c_str());
         std::printf("\n");
@@ -160,7 +205,7 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
 Command registerPerplexity(CLI::App& root)
 {
     struct Opts {
-        std::string model, tokenizer, text, layers;
+        std::string model, tokenizer, text, tokenIds, layers;
         bool generate = false, json = false, perLayer = false, quiet = false;
         std::uint64_t seed = 0;
         int seqLen = 256, sequences = 16;
@@ -173,8 +218,12 @@ Command registerPerplexity(CLI::App& root)
     auto o = std::make_shared<Opts>();
     auto* cmd = root.add_subcommand(
         "ppl", "Perplexity of a llama2.c model, in FP32 and with its KV cache replaced by codebooks' reconstructions");
-    cmd->add_option("model", o->model, "llama2.c checkpoint (.bin)")->required();
-    cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer (.bin)")->required();
+    cmd->add_option("model", o->model, "llama2.c checkpoint (.bin) or GGUF model (llama, qwen2)")->required();
+    cmd->add_option("--tokenizer", o->tokenizer,
+                    "llama2.c tokenizer (.bin): a llama2.c model's, for --text and --generate");
+    cmd->add_option("--token-ids", o->tokenIds,
+                    "Sequences of token ids, one per line (BOS first), instead of --text: e.g. tools/hf_ppl.py "
+                    "--save-token-ids with the model's own tokenizer");
     auto* text = cmd->add_option("--text", o->text, "Text file: re-flowed, tokenized, cut into sequences after BOS");
     auto* gen = cmd->add_flag("--generate", o->generate, "Sequences sampled from the FP32 model (temperature 1)");
     text->excludes(gen);
@@ -209,20 +258,15 @@ Command registerPerplexity(CLI::App& root)
                 for (const auto* opt : {iters, trainSeed})
                     if (opt->count())
                         throwInvalid(opt->get_name(), ": only with --methods");
-                if (o->text.empty() && !o->generate)
-                    throwInvalid("ppl: give --text FILE or --generate");
-                const auto model = Llama2cModel::load(o->model);
+                const auto model = loadLanguageModel(o->model);
                 const auto& cfg = model.config();
-                const auto tok = Llama2cTokenizer::load(o->tokenizer, cfg.vocab);
+                std::int64_t textTokens = 0;
+                const auto seqs = pplSequences(*o, model, &textTokens);
                 const auto layers = parseLayers(o->layers, cfg.layers);
                 std::vector<CodebookFile> files;
                 for (const auto& p : o->codebooks)
                     files.push_back(readCodebookFile(p));
                 auto backend = openBackend(o->backend, true);
-
-                std::int64_t textTokens = 0;
-                const auto seqs = perplexitySequences(model, tok, o->generate ? std::string() : o->text, o->seqLen,
-                                                      o->sequences, o->seed, &textTokens);
 
                 PplRunSettings ps = pplSettingsOf(*o);
                 for (const auto& f : files)
@@ -245,8 +289,7 @@ Command registerPerplexity(CLI::App& root)
                             throwInvalid(o->codebooks[i], ": has no codebooks for layers.L.key or layers.L.value",
                                          layers.empty() ? std::string() : " of --layers " + o->layers);
                         // Codewords stored once, spread over the cache they serve: this run's tokens.
-                        const auto cost =
-                            codebookCost(f, quantized, std::int64_t(seqs.size()) * o->seqLen, cfg.kvDim());
+                        const auto cost = codebookCost(f, quantized, cachedTokens(seqs), cfg.kvDim());
                         const auto layerList = [&](const std::vector<int>& ls) {
                             std::string s;
                             for (auto l : ls)
@@ -285,7 +328,7 @@ Command registerPerplexity(CLI::App& root)
                             if (r.codebooks != "FP32" && !r.perLayer)
                                 one = r.ppl;
                     run.done(pplRunSummary(fp32, one).dump());
-                    const std::int64_t predicted = std::int64_t(seqs.size()) * (o->seqLen - 1);
+                    const std::int64_t predicted = predictedTokens(seqs);
                     if (o->json) {
                         nlohmann::ordered_json rs = nlohmann::ordered_json::array();
                         for (const auto& r : rows)
@@ -307,12 +350,14 @@ Command registerPerplexity(CLI::App& root)
                         printJson(j);
                         return;
                     }
-                    std::printf("%s: dim %d, %d layers, %d heads, %d KV heads; %zu sequences × %d tokens (%s), "
-                                "%lld predictions\n\n",
-                                o->model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, seqs.size(), o->seqLen,
-                                o->generate ? cat("sampled from the model, seed ", o->seed).c_str()
-                                            : cat(o->text, ", ", textTokens, " tokens").c_str(),
-                                static_cast<long long>(predicted));
+                    std::printf(
+                        "%s: dim %d, %d layers, %d heads, %d KV heads; %zu sequences × %d tokens (%s), "
+                        "%lld predictions\n\n",
+                        o->model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, seqs.size(), longest(seqs),
+                        o->generate
+                            ? cat("sampled from the model, seed ", o->seed).c_str()
+                            : cat(o->tokenIds.empty() ? o->text : o->tokenIds, ", ", textTokens, " tokens").c_str(),
+                        static_cast<long long>(predicted));
                     std::printf("  %-32s %-6s %-10s %6s %9s %11s %9s %8s\n", "codebooks", "method", "layers", "bits",
                                 "eff. bits", "perplexity", "Δ", "Δ%");
                     for (const auto& r : rows)

@@ -2,6 +2,11 @@
 #include "core/lm/gguf_model.h"
 
 #include "core/base/error.h"
+#include "core/lm/llama2c.h"
+#include "core/lm/rope.h"
+
+#include <algorithm>
+#include <fstream>
 
 namespace gsrq {
 
@@ -52,6 +57,132 @@ GgufModelFacts ggufModelFacts(const GgufFile& f)
         m.parameters += t.elements();
     }
     return m;
+}
+
+} // namespace gsrq
+
+// ---- the forward pass's weights --------------------------------------------------------------
+
+namespace gsrq {
+
+namespace {
+
+// The tensor as an FP32 matrix of `rows` × `cols` (GGUF dims {cols, rows}), or a vector (rows 1).
+MatrixRF ggufMatrix(const GgufFile& f, const std::string& name, std::int64_t rows, std::int64_t cols)
+{
+    const GgufTensor* t = f.tensor(name);
+    if (!t)
+        throwInvalid(f.path(), ": GGUF model has no tensor '", name, "'");
+    const std::vector<std::int64_t> want = rows == 1 ? std::vector<std::int64_t>{cols} : std::vector{cols, rows};
+    if (t->dims != want)
+        throwInvalid(f.path(), ": GGUF tensor '", name, "' is ", t->shapeString(),
+                     "; the model's hyperparameters need [", rows == 1 ? "" : std::to_string(rows) + ", ", cols, "]");
+    MatrixRF m(rows, cols);
+    dequantizeGguf(f, *t, m.data());
+    if (!m.allFinite())
+        throwInvalid(f.path(), ": GGUF tensor '", name, "' holds NaN or Inf");
+    return m;
+}
+
+// llama GGUF files store q and k rows permuted within each head so that interleaved RoPE applies
+// (llama.cpp's converter); this puts them back in transformers' rotate-half order: row h·hd/2 + i of
+// a head is the file's row 2i + h.
+MatrixRF unpermuteRows(const MatrixRF& w, int heads)
+{
+    const Eigen::Index hd = w.rows() / heads;
+    MatrixRF out(w.rows(), w.cols());
+    for (Eigen::Index head = 0; head < heads; ++head)
+        for (Eigen::Index i = 0; i < hd / 2; ++i)
+            for (Eigen::Index h = 0; h < 2; ++h)
+                out.row(head * hd + h * (hd / 2) + i) = w.row(head * hd + 2 * i + h);
+    return out;
+}
+
+} // namespace
+
+Llama2cModel Llama2cModel::loadGguf(const std::string& path)
+{
+    const GgufFile f = GgufFile::open(path);
+    const GgufModelFacts facts = ggufModelFacts(f);
+    const std::string& arch = facts.architecture;
+    if (arch != "llama" && arch != "qwen2")
+        throwInvalid(path, ": GGUF architecture '", arch, "': the engine's forward pass runs llama and qwen2");
+    if (facts.ropeScaling != "none" && facts.ropeScalingFactor != 1.0)
+        throwInvalid(path, ": GGUF RoPE scaling '", facts.ropeScaling, "' (factor ", facts.ropeScalingFactor,
+                     "): the engine's forward pass runs unscaled RoPE only");
+    if (facts.headDim * facts.heads != facts.embedding || facts.headDim % 2)
+        throwInvalid(path, ": GGUF head_dim ", facts.headDim, " × ", facts.heads, " heads is not the embedding ",
+                     facts.embedding, ", or head_dim is odd: not a shape this forward pass runs");
+    const GgufTensor* embed = f.tensor("token_embd.weight");
+    if (!embed || embed->dims.size() != 2)
+        throwInvalid(path, ": GGUF model has no 2-D tensor 'token_embd.weight'");
+
+    Llama2cModel m;
+    auto& c = m.m_cfg;
+    c.architecture = arch;
+    c.dim = int(facts.embedding);
+    c.hidden = int(facts.feedForward);
+    c.layers = int(facts.layers);
+    c.heads = int(facts.heads);
+    c.kvHeads = int(facts.kvHeads);
+    c.vocab = int(embed->dims[1]);
+    c.maxSeq = int(std::min<std::int64_t>(facts.contextLength > 0 ? facts.contextLength : 2048, 1 << 22));
+    c.sharedClassifier = f.tensor("output.weight") == nullptr;
+    c.ropeTheta = facts.ropeTheta;
+    c.pairing = RopePairing::RotateHalf;
+    c.rmsEps = float(facts.rmsEps);
+    c.attentionBias = f.tensor("blk.0.attn_q.bias") != nullptr;
+    if (c.hidden <= 0)
+        throwInvalid(path, ": GGUF ", arch, ".feed_forward_length is missing or not positive");
+
+    m.m_embed = ggufMatrix(f, "token_embd.weight", c.vocab, c.dim);
+    const bool permuted = arch == "llama";
+    for (int l = 0; l < c.layers; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        m.m_attnNorm.push_back(ggufMatrix(f, b + "attn_norm.weight", 1, c.dim).row(0).transpose());
+        MatrixRF wq = ggufMatrix(f, b + "attn_q.weight", c.dim, c.dim);
+        MatrixRF wk = ggufMatrix(f, b + "attn_k.weight", c.kvDim(), c.dim);
+        if (permuted) {
+            wq = unpermuteRows(wq, c.heads);
+            wk = unpermuteRows(wk, c.kvHeads);
+        }
+        m.m_wq.push_back(std::move(wq));
+        m.m_wk.push_back(std::move(wk));
+        m.m_wv.push_back(ggufMatrix(f, b + "attn_v.weight", c.kvDim(), c.dim));
+        m.m_wo.push_back(ggufMatrix(f, b + "attn_output.weight", c.dim, c.dim));
+        if (c.attentionBias) {
+            MatrixRF bq = ggufMatrix(f, b + "attn_q.bias", 1, c.dim),
+                     bk = ggufMatrix(f, b + "attn_k.bias", 1, c.kvDim());
+            if (permuted) {
+                bq = unpermuteRows(bq.transpose(), c.heads).transpose();
+                bk = unpermuteRows(bk.transpose(), c.kvHeads).transpose();
+            }
+            m.m_bq.push_back(bq.row(0));
+            m.m_bk.push_back(bk.row(0));
+            m.m_bv.push_back(ggufMatrix(f, b + "attn_v.bias", 1, c.kvDim()).row(0));
+        }
+        m.m_ffnNorm.push_back(ggufMatrix(f, b + "ffn_norm.weight", 1, c.dim).row(0).transpose());
+        m.m_w1.push_back(ggufMatrix(f, b + "ffn_gate.weight", c.hidden, c.dim));
+        m.m_w2.push_back(ggufMatrix(f, b + "ffn_down.weight", c.dim, c.hidden));
+        m.m_w3.push_back(ggufMatrix(f, b + "ffn_up.weight", c.hidden, c.dim));
+    }
+    m.m_finalNorm = ggufMatrix(f, "output_norm.weight", 1, c.dim).row(0).transpose();
+    if (!c.sharedClassifier)
+        m.m_classifier = ggufMatrix(f, "output.weight", c.vocab, c.dim);
+    m.m_invFreq = ropeInvFreq(c.ropeTheta, c.headDim());
+    return m;
+}
+
+bool isGgufModel(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    char magic[4] = {};
+    return in.read(magic, 4) && std::string(magic, 4) == "GGUF";
+}
+
+Llama2cModel loadLanguageModel(const std::string& path)
+{
+    return isGgufModel(path) ? Llama2cModel::loadGguf(path) : Llama2cModel::load(path);
 }
 
 } // namespace gsrq

@@ -57,10 +57,10 @@ private:
     std::size_t m_n, m_at = 0;
 };
 
-Eigen::RowVectorXf rmsNorm(const Eigen::Ref<const Eigen::RowVectorXf>& x, const Eigen::VectorXf& w)
+Eigen::RowVectorXf rmsNorm(const Eigen::Ref<const Eigen::RowVectorXf>& x, const Eigen::VectorXf& w, float eps)
 {
     const float ms = x.squaredNorm() / float(x.size());
-    return (x / std::sqrt(ms + 1e-5f)).cwiseProduct(w.transpose());
+    return (x / std::sqrt(ms + eps)).cwiseProduct(w.transpose());
 }
 
 } // namespace
@@ -153,14 +153,19 @@ MatrixRF Llama2cModel::forward(std::span<const std::int32_t> tokens, Cache& cach
     MatrixRF h(T, c.dim);
     for (int l = 0; l < c.layers; ++l) {
         for (int t = 0; t < T; ++t)
-            h.row(t) = rmsNorm(x.row(t), m_attnNorm[std::size_t(l)]);
+            h.row(t) = rmsNorm(x.row(t), m_attnNorm[std::size_t(l)], c.rmsEps);
         MatrixRF q = h * m_wq[std::size_t(l)].transpose();
         MatrixRF k = h * m_wk[std::size_t(l)].transpose();
         MatrixRF v = h * m_wv[std::size_t(l)].transpose();
+        if (c.attentionBias) {
+            q.rowwise() += m_bq[std::size_t(l)];
+            k.rowwise() += m_bk[std::size_t(l)];
+            v.rowwise() += m_bv[std::size_t(l)];
+        }
         if (hook)
             hook(l, k, v, positions);
-        q = applyRope(q, hd, positions, m_invFreq, RopePairing::Interleaved);
-        k = applyRope(k, hd, positions, m_invFreq, RopePairing::Interleaved);
+        q = applyRope(q, hd, positions, m_invFreq, c.pairing);
+        k = applyRope(k, hd, positions, m_invFreq, c.pairing);
         auto& K = cache.keys[std::size_t(l)];
         auto& V = cache.values[std::size_t(l)];
         K.conservativeResize(start + T, Eigen::NoChange);
@@ -184,7 +189,7 @@ MatrixRF Llama2cModel::forward(std::span<const std::int32_t> tokens, Cache& cach
         }
         x += attn * m_wo[std::size_t(l)].transpose();
         for (int t = 0; t < T; ++t)
-            h.row(t) = rmsNorm(x.row(t), m_ffnNorm[std::size_t(l)]);
+            h.row(t) = rmsNorm(x.row(t), m_ffnNorm[std::size_t(l)], c.rmsEps);
         const MatrixRF a = h * m_w1[std::size_t(l)].transpose();
         const MatrixRF b = h * m_w3[std::size_t(l)].transpose();
         const MatrixRF g = (a.array() / (1.0f + (-a.array()).exp())) * b.array(); // silu(W1 h) ⊙ W3 h
@@ -192,7 +197,7 @@ MatrixRF Llama2cModel::forward(std::span<const std::int32_t> tokens, Cache& cach
     }
     cache.length = start + T;
     for (int t = 0; t < T; ++t)
-        h.row(t) = rmsNorm(x.row(t), m_finalNorm);
+        h.row(t) = rmsNorm(x.row(t), m_finalNorm, c.rmsEps);
     return h * (m_cfg.sharedClassifier ? m_embed : m_classifier).transpose();
 }
 

@@ -5,6 +5,7 @@
 // does to a real model's predictions. Thread-compatible: a model is read-only after load.
 
 #include "core/io/tensor.h"
+#include "core/lm/rope.h"
 
 #include <cstdint>
 #include <functional>
@@ -18,6 +19,14 @@ namespace gsrq {
 struct Llama2cConfig {
     int dim = 0, hidden = 0, layers = 0, heads = 0, kvHeads = 0, vocab = 0, maxSeq = 0;
     bool sharedClassifier = true; // vocab_size > 0 in the header: the classifier is the embedding
+    // What llama2.c fixes and a GGUF model states (Llama2cModel::loadGguf): the architecture, RoPE's
+    // base and pairing (llama2.c: interleaved; GGUF models as transformers runs them: rotate-half),
+    // RMSNorm's epsilon, and whether q, k and v have biases (qwen2).
+    std::string architecture = "llama2.c";
+    double ropeTheta = 10000.0;
+    RopePairing pairing = RopePairing::Interleaved;
+    float rmsEps = 1e-5f;
+    bool attentionBias = false;
     int headDim() const { return dim / heads; }
     int kvDim() const { return kvHeads * headDim(); }
 };
@@ -32,6 +41,11 @@ public:
     // Throws Error(InvalidInput) naming the file for a header that is not a llama2.c model or a
     // size that does not match it.
     static Llama2cModel load(const std::string& path);
+    // A GGUF model of the llama or qwen2 architecture (gguf_model.cpp): weights dequantized to FP32,
+    // q and k rows in transformers' rotate-half order (llama GGUF files store them permuted for
+    // interleaved RoPE; they are put back), so keys and values are those tools/dump_kv.py dumps.
+    // Throws Error(InvalidInput) naming the file and the architecture or tensor it cannot run.
+    static Llama2cModel loadGguf(const std::string& path);
 
     const Llama2cConfig& config() const { return m_cfg; }
 
@@ -50,11 +64,16 @@ private:
     MatrixRF m_embed;                                   // vocab × dim
     std::vector<Eigen::VectorXf> m_attnNorm, m_ffnNorm; // per layer, dim
     std::vector<MatrixRF> m_wq, m_wk, m_wv, m_wo;       // [out, in]
+    std::vector<Eigen::RowVectorXf> m_bq, m_bk, m_bv;   // per layer; empty without attention biases
     std::vector<MatrixRF> m_w1, m_w2, m_w3;
     Eigen::VectorXf m_finalNorm;
     MatrixRF m_classifier; // empty when shared with the embedding
     std::vector<double> m_invFreq;
 };
+
+// A GGUF model (by its magic) or a llama2.c checkpoint: the forward pass `gsrq ppl` and the app run.
+Llama2cModel loadLanguageModel(const std::string& path);
+bool isGgufModel(const std::string& path);
 
 class Llama2cTokenizer {
 public:

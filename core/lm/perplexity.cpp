@@ -124,6 +124,41 @@ std::vector<std::vector<std::int32_t>> perplexitySequences(const Llama2cModel& m
     return textSequences(ids, seqLen, sequences);
 }
 
+std::vector<std::vector<std::int32_t>> tokenIdSequences(const std::string& path, const Llama2cConfig& cfg)
+{
+    std::ifstream f(path);
+    if (!f)
+        throwInvalid("--token-ids ", path, ": cannot be read");
+    std::vector<std::vector<std::int32_t>> out;
+    std::string line;
+    for (int lineNo = 1; std::getline(f, line); ++lineNo) {
+        std::istringstream words(line);
+        std::vector<std::int32_t> seq;
+        for (std::string w; words >> w;) {
+            std::size_t used = 0;
+            long long id = -1;
+            try {
+                id = std::stoll(w, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (used != w.size() || id < 0 || id >= cfg.vocab)
+                throwInvalid("--token-ids ", path, ":", lineNo, ": '", w, "' is not a token id of the model (0 to ",
+                             cfg.vocab - 1, ")");
+            seq.push_back(std::int32_t(id));
+        }
+        if (seq.empty())
+            continue;
+        if (seq.size() < 2 || std::int64_t(seq.size()) > cfg.maxSeq)
+            throwInvalid("--token-ids ", path, ":", lineNo, ": a sequence of ", seq.size(),
+                         " tokens (2 to the model's ", cfg.maxSeq, ")");
+        out.push_back(std::move(seq));
+    }
+    if (out.empty())
+        throwInvalid("--token-ids ", path, ": holds no sequence");
+    return out;
+}
+
 CodebookCost codebookCost(const CodebookFile& file, const std::vector<int>& quantizedLayers, std::int64_t tokens,
                           int kvDim)
 {
@@ -193,15 +228,33 @@ KvHook codebookHook(const CodebookFile& file, const std::string& path, const Lla
                          " features; the model's keys and values have ", cfg.kvDim(),
                          " (kv_heads × head_dim): codebooks of another model?");
     const auto wanted = quantizedLayers(file, layers);
-    const auto invFreq = ropeInvFreq(10000.0, cfg.headDim());
+    const auto invFreq = ropeInvFreq(cfg.ropeTheta, cfg.headDim());
     const int hd = cfg.headDim();
     // Codebooks trained on keys of a rotate-half model (transformers' Llama, whose q and k rows are
-    // the llama2.c model's permuted within each head) see feature j of a head where this model has
-    // feature 2j (j < hd/2) or 2(j − hd/2) + 1: the keys are put in that order for them and back.
-    const auto pairing = file.metadata.find("rope_pairing");
-    const bool half = pairing != file.metadata.end() && pairing->second == "half";
-    return [&file, &backend, wanted, beam, post, invFreq, hd, half](int layer, MatrixRF& keys, MatrixRF& values,
-                                                                    const std::vector<std::int64_t>& positions) {
+    // the llama2.c model's permuted within each head) see feature j of a head where an interleaved
+    // model has feature 2j (j < hd/2) or 2(j − hd/2) + 1, and the other way round: the keys are put in
+    // the codebooks' order for them and back. from[f]: the model's feature that is the file's f.
+    const auto pairingMeta = file.metadata.find("rope_pairing");
+    const RopePairing filePairing = pairingMeta != file.metadata.end() && pairingMeta->second == "interleaved"
+                                        ? RopePairing::Interleaved
+                                    : pairingMeta != file.metadata.end() ? RopePairing::RotateHalf
+                                                                         : cfg.pairing;
+    std::vector<int> from;
+    if (filePairing != cfg.pairing) {
+        from.resize(std::size_t(hd));
+        for (int j = 0; j < hd / 2; ++j) {
+            if (cfg.pairing == RopePairing::Interleaved) { // the file's rotate-half order
+                from[std::size_t(j)] = 2 * j;
+                from[std::size_t(hd / 2 + j)] = 2 * j + 1;
+            } else { // the file's interleaved order
+                from[std::size_t(2 * j)] = j;
+                from[std::size_t(2 * j + 1)] = hd / 2 + j;
+            }
+        }
+    }
+    const RopePairing pairing = cfg.pairing;
+    return [&file, &backend, wanted, beam, post, invFreq, hd, from,
+            pairing](int layer, MatrixRF& keys, MatrixRF& values, const std::vector<std::int64_t>& positions) {
         if (!std::binary_search(wanted.begin(), wanted.end(), layer))
             return;
         const auto reconstruct = [&](const std::string& tensor, MatrixRF& x) {
@@ -210,29 +263,25 @@ KvHook codebookHook(const CodebookFile& file, const std::string& path, const Lla
                 x = decode(encode(x, e->codebooks, beam, backend), e->codebooks);
         };
         const auto reconstructKeys = [&](const std::string& tensor, MatrixRF& x) {
-            if (!half) {
+            if (from.empty()) {
                 reconstruct(tensor, x);
                 return;
             }
             MatrixRF y(x.rows(), x.cols());
             for (Eigen::Index h = 0; h + hd <= x.cols(); h += hd)
-                for (int j = 0; j < hd / 2; ++j) {
-                    y.col(h + j) = x.col(h + 2 * j);
-                    y.col(h + hd / 2 + j) = x.col(h + 2 * j + 1);
-                }
+                for (int f = 0; f < hd; ++f)
+                    y.col(h + f) = x.col(h + from[std::size_t(f)]);
             reconstruct(tensor, y);
             for (Eigen::Index h = 0; h + hd <= x.cols(); h += hd)
-                for (int j = 0; j < hd / 2; ++j) {
-                    x.col(h + 2 * j) = y.col(h + j);
-                    x.col(h + 2 * j + 1) = y.col(h + hd / 2 + j);
-                }
+                for (int f = 0; f < hd; ++f)
+                    x.col(h + from[std::size_t(f)]) = y.col(h + f);
         };
         if (post && file.find("layers." + std::to_string(layer) + ".key")) {
-            MatrixRF k = applyRope(keys, hd, positions, invFreq, RopePairing::Interleaved);
+            MatrixRF k = applyRope(keys, hd, positions, invFreq, pairing);
             reconstructKeys("layers." + std::to_string(layer) + ".key", k);
             std::vector<std::int64_t> back(positions.size());
             std::transform(positions.begin(), positions.end(), back.begin(), [](std::int64_t p) { return -p; });
-            keys = applyRope(k, hd, back, invFreq, RopePairing::Interleaved); // the forward pass rotates again
+            keys = applyRope(k, hd, back, invFreq, pairing); // the forward pass rotates again
         } else {
             reconstructKeys("layers." + std::to_string(layer) + ".key", keys);
         }
@@ -254,16 +303,17 @@ KvHook kiviHook(const KiviSettings& s, const Llama2cConfig& cfg, const std::vect
     if (counts)
         counts->bits = s.bits;
     const int hd = cfg.headDim();
-    const auto invFreq = ropeInvFreq(10000.0, hd);
-    return [s, layers, counts, hd, invFreq](int layer, MatrixRF& keys, MatrixRF& values,
-                                            const std::vector<std::int64_t>& positions) {
+    const auto invFreq = ropeInvFreq(cfg.ropeTheta, hd);
+    const RopePairing pairing = cfg.pairing;
+    return [s, layers, counts, hd, invFreq, pairing](int layer, MatrixRF& keys, MatrixRF& values,
+                                                     const std::vector<std::int64_t>& positions) {
         if (!layers.empty() && std::find(layers.begin(), layers.end(), layer) == layers.end())
             return;
-        const MatrixRF rotated = applyRope(keys, hd, positions, invFreq, RopePairing::Interleaved);
+        const MatrixRF rotated = applyRope(keys, hd, positions, invFreq, pairing);
         const auto k = kiviQuantize(rotated, KiviAxis::Key, s);
         std::vector<std::int64_t> back(positions.size());
         std::transform(positions.begin(), positions.end(), back.begin(), [](std::int64_t p) { return -p; });
-        keys = applyRope(k.reconstruction, hd, back, invFreq, RopePairing::Interleaved); // rotated again after
+        keys = applyRope(k.reconstruction, hd, back, invFreq, pairing); // rotated again after
         auto v = kiviQuantize(values, KiviAxis::Value, s);
         values = std::move(v.reconstruction);
         if (counts) {

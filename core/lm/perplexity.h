@@ -32,6 +32,13 @@ std::vector<std::vector<std::int32_t>> perplexitySequences(const Llama2cModel& m
                                                            const std::string& textPath, int seqLen, int sequences,
                                                            std::uint64_t seed, std::int64_t* textTokens = nullptr);
 
+// Sequences of token ids read from a text file: one sequence per line, ids separated by white space,
+// each as the model reads it (its BOS first where it has one), e.g. what tools/hf_ppl.py
+// --save-token-ids writes with the model's own tokenizer. Lines may differ in length; blank lines
+// are skipped. Throws Error(InvalidInput) naming the file and line for a word that is not an id of
+// the model's vocabulary, a sequence of fewer than 2 or more than the model's maxSeq tokens, or none.
+std::vector<std::vector<std::int32_t>> tokenIdSequences(const std::string& path, const Llama2cConfig& cfg);
+
 // What a codebooks file's keys and values cost per cached value: its method and nominal bits per
 // activation (from the metadata; "-" and NaN where absent), and the effective bits: nominal plus
 // the codewords (stored as F16) of the quantized layers' keys and values spread over `tokens`

@@ -117,6 +117,35 @@ def test_perplexity_of_the_gguf_and_kivi(smollm2, devil, loaded, capsys):
     assert rows["kivi-2"]["bpa"] == pytest.approx(3.0)  # 2 bits + FP16 scale and zero per 32 values
 
 
+def test_gsrq_ppl_on_the_gguf_equals_transformers(smollm2, devil, loaded, capsys, tmp_path):
+    """The engine's own forward pass on the GGUF file (no PyTorch): the same sequences, tokenized by the
+    model's tokenizer in transformers and saved by hf_ppl.py --save-token-ids, give transformers'
+    perplexity. Both dequantize to the same FP32 weights (bit for bit, tests/python/test_gguf.py) and
+    differ only in the order of FP32 sums: measured 5e-6 relative on SmolLM2; 1e-4 allows for BLAS
+    builds. KIVI on one layer likewise (measured 6e-6); on every layer the two are not compared
+    value for value: at 2 bits a rounding decision flipped by a 1e-7 difference in one layer's keys
+    changes every layer after it, and the two perplexities differ by several percent on a few
+    hundred tokens (both are KIVI; which tokens' codes flipped is chance)."""
+    ids = str(tmp_path / "ids.txt")
+    args = ["--model", smollm2, "--text", devil[1], "--seq-len", "128", "--sequences", "2", "--json",
+            "--methods", "kivi-2", "--layers", "15", "--save-token-ids", ids]
+    assert hf_ppl.main(args, loaded=loaded) == 0
+    rows = {r["codebooks"]: r["perplexity"] for r in json.loads(capsys.readouterr().out)["results"]}
+    seqs = [line.split() for line in open(ids)]
+    assert len(seqs) == 2 and all(len(q) == 128 for q in seqs)
+    r = subprocess.run([GSRQ, "--no-db", "ppl", smollm2, "--token-ids", ids, "--methods", "kivi-2", "--layers", "15",
+                        "--json", "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr
+    ours = {row["method"]: row["perplexity"] for row in json.loads(r.stdout)["methods"]}
+    assert ours["fp32"] == pytest.approx(rows["unquantized"], rel=1e-4)
+    assert ours["kivi-2"] == pytest.approx(rows["kivi-2"], rel=1e-4)
+    assert ours["kivi-2"] != pytest.approx(ours["fp32"], rel=1e-4)  # the layer was quantized
+    # The engine refuses to tokenize a GGUF vocabulary rather than guess (exit 2, naming the way out).
+    r = subprocess.run([GSRQ, "--no-db", "ppl", smollm2, "--text", devil[1]], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 2 and "--token-ids" in r.stderr, r.stderr
+
+
 def test_hooks_place_heads_first_keys(loaded):
     """Keys arriving heads first ([1, heads, T, head_dim], as a per-head norm may hand them) are cut
     into rows per token: every token's key is replaced, and the rows a method sees are token-major."""
