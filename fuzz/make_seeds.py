@@ -80,6 +80,24 @@ def gguf_seeds(rng):
                 raw[at:at + 2] = half
         tensors.append((f"t{ttype}", [n], ttype, bytes(raw)))
     put("fuzz_gguf", "every-type.gguf", gguf_file(kv, tensors))
+    # A byte-level BPE vocabulary: GPT-2's 256 byte characters, three merges and a special token.
+    chars = [chr(b) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174 else None for b in range(256)]
+    n = 256
+    for b in range(256):
+        if chars[b] is None:
+            chars[b] = chr(n)
+            n += 1
+    vocab = chars + ["He", "ll", "Hell", "<|im_start|>"]
+    merges = ["H e", "l l", "He ll"]
+    def strings(xs):
+        return struct.pack("<IQ", 8, len(xs)) + b"".join(s(x)[1] for x in xs)
+    tok_kv = {"general.architecture": s("llama"), "tokenizer.ggml.model": s("gpt2"),
+              "tokenizer.ggml.pre": s("qwen2"), "tokenizer.ggml.tokens": (9, strings(vocab)),
+              "tokenizer.ggml.merges": (9, strings(merges)),
+              "tokenizer.ggml.token_type": (9, struct.pack("<IQ", 5, len(vocab))
+                                            + struct.pack(f"<{len(vocab)}i", *([1] * (len(vocab) - 1) + [3]))),
+              "tokenizer.ggml.bos_token_id": (4, struct.pack("<I", len(vocab) - 1))}
+    put("fuzz_gguf", "bpe-vocab.gguf", gguf_file(tok_kv, []))
     put("fuzz_gguf", "empty.gguf", gguf_file({"general.architecture": s("llama")}, []))
     put("fuzz_gguf", "q4k-2d.gguf", gguf_file(kv, [tensors[8]], alignment=32)[:-7])  # truncated
 

@@ -14,7 +14,7 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake ninja-build ccache pkg-config
-      libeigen3-dev nlohmann-json3-dev libsqlite3-dev libssl-dev libcli11-dev
+      libeigen3-dev nlohmann-json3-dev libsqlite3-dev libssl-dev libcli11-dev libpcre2-dev
       qt6-base-dev qt6-qpa-plugins qt6-charts-dev qt6-svg-dev libqt6opengl6-dev python3-numpy python3-pytest
       clang-format-14 poppler-utils)
 for arg in "$@"; do

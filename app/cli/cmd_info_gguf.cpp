@@ -7,9 +7,13 @@
 #include "core/base/sha256.h"
 #include "core/io/gguf.h"
 #include "core/lm/gguf_model.h"
+#include "core/lm/gguf_tokenizer.h"
+#include "core/lm/llama2c.h"
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
+#include <sstream>
 #include <vector>
 
 namespace gsrq::cli {
@@ -120,6 +124,46 @@ void printGgufInfo(const std::string& path, bool json, bool checksums)
         std::printf("  %-34s %-6s %-16s %10s%s%s\n", t.name.c_str(), ggmlTypeName(t.type), t.shapeString().c_str(),
                     humanBytes(double(t.bytes)).c_str(), checksums ? "  " : "", checksums ? sums[i].c_str() : "");
     }
+}
+
+} // namespace gsrq::cli
+
+namespace gsrq::cli {
+
+Command registerTokenize(CLI::App& root)
+{
+    struct Opts {
+        std::string model, text;
+        bool reflow = false;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = root.add_subcommand("tokenize", "A text's token ids in a GGUF model's own vocabulary (no BOS), "
+                                                "space-separated on one line");
+    cmd->add_option("model", o->model, "GGUF model")->required();
+    cmd->add_option("--text", o->text, "UTF-8 text file")->required();
+    cmd->add_flag("--reflow", o->reflow, "Re-flow the text first, as gsrq ppl reads it (one paragraph per line)");
+    return {cmd, [o] {
+                if (!isGgufFile(o->model))
+                    throwInvalid(o->model, ": not a GGUF model");
+                const BpeTokenizer tok = BpeTokenizer::fromGguf(GgufFile::open(o->model));
+                std::ifstream f(o->text, std::ios::binary);
+                if (!f)
+                    throwInvalid("--text ", o->text, ": cannot be read");
+                std::stringstream ss;
+                ss << f.rdbuf();
+                std::vector<std::int32_t> ids;
+                try {
+                    ids = tok.encode(o->reflow ? reflowText(ss.str()) : ss.str());
+                } catch (const Error& e) {
+                    if (e.kind() == ErrorKind::InvalidInput)
+                        throwInvalid("--text ", o->text, ": ", e.what());
+                    throw;
+                }
+                std::string line;
+                for (std::size_t i = 0; i < ids.size(); ++i)
+                    line += (i ? " " : "") + std::to_string(ids[i]);
+                std::printf("%s\n", line.c_str());
+            }};
 }
 
 } // namespace gsrq::cli

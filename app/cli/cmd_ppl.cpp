@@ -47,9 +47,13 @@ std::vector<std::vector<std::int32_t>> pplSequences(const Opts& o, const Llama2c
     }
     if (o.text.empty() && !o.generate)
         throwInvalid("ppl: give --text FILE, --generate or --token-ids FILE");
-    if (cfg.architecture != "llama2.c")
-        throwInvalid(o.model, ": a GGUF model's vocabulary is not tokenized by the engine yet; give --token-ids FILE ",
-                     "(tools/hf_ppl.py --save-token-ids writes them with the model's own tokenizer)");
+    if (cfg.architecture != "llama2.c") {
+        if (o.generate)
+            throwInvalid("--generate: llama2.c models only (a GGUF model's perplexity takes --text or --token-ids)");
+        if (!o.tokenizer.empty())
+            throwInvalid("--tokenizer: a GGUF model brings its own vocabulary");
+        return ggufTextSequences(model, o.model, o.text, o.seqLen, o.sequences, textTokens);
+    }
     if (o.tokenizer.empty())
         throwInvalid("--tokenizer: a llama2.c model needs its tokenizer (.bin) for --text and --generate");
     const auto tok = Llama2cTokenizer::load(o.tokenizer, cfg.vocab);

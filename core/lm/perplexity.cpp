@@ -4,6 +4,7 @@
 #include "core/cluster/cluster_backend.h"
 #include "core/cluster/quantizer.h"
 #include "core/io/kv_dump.h"
+#include "core/lm/gguf_tokenizer.h"
 #include "core/lm/rope.h"
 
 #include <algorithm>
@@ -48,21 +49,26 @@ int metaInt(const CodebookFile& f, const char* key, int fallback)
 
 } // namespace
 
-std::vector<std::vector<std::int32_t>> textSequences(const std::vector<std::int32_t>& text, int seqLen, int sequences)
+std::vector<std::vector<std::int32_t>> textSequences(const std::vector<std::int32_t>& text, int seqLen, int sequences,
+                                                     std::optional<std::int32_t> bos)
 {
     if (seqLen < 2)
         throwInvalid("--seq-len ", seqLen, ": needs at least 2 (BOS and a token to predict)");
     if (sequences < 1)
         throwInvalid("--sequences ", sequences, ": needs at least 1");
-    const std::int64_t need = std::int64_t(sequences) * (seqLen - 1);
+    const int body = seqLen - (bos ? 1 : 0);
+    const std::int64_t need = std::int64_t(sequences) * body;
     if (std::int64_t(text.size()) < need)
-        throwInvalid("--text: ", text.size(), " tokens, but --sequences ", sequences, " × (--seq-len ", seqLen,
-                     " − 1) needs ", need, "; give a longer text or fewer sequences");
+        throwInvalid("--text: ", text.size(), " tokens, but --sequences ", sequences, " × ",
+                     bos ? cat("(--seq-len ", seqLen, " − 1)") : cat("--seq-len ", seqLen), " needs ", need,
+                     "; give a longer text or fewer sequences");
     std::vector<std::vector<std::int32_t>> out;
     for (int s = 0; s < sequences; ++s) {
-        std::vector<std::int32_t> seq{Llama2cTokenizer::kBos};
-        const auto from = text.begin() + std::ptrdiff_t(s) * (seqLen - 1);
-        seq.insert(seq.end(), from, from + (seqLen - 1));
+        std::vector<std::int32_t> seq;
+        if (bos)
+            seq.push_back(*bos);
+        const auto from = text.begin() + std::ptrdiff_t(s) * body;
+        seq.insert(seq.end(), from, from + body);
         out.push_back(std::move(seq));
     }
     return out;
@@ -122,6 +128,31 @@ std::vector<std::vector<std::int32_t>> perplexitySequences(const Llama2cModel& m
     if (textTokens)
         *textTokens = std::int64_t(ids.size());
     return textSequences(ids, seqLen, sequences);
+}
+
+std::vector<std::vector<std::int32_t>> ggufTextSequences(const Llama2cModel& model, const std::string& ggufPath,
+                                                         const std::string& textPath, int seqLen, int sequences,
+                                                         std::int64_t* textTokens)
+{
+    if (seqLen > model.config().maxSeq)
+        throwInvalid("--seq-len ", seqLen, ": the model takes at most ", model.config().maxSeq);
+    const BpeTokenizer tok = BpeTokenizer::fromGguf(GgufFile::open(ggufPath));
+    std::ifstream f(textPath, std::ios::binary);
+    if (!f)
+        throwInvalid("--text ", textPath, ": cannot be read");
+    std::stringstream text;
+    text << f.rdbuf();
+    std::vector<std::int32_t> ids;
+    try {
+        ids = tok.encode(reflowText(text.str()));
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::InvalidInput)
+            throwInvalid("--text ", textPath, ": ", e.what());
+        throw;
+    }
+    if (textTokens)
+        *textTokens = std::int64_t(ids.size());
+    return textSequences(ids, seqLen, sequences, tok.bos());
 }
 
 std::vector<std::vector<std::int32_t>> tokenIdSequences(const std::string& path, const Llama2cConfig& cfg)

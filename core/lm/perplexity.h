@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,9 @@ class ClusterBackend;
 
 // S sequences of T tokens: BOS, then tokens s·(T−1) … (s+1)·(T−1) − 1 of the text. Throws
 // Error(InvalidInput) naming --text when the text is too short.
-std::vector<std::vector<std::int32_t>> textSequences(const std::vector<std::int32_t>& text, int seqLen, int sequences);
+// bos: the first token of each sequence (llama2.c's 1 by default; none: T text tokens each).
+std::vector<std::vector<std::int32_t>> textSequences(const std::vector<std::int32_t>& text, int seqLen, int sequences,
+                                                     std::optional<std::int32_t> bos = Llama2cTokenizer::kBos);
 
 // S sequences of T tokens sampled from the FP32 model at temperature 1: BOS, then T − 1 samples.
 // The same seed gives the same sequences (a splitmix64 generator; no platform's distributions).
@@ -31,6 +34,14 @@ std::vector<std::vector<std::int32_t>> generateSequences(const Llama2cModel& mod
 std::vector<std::vector<std::int32_t>> perplexitySequences(const Llama2cModel& model, const Llama2cTokenizer& tok,
                                                            const std::string& textPath, int seqLen, int sequences,
                                                            std::uint64_t seed, std::int64_t* textTokens = nullptr);
+
+// The sequences of a GGUF model's perplexity: the file's text re-flowed, tokenized by the model's
+// own vocabulary (BpeTokenizer), cut as textSequences does after the model's BOS (none where it has
+// none): the sequences tools/hf_ppl.py measures on the same text. Throws Error(InvalidInput) naming
+// --text or --seq-len.
+std::vector<std::vector<std::int32_t>> ggufTextSequences(const Llama2cModel& model, const std::string& ggufPath,
+                                                         const std::string& textPath, int seqLen, int sequences,
+                                                         std::int64_t* textTokens = nullptr);
 
 // Sequences of token ids read from a text file: one sequence per line, ids separated by white space,
 // each as the model reads it (its BOS first where it has one), e.g. what tools/hf_ppl.py

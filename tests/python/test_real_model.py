@@ -31,6 +31,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
 pytest.importorskip("gguf", reason="gguf is not installed (tools/hf_env.sh)")
 import dump_kv  # noqa: E402
 import fetch_model  # noqa: E402
+import gguf_tokenizer_check  # noqa: E402
 import hf_check  # noqa: E402
 import hf_ppl  # noqa: E402
 import texts  # noqa: E402
@@ -140,10 +141,21 @@ def test_gsrq_ppl_on_the_gguf_equals_transformers(smollm2, devil, loaded, capsys
     assert ours["fp32"] == pytest.approx(rows["unquantized"], rel=1e-4)
     assert ours["kivi-2"] == pytest.approx(rows["kivi-2"], rel=1e-4)
     assert ours["kivi-2"] != pytest.approx(ours["fp32"], rel=1e-4)  # the layer was quantized
-    # The engine refuses to tokenize a GGUF vocabulary rather than guess (exit 2, naming the way out).
-    r = subprocess.run([GSRQ, "--no-db", "ppl", smollm2, "--text", devil[1]], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)
-    assert r.returncode == 2 and "--token-ids" in r.stderr, r.stderr
+    # The text itself, tokenized by the engine from the GGUF vocabulary: the same sequences, so the
+    # same perplexity, with no PyTorch at all.
+    r = subprocess.run([GSRQ, "--no-db", "ppl", smollm2, "--text", devil[1], "--seq-len", "128", "--sequences", "2",
+                        "--json", "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["results"][0]["perplexity"] == pytest.approx(rows["unquantized"], rel=1e-4)
+
+
+def test_the_engines_tokenizer_gives_transformers_ids(smollm2):
+    """`gsrq tokenize` (byte-level BPE from the GGUF's vocabulary, merges and pre-tokenizer) against
+    transformers' tokenizer of the same file, id for id, on over 100,000 characters of prose, code,
+    numbers and a multilingual part with emoji, odd white space and special tokens inside the text."""
+    rows = gguf_tokenizer_check.compare(smollm2, GSRQ)
+    assert sum(r[1] for r in rows) > 100_000
+    assert [r[3] for r in rows] == [None] * len(rows), rows
 
 
 def test_hooks_place_heads_first_keys(loaded):
