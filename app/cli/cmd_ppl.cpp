@@ -10,6 +10,7 @@
 #include "progress_bar.h"
 #include "recording.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
@@ -252,126 +253,129 @@ Command registerPerplexity(CLI::App& root)
     addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     cmd->add_flag("--quiet,-q", o->quiet, "No progress bar");
-    return {cmd, [o, iters, trainSeed] {
-                if (!o->methods.empty()) {
-                    runMethodTableCommand(*o);
+    return {
+        cmd, [o, iters, trainSeed] {
+            if (!o->methods.empty()) {
+                runMethodTableCommand(*o);
+                return;
+            }
+            if (!o->trainDump.empty())
+                throwInvalid("--train-dump: only with --methods");
+            for (const auto* opt : {iters, trainSeed})
+                if (opt->count())
+                    throwInvalid(opt->get_name(), ": only with --methods");
+            const auto model = loadLanguageModel(o->model);
+            const auto& cfg = model.config();
+            std::int64_t textTokens = 0;
+            const auto seqs = pplSequences(*o, model, &textTokens);
+            const auto layers = parseLayers(o->layers, cfg.layers);
+            std::vector<CodebookFile> files;
+            for (const auto& p : o->codebooks)
+                files.push_back(readCodebookFile(p));
+            auto backend = openBackend(o->backend, true);
+
+            PplRunSettings ps = pplSettingsOf(*o);
+            for (const auto& f : files)
+                ps.codebookSettings.push_back(f.metadata);
+            const auto settings = pplRunSettings(ps);
+            CliRun run("ppl", settings.dump(), o->model, {o->model}, backend->name(), backend->device());
+            run.guard([&] {
+                struct Row {
+                    std::string codebooks, method, layers;
+                    double bpa = std::nan(""), effective = std::nan(""), ppl = 0;
+                    bool perLayer = false; // a --per-layer row
+                };
+                std::vector<Row> rows;
+                const auto t0 = std::chrono::steady_clock::now();
+                const double fp32 = perplexity(model, seqs).perplexity();
+                const double fp32Seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                rows.push_back({"FP32", "-", "-", 32, 32, fp32});
+                for (std::size_t i = 0; i < files.size(); ++i) {
+                    const auto& f = files[i];
+                    const auto quantized = quantizedLayers(f, layers);
+                    if (quantized.empty())
+                        throwInvalid(o->codebooks[i], ": has no codebooks for layers.L.key or layers.L.value",
+                                     layers.empty() ? std::string() : " of --layers " + o->layers);
+                    // Codewords stored once, spread over the cache they serve: this run's tokens.
+                    const auto cost = codebookCost(f, quantized, cachedTokens(seqs), cfg.kvDim());
+                    const auto layerList = [&](const std::vector<int>& ls) {
+                        std::string s;
+                        for (auto l : ls)
+                            s += (s.empty() ? "" : ",") + std::to_string(l);
+                        return s;
+                    };
+                    const auto hook = codebookHook(f, o->codebooks[i], cfg, layers, *backend);
+                    rows.push_back({o->codebooks[i], cost.method, layerList(quantized), cost.bpa, cost.effectiveBpa,
+                                    perplexity(model, seqs, hook).perplexity()});
+                    if (o->perLayer && quantized.size() > 1)
+                        for (int l : quantized) {
+                            const auto one = codebookHook(f, o->codebooks[i], cfg, {l}, *backend);
+                            rows.push_back({o->codebooks[i], cost.method, std::to_string(l), cost.bpa,
+                                            cost.effectiveBpa, perplexity(model, seqs, one).perplexity(), true});
+                        }
+                }
+                if (run) {
+                    std::vector<MetricRow> ms;
+                    std::vector<SeriesPoint> series;
+                    for (const auto& r : rows) {
+                        if (r.codebooks != "FP32" && !r.perLayer) { // one point per file: all its layers
+                            for (auto& m : pplMetrics(r.method, r.codebooks, r.layers, r.ppl, r.bpa, r.effective))
+                                ms.push_back(std::move(m));
+                            for (auto& p : perplexitySeries(r.method, r.bpa, r.ppl, fp32))
+                                series.push_back(std::move(p));
+                        } else {
+                            ms.push_back(pplMetric(r.method, r.codebooks, r.layers, r.ppl));
+                        }
+                    }
+                    run->recordMetrics(ms);
+                    run->recordSeries(series);
+                }
+                std::optional<double> one; // the perplexity with the codebooks, where one file was measured
+                if (files.size() == 1)
+                    for (const auto& r : rows)
+                        if (r.codebooks != "FP32" && !r.perLayer)
+                            one = r.ppl;
+                run.done(pplRunSummary(fp32, one).dump());
+                const std::int64_t predicted = predictedTokens(seqs);
+                if (o->json) {
+                    nlohmann::ordered_json rs = nlohmann::ordered_json::array();
+                    for (const auto& r : rows)
+                        rs.push_back({{"codebooks", r.codebooks},
+                                      {"method", r.method},
+                                      {"layers", r.layers},
+                                      {"bpa", r.bpa},
+                                      {"effective_bpa", r.effective},
+                                      {"perplexity", r.ppl},
+                                      {"delta", r.ppl - fp32},
+                                      {"delta_percent", 100 * (r.ppl - fp32) / fp32}});
+                    nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "ppl"}};
+                    if (run)
+                        j["run_id"] = run->id();
+                    j["settings"] = settings;
+                    j["text_tokens"] = textTokens;
+                    j["predicted_tokens"] = predicted;
+                    j["fp32_seconds"] = fp32Seconds; // the FP32 forward passes over every sequence
+                    j["results"] = rs;
+                    printJson(j);
                     return;
                 }
-                if (!o->trainDump.empty())
-                    throwInvalid("--train-dump: only with --methods");
-                for (const auto* opt : {iters, trainSeed})
-                    if (opt->count())
-                        throwInvalid(opt->get_name(), ": only with --methods");
-                const auto model = loadLanguageModel(o->model);
-                const auto& cfg = model.config();
-                std::int64_t textTokens = 0;
-                const auto seqs = pplSequences(*o, model, &textTokens);
-                const auto layers = parseLayers(o->layers, cfg.layers);
-                std::vector<CodebookFile> files;
-                for (const auto& p : o->codebooks)
-                    files.push_back(readCodebookFile(p));
-                auto backend = openBackend(o->backend, true);
-
-                PplRunSettings ps = pplSettingsOf(*o);
-                for (const auto& f : files)
-                    ps.codebookSettings.push_back(f.metadata);
-                const auto settings = pplRunSettings(ps);
-                CliRun run("ppl", settings.dump(), o->model, {o->model}, backend->name(), backend->device());
-                run.guard([&] {
-                    struct Row {
-                        std::string codebooks, method, layers;
-                        double bpa = std::nan(""), effective = std::nan(""), ppl = 0;
-                        bool perLayer = false; // a --per-layer row
-                    };
-                    std::vector<Row> rows;
-                    const double fp32 = perplexity(model, seqs).perplexity();
-                    rows.push_back({"FP32", "-", "-", 32, 32, fp32});
-                    for (std::size_t i = 0; i < files.size(); ++i) {
-                        const auto& f = files[i];
-                        const auto quantized = quantizedLayers(f, layers);
-                        if (quantized.empty())
-                            throwInvalid(o->codebooks[i], ": has no codebooks for layers.L.key or layers.L.value",
-                                         layers.empty() ? std::string() : " of --layers " + o->layers);
-                        // Codewords stored once, spread over the cache they serve: this run's tokens.
-                        const auto cost = codebookCost(f, quantized, cachedTokens(seqs), cfg.kvDim());
-                        const auto layerList = [&](const std::vector<int>& ls) {
-                            std::string s;
-                            for (auto l : ls)
-                                s += (s.empty() ? "" : ",") + std::to_string(l);
-                            return s;
-                        };
-                        const auto hook = codebookHook(f, o->codebooks[i], cfg, layers, *backend);
-                        rows.push_back({o->codebooks[i], cost.method, layerList(quantized), cost.bpa, cost.effectiveBpa,
-                                        perplexity(model, seqs, hook).perplexity()});
-                        if (o->perLayer && quantized.size() > 1)
-                            for (int l : quantized) {
-                                const auto one = codebookHook(f, o->codebooks[i], cfg, {l}, *backend);
-                                rows.push_back({o->codebooks[i], cost.method, std::to_string(l), cost.bpa,
-                                                cost.effectiveBpa, perplexity(model, seqs, one).perplexity(), true});
-                            }
-                    }
-                    if (run) {
-                        std::vector<MetricRow> ms;
-                        std::vector<SeriesPoint> series;
-                        for (const auto& r : rows) {
-                            if (r.codebooks != "FP32" && !r.perLayer) { // one point per file: all its layers
-                                for (auto& m : pplMetrics(r.method, r.codebooks, r.layers, r.ppl, r.bpa, r.effective))
-                                    ms.push_back(std::move(m));
-                                for (auto& p : perplexitySeries(r.method, r.bpa, r.ppl, fp32))
-                                    series.push_back(std::move(p));
-                            } else {
-                                ms.push_back(pplMetric(r.method, r.codebooks, r.layers, r.ppl));
-                            }
-                        }
-                        run->recordMetrics(ms);
-                        run->recordSeries(series);
-                    }
-                    std::optional<double> one; // the perplexity with the codebooks, where one file was measured
-                    if (files.size() == 1)
-                        for (const auto& r : rows)
-                            if (r.codebooks != "FP32" && !r.perLayer)
-                                one = r.ppl;
-                    run.done(pplRunSummary(fp32, one).dump());
-                    const std::int64_t predicted = predictedTokens(seqs);
-                    if (o->json) {
-                        nlohmann::ordered_json rs = nlohmann::ordered_json::array();
-                        for (const auto& r : rows)
-                            rs.push_back({{"codebooks", r.codebooks},
-                                          {"method", r.method},
-                                          {"layers", r.layers},
-                                          {"bpa", r.bpa},
-                                          {"effective_bpa", r.effective},
-                                          {"perplexity", r.ppl},
-                                          {"delta", r.ppl - fp32},
-                                          {"delta_percent", 100 * (r.ppl - fp32) / fp32}});
-                        nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "ppl"}};
-                        if (run)
-                            j["run_id"] = run->id();
-                        j["settings"] = settings;
-                        j["text_tokens"] = textTokens;
-                        j["predicted_tokens"] = predicted;
-                        j["results"] = rs;
-                        printJson(j);
-                        return;
-                    }
-                    std::printf(
-                        "%s: dim %d, %d layers, %d heads, %d KV heads; %zu sequences × %d tokens (%s), "
-                        "%lld predictions\n\n",
-                        o->model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, seqs.size(), longest(seqs),
-                        o->generate
-                            ? cat("sampled from the model, seed ", o->seed).c_str()
-                            : cat(o->tokenIds.empty() ? o->text : o->tokenIds, ", ", textTokens, " tokens").c_str(),
-                        static_cast<long long>(predicted));
-                    std::printf("  %-32s %-6s %-10s %6s %9s %11s %9s %8s\n", "codebooks", "method", "layers", "bits",
-                                "eff. bits", "perplexity", "Δ", "Δ%");
-                    for (const auto& r : rows)
-                        std::printf("  %-32s %-6s %-10s %6.3g %9.4g %11.4f %+9.4f %+7.2f%%\n", r.codebooks.c_str(),
-                                    r.method.c_str(), r.layers.c_str(), r.bpa, r.effective, r.ppl, r.ppl - fp32,
-                                    100 * (r.ppl - fp32) / fp32);
-                    if (run)
-                        std::printf("\nrecorded as run %lld\n", static_cast<long long>(run->id()));
-                });
-            }};
+                std::printf("%s: dim %d, %d layers, %d heads, %d KV heads; %zu sequences × %d tokens (%s), "
+                            "%lld predictions\n\n",
+                            o->model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, seqs.size(), longest(seqs),
+                            o->generate
+                                ? cat("sampled from the model, seed ", o->seed).c_str()
+                                : cat(o->tokenIds.empty() ? o->text : o->tokenIds, ", ", textTokens, " tokens").c_str(),
+                            static_cast<long long>(predicted));
+                std::printf("  %-32s %-6s %-10s %6s %9s %11s %9s %8s\n", "codebooks", "method", "layers", "bits",
+                            "eff. bits", "perplexity", "Δ", "Δ%");
+                for (const auto& r : rows)
+                    std::printf("  %-32s %-6s %-10s %6.3g %9.4g %11.4f %+9.4f %+7.2f%%\n", r.codebooks.c_str(),
+                                r.method.c_str(), r.layers.c_str(), r.bpa, r.effective, r.ppl, r.ppl - fp32,
+                                100 * (r.ppl - fp32) / fp32);
+                if (run)
+                    std::printf("\nrecorded as run %lld\n", static_cast<long long>(run->id()));
+            });
+        }};
 }
 
 } // namespace gsrq::cli

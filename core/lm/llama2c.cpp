@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <omp.h>
 #include <queue>
 
 namespace gsrq {
@@ -61,6 +62,27 @@ Eigen::RowVectorXf rmsNorm(const Eigen::Ref<const Eigen::RowVectorXf>& x, const 
 {
     const float ms = x.squaredNorm() / float(x.size());
     return (x / std::sqrt(ms + eps)).cwiseProduct(w.transpose());
+}
+
+// a · bᵀ for weights b [out, in], the output columns split among OpenMP's threads (each part one
+// Eigen GEMM; Eigen itself runs single-threaded in the engine). Small products stay on one thread.
+MatrixRF mulT(const MatrixRF& a, const MatrixRF& b)
+{
+    MatrixRF out(a.rows(), b.rows());
+    const int threads = omp_get_max_threads();
+    const Eigen::Index n = b.rows();
+    if (threads <= 1 || double(a.rows()) * double(n) * double(a.cols()) < double(1 << 22)) {
+        out.noalias() = a * b.transpose();
+        return out;
+    }
+    const Eigen::Index chunk = (n + threads - 1) / threads;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < threads; ++t) {
+        const Eigen::Index c0 = Eigen::Index(t) * chunk, c = std::min(chunk, n - c0);
+        if (c > 0)
+            out.middleCols(c0, c).noalias() = a * b.middleRows(c0, c).transpose();
+    }
+    return out;
 }
 
 } // namespace
@@ -154,9 +176,9 @@ MatrixRF Llama2cModel::forward(std::span<const std::int32_t> tokens, Cache& cach
     for (int l = 0; l < c.layers; ++l) {
         for (int t = 0; t < T; ++t)
             h.row(t) = rmsNorm(x.row(t), m_attnNorm[std::size_t(l)], c.rmsEps);
-        MatrixRF q = h * m_wq[std::size_t(l)].transpose();
-        MatrixRF k = h * m_wk[std::size_t(l)].transpose();
-        MatrixRF v = h * m_wv[std::size_t(l)].transpose();
+        MatrixRF q = mulT(h, m_wq[std::size_t(l)]);
+        MatrixRF k = mulT(h, m_wk[std::size_t(l)]);
+        MatrixRF v = mulT(h, m_wv[std::size_t(l)]);
         if (c.attentionBias) {
             q.rowwise() += m_bq[std::size_t(l)];
             k.rowwise() += m_bk[std::size_t(l)];
@@ -174,6 +196,7 @@ MatrixRF Llama2cModel::forward(std::span<const std::int32_t> tokens, Cache& cach
         V.bottomRows(T) = v;
 
         MatrixRF attn(T, c.dim);
+#pragma omp parallel for schedule(static) if (T > 1)
         for (int head = 0; head < c.heads; ++head) {
             const int kvh = head / group;
             const auto Kh = K.middleCols(kvh * hd, hd);
@@ -187,18 +210,18 @@ MatrixRF Llama2cModel::forward(std::span<const std::int32_t> tokens, Cache& cach
                 attn.row(t).segment(head * hd, hd) = p * Vh.topRows(visible);
             }
         }
-        x += attn * m_wo[std::size_t(l)].transpose();
+        x += mulT(attn, m_wo[std::size_t(l)]);
         for (int t = 0; t < T; ++t)
             h.row(t) = rmsNorm(x.row(t), m_ffnNorm[std::size_t(l)], c.rmsEps);
-        const MatrixRF a = h * m_w1[std::size_t(l)].transpose();
-        const MatrixRF b = h * m_w3[std::size_t(l)].transpose();
+        const MatrixRF a = mulT(h, m_w1[std::size_t(l)]);
+        const MatrixRF b = mulT(h, m_w3[std::size_t(l)]);
         const MatrixRF g = (a.array() / (1.0f + (-a.array()).exp())) * b.array(); // silu(W1 h) ⊙ W3 h
-        x += g * m_w2[std::size_t(l)].transpose();
+        x += mulT(g, m_w2[std::size_t(l)]);
     }
     cache.length = start + T;
     for (int t = 0; t < T; ++t)
         h.row(t) = rmsNorm(x.row(t), m_finalNorm, c.rmsEps);
-    return h * (m_cfg.sharedClassifier ? m_embed : m_classifier).transpose();
+    return mulT(h, m_cfg.sharedClassifier ? m_embed : m_classifier);
 }
 
 Llama2cTokenizer Llama2cTokenizer::load(const std::string& path, int vocab)
