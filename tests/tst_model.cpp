@@ -324,6 +324,44 @@ void TestModel::cliReportsAndRefuses()
         QCOMPARE(r.code, 2);
         QVERIFY(r.err.contains("--token-ids: not with --text"));
     }
+    // A GGUF model (the bundled synthetic tiny llama) brings its vocabulary: --text alone; the
+    // sequences start with its BOS (<|endoftext|>, the last id) and hold the README's tokens.
+    {
+        const QString gguf = test::sourcePath("tests/data/tiny-llama.gguf");
+        r = test::gsrqRun({"--no-db", "ppl", gguf, "--text", text, "--seq-len", "64", "--sequences", "3", "--json"});
+        QCOMPARE(r.code, 0);
+        const auto jg = QJsonDocument::fromJson(r.out).object();
+        const double p = jg["results"].toArray()[0].toObject()["perplexity"].toDouble();
+        QVERIFY2(p > 1 && std::isfinite(p), r.out.constData());
+        QCOMPARE(jg["predicted_tokens"].toInt(), 3 * 63);
+        QVERIFY(jg["text_tokens"].toInt() > 3 * 63);
+        QVERIFY(jg["fp32_seconds"].toDouble() > 0);
+        r = test::gsrqRun({"--no-db", "ppl", gguf, "--generate"});
+        QCOMPARE(r.code, 2);
+        QVERIFY(r.err.contains("--generate: llama2.c models only"));
+        r = test::gsrqRun({"--no-db", "ppl", gguf, "--text", text, "--tokenizer", tok});
+        QCOMPARE(r.code, 2);
+        QVERIFY(r.err.contains("brings its own vocabulary"));
+        // gsrq tokenize: "the" is one token (merges t·h, th·e), a space-led word starts with Ġ's merge.
+        QTemporaryDir dir;
+        QFile f(dir.filePath("t.txt"));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("the");
+        f.close();
+        r = test::gsrqRun({"tokenize", gguf, "--text", f.fileName()});
+        QCOMPARE(r.code, 0);
+        QCOMPARE(r.out.trimmed().split(' ').size(), 1);
+        r = test::gsrqRun({"tokenize", model, "--text", f.fileName()});
+        QCOMPARE(r.code, 2);
+        QVERIFY(r.err.contains("not a GGUF model"));
+        // Not UTF-8: the file named, exit 2.
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("ok \xff\xfe bad");
+        f.close();
+        r = test::gsrqRun({"tokenize", gguf, "--text", f.fileName()});
+        QCOMPARE(r.code, 2);
+        QVERIFY2(r.err.contains("t.txt") && r.err.contains("not UTF-8"), r.err.constData());
+    }
     r = test::gsrqRun({"--no-db", "ppl", model, "--tokenizer", tok, "--generate", "--seq-len", "9999"});
     QCOMPARE(r.code, 2);
     QVERIFY(r.err.contains("--seq-len"));

@@ -341,8 +341,10 @@ void MainWindow::showPreferences()
         found.isEmpty() ? tr("No CUDA device: %1").arg(QString::fromStdString(q.message)) : found.join("\n"), &dialog);
     devices->setWordWrap(true);
     auto* pplModel = new QLineEdit(m_ctx->pplModelPath(), &dialog);
-    pplModel->setToolTip(tr("A llama2.c checkpoint: the GSRQ page measures its perplexity with the codebooks"));
+    pplModel->setToolTip(tr("A GGUF model (llama, qwen2; its own vocabulary) or a llama2.c checkpoint: the GSRQ "
+                            "page measures its perplexity with the codebooks"));
     auto* pplTokenizer = new QLineEdit(m_ctx->pplTokenizerPath(), &dialog);
+    pplTokenizer->setToolTip(tr("A llama2.c model's tokenizer (.bin); a GGUF model needs none"));
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
     connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
     connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
@@ -355,7 +357,7 @@ void MainWindow::showPreferences()
     form->addRow(QString(), exactBounds);
     form->addRow(tr("Run store"), store);
     form->addRow(tr("Perplexity model"), pplModel);
-    form->addRow(tr("Its tokenizer"), pplTokenizer);
+    form->addRow(tr("Its tokenizer (llama2.c)"), pplTokenizer);
     form->addRow(buttons);
     if (dialog.exec() != QDialog::Accepted)
         return;

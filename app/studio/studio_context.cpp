@@ -33,8 +33,15 @@ StudioContext::StudioContext(QString storePath, QObject* parent) : QObject(paren
     m_pplModel = settings.value("ppl/model").toString();
     m_pplTokenizer = settings.value("ppl/tokenizer").toString();
     m_pplChosen = !m_pplModel.isEmpty();
-    if (m_pplChosen)
-        return;
+    if (!m_pplChosen)
+        useBundledPplModel();
+}
+
+// None chosen: the model the open dump names where it is bundled, else the bundled stories260K.
+void StudioContext::useBundledPplModel()
+{
+    m_pplModel.clear();
+    m_pplTokenizer.clear();
     for (const QString& root : bundledModelRoots()) {
         const QString dir = root + "/stories260K";
         if (QFileInfo::exists(dir + "/stories260K.bin") && QFileInfo::exists(dir + "/tok512.bin")) {
@@ -67,6 +74,8 @@ void StudioContext::setPplModel(const QString& model, const QString& tokenizer)
     m_pplModel = model;
     m_pplTokenizer = tokenizer;
     m_pplChosen = !model.isEmpty();
+    if (!m_pplChosen) // cleared: back to the dump's bundled model
+        useBundledPplModel();
     QSettings settings;
     settings.setValue("ppl/model", model);
     settings.setValue("ppl/tokenizer", tokenizer);

@@ -53,6 +53,8 @@ public:
     // else empty.
     QString pplModelPath() const { return pplPaths().first; }
     QString pplTokenizerPath() const { return pplPaths().second; }
+    // A GGUF model needs no tokenizer (empty). An empty model clears the choice: the dump's or the
+    // bundled model again.
     void setPplModel(const QString& model, const QString& tokenizer);
 
     JobRunner& runner() { return m_runner; }
@@ -77,6 +79,7 @@ private:
     QString m_storePath;
     gpu::BackendRequest m_backend;
     std::pair<QString, QString> pplPaths() const;
+    void useBundledPplModel();
     QString m_pplModel, m_pplTokenizer;
     bool m_pplChosen = false; // set in Preferences: used whatever dump is open
     JobRunner m_runner;

@@ -392,9 +392,9 @@ void TrainPage::evaluatePerplexity()
         return;
     }
     const QString modelPath = m_ctx.pplModelPath(), tokPath = m_ctx.pplTokenizerPath();
-    if (modelPath.isEmpty() || tokPath.isEmpty()) {
-        m_ctx.showMessage(
-            tr("Set a llama2.c model and its tokenizer in Settings ▸ Preferences to measure perplexity."));
+    if (modelPath.isEmpty()) {
+        m_ctx.showMessage(tr("Set a model (GGUF, or llama2.c with its tokenizer) in Settings ▸ Preferences to "
+                             "measure perplexity."));
         return;
     }
     const auto last = m_last;
@@ -406,9 +406,10 @@ void TrainPage::evaluatePerplexity()
     m_ctx.runner().start(tr("perplexity"), [=, this](const JobRunner::Context& job) {
         try {
             constexpr int kSeqLen = 256, kSequences = 16;
-            const auto model = Llama2cModel::load(modelPath.toStdString());
-            const auto tok = Llama2cTokenizer::load(tokPath.toStdString(), model.config().vocab);
-            const auto seqs = perplexitySequences(model, tok, textPath.toStdString(), kSeqLen, kSequences, /*seed=*/0);
+            const auto setup = perplexitySetup(modelPath.toStdString(), tokPath.toStdString(), textPath.toStdString(),
+                                               kSeqLen, kSequences, /*seed=*/0);
+            const auto& model = setup.model;
+            const auto& seqs = setup.sequences;
             auto backend = gpu::makeBackend(backendRequest).backend;
             const auto cost = codebookCost(last->file, quantizedLayers(last->file, {}),
                                            std::int64_t(kSeqLen) * kSequences, model.config().kvDim());
@@ -487,8 +488,9 @@ QAbstractItemModel* TrainPage::compareModel() const
 void TrainPage::compareMethods()
 {
     const QString modelPath = m_ctx.pplModelPath(), tokPath = m_ctx.pplTokenizerPath();
-    if (modelPath.isEmpty() || tokPath.isEmpty()) {
-        m_ctx.showMessage(tr("Set a llama2.c model and its tokenizer in Settings ▸ Preferences to compare methods."));
+    if (modelPath.isEmpty()) {
+        m_ctx.showMessage(tr("Set a model (GGUF, or llama2.c with its tokenizer) in Settings ▸ Preferences to "
+                             "compare methods."));
         emit compareFinished(false);
         return;
     }
@@ -501,7 +503,11 @@ void TrainPage::compareMethods()
         return;
     }
     const auto dump = m_ctx.dump();
+    std::int64_t dumpKvFeatures = 0; // the open dump's keys' width: its model's kv_dim
     if (dump) {
+        for (const auto& t : dump->tensors())
+            if (t.kind == KvKind::Key && !dumpKvFeatures)
+                dumpKvFeatures = t.view.features();
         ts.trainDump = dump->path();
         // The layers the open dump has keys and values of: every method compresses those.
         std::set<int> both;
@@ -514,15 +520,24 @@ void TrainPage::compareMethods()
     const QString textPath = m_pplText->text().trimmed();
     const QString storePath = m_ctx.storePath();
     const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
+    const MethodTableSettings tsForDump = ts;
     m_compare->setEnabled(false);
     m_pplResult->setText(tr("Comparing %1 methods…").arg(ts.methods.size()));
     m_ctx.runner().start(tr("method comparison"), [=, this](const JobRunner::Context& job) {
         try {
             constexpr int kSeqLen = 256, kSequences = 16;
-            const auto model = Llama2cModel::load(modelPath.toStdString());
-            const auto tok = Llama2cTokenizer::load(tokPath.toStdString(), model.config().vocab);
-            validateMethods(ts.methods, model.config(), "Methods");
-            const auto seqs = perplexitySequences(model, tok, textPath.toStdString(), kSeqLen, kSequences, /*seed=*/0);
+            const auto setup = perplexitySetup(modelPath.toStdString(), tokPath.toStdString(), textPath.toStdString(),
+                                               kSeqLen, kSequences, /*seed=*/0);
+            const auto& model = setup.model;
+            const auto& seqs = setup.sequences;
+            // The open dump serves the table (its layers, the trained methods' rows) only when it is of
+            // this model: another model's keys (a GGUF model beside the bundled sample) have another width.
+            MethodTableSettings settings = tsForDump;
+            if (dumpKvFeatures != model.config().kvDim()) {
+                settings.trainDump.clear();
+                settings.layers.clear();
+            }
+            validateMethods(settings.methods, model.config(), "Methods");
             auto backend = gpu::makeBackend(backendRequest).backend;
             RunInfo info;
             info.kind = "ppl";
@@ -535,12 +550,12 @@ void TrainPage::compareMethods()
             ps.text = textPath.toStdString();
             ps.seqLen = kSeqLen;
             ps.sequences = kSequences;
-            for (const auto& m : ts.methods)
+            for (const auto& m : settings.methods)
                 ps.methods.push_back(m.name);
-            ps.trainDump = ts.trainDump;
-            ps.layers = ts.layers;
-            ps.trainIterations = ts.iterations;
-            ps.trainSeed = ts.seed;
+            ps.trainDump = settings.trainDump;
+            ps.layers = settings.layers;
+            ps.trainIterations = settings.iterations;
+            ps.trainSeed = settings.seed;
             info.settingsJson = pplRunSettings(ps).dump();
             WorkerRecording rec(storePath, info, "", job, &m_ctx, {modelPath.toStdString()});
             ProgressBatcher progress(job, [this](const std::vector<ProgressEvent>& es) {
@@ -551,8 +566,8 @@ void TrainPage::compareMethods()
                                          .arg(int(100 * es.back().fraction)));
             });
             // As gsrq ppl --methods: the table is recorded, not its trainings' passes.
-            const auto r =
-                runMethodTable(model, seqs, ts, *backend, [&](const ProgressEvent& e) { return progress.add(e); });
+            const auto r = runMethodTable(model, seqs, settings, *backend,
+                                          [&](const ProgressEvent& e) { return progress.add(e); });
             if (r.cancelled) {
                 rec.finish(RunStatus::Cancelled);
                 job.post([this] {
@@ -568,8 +583,9 @@ void TrainPage::compareMethods()
             rec.finish(RunStatus::Done, methodTableSummary(r).dump());
             const QString where = textPath.isEmpty() ? tr("the model's own samples") : textPath;
             const QString recorded = rec ? tr("; recorded as run %1").arg(rec->id()) : QString();
-            const QString layersText =
-                ts.layers.empty() ? tr("every layer") : tr("layers %1").arg(QString::fromStdString(ts.layers));
+            const QString layersText = settings.layers.empty()
+                                           ? tr("every layer")
+                                           : tr("layers %1").arg(QString::fromStdString(settings.layers));
             job.post([this, r, where, recorded, layersText] {
                 showComparison(r);
                 m_pplResult->setText(tr("%1 methods, %2 sequences × %3 tokens of %4, %5 compressed%6")

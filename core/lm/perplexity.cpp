@@ -155,6 +155,23 @@ std::vector<std::vector<std::int32_t>> ggufTextSequences(const Llama2cModel& mod
     return textSequences(ids, seqLen, sequences, tok.bos());
 }
 
+PerplexitySetup perplexitySetup(const std::string& modelPath, const std::string& tokenizerPath,
+                                const std::string& textPath, int seqLen, int sequences, std::uint64_t seed)
+{
+    PerplexitySetup p{loadLanguageModel(modelPath), {}, 0};
+    if (p.model.config().architecture != "llama2.c") {
+        if (textPath.empty())
+            throwInvalid(modelPath, ": a GGUF model's perplexity is measured on a text: choose one");
+        p.sequences = ggufTextSequences(p.model, modelPath, textPath, seqLen, sequences, &p.textTokens);
+        return p;
+    }
+    if (tokenizerPath.empty())
+        throwInvalid(modelPath, ": a llama2.c model needs its tokenizer (.bin)");
+    const auto tok = Llama2cTokenizer::load(tokenizerPath, p.model.config().vocab);
+    p.sequences = perplexitySequences(p.model, tok, textPath, seqLen, sequences, seed, &p.textTokens);
+    return p;
+}
+
 std::vector<std::vector<std::int32_t>> tokenIdSequences(const std::string& path, const Llama2cConfig& cfg)
 {
     std::ifstream f(path);

@@ -43,6 +43,18 @@ std::vector<std::vector<std::int32_t>> ggufTextSequences(const Llama2cModel& mod
                                                          const std::string& textPath, int seqLen, int sequences,
                                                          std::int64_t* textTokens = nullptr);
 
+// The model and the sequences the app's perplexity measures: a GGUF model with its own vocabulary
+// (the tokenizer path is not used; a text is required), or a llama2.c model with its tokenizer (the
+// text's sequences, or the model's own samples from `seed` where textPath is empty). Throws
+// Error(InvalidInput) naming what is missing or wrong.
+struct PerplexitySetup {
+    Llama2cModel model;
+    std::vector<std::vector<std::int32_t>> sequences;
+    std::int64_t textTokens = 0;
+};
+PerplexitySetup perplexitySetup(const std::string& modelPath, const std::string& tokenizerPath,
+                                const std::string& textPath, int seqLen, int sequences, std::uint64_t seed);
+
 // Sequences of token ids read from a text file: one sequence per line, ids separated by white space,
 // each as the model reads it (its BOS first where it has one), e.g. what tools/hf_ppl.py
 // --save-token-ids writes with the model's own tokenizer. Lines may differ in length; blank lines

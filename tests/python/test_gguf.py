@@ -179,3 +179,29 @@ def test_bad_files_are_named(every_type, tmp_path):
     expect_refusal(variant("iq4.gguf", bytes(bad)), f"'{name}'", "IQ4_NL")
     # Without --checksums the same file still opens: its metadata and table are sound.
     assert gsrq("info", str(tmp_path / "iq4.gguf")).returncode == 0
+
+
+TINY = os.path.join(ROOT, "tests", "data", "tiny-llama.gguf")
+
+
+def test_tiny_model_runs_as_in_transformers():
+    """The bundled synthetic GGUF llama (tests/data/make_tiny_gguf.py): `gsrq ppl --text` on the
+    README gives transformers' perplexity through tools/hf_ppl.py (the engine's tokenizer, its q and
+    k rows put back from llama.cpp's order, RoPE base 500,000), FP32 and KIVI on one layer; measured
+    within 1e-6, held to 1e-5 (FP32 sums in another order)."""
+    pytest.importorskip("torch", reason="PyTorch is not installed (tools/hf_env.sh)")
+    import hf_ppl
+    import io
+    from contextlib import redirect_stdout
+    args = ["--text", os.path.join(ROOT, "README.md"), "--seq-len", "64", "--sequences", "4", "--methods",
+            "kivi-4g8", "--layers", "1"]
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert hf_ppl.main(["--model", TINY, *args, "--json"]) == 0
+    theirs = {r["codebooks"]: r["perplexity"] for r in json.loads(buf.getvalue())["results"]}
+    r = gsrq("--no-db", "ppl", TINY, *args, "--json", "-q")
+    assert r.returncode == 0, r.stderr
+    ours = {row["method"]: row["perplexity"] for row in json.loads(r.stdout)["methods"]}
+    assert ours["fp32"] == pytest.approx(theirs["unquantized"], rel=1e-5)
+    assert ours["kivi-4g8"] == pytest.approx(theirs["kivi-4g8"], rel=1e-5)
+    assert ours["kivi-4g8"] != pytest.approx(ours["fp32"], rel=1e-4)
