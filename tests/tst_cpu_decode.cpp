@@ -253,6 +253,21 @@ private slots:
         // Full: refused, nothing half-written.
         QVERIFY_THROWS_EXCEPTION(Error, c.append(test::randomRows(2 * 30, 64, 9), test::randomRows(2 * 30, 64, 9)));
         QCOMPARE(c.tokens(), std::int64_t(12));
+        // Repeated to 40 tokens: token t is token t mod 12, codes and FP16 rows, in every sequence;
+        // one token more does not fit, and is refused before anything is copied.
+        QVERIFY_THROWS_EXCEPTION(Error, c.appendRepeat(29));
+        c.appendRepeat(28);
+        QCOMPARE(c.tokens(), std::int64_t(40));
+        for (int b = 0; b < 2; ++b) {
+            const Codes k = unpackCodes(c.keyCodes(b)), v = unpackCodes(c.valueCodes(b));
+            const MatrixRF fk = c.fp16Keys(b), fv = c.fp16Values(b);
+            for (int t = 12; t < 40; ++t) {
+                QCOMPARE(Codes(k.row(t)), Codes(k.row(t % 12)));
+                QCOMPARE(Codes(v.row(t)), Codes(v.row(t % 12)));
+                QCOMPARE(MatrixRF(fk.row(t)), MatrixRF(fk.row(t % 12)));
+                QCOMPARE(MatrixRF(fv.row(t)), MatrixRF(fv.row(t % 12)));
+            }
+        }
     }
 
     void badInputIsRefusedWithItsName()

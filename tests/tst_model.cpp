@@ -5,6 +5,8 @@
 #include "core/base/error.h"
 #include "core/cluster/cluster_backend.h"
 #include "core/cluster/codebook_file.h"
+#include "core/decode/cpu_decode.h"
+#include "core/decode/generate.h"
 #include "core/jobs/run_records.h"
 #include "core/lm/llama2c.h"
 #include "core/lm/perplexity.h"
@@ -19,6 +21,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <random>
 
 using namespace gsrq;
 
@@ -62,6 +66,8 @@ private slots:
     void postRopeCodebooksRoundTrip();
     void cliReportsAndRefuses();
     void perplexityFallsAsBitsRise();
+    void ggufDecodeStepsMatchTheForwardPass();
+    void generateReportsLatencyPerPath();
 
 private:
     QTemporaryDir m_dir;
@@ -442,6 +448,120 @@ void TestModel::perplexityFallsAsBitsRise()
         QVERIFY(back.points[i].effectiveBits > back.points[i].bits); // the codewords cost bits
         QCOMPARE(QString::fromStdString(back.points[i].family), QString(settings[i].method));
     }
+}
+
+namespace {
+
+// Seeded random codebooks for every layer's keys and values of a model: D = 8, R = 2, K = 16 (the
+// decode paths' smallest shapes), marked as trained on keys after RoPE.
+CodebookFile randomBooks(const Llama2cConfig& cfg, bool post)
+{
+    CodebookFile f;
+    f.metadata = {{"key_rope", post ? "post" : "pre"},
+                  {"method", "gskm"},
+                  {"bpa", "1"},
+                  {"dim", "8"},
+                  {"stages", "2"},
+                  {"k", "16"}};
+    std::mt19937 rng(5);
+    std::normal_distribution<float> n(0.f, 0.5f);
+    for (int l = 0; l < cfg.layers; ++l)
+        for (const char* kind : {"key", "value"}) {
+            CodebookEntry e;
+            e.tensor = "layers." + std::to_string(l) + "." + kind;
+            e.codebooks.allocate(8, 2, 16, cfg.kvDim() / 8);
+            for (auto& v : e.codebooks.data)
+                v = n(rng);
+            f.entries.push_back(std::move(e));
+        }
+    return f;
+}
+
+} // namespace
+
+// One decode step of the bundled synthetic GGUF llama with its attention over the CPU decode cache's
+// FP16 path (keys after RoPE, the prefill's cache appended) gives the logits of the whole forward
+// pass over the prefill and that token: the cache holds the keys and values in FP16 (relative
+// rounding 2^-11), so the logits agree to about 1e-3 of their scale (held to 1e-2).
+void TestModel::ggufDecodeStepsMatchTheForwardPass()
+{
+    const auto model = Llama2cModel::loadGguf(test::sourcePath("tests/data/tiny-llama.gguf").toStdString());
+    const auto& cfg = model.config();
+    QCOMPARE(cfg.architecture, std::string("llama"));
+    QVERIFY(cfg.pairing == RopePairing::RotateHalf);
+    std::vector<std::int32_t> seq;
+    for (int i = 0; i < 41; ++i)
+        seq.push_back(std::int32_t((i * 37 + 11) % cfg.vocab));
+    Llama2cModel::Cache whole;
+    const MatrixRF ref = model.forward(seq, whole);
+    const std::vector<std::int32_t> prefill(seq.begin(), seq.end() - 1);
+    Llama2cModel::Cache pc;
+    model.forward(prefill, pc);
+    const auto books = randomBooks(cfg, true);
+    std::vector<std::unique_ptr<CpuDecodeCache>> caches;
+    for (int l = 0; l < cfg.layers; ++l) {
+        CpuDecodeConfig cc;
+        cc.shape = {cfg.heads, cfg.kvHeads, cfg.headDim()};
+        cc.capacity = 64;
+        cc.threads = 1;
+        caches.push_back(
+            std::make_unique<CpuDecodeCache>(cc, books.find("layers." + std::to_string(l) + ".key")->codebooks,
+                                             books.find("layers." + std::to_string(l) + ".value")->codebooks));
+        caches.back()->append(pc.keys[std::size_t(l)], pc.values[std::size_t(l)]);
+    }
+    const auto logits = model.decodeStep(seq.back(), std::int64_t(prefill.size()),
+                                         [&](int layer, const Eigen::RowVectorXf& q, const Eigen::RowVectorXf& k,
+                                             const Eigen::RowVectorXf& v) -> Eigen::RowVectorXf {
+                                             auto& c = *caches[std::size_t(layer)];
+                                             c.append(MatrixRF(k), MatrixRF(v));
+                                             return c.decode(DecodePath::Fp16, MatrixRF(q)).row(0);
+                                         });
+    const Eigen::RowVectorXf last = ref.row(ref.rows() - 1);
+    const float scale = last.cwiseAbs().maxCoeff();
+    const float err = (logits - last).cwiseAbs().maxCoeff();
+    QVERIFY2(err <= 1e-2f * scale, qPrintable(QString("%1 of %2").arg(err).arg(scale)));
+    QVERIFY(err > 0 || scale > 0);
+}
+
+// gsrq generate on the bundled synthetic GGUF llama: a row per context and path with the step's
+// time split into attention and append, the compressed cache a fraction of the FP16 one's bytes, the
+// greedy tokens of the FP16 path those of the model; bad settings named, exit 2.
+void TestModel::generateReportsLatencyPerPath()
+{
+    const QString gguf = test::sourcePath("tests/data/tiny-llama.gguf"), text = test::sourcePath("README.md");
+    const auto model = Llama2cModel::loadGguf(gguf.toStdString());
+    QTemporaryDir dir;
+    const QString post = dir.filePath("post.safetensors"), pre = dir.filePath("pre.safetensors");
+    writeCodebookFile(post.toStdString(), randomBooks(model.config(), true), DType::F32);
+    writeCodebookFile(pre.toStdString(), randomBooks(model.config(), false), DType::F32);
+    auto r = test::gsrqRun({"--no-db", "generate", gguf, "--text", text, "-c", post, "--context", "64,200", "--prefill",
+                            "32", "--tokens", "3", "--threads", "1", "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    const auto j = QJsonDocument::fromJson(r.out).object();
+    const auto pts = j["points"].toArray();
+    QCOMPARE(pts.size(), 4);
+    QVERIFY(j["context_note"].toString().contains("32-token prefill"));
+    for (const auto& v : pts) {
+        const auto p = v.toObject();
+        QVERIFY(p["step_ms"].toDouble() > 0);
+        QVERIFY(p["attention_ms"].toDouble() > 0 && p["attention_ms"].toDouble() < p["step_ms"].toDouble());
+        QCOMPARE(p["tokens"].toArray().size(), 3);
+    }
+    // 2 layers × 200 tokens: FP16 keys and values 16 × 2 bytes each; codes 2 subspaces × 4 bytes each.
+    const auto at = [&](int i) { return pts[i].toObject(); };
+    QCOMPARE(at(2)["path"].toString(), QString("fp16"));
+    QCOMPARE(at(3)["path"].toString(), QString("lookup"));
+    QCOMPARE(at(2)["cache_bytes"].toDouble(), 2 * 200.0 * 16 * 2 * 2);
+    QCOMPARE(at(3)["cache_bytes"].toDouble(), 2 * 200.0 * 2 * 4 * 2);
+    // The lookup path needs keys after RoPE; a context shorter than the prefill is refused.
+    r = test::gsrqRun({"--no-db", "generate", gguf, "--text", text, "-c", pre, "--context", "64", "--prefill", "32"});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("keys after RoPE"), r.err.constData());
+    r = test::gsrqRun({"--no-db", "generate", gguf, "--text", text, "-c", post, "--context", "16", "--prefill", "32"});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("--context 16"), r.err.constData());
+    r = test::gsrqRun({"--no-db", "generate", gguf, "--text", text, "-c", post, "--paths", "paper"});
+    QCOMPARE(r.code, 2);
 }
 
 QTEST_APPLESS_MAIN(TestModel)

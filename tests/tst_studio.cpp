@@ -920,7 +920,7 @@ void TestStudio::compareMethodsOnTheModel()
 
 // A GGUF model (the bundled synthetic tiny llama, with its own vocabulary: no tokenizer file) in the
 // same comparison, on a text: KIVI's rows beside FP32. The open dump is another model's (stories260K's
-// keys are 16 wide, the GGUF's 16 too but of 5 layers against 2): its layers do not decide the table.
+// 5 layers against the GGUF's 2): its layers do not decide the table.
 void TestStudio::compareMethodsOnAGgufModel()
 {
     auto* page = m_window->trainPage();

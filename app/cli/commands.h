@@ -34,5 +34,6 @@ Command registerCheckGpu(CLI::App& root);
 Command registerBenchCluster(CLI::App& root); // cmd_bench.cpp: bench-cluster, bench-train
 Command registerBenchTrain(CLI::App& root);
 Command registerBenchDecode(CLI::App& root); // cmd_bench_decode.cpp: bench-decode
+Command registerGenerate(CLI::App& root);    // cmd_generate.cpp: generate
 
 } // namespace gsrq::cli

@@ -503,11 +503,15 @@ void TrainPage::compareMethods()
         return;
     }
     const auto dump = m_ctx.dump();
-    std::int64_t dumpKvFeatures = 0; // the open dump's keys' width: its model's kv_dim
+    std::int64_t dumpKvFeatures = 0; // the open dump's keys' width (its model's kv_dim) and last layer
+    int dumpLastLayer = -1;
     if (dump) {
         for (const auto& t : dump->tensors())
-            if (t.kind == KvKind::Key && !dumpKvFeatures)
-                dumpKvFeatures = t.view.features();
+            if (t.kind == KvKind::Key) {
+                if (!dumpKvFeatures)
+                    dumpKvFeatures = t.view.features();
+                dumpLastLayer = std::max(dumpLastLayer, t.layer);
+            }
         ts.trainDump = dump->path();
         // The layers the open dump has keys and values of: every method compresses those.
         std::set<int> both;
@@ -531,9 +535,10 @@ void TrainPage::compareMethods()
             const auto& model = setup.model;
             const auto& seqs = setup.sequences;
             // The open dump serves the table (its layers, the trained methods' rows) only when it is of
-            // this model: another model's keys (a GGUF model beside the bundled sample) have another width.
+            // this model: another model's keys (a GGUF model beside the bundled sample) have another
+            // width or layers this model lacks.
             MethodTableSettings settings = tsForDump;
-            if (dumpKvFeatures != model.config().kvDim()) {
+            if (dumpKvFeatures != model.config().kvDim() || dumpLastLayer >= model.config().layers) {
                 settings.trainDump.clear();
                 settings.layers.clear();
             }

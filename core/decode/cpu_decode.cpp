@@ -326,6 +326,36 @@ std::pair<Codes, Codes> CpuDecodeCache::append(const MatrixRF& keys, const Matri
     return {ck, cv};
 }
 
+void CpuDecodeCache::appendRepeat(std::int64_t n)
+{
+    const std::int64_t held = m->tokens, cap = m->cfg.capacity;
+    if (held == 0)
+        throwInvalid("appendRepeat: the cache holds no tokens to repeat");
+    if (n < 0 || held + n > cap)
+        throwInvalid("appendRepeat: the cache holds ", cap, " tokens; ", held, " + ", n, " do not fit");
+    const auto& s = m->cfg.shape;
+    for (int b = 0; b < m->cfg.batch; ++b) {
+        for (auto* p : {&m->kc[std::size_t(b)], &m->vc[std::size_t(b)]}) {
+            for (int sp = 0; sp < m->M; ++sp) {
+                std::uint8_t* base = p->data.data() + std::size_t(sp) * std::size_t(p->capacity) * std::size_t(m->bpt);
+                for (std::int64_t t = held; t < held + n; ++t)
+                    std::memcpy(base + std::size_t(t) * std::size_t(m->bpt),
+                                base + std::size_t(t % held) * std::size_t(m->bpt), std::size_t(m->bpt));
+            }
+            p->tokens += n;
+        }
+        if (m->cfg.fp16)
+            for (auto* rows : {&m->k16[std::size_t(b)], &m->v16[std::size_t(b)]})
+                for (int h = 0; h < s.kvHeads; ++h) {
+                    std::uint16_t* base = rows->data() + std::size_t(h) * std::size_t(cap) * std::size_t(s.headDim);
+                    for (std::int64_t t = held; t < held + n; ++t)
+                        std::memcpy(base + std::size_t(t) * std::size_t(s.headDim),
+                                    base + std::size_t(t % held) * std::size_t(s.headDim), std::size_t(s.headDim) * 2);
+                }
+    }
+    m->tokens += n;
+}
+
 void CpuDecodeCache::appendRandom(std::int64_t n, std::uint64_t seed)
 {
     if (n < 0 || m->tokens + n > m->cfg.capacity)

@@ -74,6 +74,10 @@ public:
     // Appends `tokens` seeded random tokens to every sequence (codes uniform over K, FP16 rows in
     // ±1): the benchmark's synthetic cache.
     void appendRandom(std::int64_t tokens, std::uint64_t seed);
+    // Appends `tokens` tokens to every sequence that repeat the ones it holds (token t is a copy of
+    // token t mod the count held): codes and FP16 rows copied, nothing encoded. A long context made
+    // from a real prefill, cheaply. Error(InvalidInput) on an empty cache or past the capacity.
+    void appendRepeat(std::int64_t tokens);
 
     PackedCodes keyCodes(int sequence) const;
     PackedCodes valueCodes(int sequence) const;

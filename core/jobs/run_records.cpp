@@ -10,8 +10,8 @@ namespace gsrq {
 
 const std::vector<std::string>& runKinds()
 {
-    static const std::vector<std::string> kinds{"compare", "sweep",         "train",        "eval",
-                                                "ppl",     "bench-cluster", "bench-decode", "paper-check"};
+    static const std::vector<std::string> kinds{"compare",       "sweep",        "train",       "eval",    "ppl",
+                                                "bench-cluster", "bench-decode", "paper-check", "generate"};
     return kinds;
 }
 

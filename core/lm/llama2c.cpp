@@ -224,6 +224,42 @@ MatrixRF Llama2cModel::forward(std::span<const std::int32_t> tokens, Cache& cach
     return mulT(h, m_cfg.sharedClassifier ? m_embed : m_classifier);
 }
 
+Eigen::RowVectorXf Llama2cModel::decodeStep(std::int32_t token, std::int64_t position,
+                                            const StepAttention& attend) const
+{
+    const auto& c = m_cfg;
+    if (token < 0 || token >= c.vocab)
+        throwInvalid("decode: token ", token, " is outside the vocabulary (", c.vocab, ")");
+    const int hd = c.headDim();
+    const std::vector<std::int64_t> pos{position};
+    MatrixRF x = m_embed.row(token);
+    MatrixRF h(1, c.dim);
+    for (int l = 0; l < c.layers; ++l) {
+        const auto L = std::size_t(l);
+        h.row(0) = rmsNorm(x.row(0), m_attnNorm[L], c.rmsEps);
+        MatrixRF q = mulT(h, m_wq[L]), k = mulT(h, m_wk[L]), v = mulT(h, m_wv[L]);
+        if (c.attentionBias) {
+            q.row(0) += m_bq[L];
+            k.row(0) += m_bk[L];
+            v.row(0) += m_bv[L];
+        }
+        q = applyRope(q, hd, pos, m_invFreq, c.pairing);
+        k = applyRope(k, hd, pos, m_invFreq, c.pairing);
+        const MatrixRF attn = attend(l, q.row(0), k.row(0), v.row(0));
+        if (attn.cols() != c.dim)
+            throwRuntime("decode: layer ", l, "'s attention gave ", attn.cols(), " values; heads × head_dim is ",
+                         c.dim);
+        x += mulT(attn, m_wo[L]);
+        h.row(0) = rmsNorm(x.row(0), m_ffnNorm[L], c.rmsEps);
+        const MatrixRF a = mulT(h, m_w1[L]);
+        const MatrixRF b = mulT(h, m_w3[L]);
+        const MatrixRF g = (a.array() / (1.0f + (-a.array()).exp())) * b.array();
+        x += mulT(g, m_w2[L]);
+    }
+    h.row(0) = rmsNorm(x.row(0), m_finalNorm, c.rmsEps);
+    return mulT(h, m_cfg.sharedClassifier ? m_embed : m_classifier).row(0);
+}
+
 Llama2cTokenizer Llama2cTokenizer::load(const std::string& path, int vocab)
 {
     if (vocab < 3)

@@ -59,6 +59,14 @@ public:
     // their keys and values to the cache. The hook sees each layer's new keys and values.
     MatrixRF forward(std::span<const std::int32_t> tokens, Cache& cache, const KvHook& hook = {}) const;
 
+    // One token of incremental decoding whose attention is someone else's (a compressed cache's
+    // decode kernels): in each layer the normalised input is projected to q, k and v (biases added),
+    // q and k rotated at `position`, and attend(layer, q, k, v) returns the attention output
+    // (heads·headDim), appending k and v to whatever cache it keeps. Returns the logits (vocab).
+    using StepAttention = std::function<Eigen::RowVectorXf(int layer, const Eigen::RowVectorXf& q,
+                                                           const Eigen::RowVectorXf& k, const Eigen::RowVectorXf& v)>;
+    Eigen::RowVectorXf decodeStep(std::int32_t token, std::int64_t position, const StepAttention& attend) const;
+
 private:
     Llama2cConfig m_cfg;
     MatrixRF m_embed;                                   // vocab × dim

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes tests/data/tiny-llama.gguf: a synthetic GGUF model for the test suites, made here with seeded
-random weights (no pretrained weights): llama architecture, 2 layers, embedding 32, 4 query heads on
-2 KV heads of head_dim 8, FFN 64, RoPE base 500,000, RMSNorm epsilon 1e-6; a byte-level BPE
-vocabulary of GPT-2's 256 byte characters, 40 merges of common English pairs and one control token
+random weights (no pretrained weights): llama architecture, 2 layers, embedding 32, 2 query heads on
+1 KV head of head_dim 16 (the CPU decode paths' smallest), FFN 64, RoPE base 500,000, RMSNorm
+epsilon 1e-6; a byte-level BPE vocabulary of GPT-2's 256 byte characters, 40 merges of common English pairs and one control token
 (<|endoftext|>, also BOS), pre-tokenizer "smollm". F32 weights, the FFN's in F16. About 100 KB.
 
   python3 tests/data/make_tiny_gguf.py        (rerun only when the file's contents must change)
@@ -48,7 +48,7 @@ def main():
     def u32(v):
         return (4, struct.pack("<I", v))
 
-    dim, hidden, layers, heads, kvh, hd = 32, 64, 2, 4, 2, 8
+    dim, hidden, layers, heads, kvh, hd = 32, 64, 2, 2, 1, 16
     kv = {"general.architecture": s("llama"), "general.name": s("tiny synthetic llama (tests)"),
           "llama.block_count": u32(layers), "llama.context_length": u32(512), "llama.embedding_length": u32(dim),
           "llama.feed_forward_length": u32(hidden), "llama.attention.head_count": u32(heads),

@@ -1,0 +1,139 @@
+// generate: a real model decoded token by token with its KV cache in FP16 and compressed (the CPU
+// decode paths), at long contexts made from a real prefill; per-token latency, the attention's share
+// of the step, tokens per second and the cache's bytes, per context and path; recorded.
+
+#include "cli_common.h"
+#include "commands.h"
+#include "core/base/error.h"
+#include "core/base/version.h"
+#include "core/cluster/codebook_file.h"
+#include "core/decode/generate.h"
+#include "core/lm/perplexity.h"
+#include "recording.h"
+
+#include <cstdio>
+#include <memory>
+
+namespace gsrq::cli {
+
+Command registerGenerate(CLI::App& root)
+{
+    struct Opts {
+        std::string model, tokenizer, text, codebooks, contexts = "4096", paths = "fp16,lookup";
+        int prefill = 256, steps = 8, threads = 0;
+        bool json = false, quiet = false;
+    };
+    auto o = std::make_shared<Opts>();
+    auto* cmd = root.add_subcommand(
+        "generate", "Decode a model token by token with its KV cache in FP16 and compressed by codebooks (CPU decode "
+                    "paths): per-token latency and the attention's share, at long contexts");
+    cmd->add_option("model", o->model, "GGUF model (llama, qwen2) or llama2.c checkpoint")->required();
+    cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer (.bin): a llama2.c model's");
+    cmd->add_option("--text", o->text, "Text whose first --prefill tokens start the context")->required();
+    cmd->add_option("--codebooks,-c", o->codebooks,
+                    "Codebooks of every layer's keys (after RoPE: gsrq train --key-rope post) and values")
+        ->required();
+    cmd->add_option("--context", o->contexts, "Cached tokens before the timed steps, e.g. 4096,16384,32768")
+        ->capture_default_str();
+    cmd->add_option("--prefill", o->prefill, "Tokens of the text run through the forward pass, then repeated")
+        ->capture_default_str();
+    cmd->add_option("--tokens", o->steps, "Timed decode steps per context and path")->capture_default_str();
+    cmd->add_option("--paths", o->paths, "fp16, lookup")->capture_default_str();
+    cmd->add_option("--threads", o->threads, "The decode kernels' threads (0: one per core)")->capture_default_str();
+    cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
+    cmd->add_flag("--quiet,-q", o->quiet, "No progress lines");
+    return {cmd, [o] {
+                GenerateOptions g;
+                g.contexts.clear();
+                for (int v : parseIntList("--context", o->contexts)) {
+                    if (v < 1)
+                        throwInvalid("--context ", v, ": must be ≥ 1");
+                    g.contexts.push_back(v);
+                }
+                g.paths.clear();
+                for (const auto& p : splitList(o->paths)) {
+                    if (p == "fp16")
+                        g.paths.push_back(DecodePath::Fp16);
+                    else if (p == "lookup")
+                        g.paths.push_back(DecodePath::Lookup);
+                    else
+                        throwInvalid("--paths: '", p, "' (generate runs fp16 and lookup)");
+                }
+                if (o->prefill < 2)
+                    throwInvalid("--prefill ", o->prefill, ": at least 2 tokens");
+                g.steps = o->steps;
+                g.threads = o->threads;
+                const auto books = readCodebookFile(o->codebooks);
+                const auto setup = perplexitySetup(o->model, o->tokenizer, o->text, o->prefill, 1, 0);
+                const auto& model = setup.model;
+                const auto& prefill = setup.sequences.front();
+                for (auto n : g.contexts)
+                    if (n + std::int64_t(g.paths.size()) * g.steps + 1 > model.config().maxSeq)
+                        throwInvalid("--context ", n, ": with ", g.steps * g.paths.size(),
+                                     " steps it passes the model's ", model.config().maxSeq, " positions");
+                nlohmann::ordered_json settings = {
+                    {"model", o->model},     {"text", o->text},  {"codebooks", o->codebooks}, {"contexts", g.contexts},
+                    {"prefill", o->prefill}, {"steps", g.steps}, {"paths", o->paths},         {"threads", g.threads}};
+                CliRun run("generate", settings.dump(), o->model, {o->model}, "cpu", "CPU");
+                run.guard([&] {
+                    const auto rep = runGenerate(model, prefill, books, o->codebooks, g, [&](const GeneratePoint& p) {
+                        if (!o->quiet && !o->json)
+                            std::fprintf(stderr, "  %lld tokens, %s: %.1f ms a token\n", (long long)p.context,
+                                         decodePathName(p.path), p.stepMs);
+                    });
+                    if (run) {
+                        std::vector<MetricRow> ms;
+                        for (const auto& p : rep.points) {
+                            const std::string scope = cat(decodePathName(p.path), "@", p.context);
+                            for (const auto& [name, v] : {std::pair{"step_ms", p.stepMs},
+                                                          {"attention_ms", p.attentionMs},
+                                                          {"append_ms", p.appendMs},
+                                                          {"tokens_per_second", p.tokensPerSecond},
+                                                          {"cache_bytes", p.cacheBytes}})
+                                ms.push_back({scope, decodePathName(p.path), "", -1, -1, name, v});
+                        }
+                        run->recordMetrics(ms);
+                    }
+                    run.done();
+                    if (o->json) {
+                        nlohmann::ordered_json pts = nlohmann::ordered_json::array();
+                        for (const auto& p : rep.points)
+                            pts.push_back({{"context", p.context},
+                                           {"path", decodePathName(p.path)},
+                                           {"step_ms", p.stepMs},
+                                           {"attention_ms", p.attentionMs},
+                                           {"append_ms", p.appendMs},
+                                           {"attention_share", p.stepMs > 0 ? p.attentionMs / p.stepMs : 0.0},
+                                           {"tokens_per_second", p.tokensPerSecond},
+                                           {"cache_bytes", p.cacheBytes},
+                                           {"tokens", p.tokens}});
+                        nlohmann::ordered_json j = {{"tool", "gsrq"},
+                                                    {"version", kVersion},
+                                                    {"command", "generate"},
+                                                    {"settings", settings},
+                                                    {"context_note", rep.contextNote},
+                                                    {"isa", rep.isa},
+                                                    {"threads", rep.threads},
+                                                    {"points", pts}};
+                        printJson(j);
+                        return;
+                    }
+                    std::printf("%s: %d layers, %d heads on %d KV heads × %d; context: %s; kernels %s, %d threads\n\n",
+                                o->model.c_str(), model.config().layers, model.config().heads, model.config().kvHeads,
+                                model.config().headDim(), rep.contextNote.c_str(), rep.isa.c_str(), rep.threads);
+                    std::printf("  %8s %-7s %10s %12s %8s %10s %9s %12s\n", "context", "path", "ms/token",
+                                "attention ms", "share", "append ms", "tokens/s", "cache");
+                    for (const auto& p : rep.points)
+                        std::printf("  %8lld %-7s %10.2f %12.3f %7.1f%% %10.3f %9.2f %12s\n", (long long)p.context,
+                                    decodePathName(p.path), p.stepMs, p.attentionMs,
+                                    p.stepMs > 0 ? 100 * p.attentionMs / p.stepMs : 0.0, p.appendMs, p.tokensPerSecond,
+                                    humanBytes(p.cacheBytes).c_str());
+                    std::printf("\nms/token: the whole step (median of %d); attention: the cache's decode kernel in "
+                                "every layer; append: quantize-and-pack and the FP16 copy of the new token (both "
+                                "paths pay it here)\n",
+                                g.steps);
+                });
+            }};
+}
+
+} // namespace gsrq::cli

@@ -1,0 +1,145 @@
+// Token-by-token decoding over the CPU decode paths (generate.h).
+#include "core/decode/generate.h"
+
+#include "core/base/error.h"
+#include "core/base/stats.h"
+#include "core/decode/cpu_decode.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+namespace gsrq {
+
+namespace {
+
+double nowMs()
+{
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::int32_t argmax(const Eigen::RowVectorXf& logits)
+{
+    Eigen::Index i = 0;
+    logits.maxCoeff(&i);
+    return std::int32_t(i);
+}
+
+} // namespace
+
+GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int32_t>& prefill,
+                           const CodebookFile& books, const std::string& booksPath, const GenerateOptions& o,
+                           const std::function<void(const GeneratePoint&)>& onPoint)
+{
+    const auto& cfg = model.config();
+    if (prefill.empty())
+        throwInvalid("generate: no prefill tokens");
+    if (o.steps < 1)
+        throwInvalid("--tokens ", o.steps, ": at least one step");
+    const auto rope = books.metadata.find("key_rope");
+    const bool post = rope != books.metadata.end() && rope->second == "post";
+    for (const DecodePath p : o.paths) {
+        if (p == DecodePath::Paper)
+            throwInvalid("--paths paper: generate runs fp16 and lookup (the paper path's cache holds keys before "
+                         "RoPE, which the FP16 cache beside it does not)");
+        if (p == DecodePath::Lookup && !post)
+            throwInvalid(booksPath, ": the lookup path reads keys after RoPE; these codebooks were trained on keys ",
+                         rope == books.metadata.end() ? "of unknown RoPE (no key_rope)" : "before RoPE",
+                         " (gsrq train --key-rope post)");
+    }
+    const int L = cfg.layers;
+    std::vector<const CodebookEntry*> kb(static_cast<std::size_t>(L)), vb(static_cast<std::size_t>(L));
+    for (int l = 0; l < L; ++l) {
+        kb[std::size_t(l)] = books.find(cat("layers.", l, ".key"));
+        vb[std::size_t(l)] = books.find(cat("layers.", l, ".value"));
+        for (const auto* e : {kb[std::size_t(l)], vb[std::size_t(l)]}) {
+            if (!e)
+                throwInvalid(booksPath, ": has no codebooks for layers.", l, ".key and .value; generate compresses ",
+                             "every layer's cache (the model has ", L, ")");
+            if (e->codebooks.features() != cfg.kvDim())
+                throwInvalid(booksPath, ": ", e->tensor, " has codebooks for ", e->codebooks.features(),
+                             " features; the model's keys and values have ", cfg.kvDim());
+        }
+    }
+    const std::int64_t P = std::int64_t(prefill.size());
+    for (const auto n : o.contexts)
+        if (n < P)
+            throwInvalid("--context ", n, ": shorter than the ", P, "-token prefill");
+
+    // The prefill: the forward pass's cache, keys after RoPE (what the FP16 and lookup paths read).
+    Llama2cModel::Cache pc;
+    const MatrixRF prefillLogits = model.forward(prefill, pc);
+    const std::int32_t first = argmax(prefillLogits.row(prefillLogits.rows() - 1));
+
+    GenerateReport rep;
+    rep.prefillTokens = P;
+    rep.contextNote = cat("a ", P, "-token prefill of the text, repeated to each context length (keys and values ",
+                          "copied; positions continue after the context)");
+    const DecodeShape shape{cfg.heads, cfg.kvHeads, cfg.headDim()};
+    for (const auto context : o.contexts) {
+        std::vector<std::unique_ptr<CpuDecodeCache>> caches;
+        for (int l = 0; l < L; ++l) {
+            CpuDecodeConfig cc;
+            cc.shape = shape;
+            cc.capacity = context + std::int64_t(o.paths.size()) * o.steps + 1;
+            cc.fp16 = true;
+            cc.ropeTheta = cfg.ropeTheta;
+            cc.threads = o.threads;
+            auto c = std::make_unique<CpuDecodeCache>(cc, kb[std::size_t(l)]->codebooks, vb[std::size_t(l)]->codebooks);
+            c->append(pc.keys[std::size_t(l)], pc.values[std::size_t(l)]);
+            c->appendRepeat(context - P);
+            caches.push_back(std::move(c));
+        }
+        rep.isa = caches.front()->isa();
+        rep.threads = caches.front()->threads();
+        std::int64_t position = context;
+        for (const DecodePath path : o.paths) {
+            GeneratePoint pt;
+            pt.context = context;
+            pt.path = path;
+            std::vector<double> stepMs, attnMs, appendMs;
+            std::int32_t token = first;
+            for (int s = 0; s < o.steps; ++s) {
+                double attn = 0, app = 0;
+                const auto attend = [&](int layer, const Eigen::RowVectorXf& q, const Eigen::RowVectorXf& k,
+                                        const Eigen::RowVectorXf& v) -> Eigen::RowVectorXf {
+                    CpuDecodeCache& c = *caches[std::size_t(layer)];
+                    const double t0 = nowMs();
+                    c.append(MatrixRF(k), MatrixRF(v));
+                    const double t1 = nowMs();
+                    c.setQuery(MatrixRF(q), 0);
+                    c.run(path);
+                    const double t2 = nowMs();
+                    app += t1 - t0;
+                    attn += t2 - t1;
+                    return c.output().row(0);
+                };
+                const double t0 = nowMs();
+                const Eigen::RowVectorXf logits = model.decodeStep(token, position++, attend);
+                stepMs.push_back(nowMs() - t0);
+                attnMs.push_back(attn);
+                appendMs.push_back(app);
+                token = argmax(logits);
+                pt.tokens.push_back(token);
+            }
+            pt.stepMs = median(stepMs);
+            pt.attentionMs = median(attnMs);
+            pt.appendMs = median(appendMs);
+            pt.tokensPerSecond = pt.stepMs > 0 ? 1000.0 / pt.stepMs : 0;
+            const double tokens = double(context); // the context the step reads (its own few tokens aside)
+            double bytes = 0;
+            for (int l = 0; l < L; ++l) {
+                const auto& k = kb[std::size_t(l)]->codebooks;
+                const double bpt = double(PackedCodes::bytesFor(k.stages, PackedCodes::bitsFor(k.k)));
+                bytes += path == DecodePath::Fp16 ? tokens * cfg.kvDim() * 2.0 * 2.0 : tokens * k.subspaces * bpt * 2.0;
+            }
+            pt.cacheBytes = bytes;
+            if (onPoint)
+                onPoint(pt);
+            rep.points.push_back(std::move(pt));
+        }
+    }
+    return rep;
+}
+
+} // namespace gsrq
