@@ -250,6 +250,20 @@ private slots:
         QCOMPARE(f.rows(), Eigen::Index(12));
         QCOMPARE(f(0, 3), float(Eigen::half(v1(7, 3))));
         QCOMPARE(f(11, 63), float(Eigen::half(v2(9, 63))));
+        // A decode step's rows, one token at a time, through a wider codebook (K = 256, 4 stages):
+        // the step encoder's codes are the quantizer's, row after row.
+        {
+            const DecodeShape s1{2, 1, 64};
+            const Codebooks kb1 = syntheticDecodeBooks(s1, 32, 4, 256, 7),
+                            vb1 = syntheticDecodeBooks(s1, 32, 4, 256, 8);
+            CpuDecodeCache one({s1, 1, 64, true, 10000, 2, ""}, kb1, vb1);
+            for (int t = 0; t < 40; ++t) {
+                const MatrixRF k = test::randomRows(1, 64, 100 + t, 0.7f), v = test::randomRows(1, 64, 200 + t, 0.7f);
+                const auto [ck, cv] = one.append(k, v);
+                QCOMPARE(ck, encode(k, kb1, 1, *backend));
+                QCOMPARE(cv, encode(v, vb1, 1, *backend));
+            }
+        }
         // Full: refused, nothing half-written.
         QVERIFY_THROWS_EXCEPTION(Error, c.append(test::randomRows(2 * 30, 64, 9), test::randomRows(2 * 30, 64, 9)));
         QCOMPARE(c.tokens(), std::int64_t(12));

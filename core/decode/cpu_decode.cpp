@@ -7,6 +7,7 @@
 #include "core/base/process.h"
 #include "core/base/stats.h"
 #include "core/cluster/cluster_backend.h"
+#include "core/cluster/nearest_kernels.h"
 #include "core/decode/cpu_kernels.h"
 #include "core/lm/rope.h"
 
@@ -129,7 +130,11 @@ struct CpuDecodeCache::Impl {
     int M = 0, bits = 0, bpt = 0;
     Codebooks keyBooks, valueBooks;          // as given (FP32), for encoding new tokens
     std::unique_ptr<ClusterBackend> encoder; // the quantizer's greedy encode of new tokens, made once
-    Codebooks kb16, vb16;                    // rounded to FP16, as floats (for references)
+    // A decode step's few new rows are encoded by the assignment kernel directly, on codewords packed
+    // once per (subspace, stage) (made at the first such append): the backend's labels, bit for bit
+    // (see encodeFew), without its per-call packing, binding and threads.
+    std::vector<nearest::NearestPanels> keyPanels, valuePanels;
+    Codebooks kb16, vb16; // rounded to FP16, as floats (for references)
     std::vector<std::uint16_t> kbh, vbh;
     std::vector<PackedCodes> kc, vc;                  // per sequence, with room for `capacity` tokens
     std::vector<std::vector<std::uint16_t>> k16, v16; // per sequence: kvHeads × capacity × headDim
@@ -292,6 +297,40 @@ const Codebooks& CpuDecodeCache::valueBooks16() const
     return m->vb16;
 }
 
+namespace {
+
+// Greedy encoding of a few rows through every stage, as encode(X, cb, 1, backend) gives it with the
+// CPU backend: each stage's label is the assignment kernel's nearest codeword of the residual (the
+// backend's exact bounds pick that kernel's label bit for bit, nearest_kernels.h and exact_bounds.h),
+// and the residual drops that codeword, in float, as the backend subtracts it. Only for the vector
+// kernels, which score a pair the same wherever it lies; the caller falls back to encode() elsewhere.
+Codes encodeFew(const MatrixRF& X, const Codebooks& cb, std::vector<nearest::NearestPanels>& panels,
+                const nearest::NearestKernels& kernel)
+{
+    const int M = cb.subspaces, R = cb.stages, D = cb.dim;
+    if (panels.empty()) {
+        panels.reserve(std::size_t(M) * std::size_t(R));
+        for (int m = 0; m < M; ++m)
+            for (int r = 0; r < R; ++r)
+                panels.push_back(nearest::packCodewords(MatrixRF(cb.book(m, r)), kernel));
+    }
+    Codes codes(X.rows(), Eigen::Index(M) * R);
+    MatrixRF res = X;
+    for (Eigen::Index i = 0; i < X.rows(); ++i)
+        for (int m = 0; m < M; ++m)
+            for (int r = 0; r < R; ++r) {
+                std::int32_t label = 0;
+                float score = 0;
+                kernel.nearest(res.data() + i * res.cols() + Eigen::Index(m) * D, 1, res.cols(),
+                               panels[std::size_t(m) * std::size_t(R) + std::size_t(r)], &label, &score);
+                codes(i, Eigen::Index(m) * R + r) = label;
+                res.block(i, Eigen::Index(m) * D, 1, D) -= cb.book(m, r).row(label);
+            }
+    return codes;
+}
+
+} // namespace
+
 std::pair<Codes, Codes> CpuDecodeCache::append(const MatrixRF& keys, const MatrixRF& values)
 {
     const auto& s = m->cfg.shape;
@@ -307,7 +346,12 @@ std::pair<Codes, Codes> CpuDecodeCache::append(const MatrixRF& keys, const Matri
         throwInvalid("append: the cache holds ", m->cfg.capacity, " tokens; ", m->tokens, " + ", n, " do not fit");
     if (n == 0)
         return {};
-    const Codes ck = encode(keys, m->keyBooks, 1, *m->encoder), cv = encode(values, m->valueBooks, 1, *m->encoder);
+    const nearest::NearestKernels& kernel = nearest::bestNearest();
+    const bool few = keys.rows() <= 16 && kernel.width > 0 && m->keyBooks.order.empty() && m->valueBooks.order.empty();
+    const Codes ck =
+        few ? encodeFew(keys, m->keyBooks, m->keyPanels, kernel) : encode(keys, m->keyBooks, 1, *m->encoder);
+    const Codes cv =
+        few ? encodeFew(values, m->valueBooks, m->valuePanels, kernel) : encode(values, m->valueBooks, 1, *m->encoder);
     for (int b = 0; b < B; ++b) {
         appendCodes(m->kc[std::size_t(b)], ck.middleRows(std::int64_t(b) * n, n));
         appendCodes(m->vc[std::size_t(b)], cv.middleRows(std::int64_t(b) * n, n));
