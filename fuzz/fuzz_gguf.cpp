@@ -8,6 +8,7 @@
 #include "core/io/gguf.h"
 #include "core/lm/gguf_model.h"
 #include "core/lm/gguf_tokenizer.h"
+#include "core/lm/llama2c.h"
 
 #include <vector>
 
@@ -25,6 +26,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             const auto tok = gsrq::BpeTokenizer::fromGguf(f);
             for (const auto id : tok.encode("Hello, world 1234 \xce\xb1\xce\xb2 \xf0\x9f\x91\x8d <|im_start|>  x\n"))
                 (void)tok.piece(id);
+        } catch (const gsrq::Error&) {
+        }
+        try { // the forward pass's weights: every tensor checked against the hyperparameters first
+            (void)gsrq::Llama2cModel::loadGguf(path);
         } catch (const gsrq::Error&) {
         }
         std::vector<float> values;

@@ -98,6 +98,10 @@ def gguf_seeds(rng):
                                             + struct.pack(f"<{len(vocab)}i", *([1] * (len(vocab) - 1) + [3]))),
               "tokenizer.ggml.bos_token_id": (4, struct.pack("<I", len(vocab) - 1))}
     put("fuzz_gguf", "bpe-vocab.gguf", gguf_file(tok_kv, []))
+    # A whole model the forward pass loads (tests/data/make_tiny_gguf.py writes it).
+    tiny = os.path.join(ROOT, "..", "tests", "data", "tiny-llama.gguf")
+    if os.path.isfile(tiny):
+        put("fuzz_gguf", "tiny-llama.gguf", open(tiny, "rb").read())
     put("fuzz_gguf", "empty.gguf", gguf_file({"general.architecture": s("llama")}, []))
     put("fuzz_gguf", "q4k-2d.gguf", gguf_file(kv, [tensors[8]], alignment=32)[:-7])  # truncated
 

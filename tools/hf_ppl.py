@@ -322,7 +322,8 @@ def main(argv=None, loaded=None):
     ap.add_argument("--sequences", type=int, default=16)
     ap.add_argument("-c", "--codebooks", action="append", default=[])
     ap.add_argument("--methods", default="", help="training-free methods, comma-separated: kivi-B[gG][rN]")
-    ap.add_argument("--layers", default="", help="layers KIVI quantizes, e.g. 0-3,7 (default: all)")
+    ap.add_argument("--layers", default="",
+                    help="layers KIVI and the codebooks quantize, e.g. 0-3,7 (default: all; as gsrq ppl --layers)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--model-dtype", choices=("auto", "f32", "bf16", "f16"), default="f32")
     ap.add_argument("--json", action="store_true")
@@ -358,6 +359,9 @@ def main(argv=None, loaded=None):
         fp32 = perplexity(model, seqs, device, torch)
         rows = [{"codebooks": "unquantized", "method": "-", "bpa": None, "perplexity": fp32}]
         for path, meta, books in files:
+            if a.layers:  # only the chosen layers' codebooks, as gsrq ppl --layers
+                books = {n: b for n, b in books.items() if n.startswith("layers.")
+                         and n.split(".")[1].isdigit() and int(n.split(".")[1]) in kivi_layers}
             hooks = CodebookHooks(model, info, meta, books, torch, device)
             try:
                 ppl = perplexity(model, seqs, device, torch)

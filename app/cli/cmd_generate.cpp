@@ -64,13 +64,20 @@ Command registerGenerate(CLI::App& root)
                 g.steps = o->steps;
                 g.threads = o->threads;
                 const auto books = readCodebookFile(o->codebooks);
-                const auto setup = perplexitySetup(o->model, o->tokenizer, o->text, o->prefill, 1, 0);
+                PerplexitySetup setup;
+                try {
+                    setup = perplexitySetup(o->model, o->tokenizer, o->text, o->prefill, 1, 0);
+                } catch (const Error& e) { // its messages name --seq-len and --sequences, which are --prefill here
+                    if (e.kind() == ErrorKind::InvalidInput && std::string(e.what()).find("--seq") != std::string::npos)
+                        throwInvalid("--prefill ", o->prefill, ": ", e.what());
+                    throw;
+                }
                 const auto& model = setup.model;
                 const auto& prefill = setup.sequences.front();
                 for (auto n : g.contexts)
-                    if (n + std::int64_t(g.paths.size()) * g.steps + 1 > model.config().maxSeq)
-                        throwInvalid("--context ", n, ": with ", g.steps * g.paths.size(),
-                                     " steps it passes the model's ", model.config().maxSeq, " positions");
+                    if (n + g.steps + 1 > model.config().maxSeq)
+                        throwInvalid("--context ", n, ": with ", g.steps, " steps it passes the model's ",
+                                     model.config().maxSeq, " positions");
                 nlohmann::ordered_json settings = {
                     {"model", o->model},     {"text", o->text},  {"codebooks", o->codebooks}, {"contexts", g.contexts},
                     {"prefill", o->prefill}, {"steps", g.steps}, {"paths", o->paths},         {"threads", g.threads}};

@@ -31,8 +31,8 @@ std::vector<int> parseLayers(const std::string& text, int layers)
     return {set.begin(), set.end()};
 }
 
-// The sequences a ppl run measures: --token-ids as given, or the text (or the model's own samples)
-// through the llama2.c tokenizer. The engine does not tokenize a GGUF model's vocabulary yet.
+// The sequences a ppl run measures: --token-ids as given; a GGUF model's text through its own
+// vocabulary; a llama2.c model's text (or its own samples) through its tokenizer.
 template <class Opts>
 std::vector<std::vector<std::int32_t>> pplSequences(const Opts& o, const Llama2cModel& model, std::int64_t* textTokens)
 {
@@ -222,7 +222,8 @@ Command registerPerplexity(CLI::App& root)
     };
     auto o = std::make_shared<Opts>();
     auto* cmd = root.add_subcommand(
-        "ppl", "Perplexity of a llama2.c model, in FP32 and with its KV cache replaced by codebooks' reconstructions");
+        "ppl", "Perplexity of a GGUF or llama2.c model, in FP32 and with its KV cache replaced by codebooks' "
+               "reconstructions");
     cmd->add_option("model", o->model, "llama2.c checkpoint (.bin) or GGUF model (llama, qwen2)")->required();
     cmd->add_option("--tokenizer", o->tokenizer,
                     "llama2.c tokenizer (.bin): a llama2.c model's, for --text and --generate");

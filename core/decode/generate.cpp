@@ -47,6 +47,16 @@ GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int
                          rope == books.metadata.end() ? "of unknown RoPE (no key_rope)" : "before RoPE",
                          " (gsrq train --key-rope post)");
     }
+    // The codebooks' keys must be in the model's RoPE pair order (the decode cache takes keys as the
+    // model makes them; gsrq ppl reorders, the decode paths do not).
+    if (const auto it = books.metadata.find("rope_pairing"); it != books.metadata.end()) {
+        const bool half = it->second == "half";
+        if (!half && it->second != "interleaved")
+            throwInvalid(booksPath, ": rope_pairing '", it->second, "' is neither interleaved nor half");
+        if (half != (cfg.pairing == RopePairing::RotateHalf))
+            throwInvalid(booksPath, ": codebooks of keys in ", it->second, " RoPE order; this model's keys are ",
+                         half ? "interleaved" : "rotate-half", ": train them on this model's own dump");
+    }
     const int L = cfg.layers;
     std::vector<const CodebookEntry*> kb(static_cast<std::size_t>(L)), vb(static_cast<std::size_t>(L));
     for (int l = 0; l < L; ++l) {
@@ -77,23 +87,25 @@ GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int
                           "copied; positions continue after the context)");
     const DecodeShape shape{cfg.heads, cfg.kvHeads, cfg.headDim()};
     for (const auto context : o.contexts) {
-        std::vector<std::unique_ptr<CpuDecodeCache>> caches;
-        for (int l = 0; l < L; ++l) {
-            CpuDecodeConfig cc;
-            cc.shape = shape;
-            cc.capacity = context + std::int64_t(o.paths.size()) * o.steps + 1;
-            cc.fp16 = true;
-            cc.ropeTheta = cfg.ropeTheta;
-            cc.threads = o.threads;
-            auto c = std::make_unique<CpuDecodeCache>(cc, kb[std::size_t(l)]->codebooks, vb[std::size_t(l)]->codebooks);
-            c->append(pc.keys[std::size_t(l)], pc.values[std::size_t(l)]);
-            c->appendRepeat(context - P);
-            caches.push_back(std::move(c));
-        }
-        rep.isa = caches.front()->isa();
-        rep.threads = caches.front()->threads();
-        std::int64_t position = context;
         for (const DecodePath path : o.paths) {
+            // Each path from the same state: its own caches of the same context.
+            std::vector<std::unique_ptr<CpuDecodeCache>> caches;
+            for (int l = 0; l < L; ++l) {
+                CpuDecodeConfig cc;
+                cc.shape = shape;
+                cc.capacity = context + o.steps + 1;
+                cc.fp16 = true;
+                cc.ropeTheta = cfg.ropeTheta;
+                cc.threads = o.threads;
+                auto c =
+                    std::make_unique<CpuDecodeCache>(cc, kb[std::size_t(l)]->codebooks, vb[std::size_t(l)]->codebooks);
+                c->append(pc.keys[std::size_t(l)], pc.values[std::size_t(l)]);
+                c->appendRepeat(context - P);
+                caches.push_back(std::move(c));
+            }
+            rep.isa = caches.front()->isa();
+            rep.threads = caches.front()->threads();
+            std::int64_t position = context;
             GeneratePoint pt;
             pt.context = context;
             pt.path = path;

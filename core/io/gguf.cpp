@@ -172,17 +172,17 @@ GgufValue readValue(Cursor& c, GgufValueType t, const std::string& key)
     if (n > c.left() / minValueBytes(v.elementType))
         c.fail("array of", key, cat(n, " elements cannot fit in the ", c.left(), " bytes left: truncated or corrupt"));
     if (v.elementType == GgufValueType::String) {
-        v.strings.reserve(std::size_t(n));
+        v.strings.reserve(std::size_t(std::min<std::uint64_t>(n, 1 << 16))); // grows as strings are read
         for (std::uint64_t i = 0; i < n; ++i)
             v.strings.push_back(c.string("string array", key));
     } else {
-        v.numbers.resize(std::size_t(n));
+        v.numbers.reserve(std::size_t(std::min<std::uint64_t>(n, 1 << 16)));
         for (std::uint64_t i = 0; i < n; ++i) {
             std::int64_t iv = 0;
             double rv = 0;
             readScalar(c, v.elementType, key, iv, rv);
-            v.numbers[std::size_t(i)] =
-                v.elementType == GgufValueType::F32 || v.elementType == GgufValueType::F64 ? rv : double(iv);
+            v.numbers.push_back(
+                v.elementType == GgufValueType::F32 || v.elementType == GgufValueType::F64 ? rv : double(iv));
         }
     }
     return v;
@@ -284,7 +284,7 @@ GgufFile GgufFile::open(const std::string& path)
         f.m_alignment = std::uint64_t(a->integer);
     }
 
-    f.m_tensors.reserve(std::size_t(nTensors));
+    f.m_tensors.reserve(std::size_t(std::min<std::uint64_t>(nTensors, 1 << 12))); // grows as entries are read
     for (std::uint64_t i = 0; i < nTensors; ++i) {
         GgufTensor t;
         t.name = c.string("tensor name", cat("#", i));

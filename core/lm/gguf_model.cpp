@@ -6,6 +6,7 @@
 #include "core/lm/rope.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 namespace gsrq {
@@ -110,12 +111,30 @@ Llama2cModel Llama2cModel::loadGguf(const std::string& path)
     if (facts.ropeScaling != "none" && facts.ropeScalingFactor != 1.0)
         throwInvalid(path, ": GGUF RoPE scaling '", facts.ropeScaling, "' (factor ", facts.ropeScalingFactor,
                      "): the engine's forward pass runs unscaled RoPE only");
+    if (f.tensor("rope_freqs.weight")) // Llama 3.1's frequency factors
+        throwInvalid(path, ": GGUF tensor 'rope_freqs.weight' scales RoPE's frequencies (Llama 3.1 and later): the "
+                           "engine's forward pass runs unscaled RoPE only");
+    // Sizes the forward pass holds in int, checked before any product of them.
+    const auto bounded = [&](const char* key, std::int64_t v, std::int64_t most) {
+        if (v < 1 || v > most)
+            throwInvalid(path, ": GGUF ", arch, ".", key, " is ", v, " (1 to ", most, ")");
+    };
+    bounded("block_count", facts.layers, 4096);
+    bounded("attention.head_count", facts.heads, 4096);
+    bounded("attention.head_count_kv", facts.kvHeads, 4096);
+    bounded("embedding_length", facts.embedding, 1 << 20);
+    bounded("attention.key_length", facts.headDim, 1 << 16);
+    bounded("feed_forward_length", facts.feedForward, 1 << 22);
+    if (!std::isfinite(facts.ropeTheta) || facts.ropeTheta <= 0)
+        throwInvalid(path, ": GGUF ", arch, ".rope.freq_base is ", facts.ropeTheta, ": must be positive");
+    if (!std::isfinite(facts.rmsEps) || facts.rmsEps < 0)
+        throwInvalid(path, ": GGUF ", arch, ".attention.layer_norm_rms_epsilon is ", facts.rmsEps, ": must be ≥ 0");
     if (facts.headDim * facts.heads != facts.embedding || facts.headDim % 2)
         throwInvalid(path, ": GGUF head_dim ", facts.headDim, " × ", facts.heads, " heads is not the embedding ",
                      facts.embedding, ", or head_dim is odd: not a shape this forward pass runs");
     const GgufTensor* embed = f.tensor("token_embd.weight");
-    if (!embed || embed->dims.size() != 2)
-        throwInvalid(path, ": GGUF model has no 2-D tensor 'token_embd.weight'");
+    if (!embed || embed->dims.size() != 2 || embed->dims[1] > (1 << 24))
+        throwInvalid(path, ": GGUF model has no 2-D tensor 'token_embd.weight' of at most 2^24 tokens");
 
     Llama2cModel m;
     auto& c = m.m_cfg;
@@ -132,8 +151,6 @@ Llama2cModel Llama2cModel::loadGguf(const std::string& path)
     c.pairing = RopePairing::RotateHalf;
     c.rmsEps = float(facts.rmsEps);
     c.attentionBias = f.tensor("blk.0.attn_q.bias") != nullptr;
-    if (c.hidden <= 0)
-        throwInvalid(path, ": GGUF ", arch, ".feed_forward_length is missing or not positive");
 
     m.m_embed = ggufMatrix(f, "token_embd.weight", c.vocab, c.dim);
     const bool permuted = arch == "llama";

@@ -147,8 +147,10 @@ std::string BpeTokenizer::piece(std::int32_t id) const
 {
     std::uint32_t cp[256];
     byteChars(cp);
+    if (id < 0 || id >= size())
+        throwInvalid("token id ", id, " is outside the vocabulary (", size(), " tokens)");
     std::string out;
-    const std::string& s = m_tokens.at(std::size_t(id));
+    const std::string& s = m_tokens[std::size_t(id)];
     for (std::size_t i = 0; i < s.size();) {
         const auto c0 = static_cast<unsigned char>(s[i]);
         const int len = c0 < 0x80 ? 1 : c0 < 0xE0 ? 2 : c0 < 0xF0 ? 3 : 4;
@@ -167,9 +169,12 @@ std::string BpeTokenizer::piece(std::int32_t id) const
 
 void BpeTokenizer::encodePiece(const std::string& bytes, std::vector<std::int32_t>& out) const
 {
-    if (const auto hit = m_cache.find(bytes); hit != m_cache.end()) {
-        out.insert(out.end(), hit->second.begin(), hit->second.end());
-        return;
+    {
+        const std::lock_guard<std::mutex> lock(*m_cacheMutex);
+        if (const auto hit = m_cache.find(bytes); hit != m_cache.end()) {
+            out.insert(out.end(), hit->second.begin(), hit->second.end());
+            return;
+        }
     }
     std::vector<std::int32_t> sym;
     sym.reserve(bytes.size());
@@ -192,8 +197,11 @@ void BpeTokenizer::encodePiece(const std::string& bytes, std::vector<std::int32_
         sym[at] = m_index.at(m_tokens[std::size_t(sym[at])] + m_tokens[std::size_t(sym[at + 1])]);
         sym.erase(sym.begin() + std::ptrdiff_t(at) + 1);
     }
-    if (bytes.size() <= 64 && m_cache.size() < (1u << 20))
-        m_cache.emplace(bytes, sym);
+    if (bytes.size() <= 64) {
+        const std::lock_guard<std::mutex> lock(*m_cacheMutex);
+        if (m_cache.size() < (1u << 20))
+            m_cache.emplace(bytes, sym);
+    }
     out.insert(out.end(), sym.begin(), sym.end());
 }
 

@@ -9,12 +9,14 @@
 // UTF-8 with Unicode properties); each piece's bytes are mapped to GPT-2's printable characters;
 // BPE merges the adjacent pair of lowest merge rank until none is left; the pieces are looked up.
 // Pre-tokenizers: "qwen2" (Qwen2's split, digits one by one) and "smollm", "gpt2" and "default"
-// (GPT-2's byte-level split, as transformers builds it for those files). Thread-compatible.
+// (GPT-2's byte-level split, as transformers builds it for those files). Thread-safe: encode may run
+// on one tokenizer from several threads (its cache of pieces is locked).
 
 #include "core/io/gguf.h"
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -52,6 +54,7 @@ private:
     struct Regex;
     std::unique_ptr<Regex> m_regex;
     mutable std::unordered_map<std::string, std::vector<std::int32_t>> m_cache; // piece → ids
+    mutable std::unique_ptr<std::mutex> m_cacheMutex = std::make_unique<std::mutex>();
 };
 
 } // namespace gsrq

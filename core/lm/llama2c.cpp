@@ -157,10 +157,10 @@ MatrixRF Llama2cModel::forward(std::span<const std::int32_t> tokens, Cache& cach
     const auto& c = m_cfg;
     const int T = int(tokens.size()), start = cache.length, hd = c.headDim(), group = c.heads / c.kvHeads;
     if (start + T > c.maxSeq)
-        throwInvalid("llama2.c model: ", start + T, " positions, the model was built for ", c.maxSeq);
+        throwInvalid(c.architecture, " model: ", start + T, " positions, the model was built for ", c.maxSeq);
     for (auto t : tokens)
         if (t < 0 || t >= c.vocab)
-            throwInvalid("llama2.c model: token ", t, " is outside the vocabulary (", c.vocab, ")");
+            throwInvalid(c.architecture, " model: token ", t, " is outside the vocabulary (", c.vocab, ")");
     if (cache.keys.empty()) {
         cache.keys.assign(std::size_t(c.layers), MatrixRF(0, c.kvDim()));
         cache.values.assign(std::size_t(c.layers), MatrixRF(0, c.kvDim()));

@@ -283,6 +283,8 @@ KvHook codebookHook(const CodebookFile& file, const std::string& path, const Lla
     // model has feature 2j (j < hd/2) or 2(j − hd/2) + 1, and the other way round: the keys are put in
     // the codebooks' order for them and back. from[f]: the model's feature that is the file's f.
     const auto pairingMeta = file.metadata.find("rope_pairing");
+    if (pairingMeta != file.metadata.end() && pairingMeta->second != "half" && pairingMeta->second != "interleaved")
+        throwInvalid(path, ": rope_pairing '", pairingMeta->second, "' is neither interleaved nor half");
     const RopePairing filePairing = pairingMeta != file.metadata.end() && pairingMeta->second == "interleaved"
                                         ? RopePairing::Interleaved
                                     : pairingMeta != file.metadata.end() ? RopePairing::RotateHalf

@@ -210,8 +210,12 @@ def test_an_unplaceable_layout_is_refused(loaded):
         hooks.remove()
 
 
-def test_quick_table_end_to_end(smollm2, devil, tmp_path):
-    """tools/real_table.py --budget quick, recorded into a store of its own."""
+def test_quick_table_end_to_end(smollm2, devil, loaded, capsys, tmp_path):
+    """tools/real_table.py --budget quick, recorded into a store of its own; then its GSRQ codebooks
+    in the engine's forward pass (`gsrq ppl MODEL.gguf -c`) against tools/hf_ppl.py -c on the same
+    sequences: one layer's keys (before RoPE, rotate-half order in both) and values reconstructed,
+    measured within 1e-5 of each other, held to 1e-4 (FP32 sums in another order; one layer, so no
+    rounding cascade through later layers' encodings)."""
     env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "xdg"), GSRQ_CLI=GSRQ)
     out = tmp_path / "table"
     r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "real_table.py"), "--model", "smollm2",
@@ -233,6 +237,21 @@ def test_quick_table_end_to_end(smollm2, devil, tmp_path):
     recorded = json.loads(runs.stdout)["runs"]
     assert len(recorded) == 1 and recorded[0]["summary"]["fp32_perplexity"] == pytest.approx(rows["fp32"]["perplexity"])
     assert set(recorded[0]["summary"]["methods"]) == set(rows)
+
+    books = [str(p) for p in out.glob("codebooks-gsrq@1-*.safetensors")]
+    assert len(books) == 1, list(out.iterdir())
+    ids = str(tmp_path / "ids.txt")
+    capsys.readouterr()
+    assert hf_ppl.main(["--model", smollm2, "--text", devil[1], "--seq-len", "128", "--sequences", "2", "-c", books[0],
+                        "--layers", "15", "--save-token-ids", ids, "--json"], loaded=loaded) == 0
+    theirs = json.loads(capsys.readouterr().out)["results"]
+    r = subprocess.run([GSRQ, "--no-db", "ppl", smollm2, "--token-ids", ids, "-c", books[0], "--layers", "15", "--json",
+                        "-q"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    ours = json.loads(r.stdout)["results"]
+    assert ours[0]["perplexity"] == pytest.approx(theirs[0]["perplexity"], rel=1e-4)  # FP32
+    assert ours[1]["perplexity"] == pytest.approx(theirs[1]["perplexity"], rel=1e-4)  # layer 15 from the codebooks
+    assert ours[1]["perplexity"] != pytest.approx(ours[0]["perplexity"], rel=1e-4)
 
 
 def test_a_model_too_big_for_memory_is_refused(smollm2, monkeypatch):
