@@ -264,6 +264,21 @@ private slots:
                 QCOMPARE(cv, encode(v, vb1, 1, *backend));
             }
         }
+        // FP16 copies only: the rows rounded, their codes 0, the FP16 path reads them as append's.
+        {
+            const DecodeShape s1{2, 1, 64};
+            const Codebooks kb1 = syntheticDecodeBooks(s1, 32, 2, 16, 3), vb1 = syntheticDecodeBooks(s1, 32, 2, 16, 4);
+            CpuDecodeCache a({s1, 1, 16, true, 10000, 1, ""}, kb1, vb1), b({s1, 1, 16, true, 10000, 1, ""}, kb1, vb1);
+            const MatrixRF k = test::randomRows(9, 64, 11, 0.5f), v = test::randomRows(9, 64, 12, 0.5f);
+            a.append(k, v);
+            b.appendFp16(k, v);
+            QCOMPARE(b.tokens(), std::int64_t(9));
+            QCOMPARE(b.fp16Keys(0), a.fp16Keys(0));
+            QCOMPARE(b.fp16Values(0), a.fp16Values(0));
+            QVERIFY((unpackCodes(b.keyCodes(0)).array() == 0).all());
+            const MatrixRF q = test::randomRows(1, 128, 13);
+            QCOMPARE(b.decode(DecodePath::Fp16, q), a.decode(DecodePath::Fp16, q));
+        }
         // Full: refused, nothing half-written.
         QVERIFY_THROWS_EXCEPTION(Error, c.append(test::randomRows(2 * 30, 64, 9), test::randomRows(2 * 30, 64, 9)));
         QCOMPARE(c.tokens(), std::int64_t(12));

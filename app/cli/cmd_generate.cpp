@@ -136,8 +136,8 @@ Command registerGenerate(CLI::App& root)
                                     p.stepMs > 0 ? 100 * p.attentionMs / p.stepMs : 0.0, p.appendMs, p.tokensPerSecond,
                                     humanBytes(p.cacheBytes).c_str());
                     std::printf("\nms/token: the whole step (median of %d); attention: the cache's decode kernel in "
-                                "every layer; append: quantize-and-pack and the FP16 copy of the new token (both "
-                                "paths pay it here)\n",
+                                "every layer; append: the new token's FP16 copy (fp16), with its quantize-and-pack "
+                                "(lookup)\n",
                                 g.steps);
                 });
             }};

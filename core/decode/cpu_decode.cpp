@@ -333,6 +333,18 @@ Codes encodeFew(const MatrixRF& X, const Codebooks& cb, std::vector<nearest::Nea
 
 std::pair<Codes, Codes> CpuDecodeCache::append(const MatrixRF& keys, const MatrixRF& values)
 {
+    return appendRows(keys, values, true);
+}
+
+void CpuDecodeCache::appendFp16(const MatrixRF& keys, const MatrixRF& values)
+{
+    if (!m->cfg.fp16)
+        throwInvalid("appendFp16: this cache keeps no FP16 rows");
+    appendRows(keys, values, false);
+}
+
+std::pair<Codes, Codes> CpuDecodeCache::appendRows(const MatrixRF& keys, const MatrixRF& values, bool quantize)
+{
     const auto& s = m->cfg.shape;
     const std::int64_t F = std::int64_t(s.kvHeads) * s.headDim;
     const int B = m->cfg.batch;
@@ -348,10 +360,14 @@ std::pair<Codes, Codes> CpuDecodeCache::append(const MatrixRF& keys, const Matri
         return {};
     const nearest::NearestKernels& kernel = nearest::bestNearest();
     const bool few = keys.rows() <= 16 && kernel.width > 0 && m->keyBooks.order.empty() && m->valueBooks.order.empty();
-    const Codes ck =
-        few ? encodeFew(keys, m->keyBooks, m->keyPanels, kernel) : encode(keys, m->keyBooks, 1, *m->encoder);
-    const Codes cv =
-        few ? encodeFew(values, m->valueBooks, m->valuePanels, kernel) : encode(values, m->valueBooks, 1, *m->encoder);
+    // Without quantizing, the tokens' codes are code 0 of every stage (the FP16 path never reads them).
+    const Codes zero = Codes::Zero(keys.rows(), Eigen::Index(m->keyBooks.subspaces) * m->keyBooks.stages);
+    const Codes ck = !quantize ? zero
+                     : few     ? encodeFew(keys, m->keyBooks, m->keyPanels, kernel)
+                               : encode(keys, m->keyBooks, 1, *m->encoder);
+    const Codes cv = !quantize ? zero
+                     : few     ? encodeFew(values, m->valueBooks, m->valuePanels, kernel)
+                               : encode(values, m->valueBooks, 1, *m->encoder);
     for (int b = 0; b < B; ++b) {
         appendCodes(m->kc[std::size_t(b)], ck.middleRows(std::int64_t(b) * n, n));
         appendCodes(m->vc[std::size_t(b)], cv.middleRows(std::int64_t(b) * n, n));

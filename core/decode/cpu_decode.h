@@ -71,6 +71,9 @@ public:
     // with a beam of 1)
     // and packed, with their FP16 copies. Returns the codes chosen (keys, values), for checks.
     std::pair<Codes, Codes> append(const MatrixRF& keys, const MatrixRF& values);
+    // The same rows as FP16 copies only, their codes left at code 0: a cache that only the FP16 path
+    // reads pays no quantization (as an FP16 engine's would not). Error(InvalidInput) without FP16 rows.
+    void appendFp16(const MatrixRF& keys, const MatrixRF& values);
     // Appends `tokens` seeded random tokens to every sequence (codes uniform over K, FP16 rows in
     // ±1): the benchmark's synthetic cache.
     void appendRandom(std::int64_t tokens, std::uint64_t seed);
@@ -108,6 +111,7 @@ public:
     struct Impl;
 
 private:
+    std::pair<Codes, Codes> appendRows(const MatrixRF& keys, const MatrixRF& values, bool quantize);
     std::unique_ptr<Impl> m;
 };
 

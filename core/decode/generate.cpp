@@ -117,7 +117,10 @@ GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int
                                         const Eigen::RowVectorXf& v) -> Eigen::RowVectorXf {
                     CpuDecodeCache& c = *caches[std::size_t(layer)];
                     const double t0 = nowMs();
-                    c.append(MatrixRF(k), MatrixRF(v));
+                    if (path == DecodePath::Fp16)
+                        c.appendFp16(MatrixRF(k), MatrixRF(v)); // an FP16 cache quantizes nothing
+                    else
+                        c.append(MatrixRF(k), MatrixRF(v));
                     const double t1 = nowMs();
                     c.setQuery(MatrixRF(q), 0);
                     c.run(path);

@@ -4,8 +4,9 @@
 // the lookup path, timed step by step. The context is a real prefill (the forward pass over the
 // text's first tokens) repeated to the asked length (codes and FP16 rows copied, not re-encoded),
 // and is labelled so. Each step runs the whole model; its time is split into the attention (the
-// cache's decode kernel), the quantize-and-append of the new token, and the rest (the weights'
-// products, norms, RoPE), so the attention's share of a real step is measured, not modelled.
+// cache's decode kernel), the append of the new token (the FP16 path copies it, the compressed path
+// also quantizes it) and the rest (the weights' products, norms, RoPE), so the attention's share of a
+// real step is measured, not modelled.
 
 #include "core/cluster/codebook_file.h"
 #include "core/decode/decode_bench.h"
