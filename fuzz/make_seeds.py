@@ -32,6 +32,17 @@ def safetensors(tensors, metadata=None):
     return struct.pack("<Q", len(text)) + text + data
 
 
+def gpt2_byte_chars():
+    """GPT-2's printable character of each byte (byte-level BPE vocabularies start with these 256)."""
+    chars = [chr(b) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174 else None for b in range(256)]
+    n = 256
+    for b in range(256):
+        if chars[b] is None:
+            chars[b] = chr(n)
+            n += 1
+    return chars
+
+
 def gguf_file(kv, tensors, alignment=32):
     """A GGUF v3 file: kv {key: (value type, packed value bytes)}, tensors [(name, dims, type, bytes)]."""
     def string(x):
@@ -81,13 +92,7 @@ def gguf_seeds(rng):
         tensors.append((f"t{ttype}", [n], ttype, bytes(raw)))
     put("fuzz_gguf", "every-type.gguf", gguf_file(kv, tensors))
     # A byte-level BPE vocabulary: GPT-2's 256 byte characters, three merges and a special token.
-    chars = [chr(b) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174 else None for b in range(256)]
-    n = 256
-    for b in range(256):
-        if chars[b] is None:
-            chars[b] = chr(n)
-            n += 1
-    vocab = chars + ["He", "ll", "Hell", "<|im_start|>"]
+    vocab = gpt2_byte_chars() + ["He", "ll", "Hell", "<|im_start|>"]
     merges = ["H e", "l l", "He ll"]
     def strings(xs):
         return struct.pack("<IQ", 8, len(xs)) + b"".join(s(x)[1] for x in xs)

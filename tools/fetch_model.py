@@ -177,6 +177,16 @@ def fetch(name, model, d, log, pip=None):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def model_path(name):
+    """The GGUF file of model `name`: from the cache, fetched first where it is not there (quietly).
+    Raises InputError for a name the manifest does not know or a fetch that fails its checks."""
+    models = load_manifest()
+    if name not in models:
+        raise InputError(f"{name}: not a known model ({', '.join(models)})")
+    d = os.path.join(cache_root(), "models", name)
+    return cached(models[name], d, False) or fetch(name, models[name], d, lambda msg: None)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("name", nargs="?", help="a model of tools/python/models.json (--list names them)")

@@ -100,9 +100,11 @@ def main(argv=None):
     path = a.gguf
     if a.model:
         import fetch_model
-        if fetch_model.main([a.model, "--quiet"]) != 0:
+        try:
+            path = fetch_model.model_path(a.model)
+        except fetch_model.InputError as e:
+            print(e, file=sys.stderr)
             return 2
-        path = os.path.join(fetch_model.cache_root(), "models", a.model, fetch_model.load_manifest()[a.model]["file"])
     if not path or not os.path.isfile(path):
         print(f"gguf_tokenizer_check.py: give a GGUF file or --model NAME (got {path!r})", file=sys.stderr)
         return 2

@@ -2,6 +2,7 @@
 #include "commands.h"
 #include "core/base/error.h"
 #include "core/io/kv_dump.h"
+#include "core/lm/llama2c.h"
 #include "gpu/device/device.h"
 
 #include <cstdio>
@@ -24,7 +25,7 @@ Command registerInfo(CLI::App& root)
     cmd->add_flag("--checksums", o->checksums,
                   "GGUF: the SHA-256 of each tensor's dequantized FP32 values (little-endian, storage order)");
     return {cmd, [o] {
-                if (isGgufFile(o->path)) {
+                if (isGgufModel(o->path)) {
                     printGgufInfo(o->path, o->json, o->checksums);
                     return;
                 }

@@ -18,13 +18,6 @@
 
 namespace gsrq::cli {
 
-bool isGgufFile(const std::string& path)
-{
-    std::ifstream in(path, std::ios::binary);
-    char magic[4] = {};
-    return in.read(magic, 4) && std::string(magic, 4) == "GGUF";
-}
-
 namespace {
 
 // SHA-256 of the tensor's FP32 values, little-endian, in storage order; dequantized a slab of rows at
@@ -143,7 +136,7 @@ Command registerTokenize(CLI::App& root)
     cmd->add_option("--text", o->text, "UTF-8 text file")->required();
     cmd->add_flag("--reflow", o->reflow, "Re-flow the text first, as gsrq ppl reads it (one paragraph per line)");
     return {cmd, [o] {
-                if (!isGgufFile(o->model))
+                if (!isGgufModel(o->model))
                     throwInvalid(o->model, ": not a GGUF model");
                 const BpeTokenizer tok = BpeTokenizer::fromGguf(GgufFile::open(o->model));
                 std::ifstream f(o->text, std::ios::binary);

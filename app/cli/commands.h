@@ -15,11 +15,10 @@ struct Command {
 };
 
 // One file per command family, named after it (cmd_<family>.cpp).
-Command registerInfo(CLI::App& root);     // cmd_info.cpp: info
-bool isGgufFile(const std::string& path); // cmd_info_gguf.cpp: info of a GGUF model
-void printGgufInfo(const std::string& path, bool json, bool checksums);
-Command registerTokenize(CLI::App& root); // cmd_info_gguf.cpp: tokenize
-Command registerCompare(CLI::App& root);  // cmd_compare.cpp: compare, sweep
+Command registerInfo(CLI::App& root);                                   // cmd_info.cpp: info
+void printGgufInfo(const std::string& path, bool json, bool checksums); // cmd_info_gguf.cpp: info of a GGUF model
+Command registerTokenize(CLI::App& root);                               // cmd_info_gguf.cpp: tokenize
+Command registerCompare(CLI::App& root);                                // cmd_compare.cpp: compare, sweep
 Command registerSweep(CLI::App& root);
 Command registerPaperCheck(CLI::App& root); // cmd_paper.cpp: paper-check
 Command registerSynth(CLI::App& root);      // cmd_synth.cpp: synth

@@ -15,17 +15,12 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "fuzz"))
-from make_seeds import gguf_file  # noqa: E402
+from make_seeds import gguf_file, gpt2_byte_chars  # noqa: E402
 
 
 def main():
     rng = np.random.default_rng(2026)
-    chars = [chr(b) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174 else None for b in range(256)]
-    n = 256
-    for b in range(256):
-        if chars[b] is None:
-            chars[b] = chr(n)
-            n += 1
+    chars = gpt2_byte_chars()
     sp = chars[32]  # the space's character
     pairs = ["t h", "th e", "a n", "i n", "e r", "o n", "r e", "e s", "o r", "e n", "a t", "t o", "i s", "a r",
              "e d", "i t", "o u", "h a", "s t", "l e", f"{sp} t", f"{sp} a", f"{sp} o", f"{sp} w",

@@ -40,9 +40,11 @@ def main(argv=None):
     import torch
     path = a.model
     if not os.path.isfile(path):
-        if fetch_model.main([a.model, "--quiet"]) != 0:
+        try:
+            path = fetch_model.model_path(a.model)
+        except fetch_model.InputError as e:
+            print(e, file=sys.stderr)
             return 2
-        path = os.path.join(fetch_model.cache_root(), "models", a.model, fetch_model.load_manifest()[a.model]["file"])
     torch.set_num_threads(a.threads)
     ns = dump_kv.argparse.Namespace(model=path, device="cpu", model_dtype="f32", seq_len=a.seq_len, no_grad=True)
     loaded = dump_kv.load_model(ns, seq_len=a.seq_len, backward=False)

@@ -67,9 +67,11 @@ def main(argv=None):
     import texts
     path = a.model
     if not os.path.isfile(path):
-        if fetch_model.main([a.model, "--quiet"]) != 0:
+        try:
+            path = fetch_model.model_path(a.model)
+        except fetch_model.InputError as e:
+            print(e, file=sys.stderr)
             return 2
-        path = os.path.join(fetch_model.cache_root(), "models", a.model, fetch_model.load_manifest()[a.model]["file"])
     if not os.path.isfile(a.python):
         print(f"llamacpp_decode.py: no llama-cpp-python environment at {a.python} (see --help)", file=sys.stderr)
         return 2
