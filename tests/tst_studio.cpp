@@ -65,6 +65,7 @@
 #include <nlohmann/json.hpp>
 
 #include <optional>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -167,6 +168,7 @@ private slots:
     void latencyFrontierPrefersMeasuredPoints();
     void latencyRunFillsTheChartOnTheCpu();
     void latencyRunFillsTheChartOnAGpu();
+    void latencyPageDecodesARealModel();
     void perplexityModelFollowsTheDump();
     void failedRunRecordsTheEnginesMessage();
     void nestedSettingsDifferKeyByKey();
@@ -1676,6 +1678,84 @@ void TestStudio::latencyRunFillsTheChartOnTheCpu()
     QVERIFY(page->messageText().contains("latest 1"));
     for (int r = 0; r < 3; ++r)
         QVERIFY2(table->item(r, 6)->text().contains("s"), qPrintable(table->item(r, 6)->text()));
+}
+
+// The Latency page's second tab decodes a GGUF model token by token (the bundled synthetic tiny
+// llama, random codebooks of keys after RoPE: timing does not depend on their values) at two
+// contexts, fills its chart per path, and records a generate run with the CLI's metrics.
+void TestStudio::latencyPageDecodesARealModel()
+{
+    auto* page = m_window->latencyPage();
+    m_window->showPage("latency");
+    const QString gguf = QStringLiteral(GSRQ_SOURCE_DIR "/tests/data/tiny-llama.gguf");
+    QTemporaryDir dir;
+    const QString books = dir.filePath("post.safetensors");
+    {
+        CodebookFile f;
+        f.metadata = {{"key_rope", "post"}, {"method", "gskm"}, {"dim", "8"}, {"stages", "2"}, {"k", "16"}};
+        std::mt19937 rng(3);
+        std::normal_distribution<float> n(0.f, 0.5f);
+        for (int l = 0; l < 2; ++l) // the tiny model: 2 layers, KV width 16
+            for (const char* kind : {"key", "value"}) {
+                CodebookEntry e;
+                e.tensor = "layers." + std::to_string(l) + "." + kind;
+                e.codebooks.allocate(8, 2, 16, 2);
+                for (auto& v : e.codebooks.data)
+                    v = n(rng);
+                f.entries.push_back(std::move(e));
+            }
+        writeCodebookFile(books.toStdString(), f, DType::F32);
+    }
+    page->findChild<QLineEdit*>("genModel")->setText(gguf);
+    page->findChild<QLineEdit*>("genText")->setText(QStringLiteral(GSRQ_SOURCE_DIR "/README.md"));
+    page->findChild<QLineEdit*>("genCodebooks")->setText(QString());
+    page->findChild<QLineEdit*>("genContexts")->setText("64,200");
+    page->findChild<QSpinBox*>("genPrefill")->setValue(32);
+    page->findChild<QSpinBox*>("genTokens")->setValue(2);
+    page->findChild<QSpinBox*>("threads")->setValue(1);
+    // No codebooks: said, nothing started.
+    QSignalSpy shown(m_window.get(), &MainWindow::messageShown);
+    page->decodeModelButton()->click();
+    QCOMPARE(shown.size(), 1);
+    QVERIFY(shown.first().first().toString().contains("Codebooks"));
+    QVERIFY(page->decodeModelButton()->isEnabled());
+
+    page->findChild<QLineEdit*>("genCodebooks")->setText(books);
+    QSignalSpy done(&m_window->context().runner(), &JobRunner::finished);
+    page->decodeModelButton()->click();
+    QVERIFY(!page->decodeModelButton()->isEnabled());
+    QVERIFY2(done.wait(test::waitMs(120000)), qPrintable(page->modelLog()));
+    QTRY_VERIFY(page->modelLog().contains("32-token prefill"));
+    page->modelChart()->flush();
+    for (const char* series : {"fp16 ms/token", "lookup ms/token", "fp16 attention ms", "lookup attention ms"}) {
+        const auto pts = page->modelChart()->points(series);
+        QCOMPARE(pts.size(), 2);
+        QCOMPARE(pts[0].x(), 64.0);
+        QCOMPARE(pts[1].x(), 200.0);
+        QVERIFY(pts[0].y() > 0);
+    }
+    // The attention is part of the step.
+    QVERIFY(page->modelChart()->points("lookup attention ms")[1].y() <
+            page->modelChart()->points("lookup ms/token")[1].y());
+    RunStore store(m_store.toStdString());
+    const auto runs = store.listRuns({"generate", RunStatus::Done, "", 1});
+    QCOMPARE(int(runs.size()), 1);
+    const auto settings = nlohmann::json::parse(runs[0].settingsJson);
+    QCOMPARE(settings["prefill"].get<int>(), 32);
+    QCOMPARE(settings["paths"], nlohmann::json::parse(R"(["fp16","lookup"])"));
+    int cacheBytes = 0;
+    for (const auto& m : store.metrics(runs[0].id))
+        if (m.name == "cache_bytes" && m.scope == "lookup@200") {
+            // 2 layers × 200 tokens × 2 subspaces × 4 bytes of packed codes × (keys and values), as
+            // the CLI's JSON reports it (tst_model generateReportsLatencyPerPath)
+            QCOMPARE(m.value, 2 * 200.0 * 2 * 4 * 2);
+            ++cacheBytes;
+        }
+    QCOMPARE(cacheBytes, 1);
+    // Show stored runs draws the recorded run's series.
+    page->refresh();
+    page->modelChart()->flush();
+    QCOMPARE(page->modelChart()->points(QString("run %1: lookup ms/token").arg(runs[0].id)).size(), 2);
 }
 
 void TestStudio::latencyRunFillsTheChartOnAGpu()

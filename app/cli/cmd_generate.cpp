@@ -8,6 +8,7 @@
 #include "core/base/version.h"
 #include "core/cluster/codebook_file.h"
 #include "core/decode/generate.h"
+#include "core/jobs/run_records.h"
 #include "core/lm/perplexity.h"
 #include "recording.h"
 
@@ -78,30 +79,24 @@ Command registerGenerate(CLI::App& root)
                     if (n + g.steps + 1 > model.config().maxSeq)
                         throwInvalid("--context ", n, ": with ", g.steps, " steps it passes the model's ",
                                      model.config().maxSeq, " positions");
-                nlohmann::ordered_json settings = {
-                    {"model", o->model},     {"text", o->text},  {"codebooks", o->codebooks}, {"contexts", g.contexts},
-                    {"prefill", o->prefill}, {"steps", g.steps}, {"paths", o->paths},         {"threads", g.threads}};
+                const auto settings = generateRunSettings(o->model, o->text, o->codebooks, o->prefill, g);
                 CliRun run("generate", settings.dump(), o->model, {o->model}, "cpu", "CPU");
                 run.guard([&] {
-                    const auto rep = runGenerate(model, prefill, books, o->codebooks, g, [&](const GeneratePoint& p) {
-                        if (!o->quiet && !o->json)
-                            std::fprintf(stderr, "  %lld tokens, %s: %.1f ms a token\n", (long long)p.context,
-                                         decodePathName(p.path), p.stepMs);
-                    });
-                    if (run) {
-                        std::vector<MetricRow> ms;
-                        for (const auto& p : rep.points) {
-                            const std::string scope = cat(decodePathName(p.path), "@", p.context);
-                            for (const auto& [name, v] : {std::pair{"step_ms", p.stepMs},
-                                                          {"attention_ms", p.attentionMs},
-                                                          {"append_ms", p.appendMs},
-                                                          {"tokens_per_second", p.tokensPerSecond},
-                                                          {"cache_bytes", p.cacheBytes}})
-                                ms.push_back({scope, decodePathName(p.path), "", -1, -1, name, v});
-                        }
-                        run->recordMetrics(ms);
-                    }
-                    run.done();
+                    const auto rep = runGenerate(
+                        model, prefill, books, o->codebooks, g,
+                        [&](const GeneratePoint& p) {
+                            if (run) {
+                                run->recordMetrics(generateMetrics(p));
+                                run->recordSeries(generateSeries(p));
+                            }
+                            if (!o->quiet && !o->json)
+                                std::fprintf(stderr, "  %lld tokens, %s: %.1f ms a token\n", (long long)p.context,
+                                             decodePathName(p.path), p.stepMs);
+                        },
+                        [] { return stopRequested(); });
+                    if (stopRequested())
+                        run.cancelled(generateRunSummary(rep).dump()); // throws Cancelled
+                    run.done(generateRunSummary(rep).dump());
                     if (o->json) {
                         nlohmann::ordered_json pts = nlohmann::ordered_json::array();
                         for (const auto& p : rep.points)

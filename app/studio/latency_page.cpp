@@ -4,8 +4,10 @@
 #include "core/decode/cpu_bench.h"
 #include "core/decode/cpu_decode.h"
 #include "core/decode/decode_bench.h"
+#include "core/decode/generate.h"
 #include "core/jobs/decode_frontier.h"
 #include "core/jobs/run_records.h"
+#include "core/lm/perplexity.h"
 #include "gpu/decode/decode.h"
 #include "views/chart_panel.h"
 
@@ -18,6 +20,7 @@
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSpinBox>
+#include <QTabWidget>
 #include <QTableWidget>
 #include <QVBoxLayout>
 
@@ -180,7 +183,8 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     buttons->addWidget(refreshButton);
     buttons->addStretch(1);
 
-    auto* layout = new QVBoxLayout(this);
+    auto* kernels = new QWidget(this);
+    auto* layout = new QVBoxLayout(kernels);
     layout->addWidget(m_message);
     layout->addLayout(form);
     layout->addLayout(buttons);
@@ -200,6 +204,80 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     layout->addWidget(new QLabel(tr("Speed and quality at equal bits (recorded runs)"), this));
     layout->addWidget(m_table);
 
+    // A real model, token by token (gsrq generate): the whole step, not one layer's kernel.
+    m_genModel = new QLineEdit(m_ctx.pplModelPath(), this);
+    m_genModel->setObjectName("genModel");
+    m_genModel->setToolTip(tr("A GGUF model (llama, qwen2) or a llama2.c checkpoint (its tokenizer: the one set in "
+                              "Preferences)"));
+    m_genText = new QLineEdit(this);
+    m_genText->setObjectName("genText");
+    m_genText->setPlaceholderText(tr("text file whose first tokens are the prefill (a llama2.c model: empty for its "
+                                     "own samples)"));
+    m_genBooks = new QLineEdit(this);
+    m_genBooks->setObjectName("genCodebooks");
+    m_genBooks->setPlaceholderText(tr("codebooks of every layer's keys (gsrq train --key-rope post) and values"));
+    m_genContexts = new QLineEdit("4096,16384,32768", this);
+    m_genContexts->setObjectName("genContexts");
+    m_genPrefill = new QSpinBox(this);
+    m_genPrefill->setObjectName("genPrefill");
+    m_genPrefill->setRange(2, 1 << 20);
+    m_genPrefill->setValue(256);
+    m_genPrefill->setToolTip(tr("Tokens of the text run through the forward pass; the context repeats them to length "
+                                "(keys and values copied, labelled so)"));
+    m_genTokens = new QSpinBox(this);
+    m_genTokens->setObjectName("genTokens");
+    m_genTokens->setRange(1, 4096);
+    m_genTokens->setValue(8);
+    m_genTokens->setToolTip(tr("Timed decode steps per context and path (the medians are shown)"));
+    m_genRun = new QPushButton(tr("Decode the model"), this);
+    m_genRun->setObjectName("runGenerate");
+    auto* genCancel = new QPushButton(tr("Cancel"), this);
+    genCancel->setEnabled(false);
+    m_genLog = new QPlainTextEdit(this);
+    m_genLog->setReadOnly(true);
+    m_genLog->setMaximumBlockCount(2000);
+    m_genLog->setMaximumHeight(140);
+    m_modelChart = new views::ChartPanel(tr("A real model's decode step"), tr("context length"), tr("ms"), this);
+    m_modelChart->setObjectName("modelChart");
+    m_modelChart->setLogX(true);
+    m_modelChart->setEmptyText(tr("Choose a model, a text and codebooks, and press Decode the model: each path's "
+                                  "whole step (ms a token) and its attention, at each context."));
+    auto* genForm = new QFormLayout;
+    genForm->addRow(tr("Model"), m_genModel);
+    genForm->addRow(tr("Text"), m_genText);
+    genForm->addRow(tr("Codebooks"), m_genBooks);
+    auto* genSizes = new QHBoxLayout;
+    genSizes->addWidget(m_genContexts, 1);
+    genSizes->addWidget(new QLabel(tr("prefill"), this));
+    genSizes->addWidget(m_genPrefill);
+    genSizes->addWidget(new QLabel(tr("timed tokens"), this));
+    genSizes->addWidget(m_genTokens);
+    genForm->addRow(tr("Context lengths"), genSizes);
+    auto* genButtons = new QHBoxLayout;
+    genButtons->addWidget(m_genRun);
+    genButtons->addWidget(genCancel);
+    genButtons->addStretch(1);
+    auto* modelTab = new QWidget(this);
+    auto* genLayout = new QVBoxLayout(modelTab);
+    auto* genNote = new QLabel(tr("The model decoded token by token with its KV cache in FP16 and compressed (the "
+                                  "lookup path), on this CPU with the threads of the first tab: the step, the "
+                                  "attention's share of it, tokens per second and the cache's bytes, recorded as a "
+                                  "<b>generate</b> run (as <tt>gsrq generate</tt>)."),
+                               this);
+    genNote->setWordWrap(true);
+    genLayout->addWidget(genNote);
+    genLayout->addLayout(genForm);
+    genLayout->addLayout(genButtons);
+    genLayout->addWidget(m_genLog);
+    genLayout->addWidget(m_modelChart, 1);
+    auto* tabs = new QTabWidget(this);
+    tabs->setObjectName("latencyTabs");
+    tabs->addTab(kernels, tr("Decode kernels"));
+    tabs->addTab(modelTab, tr("A real model"));
+    auto* outer = new QVBoxLayout(this);
+    outer->setContentsMargins(0, 0, 0, 0);
+    outer->addWidget(tabs);
+
     const auto devices = gpu::queryDevices();
     if (devices.devices.empty()) {
         m_deviceProblem = QString::fromStdString(devices.message);
@@ -215,18 +293,23 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     connect(m_frontierAt, &QComboBox::currentIndexChanged, this, &LatencyPage::fillFrontier);
     connect(m_run, &QPushButton::clicked, this, &LatencyPage::start);
     connect(m_cancel, &QPushButton::clicked, this, [this] { m_ctx.runner().cancel(); });
-    auto onEnd = [this](int id, bool ok) {
+    connect(m_genRun, &QPushButton::clicked, this, &LatencyPage::startGenerate);
+    connect(genCancel, &QPushButton::clicked, this, [this] { m_ctx.runner().cancel(); });
+    connect(m_genRun, &QPushButton::clicked, this, [this, genCancel] { genCancel->setEnabled(m_job != 0); });
+    auto onEnd = [this, genCancel](int id, bool ok) {
         if (id != m_job)
             return;
         m_run->setEnabled(true);
         m_cancel->setEnabled(false);
+        m_genRun->setEnabled(true);
+        genCancel->setEnabled(false);
         emit runFinished(ok);
     };
     connect(&m_ctx.runner(), &JobRunner::finished, this, [onEnd](int id) { onEnd(id, true); });
     connect(&m_ctx.runner(), &JobRunner::cancelled, this, [onEnd](int id) { onEnd(id, false); });
     connect(&m_ctx.runner(), &JobRunner::failed, this, [this, onEnd](int id, const QString& msg) {
         if (id == m_job)
-            m_log->appendPlainText(tr("failed: %1").arg(msg));
+            (m_generating ? m_genLog : m_log)->appendPlainText(tr("failed: %1").arg(msg));
         onEnd(id, false);
     });
 }
@@ -257,6 +340,114 @@ void LatencyPage::refresh()
     m_chart->flush();
     fillSpeedQuality();
     fillFrontier();
+    fillModelChart();
+}
+
+QString LatencyPage::modelLog() const
+{
+    return m_genLog->toPlainText();
+}
+
+void LatencyPage::fillModelChart()
+{
+    m_modelChart->clear();
+    try {
+        RunStore store(m_ctx.storePath().toStdString());
+        for (const auto& run : store.listRuns({"generate", RunStatus::Done, "", 3})) {
+            std::map<std::string, QList<QPointF>> curves;
+            for (const auto& p : store.series(run.id))
+                curves[p.name] << QPointF(p.x, p.y);
+            for (const auto& [name, pts] : curves)
+                m_modelChart->setSeries(tr("run %1: %2").arg(run.id).arg(QString::fromStdString(name)), pts);
+        }
+    } catch (const std::exception& e) {
+        m_ctx.showMessage(QString::fromUtf8(e.what()));
+    }
+    m_modelChart->flush();
+}
+
+void LatencyPage::startGenerate()
+{
+    m_job = 0;
+    GenerateOptions g;
+    const std::string model = m_genModel->text().trimmed().toStdString();
+    const std::string text = m_genText->text().trimmed().toStdString();
+    const std::string booksPath = m_genBooks->text().trimmed().toStdString();
+    const int prefillTokens = m_genPrefill->value();
+    // A llama2.c model reads its tokenizer from Preferences; a GGUF model carries its own.
+    const std::string tokenizer = m_ctx.pplTokenizerPath().toStdString();
+    try {
+        if (model.empty())
+            throwInvalid("Model: choose a GGUF model or a llama2.c checkpoint");
+        if (booksPath.empty())
+            throwInvalid("Codebooks: choose the codebooks of every layer's keys and values");
+        g.contexts = parseList(m_genContexts->text(), tr("Context lengths"));
+        g.steps = m_genTokens->value();
+        g.threads = m_threads->value();
+    } catch (const std::exception& e) {
+        m_ctx.showMessage(QString::fromUtf8(e.what()));
+        emit runFinished(false);
+        return;
+    }
+    const QString storePath = m_ctx.storePath();
+    m_modelChart->clear();
+    m_genLog->clear();
+    m_run->setEnabled(false);
+    m_genRun->setEnabled(false);
+    m_generating = true;
+    m_job = m_ctx.runner().start(tr("Decode a model"), [=, this](const JobRunner::Context& job) {
+        // Loading a 1.5B model and its prefill take seconds: done on the worker, their errors the job's.
+        const auto books = readCodebookFile(booksPath);
+        PerplexitySetup setup = perplexitySetup(model, tokenizer, text, prefillTokens, 1, 0);
+        for (auto n : g.contexts)
+            if (n + g.steps + 1 > setup.model.config().maxSeq)
+                throwInvalid("Context lengths: ", n, " with ", g.steps, " timed tokens passes the model's ",
+                             setup.model.config().maxSeq, " positions");
+        const auto& cfg = setup.model.config();
+        job.post([this, cfg] {
+            m_genLog->appendPlainText(tr("%1 layers, %2 heads on %3 KV heads × %4")
+                                          .arg(cfg.layers)
+                                          .arg(cfg.heads)
+                                          .arg(cfg.kvHeads)
+                                          .arg(cfg.headDim()));
+        });
+        RunInfo info;
+        info.kind = "generate";
+        info.backend = "cpu";
+        info.device = cpuDecodeDeviceName(cpuModelName(), cpuDecodeThreads(g.threads));
+        info.settingsJson = generateRunSettings(model, text, booksPath, prefillTokens, g).dump();
+        WorkerRecording rec(storePath, info, "", job, &m_ctx, {model});
+        const auto report = runGenerate(
+            setup.model, setup.sequences.front(), books, booksPath, g,
+            [&](const GeneratePoint& p) {
+                if (rec) {
+                    rec->recordMetrics(generateMetrics(p));
+                    rec->recordSeries(generateSeries(p));
+                }
+                job.post([this, p] {
+                    m_genLog->appendPlainText(tr("%1 tokens, %2: %3 ms a token (attention %4 ms, %5%), %6 tokens/s, "
+                                                 "cache %7 MB")
+                                                  .arg(p.context)
+                                                  .arg(decodePathName(p.path))
+                                                  .arg(p.stepMs, 0, 'f', 2)
+                                                  .arg(p.attentionMs, 0, 'f', 2)
+                                                  .arg(p.stepMs > 0 ? 100 * p.attentionMs / p.stepMs : 0.0, 0, 'f', 0)
+                                                  .arg(p.tokensPerSecond, 0, 'f', 1)
+                                                  .arg(p.cacheBytes / 1e6, 0, 'f', 1));
+                    for (const auto& s : generateSeries(p))
+                        m_modelChart->appendPoint(QString::fromStdString(s.name), QPointF(s.x, s.y));
+                });
+            },
+            [&] { return job.cancelled(); });
+        rec.finish(job.cancelled() ? RunStatus::Cancelled : RunStatus::Done, generateRunSummary(report).dump());
+        job.post([this, report] {
+            m_genLog->appendPlainText(tr("context: %1; kernels %2, %3 thread(s)")
+                                          .arg(QString::fromStdString(report.contextNote))
+                                          .arg(QString::fromStdString(report.isa))
+                                          .arg(report.threads));
+            m_modelChart->flush();
+        });
+    });
 }
 
 void LatencyPage::fillFrontier()
@@ -447,7 +638,9 @@ void LatencyPage::start()
     m_chart->clear();
     m_log->clear();
     m_run->setEnabled(false);
+    m_genRun->setEnabled(false);
     m_cancel->setEnabled(true);
+    m_generating = false;
     m_job = 0;
     m_job = m_ctx.runner().start(tr("Decode latency"), [=, this](const JobRunner::Context& job) {
         RunInfo info;

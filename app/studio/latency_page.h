@@ -4,7 +4,9 @@
 // per-layer latency for each path and batch, each path's roofline beside it), and shows the
 // benchmark runs recorded in the run store with a speed–quality table at equal bits, and the GPU
 // speed–quality frontier (core/jobs/decode_frontier.h): measured or modelled times against the
-// attention-output error of the same shapes' train runs.
+// attention-output error of the same shapes' train runs. Its second tab decodes a real model (a GGUF
+// file or a llama2.c checkpoint) token by token with trained codebooks, as `gsrq generate` does: the
+// whole step and its attention per context and path, recorded as a generate run.
 
 #include "studio_context.h"
 
@@ -37,6 +39,9 @@ public:
     QTableWidget* speedQualityTable() const { return m_table; }
     views::ChartPanel* frontierChart() const { return m_frontier; }
     QComboBox* frontierAt() const { return m_frontierAt; }
+    views::ChartPanel* modelChart() const { return m_modelChart; }
+    QPushButton* decodeModelButton() const { return m_genRun; }
+    QString modelLog() const;
 
 signals:
     void runFinished(bool ok); // the sweep Run started ended: finished (true), cancelled or failed
@@ -47,6 +52,8 @@ private:
     void setMessage(int storedRuns); // what the page shows and how to measure, over the chart
     void fillSpeedQuality();
     void fillFrontier();
+    void startGenerate(); // the real model's decode (the second tab)
+    void fillModelChart();
 
     StudioContext& m_ctx;
     QLabel* m_message;
@@ -66,8 +73,18 @@ private:
     QPushButton* m_cancel;
     QPlainTextEdit* m_log;
     views::ChartPanel* m_chart;
+    QLineEdit* m_genModel;
+    QLineEdit* m_genText;
+    QLineEdit* m_genBooks;
+    QLineEdit* m_genContexts;
+    QSpinBox* m_genPrefill;
+    QSpinBox* m_genTokens;
+    QPushButton* m_genRun;
+    QPlainTextEdit* m_genLog;
+    views::ChartPanel* m_modelChart;
     int m_job = 0;
-    QString m_deviceProblem; // why there is no CUDA choice (empty when a device is there)
+    bool m_generating = false; // the current job is the real model's decode
+    QString m_deviceProblem;   // why there is no CUDA choice (empty when a device is there)
 };
 
 } // namespace gsrq::studio

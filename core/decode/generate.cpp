@@ -29,8 +29,10 @@ std::int32_t argmax(const Eigen::RowVectorXf& logits)
 
 GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int32_t>& prefill,
                            const CodebookFile& books, const std::string& booksPath, const GenerateOptions& o,
-                           const std::function<void(const GeneratePoint&)>& onPoint)
+                           const std::function<void(const GeneratePoint&)>& onPoint,
+                           const std::function<bool()>& cancelled)
 {
+    const auto stop = [&] { return cancelled && cancelled(); };
     const auto& cfg = model.config();
     if (prefill.empty())
         throwInvalid("generate: no prefill tokens");
@@ -88,6 +90,8 @@ GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int
     const DecodeShape shape{cfg.heads, cfg.kvHeads, cfg.headDim()};
     for (const auto context : o.contexts) {
         for (const DecodePath path : o.paths) {
+            if (stop())
+                return rep;
             // Each path from the same state: its own caches of the same context.
             std::vector<std::unique_ptr<CpuDecodeCache>> caches;
             for (int l = 0; l < L; ++l) {
@@ -112,6 +116,8 @@ GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int
             std::vector<double> stepMs, attnMs, appendMs;
             std::int32_t token = first;
             for (int s = 0; s < o.steps; ++s) {
+                if (stop())
+                    return rep;
                 double attn = 0, app = 0;
                 const auto attend = [&](int layer, const Eigen::RowVectorXf& q, const Eigen::RowVectorXf& k,
                                         const Eigen::RowVectorXf& v) -> Eigen::RowVectorXf {

@@ -45,8 +45,11 @@ struct GenerateReport {
 
 // Throws Error(InvalidInput) naming what does not fit: codebooks that are not of this model (layers,
 // width), the lookup path with codebooks of keys before RoPE, a context shorter than the prefill.
+// `cancelled` is asked before each (context, path) and each step: when it answers true the report
+// holds the points finished so far.
 GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int32_t>& prefill,
                            const CodebookFile& books, const std::string& booksPath, const GenerateOptions& o,
-                           const std::function<void(const GeneratePoint&)>& onPoint = {});
+                           const std::function<void(const GeneratePoint&)>& onPoint = {},
+                           const std::function<bool()>& cancelled = {});
 
 } // namespace gsrq

@@ -410,4 +410,46 @@ nlohmann::ordered_json paperCheckRunSettings(const PaperCheckSettings& s, const 
     return j;
 }
 
+nlohmann::ordered_json generateRunSettings(const std::string& model, const std::string& text,
+                                           const std::string& codebooks, int prefill, const GenerateOptions& o)
+{
+    auto paths = nlohmann::ordered_json::array();
+    for (const DecodePath p : o.paths)
+        paths.push_back(decodePathName(p));
+    return {{"model", model},     {"text", text},     {"codebooks", codebooks}, {"contexts", o.contexts},
+            {"prefill", prefill}, {"steps", o.steps}, {"paths", paths},         {"threads", o.threads}};
+}
+
+nlohmann::ordered_json generateRunSummary(const GenerateReport& r)
+{
+    return {{"prefill_tokens", r.prefillTokens},
+            {"context_note", r.contextNote},
+            {"isa", r.isa},
+            {"threads", r.threads},
+            {"points", r.points.size()}};
+}
+
+std::vector<MetricRow> generateMetrics(const GeneratePoint& p)
+{
+    const std::string path = decodePathName(p.path), scope = cat(path, "@", p.context);
+    std::vector<MetricRow> rows;
+    for (const auto& [name, v] : {std::pair<const char*, double>{"step_ms", p.stepMs},
+                                  {"attention_ms", p.attentionMs},
+                                  {"append_ms", p.appendMs},
+                                  {"attention_share", p.stepMs > 0 ? p.attentionMs / p.stepMs : 0.0},
+                                  {"tokens_per_second", p.tokensPerSecond},
+                                  {"cache_bytes", p.cacheBytes}})
+        rows.push_back({scope, path, "", -1, -1, name, v});
+    return rows;
+}
+
+std::vector<SeriesPoint> generateSeries(const GeneratePoint& p)
+{
+    if (p.stepMs <= 0)
+        return {};
+    const std::string path = decodePathName(p.path);
+    return {{cat(path, " ms/token"), double(p.context), p.stepMs},
+            {cat(path, " attention ms"), double(p.context), p.attentionMs}};
+}
+
 } // namespace gsrq

@@ -7,6 +7,7 @@
 
 #include "core/cluster/cluster_backend.h"
 #include "core/decode/decode_bench.h"
+#include "core/decode/generate.h"
 #include "core/jobs/compare_job.h"
 #include "core/jobs/method_table.h"
 #include "core/jobs/model_compare.h"
@@ -137,6 +138,17 @@ nlohmann::ordered_json benchDecodeRunSummary(const DecodeBenchReport& r);
 // The run's device: "<name> (device <index>)".
 std::string decodeDeviceName(const std::string& name, int index);       // a CUDA device's
 std::string cpuDecodeDeviceName(const std::string& model, int threads); // the CPU's, with the run's threads
+
+// ---- generate ----
+// A real model decoded token by token (core/decode/generate.h): its settings, its summary (the
+// context note, kernels, threads and the number of points), and per point the metrics (scope
+// "<path>@<context>", method: the path; step_ms, attention_ms, append_ms, attention_share,
+// tokens_per_second, cache_bytes) and the series "<path> ms/token" and "<path> attention ms" (x: context).
+nlohmann::ordered_json generateRunSettings(const std::string& model, const std::string& text,
+                                           const std::string& codebooks, int prefill, const GenerateOptions& o);
+nlohmann::ordered_json generateRunSummary(const GenerateReport& r);
+std::vector<MetricRow> generateMetrics(const GeneratePoint& p);
+std::vector<SeriesPoint> generateSeries(const GeneratePoint& p);
 
 // ---- paper-check ----
 nlohmann::ordered_json paperCheckRunSettings(const PaperCheckSettings& s, const ClusterBackend& backend);
