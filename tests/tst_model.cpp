@@ -10,6 +10,7 @@
 #include "core/jobs/run_records.h"
 #include "core/lm/llama2c.h"
 #include "core/lm/perplexity.h"
+#include "core/lm/quant_matvec.h"
 #include "test_util.h"
 
 #include <QJsonArray>
@@ -68,6 +69,8 @@ private slots:
     void perplexityFallsAsBitsRise();
     void ggufDecodeStepsMatchTheForwardPass();
     void generateReportsLatencyPerPath();
+    void quantMatVecEqualsTheDequantizedProduct();
+    void decodeStepReadsTheWeightBlocks();
 
 private:
     QTemporaryDir m_dir;
@@ -567,6 +570,128 @@ void TestModel::generateReportsLatencyPerPath()
     QVERIFY2(r.err.contains("--context 16"), r.err.constData());
     r = test::gsrqRun({"--no-db", "generate", gguf, "--text", text, "-c", post, "--paths", "paper"});
     QCOMPARE(r.code, 2);
+    // The step's weights: the F32/F16 model has no blocks; its quantized twin's products read them,
+    // and --weights fp32 the dequantized matrices.
+    QCOMPARE(j["weights"].toString(), QString("FP32"));
+    const QString q = test::sourcePath("tests/data/tiny-llama-q.gguf");
+    for (const auto& [w, want] :
+         {std::pair<QString, QString>{"blocks", "GGUF Q4_0, Q4_1, Q8_0 blocks for 15 of 15"}, {"fp32", "FP32"}}) {
+        r = test::gsrqRun({"--no-db", "generate", q, "--text", text, "-c", post, "--context", "64", "--prefill", "32",
+                           "--tokens", "2", "--weights", w, "--json"});
+        QVERIFY2(r.code == 0, r.err.constData());
+        QVERIFY2(QJsonDocument::fromJson(r.out).object()["weights"].toString().startsWith(want), r.out.constData());
+    }
+    r = test::gsrqRun({"--no-db", "generate", q, "--text", text, "-c", post, "--weights", "q4"});
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("--weights"));
+}
+
+// The decode step's products from GGUF blocks (core/lm/quant_matvec.h): random blocks of each type
+// the kernels read, their FP16 scales finite, of several magnitudes and signs, one subnormal; y from
+// the blocks (the widest build and the portable one) against the double-precision product of the
+// values dequantizeGguf() gives. Both are FP32 sums of 512 terms in other groupings: the error bound
+// of such a sum is n·u = 512 · 6e-8 ≈ 3e-5 of the sum of its terms' magnitudes, so a wrong quant,
+// scale, shift or order (errors of the size of the terms) fails.
+void TestModel::quantMatVecEqualsTheDequantizedProduct()
+{
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    const std::uint16_t halves[] = {0x2e66, 0x3c00, 0xb4cd, 0x1400, 0x8001, 0x2a00, 0xa1f0};
+    const std::int64_t rows = 37, cols = 512;
+    std::vector<float> x(cols);
+    for (auto& v : x)
+        v = normal(rng);
+    for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+        const auto traits = *ggmlTypeTraits(std::uint32_t(type));
+        const std::int64_t blocks = rows * cols / traits.blockElements;
+        std::vector<std::uint8_t> raw(std::size_t(blocks * traits.blockBytes));
+        for (auto& b : raw)
+            b = std::uint8_t(byte(rng));
+        // The scale fields: Q4_0, Q8_0: d at 0; Q4_1: d, m; Q4_K: d, dmin; Q6_K: d at 208.
+        const std::vector<int> scaleAt = type == GgmlType::Q6_K                             ? std::vector<int>{208}
+                                         : type == GgmlType::Q4_1 || type == GgmlType::Q4_K ? std::vector<int>{0, 2}
+                                                                                            : std::vector<int>{0};
+        for (std::int64_t k = 0; k < blocks; ++k)
+            for (int at : scaleAt) {
+                const std::uint16_t h = halves[std::size_t(byte(rng)) % std::size(halves)];
+                raw[std::size_t(k * traits.blockBytes + at)] = std::uint8_t(h & 0xff);
+                raw[std::size_t(k * traits.blockBytes + at + 1)] = std::uint8_t(h >> 8);
+            }
+        GgufTensor t;
+        t.name = "w";
+        t.dims = {cols, rows};
+        t.type = type;
+        t.data = reinterpret_cast<const std::byte*>(raw.data());
+        t.bytes = raw.size();
+        const QuantMatrix q = quantMatrix(t);
+        QVERIFY(q);
+        std::vector<float> w(std::size_t(rows * cols));
+        QVERIFY(dequantizeGgufBlocks(type, raw.data(), rows * cols, w.data()));
+        std::vector<float> best(static_cast<std::size_t>(rows)), plain(static_cast<std::size_t>(rows));
+        quantMatVec(q, x.data(), best.data());
+        quantMatVecPortable(q, x.data(), plain.data());
+        for (std::int64_t r = 0; r < rows; ++r) {
+            double ref = 0, mag = 0;
+            for (std::int64_t c = 0; c < cols; ++c) {
+                const double wx = double(w[std::size_t(r * cols + c)]) * x[std::size_t(c)];
+                ref += wx;
+                mag += std::abs(wx);
+            }
+            // The offsets (Q4_0's −8·d, Q4_1's m, Q4_K's dmin·m) enter as offset·Σx over a block: with
+            // them the summed terms are up to about 4× Σ|w·x| for these quants.
+            mag *= 4;
+            for (const float y : {best[std::size_t(r)], plain[std::size_t(r)]})
+                QVERIFY2(std::abs(y - ref) <= 3.1e-5 * mag, qPrintable(QString("%1 row %2: %3 against %4 (Σ|w·x| %5)")
+                                                                           .arg(ggmlTypeName(type))
+                                                                           .arg(r)
+                                                                           .arg(y)
+                                                                           .arg(ref)
+                                                                           .arg(mag)));
+        }
+        // A row order (llama's q and k): output row i is the stored row order[i].
+        QuantMatrix reversed = q;
+        for (std::int64_t r = rows - 1; r >= 0; --r)
+            reversed.rowOrder.push_back(std::int32_t(r));
+        std::vector<float> back(static_cast<std::size_t>(rows));
+        quantMatVec(reversed, x.data(), back.data());
+        for (std::int64_t r = 0; r < rows; ++r)
+            QCOMPARE(back[std::size_t(r)], best[std::size_t(rows - 1 - r)]);
+    }
+    GgufTensor other;
+    other.dims = {cols, rows};
+    other.type = GgmlType::Q5_K; // dequantized, but not read as blocks
+    QVERIFY(!quantMatrix(other));
+    QVERIFY(!quantMatVecTakes(GgmlType::F16));
+}
+
+// The bundled synthetic tiny llama with its products' weights in Q8_0, Q4_0 and Q4_1 blocks: the
+// decode step reads every matrix from its blocks (llama's permuted q and k rows put back by the row
+// order) and gives the logits of the FP32 step to FP32 rounding. The attention here is a stand-in
+// (the query itself), the same for both, so the products are what is compared: relative 1e-4 of the
+// largest logit allows a few ulps through two layers of products of 32 and 64 terms.
+void TestModel::decodeStepReadsTheWeightBlocks()
+{
+    const auto model = Llama2cModel::loadGguf(test::sourcePath("tests/data/tiny-llama-q.gguf").toStdString());
+    QCOMPARE(QString::fromStdString(model.weightBlocksNote()),
+             QString("Q4_0, Q4_1, Q8_0 blocks for 15 of 15 matrices"));
+    QVERIFY(Llama2cModel::loadGguf(test::sourcePath("tests/data/tiny-llama.gguf").toStdString())
+                .weightBlocksNote()
+                .empty()); // F32 and F16 only: the FP32 step
+    const auto attend = [](int, const Eigen::RowVectorXf& q, const Eigen::RowVectorXf&, const Eigen::RowVectorXf&) {
+        return Eigen::RowVectorXf(q);
+    };
+    for (const std::int32_t token : {5, 120, 290}) {
+        const Eigen::RowVectorXf a = model.decodeStep(token, 7, attend, Llama2cModel::StepWeights::Blocks);
+        const Eigen::RowVectorXf b = model.decodeStep(token, 7, attend, Llama2cModel::StepWeights::Fp32);
+        QCOMPARE(a.size(), b.size());
+        const float scale = b.cwiseAbs().maxCoeff();
+        QVERIFY(scale > 0);
+        QVERIFY2((a - b).cwiseAbs().maxCoeff() <= 1e-4f * scale,
+                 qPrintable(QString("token %1: %2 of %3").arg(token).arg((a - b).cwiseAbs().maxCoeff()).arg(scale)));
+    }
+    // A wrong row order would not give the FP32 step's q: the check above would fail. The step over
+    // FP32 matches the forward pass (ggufDecodeStepsMatchTheForwardPass).
 }
 
 QTEST_APPLESS_MAIN(TestModel)

@@ -1681,13 +1681,13 @@ void TestStudio::latencyRunFillsTheChartOnTheCpu()
 }
 
 // The Latency page's second tab decodes a GGUF model token by token (the bundled synthetic tiny
-// llama, random codebooks of keys after RoPE: timing does not depend on their values) at two
+// llama with its weights in blocks, random codebooks of keys after RoPE: timing does not depend on their values) at two
 // contexts, fills its chart per path, and records a generate run with the CLI's metrics.
 void TestStudio::latencyPageDecodesARealModel()
 {
     auto* page = m_window->latencyPage();
     m_window->showPage("latency");
-    const QString gguf = QStringLiteral(GSRQ_SOURCE_DIR "/tests/data/tiny-llama.gguf");
+    const QString gguf = QStringLiteral(GSRQ_SOURCE_DIR "/tests/data/tiny-llama-q.gguf"); // weights in blocks
     QTemporaryDir dir;
     const QString books = dir.filePath("post.safetensors");
     {
@@ -1726,6 +1726,7 @@ void TestStudio::latencyPageDecodesARealModel()
     QVERIFY(!page->decodeModelButton()->isEnabled());
     QVERIFY2(done.wait(test::waitMs(120000)), qPrintable(page->modelLog()));
     QTRY_VERIFY(page->modelLog().contains("32-token prefill"));
+    QVERIFY2(page->modelLog().contains("Q4_0, Q4_1, Q8_0 blocks for 15 of 15 matrices"), qPrintable(page->modelLog()));
     page->modelChart()->flush();
     for (const char* series : {"fp16 ms/token", "lookup ms/token", "fp16 attention ms", "lookup attention ms"}) {
         const auto pts = page->modelChart()->points(series);

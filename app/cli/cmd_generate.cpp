@@ -20,7 +20,7 @@ namespace gsrq::cli {
 Command registerGenerate(CLI::App& root)
 {
     struct Opts {
-        std::string model, tokenizer, text, codebooks, contexts = "4096", paths = "fp16,lookup";
+        std::string model, tokenizer, text, codebooks, contexts = "4096", paths = "fp16,lookup", weights = "blocks";
         int prefill = 256, steps = 8, threads = 0;
         bool json = false, quiet = false;
     };
@@ -41,6 +41,10 @@ Command registerGenerate(CLI::App& root)
     cmd->add_option("--tokens", o->steps, "Timed decode steps per context and path")->capture_default_str();
     cmd->add_option("--paths", o->paths, "fp16, lookup")->capture_default_str();
     cmd->add_option("--threads", o->threads, "The decode kernels' threads (0: one per core)")->capture_default_str();
+    cmd->add_option("--weights", o->weights,
+                    "blocks: a GGUF model's products read its quantized blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K; FP32 "
+                    "activations), fp32: the dequantized FP32 matrices")
+        ->capture_default_str();
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     cmd->add_flag("--quiet,-q", o->quiet, "No progress lines");
     return {cmd, [o] {
@@ -62,6 +66,9 @@ Command registerGenerate(CLI::App& root)
                 }
                 if (o->prefill < 2)
                     throwInvalid("--prefill ", o->prefill, ": at least 2 tokens");
+                if (o->weights != "blocks" && o->weights != "fp32")
+                    throwInvalid("--weights '", o->weights, "': blocks or fp32");
+                g.weights = o->weights == "fp32" ? Llama2cModel::StepWeights::Fp32 : Llama2cModel::StepWeights::Blocks;
                 g.steps = o->steps;
                 g.threads = o->threads;
                 const auto books = readCodebookFile(o->codebooks);
@@ -114,15 +121,18 @@ Command registerGenerate(CLI::App& root)
                                                     {"command", "generate"},
                                                     {"settings", settings},
                                                     {"context_note", rep.contextNote},
+                                                    {"weights", rep.weights},
                                                     {"isa", rep.isa},
                                                     {"threads", rep.threads},
                                                     {"points", pts}};
                         printJson(j);
                         return;
                     }
-                    std::printf("%s: %d layers, %d heads on %d KV heads × %d; context: %s; kernels %s, %d threads\n\n",
+                    std::printf("%s: %d layers, %d heads on %d KV heads × %d; context: %s; kernels %s, %d threads; "
+                                "weights: %s\n\n",
                                 o->model.c_str(), model.config().layers, model.config().heads, model.config().kvHeads,
-                                model.config().headDim(), rep.contextNote.c_str(), rep.isa.c_str(), rep.threads);
+                                model.config().headDim(), rep.contextNote.c_str(), rep.isa.c_str(), rep.threads,
+                                rep.weights.c_str());
                     std::printf("  %8s %-7s %10s %12s %8s %10s %9s %12s\n", "context", "path", "ms/token",
                                 "attention ms", "share", "append ms", "tokens/s", "cache");
                     for (const auto& p : rep.points)

@@ -229,6 +229,13 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_genTokens->setRange(1, 4096);
     m_genTokens->setValue(8);
     m_genTokens->setToolTip(tr("Timed decode steps per context and path (the medians are shown)"));
+    m_genWeights = new QComboBox(this);
+    m_genWeights->setObjectName("genWeights");
+    m_genWeights->addItem(tr("GGUF blocks"), "blocks");
+    m_genWeights->addItem(tr("FP32"), "fp32");
+    m_genWeights->setToolTip(tr("What the step's products read: a GGUF model's quantized blocks (Q4_0, Q4_1, Q8_0, "
+                                "Q4_K, Q6_K; the same weight values, FP32 activations), or the dequantized FP32 "
+                                "matrices"));
     m_genRun = new QPushButton(tr("Decode the model"), this);
     m_genRun->setObjectName("runGenerate");
     auto* genCancel = new QPushButton(tr("Cancel"), this);
@@ -252,6 +259,8 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     genSizes->addWidget(m_genPrefill);
     genSizes->addWidget(new QLabel(tr("timed tokens"), this));
     genSizes->addWidget(m_genTokens);
+    genSizes->addWidget(new QLabel(tr("weights"), this));
+    genSizes->addWidget(m_genWeights);
     genForm->addRow(tr("Context lengths"), genSizes);
     auto* genButtons = new QHBoxLayout;
     genButtons->addWidget(m_genRun);
@@ -383,6 +392,8 @@ void LatencyPage::startGenerate()
             throwInvalid("Codebooks: choose the codebooks of every layer's keys and values");
         g.contexts = parseList(m_genContexts->text(), tr("Context lengths"));
         g.steps = m_genTokens->value();
+        g.weights = m_genWeights->currentData().toString() == "fp32" ? Llama2cModel::StepWeights::Fp32
+                                                                     : Llama2cModel::StepWeights::Blocks;
         g.threads = m_threads->value();
     } catch (const std::exception& e) {
         m_ctx.showMessage(QString::fromUtf8(e.what()));
@@ -441,10 +452,11 @@ void LatencyPage::startGenerate()
             [&] { return job.cancelled(); });
         rec.finish(job.cancelled() ? RunStatus::Cancelled : RunStatus::Done, generateRunSummary(report).dump());
         job.post([this, report] {
-            m_genLog->appendPlainText(tr("context: %1; kernels %2, %3 thread(s)")
+            m_genLog->appendPlainText(tr("context: %1; kernels %2, %3 thread(s); weights: %4")
                                           .arg(QString::fromStdString(report.contextNote))
                                           .arg(QString::fromStdString(report.isa))
-                                          .arg(report.threads));
+                                          .arg(report.threads)
+                                          .arg(QString::fromStdString(report.weights)));
             m_modelChart->flush();
         });
     });

@@ -79,6 +79,7 @@ private:
     QLineEdit* m_genContexts;
     QSpinBox* m_genPrefill;
     QSpinBox* m_genTokens;
+    QComboBox* m_genWeights;
     QPushButton* m_genRun;
     QPlainTextEdit* m_genLog;
     views::ChartPanel* m_modelChart;

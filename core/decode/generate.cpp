@@ -87,6 +87,10 @@ GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int
     rep.prefillTokens = P;
     rep.contextNote = cat("a ", P, "-token prefill of the text, repeated to each context length (keys and values ",
                           "copied; positions continue after the context)");
+    const std::string blocks = model.weightBlocksNote();
+    rep.weights = o.weights == Llama2cModel::StepWeights::Blocks && !blocks.empty()
+                      ? cat("GGUF ", blocks, " (FP32 activations)")
+                      : "FP32";
     const DecodeShape shape{cfg.heads, cfg.kvHeads, cfg.headDim()};
     for (const auto context : o.contexts) {
         for (const DecodePath path : o.paths) {
@@ -136,7 +140,7 @@ GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int
                     return c.output().row(0);
                 };
                 const double t0 = nowMs();
-                const Eigen::RowVectorXf logits = model.decodeStep(token, position++, attend);
+                const Eigen::RowVectorXf logits = model.decodeStep(token, position++, attend, o.weights);
                 stepMs.push_back(nowMs() - t0);
                 attnMs.push_back(attn);
                 appendMs.push_back(app);

@@ -24,6 +24,9 @@ struct GenerateOptions {
     int steps = 8;                            // timed decode steps per (context, path)
     std::vector<DecodePath> paths{DecodePath::Fp16, DecodePath::Lookup};
     int threads = 0; // the decode kernels' (0: one per core); the products use OpenMP's threads
+    // The step's weights: a GGUF model's quantized blocks where the kernels take them
+    // (core/lm/quant_matvec.h), or the FP32 matrices.
+    Llama2cModel::StepWeights weights = Llama2cModel::StepWeights::Blocks;
 };
 
 struct GeneratePoint {
@@ -38,6 +41,7 @@ struct GeneratePoint {
 struct GenerateReport {
     std::int64_t prefillTokens = 0;
     std::string contextNote; // how the context was made
+    std::string weights;     // what the step's products read: "FP32", or the blocks' note
     std::string isa;
     int threads = 0;
     std::vector<GeneratePoint> points;

@@ -160,6 +160,11 @@ std::vector<float> dequantizeGguf(const GgufFile& file, const GgufTensor& t);
 // Rows [row0, row0 + count) of the tensor (rows of rowLength() values), into out.
 void dequantizeGgufRows(const GgufFile& file, const GgufTensor& t, std::int64_t row0, std::int64_t count, float* out);
 
+// `count` values of blocks of a block type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) from
+// `src` into out, as dequantizeGguf() decodes them; count a multiple of the type's block. Returns
+// false (nothing written) for another type.
+bool dequantizeGgufBlocks(GgmlType type, const void* src, std::int64_t count, float* out);
+
 // FP16 bits to FP32, exactly (subnormals, infinities and NaN payloads kept).
 float halfToFloat(std::uint16_t h);
 

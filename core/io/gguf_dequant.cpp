@@ -205,10 +205,20 @@ void dequantizeGgufRows(const GgufFile& file, const GgufTensor& t, std::int64_t 
     default:
         break;
     }
-    const BlockFn fn = blockFunction(t.type);
-    const std::int64_t blocks = count * blocksPerRow;
+    dequantizeGgufBlocks(t.type, src, values, out);
+}
+
+bool dequantizeGgufBlocks(GgmlType type, const void* src, std::int64_t count, float* out)
+{
+    const BlockFn fn = blockFunction(type);
+    if (!fn)
+        return false;
+    const auto traits = *ggmlTypeTraits(std::uint32_t(type));
+    const auto* p = static_cast<const std::uint8_t*>(src);
+    const std::int64_t blocks = count / traits.blockElements;
     for (std::int64_t i = 0; i < blocks; ++i)
-        fn(src + i * traits.blockBytes, out + i * traits.blockElements);
+        fn(p + i * traits.blockBytes, out + i * traits.blockElements);
+    return true;
 }
 
 void dequantizeGguf(const GgufFile& file, const GgufTensor& t, float* out)

@@ -416,14 +416,22 @@ nlohmann::ordered_json generateRunSettings(const std::string& model, const std::
     auto paths = nlohmann::ordered_json::array();
     for (const DecodePath p : o.paths)
         paths.push_back(decodePathName(p));
-    return {{"model", model},     {"text", text},     {"codebooks", codebooks}, {"contexts", o.contexts},
-            {"prefill", prefill}, {"steps", o.steps}, {"paths", paths},         {"threads", o.threads}};
+    return {{"model", model},
+            {"text", text},
+            {"codebooks", codebooks},
+            {"contexts", o.contexts},
+            {"prefill", prefill},
+            {"steps", o.steps},
+            {"paths", paths},
+            {"threads", o.threads},
+            {"weights", o.weights == Llama2cModel::StepWeights::Blocks ? "blocks" : "fp32"}};
 }
 
 nlohmann::ordered_json generateRunSummary(const GenerateReport& r)
 {
     return {{"prefill_tokens", r.prefillTokens},
             {"context_note", r.contextNote},
+            {"weights", r.weights},
             {"isa", r.isa},
             {"threads", r.threads},
             {"points", r.points.size()}};

@@ -3,6 +3,7 @@
 
 #include "core/base/error.h"
 #include "core/lm/llama2c.h"
+#include "core/lm/quant_matvec.h"
 #include "core/lm/rope.h"
 
 #include <algorithm>
@@ -187,6 +188,34 @@ Llama2cModel Llama2cModel::loadGguf(const std::string& path)
     if (!c.sharedClassifier)
         m.m_classifier = ggufMatrix(f, "output.weight", c.vocab, c.dim);
     m.m_invFreq = ropeInvFreq(c.ropeTheta, c.headDim());
+
+    // The same weights as blocks, for the decode step (shapes checked above by ggufMatrix).
+    auto blocks = std::make_shared<ModelWeightBlocks>();
+    blocks->file = f;
+    const auto view = [&](const std::string& name, int heads) {
+        QuantMatrix q = quantMatrix(*blocks->file.tensor(name));
+        if (q && permuted && heads > 0) { // output row head·hd + h·hd/2 + i is the file's row head·hd + 2i + h
+            const int hd = c.headDim();
+            q.rowOrder.resize(std::size_t(q.rows));
+            for (int head = 0; head < heads; ++head)
+                for (int i = 0; i < hd / 2; ++i)
+                    for (int h = 0; h < 2; ++h)
+                        q.rowOrder[std::size_t(head * hd + h * (hd / 2) + i)] = head * hd + 2 * i + h;
+        }
+        return q;
+    };
+    for (int l = 0; l < c.layers; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        blocks->wq.push_back(view(b + "attn_q.weight", c.heads));
+        blocks->wk.push_back(view(b + "attn_k.weight", c.kvHeads));
+        blocks->wv.push_back(view(b + "attn_v.weight", 0));
+        blocks->wo.push_back(view(b + "attn_output.weight", 0));
+        blocks->w1.push_back(view(b + "ffn_gate.weight", 0));
+        blocks->w2.push_back(view(b + "ffn_down.weight", 0));
+        blocks->w3.push_back(view(b + "ffn_up.weight", 0));
+    }
+    blocks->classifier = view(c.sharedClassifier ? "token_embd.weight" : "output.weight", 0);
+    m.m_blocks = std::move(blocks);
     return m;
 }
 

@@ -2,6 +2,7 @@
 
 #include "core/base/error.h"
 #include "core/base/mapped_file.h"
+#include "core/lm/quant_matvec.h"
 #include "core/lm/rope.h"
 
 #include <algorithm>
@@ -71,7 +72,10 @@ MatrixRF mulT(const MatrixRF& a, const MatrixRF& b)
     MatrixRF out(a.rows(), b.rows());
     const int threads = omp_get_max_threads();
     const Eigen::Index n = b.rows();
-    if (threads <= 1 || double(a.rows()) * double(n) * double(a.cols()) < double(1 << 22)) {
+    // Small products stay on one thread; one row (a decode step) reads the whole weight matrix, and
+    // threads pay from about a megabyte of it.
+    const double work = double(a.rows()) * double(n) * double(a.cols()), weights = double(n) * double(a.cols());
+    if (threads <= 1 || (work < double(1 << 22) && weights < double(1 << 18))) {
         out.noalias() = a * b.transpose();
         return out;
     }
@@ -224,10 +228,28 @@ MatrixRF Llama2cModel::forward(std::span<const std::int32_t> tokens, Cache& cach
     return mulT(h, m_cfg.sharedClassifier ? m_embed : m_classifier);
 }
 
-Eigen::RowVectorXf Llama2cModel::decodeStep(std::int32_t token, std::int64_t position,
-                                            const StepAttention& attend) const
+std::string Llama2cModel::weightBlocksNote() const
+{
+    if (!m_blocks || m_blocks->blockMatrices() == 0)
+        return {};
+    return cat(m_blocks->types(), " blocks for ", m_blocks->blockMatrices(), " of ", m_blocks->matrices(), " matrices");
+}
+
+Eigen::RowVectorXf Llama2cModel::decodeStep(std::int32_t token, std::int64_t position, const StepAttention& attend,
+                                            StepWeights weights) const
 {
     const auto& c = m_cfg;
+    const ModelWeightBlocks* blocks = weights == StepWeights::Blocks ? m_blocks.get() : nullptr;
+    // h · Wᵀ for one row: from the blocks where there are some, else the FP32 matrix.
+    const auto mul = [&](const MatrixRF& h, const MatrixRF& w, const std::vector<QuantMatrix>* q,
+                         std::size_t l) -> MatrixRF {
+        const QuantMatrix* m = blocks && q ? &(*q)[l] : nullptr;
+        if (!m || !*m)
+            return mulT(h, w);
+        MatrixRF y(1, m->rows);
+        quantMatVec(*m, h.data(), y.data());
+        return y;
+    };
     if (token < 0 || token >= c.vocab)
         throwInvalid("decode: token ", token, " is outside the vocabulary (", c.vocab, ")");
     const int hd = c.headDim();
@@ -237,7 +259,9 @@ Eigen::RowVectorXf Llama2cModel::decodeStep(std::int32_t token, std::int64_t pos
     for (int l = 0; l < c.layers; ++l) {
         const auto L = std::size_t(l);
         h.row(0) = rmsNorm(x.row(0), m_attnNorm[L], c.rmsEps);
-        MatrixRF q = mulT(h, m_wq[L]), k = mulT(h, m_wk[L]), v = mulT(h, m_wv[L]);
+        MatrixRF q = mul(h, m_wq[L], blocks ? &blocks->wq : nullptr, L),
+                 k = mul(h, m_wk[L], blocks ? &blocks->wk : nullptr, L),
+                 v = mul(h, m_wv[L], blocks ? &blocks->wv : nullptr, L);
         if (c.attentionBias) {
             q.row(0) += m_bq[L];
             k.row(0) += m_bk[L];
@@ -249,14 +273,19 @@ Eigen::RowVectorXf Llama2cModel::decodeStep(std::int32_t token, std::int64_t pos
         if (attn.cols() != c.dim)
             throwRuntime("decode: layer ", l, "'s attention gave ", attn.cols(), " values; heads × head_dim is ",
                          c.dim);
-        x += mulT(attn, m_wo[L]);
+        x += mul(attn, m_wo[L], blocks ? &blocks->wo : nullptr, L);
         h.row(0) = rmsNorm(x.row(0), m_ffnNorm[L], c.rmsEps);
-        const MatrixRF a = mulT(h, m_w1[L]);
-        const MatrixRF b = mulT(h, m_w3[L]);
+        const MatrixRF a = mul(h, m_w1[L], blocks ? &blocks->w1 : nullptr, L);
+        const MatrixRF b = mul(h, m_w3[L], blocks ? &blocks->w3 : nullptr, L);
         const MatrixRF g = (a.array() / (1.0f + (-a.array()).exp())) * b.array();
-        x += mulT(g, m_w2[L]);
+        x += mul(g, m_w2[L], blocks ? &blocks->w2 : nullptr, L);
     }
     h.row(0) = rmsNorm(x.row(0), m_finalNorm, c.rmsEps);
+    if (blocks && blocks->classifier) {
+        Eigen::RowVectorXf logits(blocks->classifier.rows);
+        quantMatVec(blocks->classifier, h.data(), logits.data());
+        return logits;
+    }
     return mulT(h, m_cfg.sharedClassifier ? m_embed : m_classifier).row(0);
 }
 

@@ -9,12 +9,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 namespace gsrq {
+
+struct ModelWeightBlocks;
 
 struct Llama2cConfig {
     int dim = 0, hidden = 0, layers = 0, heads = 0, kvHeads = 0, vocab = 0, maxSeq = 0;
@@ -65,7 +68,15 @@ public:
     // (heads·headDim), appending k and v to whatever cache it keeps. Returns the logits (vocab).
     using StepAttention = std::function<Eigen::RowVectorXf(int layer, const Eigen::RowVectorXf& q,
                                                            const Eigen::RowVectorXf& k, const Eigen::RowVectorXf& v)>;
-    Eigen::RowVectorXf decodeStep(std::int32_t token, std::int64_t position, const StepAttention& attend) const;
+    // Which weights the step multiplies: a GGUF model's quantized blocks where the kernels take their
+    // type (quant_matvec.h: the same weight values, FP32 activations, sums grouped per block), or the
+    // FP32 matrices the forward pass uses.
+    enum class StepWeights { Blocks, Fp32 };
+    Eigen::RowVectorXf decodeStep(std::int32_t token, std::int64_t position, const StepAttention& attend,
+                                  StepWeights weights = StepWeights::Blocks) const;
+    // What StepWeights::Blocks reads: "Q4_K, Q6_K blocks for 197 of 197 matrices", or "" (FP32 only:
+    // a llama2.c model, or no type the kernels take).
+    std::string weightBlocksNote() const;
 
 private:
     Llama2cConfig m_cfg;
@@ -77,6 +88,7 @@ private:
     Eigen::VectorXf m_finalNorm;
     MatrixRF m_classifier; // empty when shared with the embedding
     std::vector<double> m_invFreq;
+    std::shared_ptr<const ModelWeightBlocks> m_blocks; // a GGUF model's, read by decodeStep
 };
 
 // A GGUF model (by its magic) or a llama2.c checkpoint: the forward pass `gsrq ppl` and the app run.

@@ -4,6 +4,8 @@ random weights (no pretrained weights): llama architecture, 2 layers, embedding 
 1 KV head of head_dim 16 (the CPU decode paths' smallest), FFN 64, RoPE base 500,000, RMSNorm
 epsilon 1e-6; a byte-level BPE vocabulary of GPT-2's 256 byte characters, 40 merges of common English pairs and one control token
 (<|endoftext|>, also BOS), pre-tokenizer "smollm". F32 weights, the FFN's in F16. About 100 KB.
+Also tests/data/tiny-llama-q.gguf: the same model with its products' weights in Q8_0, Q4_0 and Q4_1
+blocks (30 KB).
 
   python3 tests/data/make_tiny_gguf.py        (rerun only when the file's contents must change)
 """
@@ -78,6 +80,37 @@ def main():
     add("output_norm.weight", 1 + f32((dim,), 0.1))
     with open(os.path.join(HERE, "tiny-llama.gguf"), "wb") as f:
         f.write(gguf_file(kv, tensors))
+
+    # The same model with its products' weights in 32-value blocks (Q8_0, Q4_0, Q4_1: quants and FP16
+    # scales drawn at random, valid blocks whatever their values), for the decode step that reads
+    # blocks; the tied classifier is the Q8_0 embedding. Its own generator: the file above is unchanged.
+    qrng = np.random.default_rng(2027)
+
+    def half(lo, hi, n):
+        return (qrng.uniform(lo, hi, n) * qrng.choice([-1, 1], n)).astype(np.float16)
+
+    def blocks(rows, cols, ggml_type):
+        n = rows * cols // 32
+        if ggml_type == 8:  # Q8_0: d, 32 int8
+            raw = [half(0.002, 0.02, n).view(np.uint8).reshape(n, 2), qrng.integers(0, 256, (n, 32), dtype=np.uint8)]
+        elif ggml_type == 2:  # Q4_0: d, 16 bytes of nibbles
+            raw = [half(0.01, 0.06, n).view(np.uint8).reshape(n, 2), qrng.integers(0, 256, (n, 16), dtype=np.uint8)]
+        else:  # Q4_1: d, m, 16 bytes of nibbles
+            raw = [half(0.005, 0.04, n).view(np.uint8).reshape(n, 2), half(0.01, 0.2, n).view(np.uint8).reshape(n, 2),
+                   qrng.integers(0, 256, (n, 16), dtype=np.uint8)]
+        return np.concatenate(raw, axis=1).tobytes()
+
+    quantized = {"token_embd.weight": 8, "attn_q.weight": 8, "attn_k.weight": 2, "attn_v.weight": 3,
+                 "attn_output.weight": 8, "ffn_gate.weight": 2, "ffn_up.weight": 3, "ffn_down.weight": 2}
+    qtensors = []
+    for name, dims, ggml_type, raw in tensors:
+        t = quantized.get(name.split(".", 2)[-1] if name.startswith("blk.") else name)
+        if t is None:
+            qtensors.append((name, dims, ggml_type, raw))
+        else:
+            qtensors.append((name, dims, t, blocks(dims[1], dims[0], t)))
+    with open(os.path.join(HERE, "tiny-llama-q.gguf"), "wb") as f:
+        f.write(gguf_file(kv, qtensors))
 
 
 if __name__ == "__main__":
