@@ -2,6 +2,7 @@
 // bundled model. The forward pass itself is checked against an independent float64 NumPy
 // implementation in tests/python/test_llama2c_reference.py.
 
+#include "core/base/cpu_features.h"
 #include "core/base/error.h"
 #include "core/cluster/cluster_backend.h"
 #include "core/cluster/codebook_file.h"
@@ -628,9 +629,16 @@ void TestModel::quantMatVecEqualsTheDequantizedProduct()
         QVERIFY(q);
         std::vector<float> w(std::size_t(rows * cols));
         QVERIFY(dequantizeGgufBlocks(type, raw.data(), rows * cols, w.data()));
-        std::vector<float> best(static_cast<std::size_t>(rows)), plain(static_cast<std::size_t>(rows));
+        std::vector<std::vector<float>> builds;
+        for (const char* isa : {"portable", "avx2+fma", "avx512"}) {
+            std::vector<float> y(static_cast<std::size_t>(rows));
+            if (quantMatVecBuild(isa, q, x.data(), y.data()))
+                builds.push_back(std::move(y));
+        }
+        // Every build this CPU runs (x86: AVX2 and AVX-512 where present).
+        QCOMPARE(int(builds.size()), 1 + int(cpuFeatures().avx2) + int(cpuFeatures().avx512));
+        std::vector<float> best(static_cast<std::size_t>(rows));
         quantMatVec(q, x.data(), best.data());
-        quantMatVecPortable(q, x.data(), plain.data());
         for (std::int64_t r = 0; r < rows; ++r) {
             double ref = 0, mag = 0;
             for (std::int64_t c = 0; c < cols; ++c) {
@@ -641,13 +649,15 @@ void TestModel::quantMatVecEqualsTheDequantizedProduct()
             // The offsets (Q4_0's −8·d, Q4_1's m, Q4_K's dmin·m) enter as offset·Σx over a block: with
             // them the summed terms are up to about 4× Σ|w·x| for these quants.
             mag *= 4;
-            for (const float y : {best[std::size_t(r)], plain[std::size_t(r)]})
-                QVERIFY2(std::abs(y - ref) <= 3.1e-5 * mag, qPrintable(QString("%1 row %2: %3 against %4 (Σ|w·x| %5)")
-                                                                           .arg(ggmlTypeName(type))
-                                                                           .arg(r)
-                                                                           .arg(y)
-                                                                           .arg(ref)
-                                                                           .arg(mag)));
+            for (const auto& build : builds)
+                for (const float y : {build[std::size_t(r)], best[std::size_t(r)]})
+                    QVERIFY2(std::abs(y - ref) <= 3.1e-5 * mag,
+                             qPrintable(QString("%1 row %2: %3 against %4 (Σ|w·x| %5)")
+                                            .arg(ggmlTypeName(type))
+                                            .arg(r)
+                                            .arg(y)
+                                            .arg(ref)
+                                            .arg(mag)));
         }
         // A row order (llama's q and k): output row i is the stored row order[i].
         QuantMatrix reversed = q;

@@ -32,12 +32,12 @@ bool quantMatVecTakes(GgmlType type);
 QuantMatrix quantMatrix(const GgufTensor& t);
 
 // y (w.rows values) = W·x (w.cols values), rows split over OpenMP's threads; the widest build the CPU
-// runs. quantMatVecIsa() names it: "avx2+fma" or "portable".
+// runs. quantMatVecIsa() names it: "avx512", "avx2+fma" or "portable".
 void quantMatVec(const QuantMatrix& w, const float* x, float* y);
 const char* quantMatVecIsa();
 
-// The plain C++ build, whatever the CPU (the tests compare the builds).
-void quantMatVecPortable(const QuantMatrix& w, const float* x, float* y);
+// One build by name (the tests compare them): false, nothing written, where the CPU lacks it.
+bool quantMatVecBuild(const std::string& isa, const QuantMatrix& w, const float* x, float* y);
 
 // A GGUF model's linear weights as blocks, beside its FP32 matrices (Llama2cModel::decodeStep reads
 // these where present): per layer q, k, v, o, gate (w1), down (w2), up (w3), and the classifier

@@ -6,12 +6,14 @@ contexts, in one script.
         [--tokens 8] [--threads 2] [--python ~/.cache/gsrq-studio/llamacpp/bin/python3]
 
 For each context: llama.cpp (llama-cpp-python 0.3.36, built from its PyPI sources for this CPU) with
-its KV cache in F16 and in q4_0 (keys and values; flash attention on, which a quantized value cache
-needs), the context filled by prefilling the evaluation text's tokens (real positions), then --tokens
-single-token evaluations timed (median); and `gsrq generate` with the same contexts (FP16 and the
-compressed lookup path, its context a 256-token prefill repeated; see docs/real-models.md). Prints
-milliseconds per token and tokens per second of each. llama.cpp computes with the weights in their
-quantized blocks; the engine from dequantized FP32 weights.
+its KV cache in F16 and in q4_0 (--kv; keys and values; flash attention on, which a quantized value
+cache needs), the context filled by prefilling the evaluation text's tokens (real positions; one
+prefill per cache type, filled on from one context to the next), then --tokens single-token
+evaluations timed (median); and `gsrq generate` with the same contexts (FP16 and the compressed
+lookup path, its context a 256-token prefill repeated; see docs/real-models.md), its products from
+the GGUF blocks or the FP32 matrices (--weights). Prints milliseconds per token and tokens per
+second of each, and gsrq's attention share. Both read the weights in their quantized blocks (with
+--weights blocks); llama.cpp also rounds the activations to 8 bits for its integer dot products.
 
 llama-cpp-python is not in the pinned PyTorch environments; make its own once (about 10 minutes
 of compiling on two cores):
@@ -29,27 +31,32 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
-# Runs inside the llama-cpp-python environment: prints {"prefill_s", "ms": [...]} for one setting.
+# Runs inside the llama-cpp-python environment: prints {"prefill_s": [...], "ms": [[...], ...]} for one
+# cache type. One prefill serves every context: filled to the first, its steps timed, then filled on to
+# the next (the timed tokens stay in the cache and count toward it).
 CHILD = r"""
 import json, sys, time
 import llama_cpp
-path, ctx, steps, threads, kv = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+path, contexts, steps, threads, kv = sys.argv[1], [int(c) for c in sys.argv[2].split(",")], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 kind = {"f16": llama_cpp.GGML_TYPE_F16, "q4_0": llama_cpp.GGML_TYPE_Q4_0}[kv]
-llm = llama_cpp.Llama(model_path=path, n_ctx=ctx + steps + 8, n_threads=threads, n_threads_batch=threads,
+llm = llama_cpp.Llama(model_path=path, n_ctx=max(contexts) + steps + 8, n_threads=threads, n_threads_batch=threads,
                       n_batch=512, type_k=kind, type_v=kind, flash_attn=True, verbose=False)
 text = open(sys.argv[6], encoding="utf-8").read()
 ids = llm.tokenize(text.encode(), add_bos=False, special=False)
-while len(ids) < ctx + steps:
+while len(ids) < max(contexts) + steps:
     ids = ids + ids
-t0 = time.perf_counter()
-llm.eval(ids[:ctx])
-prefill = time.perf_counter() - t0
-ms = []
-for i in range(steps):
+out = {"prefill_s": [], "ms": []}
+for ctx in contexts:
     t0 = time.perf_counter()
-    llm.eval([ids[ctx + i]])
-    ms.append(1000 * (time.perf_counter() - t0))
-print(json.dumps({"prefill_s": prefill, "ms": ms}))
+    llm.eval(ids[llm.n_tokens:ctx])
+    out["prefill_s"].append(time.perf_counter() - t0)
+    ms = []
+    for i in range(steps):
+        t0 = time.perf_counter()
+        llm.eval([ids[llm.n_tokens]])
+        ms.append(1000 * (time.perf_counter() - t0))
+    out["ms"].append(ms)
+print(json.dumps(out))
 """
 
 
@@ -59,6 +66,9 @@ def main(argv=None):
     ap.add_argument("-c", "--codebooks", required=True, help="codebooks for gsrq generate (keys after RoPE)")
     ap.add_argument("--context", default="1024,4096")
     ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--kv", default="f16,q4_0", help="llama.cpp's cache types (f16, q4_0)")
+    ap.add_argument("--weights", default="blocks",
+                    help="gsrq generate's weights: blocks, fp32, or both (blocks,fp32)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--python", default=os.path.expanduser("~/.cache/gsrq-studio/llamacpp/bin/python3"))
     ap.add_argument("--gsrq", default=os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq")))
@@ -76,32 +86,53 @@ def main(argv=None):
         print(f"llamacpp_decode.py: no llama-cpp-python environment at {a.python} (see --help)", file=sys.stderr)
         return 2
     text = texts.prepare("devil")[1]
-    contexts = [int(x) for x in a.context.split(",")]
-    rows = {}
-    for ctx in contexts:
-        for kv in ("f16", "q4_0"):
-            r = subprocess.run([a.python, "-c", CHILD, path, str(ctx), str(a.tokens), str(a.threads), kv, text],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            if r.returncode != 0:
-                print(r.stderr[-2000:], file=sys.stderr)
-                return 1
-            j = json.loads(r.stdout.strip().splitlines()[-1])
-            rows[(ctx, "llama.cpp " + kv)] = statistics.median(j["ms"])
+    contexts = sorted(int(x) for x in a.context.split(","))
+    kvs = [k for k in a.kv.split(",") if k]
+    weights = [w for w in a.weights.split(",") if w]
+    if any(k not in ("f16", "q4_0") for k in kvs) or any(w not in ("blocks", "fp32") for w in weights):
+        print("llamacpp_decode.py: --kv takes f16 and q4_0, --weights blocks and fp32", file=sys.stderr)
+        return 2
+    rows, prefill = {}, {}
+    for kv in kvs:
+        r = subprocess.run([a.python, "-c", CHILD, path, ",".join(map(str, contexts)), str(a.tokens), str(a.threads),
+                            kv, text], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            print(r.stderr[-2000:], file=sys.stderr)
+            return 1
+        j = json.loads(r.stdout.strip().splitlines()[-1])
+        for ctx, ms in zip(contexts, j["ms"]):
+            rows[(ctx, "llama.cpp " + kv)] = statistics.median(ms)
+        prefill["llama.cpp " + kv] = sum(j["prefill_s"])
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    r = subprocess.run([a.gsrq, "--no-db", "generate", path, "--text", text, "-c", a.codebooks, "--context", a.context,
-                        "--tokens", str(a.tokens), "--threads", str(a.threads), "--json", "-q"],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    if r.returncode != 0:
-        print(r.stderr, file=sys.stderr)
-        return 1
-    for p in json.loads(r.stdout)["points"]:
-        rows[(p["context"], "gsrq " + p["path"])] = p["step_ms"]
-    names = ["llama.cpp f16", "llama.cpp q4_0", "gsrq fp16", "gsrq lookup"]
-    print(f"{os.path.basename(path)}: ms per token (tokens per second), median of {a.tokens}, {a.threads} threads")
-    print(f"  {'context':>8} " + " ".join(f"{n:>22}" for n in names))
+    shares = {}
+    for w in weights:
+        r = subprocess.run([a.gsrq, "--no-db", "generate", path, "--text", text, "-c", a.codebooks, "--context",
+                            ",".join(map(str, contexts)), "--tokens", str(a.tokens), "--threads", str(a.threads),
+                            "--weights", w, "--json", "-q"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        if r.returncode != 0:
+            print(r.stderr, file=sys.stderr)
+            return 1
+        tag = "" if len(weights) == 1 else f" ({w})"
+        for p in json.loads(r.stdout)["points"]:
+            rows[(p["context"], f"gsrq {p['path']}{tag}")] = p["step_ms"]
+            shares[(p["context"], f"gsrq {p['path']}{tag}")] = p["attention_share"]
+    names = [f"llama.cpp {k}" for k in kvs] + [n for n in dict.fromkeys(n for (_, n) in rows) if n.startswith("gsrq")]
+    print(f"{os.path.basename(path)}: ms per token (tokens per second), median of {a.tokens}, {a.threads} threads; "
+          "gsrq's attention share in brackets")
+    print(f"  {'context':>8} " + " ".join(f"{n:>26}" for n in names))
     for ctx in contexts:
-        cells = [f"{rows[(ctx, n)]:9.2f} ({1000 / rows[(ctx, n)]:6.1f}/s)" if (ctx, n) in rows else "-" for n in names]
-        print(f"  {ctx:>8} " + " ".join(f"{c:>22}" for c in cells))
+        cells = []
+        for n in names:
+            if (ctx, n) not in rows:
+                cells.append("-")
+                continue
+            c = f"{rows[(ctx, n)]:.2f} ({1000 / rows[(ctx, n)]:.1f}/s)"
+            if (ctx, n) in shares:
+                c += f" [{100 * shares[(ctx, n)]:.0f}%]"
+            cells.append(c)
+        print(f"  {ctx:>8} " + " ".join(f"{c:>26}" for c in cells))
+    print("llama.cpp prefill: " + ", ".join(f"{k} {v:.0f} s" for k, v in prefill.items()))
     return 0
 
 
