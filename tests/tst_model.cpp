@@ -25,6 +25,7 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <tuple>
 
 using namespace gsrq;
 
@@ -599,11 +600,16 @@ void TestModel::quantMatVecEqualsTheDequantizedProduct()
     std::uniform_int_distribution<int> byte(0, 255);
     std::normal_distribution<float> normal(0.f, 1.f);
     const std::uint16_t halves[] = {0x2e66, 0x3c00, 0xb4cd, 0x1400, 0x8001, 0x2a00, 0xa1f0};
-    const std::int64_t rows = 37, cols = 512;
-    std::vector<float> x(cols);
-    for (auto& v : x)
-        v = normal(rng);
-    for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    // Every type on a small matrix (one thread), and Q4_K on one of 1.2 MB (the rows split over the
+    // threads, row order included).
+    std::vector<std::tuple<GgmlType, std::int64_t, std::int64_t>> cases;
+    for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
+        cases.emplace_back(type, 37, 512);
+    cases.emplace_back(GgmlType::Q4_K, 1024, 2048);
+    for (const auto& [type, rows, cols] : cases) {
+        std::vector<float> x(static_cast<std::size_t>(cols));
+        for (auto& v : x)
+            v = normal(rng);
         const auto traits = *ggmlTypeTraits(std::uint32_t(type));
         const std::int64_t blocks = rows * cols / traits.blockElements;
         std::vector<std::uint8_t> raw(std::size_t(blocks * traits.blockBytes));
@@ -669,7 +675,7 @@ void TestModel::quantMatVecEqualsTheDequantizedProduct()
             QCOMPARE(back[std::size_t(r)], best[std::size_t(rows - 1 - r)]);
     }
     GgufTensor other;
-    other.dims = {cols, rows};
+    other.dims = {512, 37};
     other.type = GgmlType::Q5_K; // dequantized, but not read as blocks
     QVERIFY(!quantMatrix(other));
     QVERIFY(!quantMatVecTakes(GgmlType::F16));
@@ -678,7 +684,7 @@ void TestModel::quantMatVecEqualsTheDequantizedProduct()
 // The bundled synthetic tiny llama with its products' weights in Q8_0, Q4_0 and Q4_1 blocks: the
 // decode step reads every matrix from its blocks (llama's permuted q and k rows put back by the row
 // order) and gives the logits of the FP32 step to FP32 rounding. The attention here is a stand-in
-// (the query itself), the same for both, so the products are what is compared: relative 1e-4 of the
+// (a mix of q, k and v), the same for both, so the products are what is compared: relative 1e-4 of the
 // largest logit allows a few ulps through two layers of products of 32 and 64 terms.
 void TestModel::decodeStepReadsTheWeightBlocks()
 {
@@ -688,8 +694,13 @@ void TestModel::decodeStepReadsTheWeightBlocks()
     QVERIFY(Llama2cModel::loadGguf(test::sourcePath("tests/data/tiny-llama.gguf").toStdString())
                 .weightBlocksNote()
                 .empty()); // F32 and F16 only: the FP32 step
-    const auto attend = [](int, const Eigen::RowVectorXf& q, const Eigen::RowVectorXf&, const Eigen::RowVectorXf&) {
-        return Eigen::RowVectorXf(q);
+    // The attention's stand-in uses q, k and v (the model's 2 query heads share its 1 KV head), so all
+    // three products and their row orders reach the logits.
+    const auto attend = [](int, const Eigen::RowVectorXf& q, const Eigen::RowVectorXf& k, const Eigen::RowVectorXf& v) {
+        Eigen::RowVectorXf out = q;
+        for (Eigen::Index i = 0; i < q.size(); ++i)
+            out[i] += k[i % k.size()] - 0.5f * v[i % v.size()];
+        return out;
     };
     for (const std::int32_t token : {5, 120, 290}) {
         const Eigen::RowVectorXf a = model.decodeStep(token, 7, attend, Llama2cModel::StepWeights::Blocks);
@@ -700,8 +711,8 @@ void TestModel::decodeStepReadsTheWeightBlocks()
         QVERIFY2((a - b).cwiseAbs().maxCoeff() <= 1e-4f * scale,
                  qPrintable(QString("token %1: %2 of %3").arg(token).arg((a - b).cwiseAbs().maxCoeff()).arg(scale)));
     }
-    // A wrong row order would not give the FP32 step's q: the check above would fail. The step over
-    // FP32 matches the forward pass (ggufDecodeStepsMatchTheForwardPass).
+    // A wrong row order would not give the FP32 step's q or k: the check above would fail. The step
+    // over FP32 matches the forward pass (ggufDecodeStepsMatchTheForwardPass).
 }
 
 QTEST_APPLESS_MAIN(TestModel)

@@ -254,11 +254,11 @@ class ActivationGradients:
     same either way. The parameters' flags are restored on remove(), for a caller that shares the model."""
 
     def __init__(self, model):
+        emb = model.get_input_embeddings()
+        self.handle = emb.register_forward_hook(lambda module, inputs, output: output.requires_grad_())
         self.params = [(p, p.requires_grad) for p in model.parameters()]
         for p, _ in self.params:
             p.requires_grad_(False)
-        emb = model.get_input_embeddings()
-        self.handle = emb.register_forward_hook(lambda module, inputs, output: output.requires_grad_())
 
     def remove(self):
         self.handle.remove()
@@ -967,8 +967,9 @@ def run_sequences(a, model, device, info, layer_ids, seqs, state, spool, per_seq
 
     rec = Recorder(info["layers"], layer_ids, want_grad, info["heads"], info["kv_heads"], info["head_dim"])
     capture = AttentionCapture(model, layer_ids) if a.post_rope else None
-    frozen = ActivationGradients(model) if want_grad else None
+    frozen = None
     try:
+        frozen = ActivationGradients(model) if want_grad else None
         loss_sum = state["loss_sum"]
         progress = Progress(a.samples - state["done"], a.quiet)
         positions = torch.arange(a.seq_len)

@@ -7,6 +7,7 @@
 #include "core/base/error.h"
 #include "core/base/version.h"
 #include "core/cluster/codebook_file.h"
+#include "core/decode/cpu_decode.h"
 #include "core/decode/generate.h"
 #include "core/jobs/run_records.h"
 #include "core/lm/perplexity.h"
@@ -87,7 +88,8 @@ Command registerGenerate(CLI::App& root)
                         throwInvalid("--context ", n, ": with ", g.steps, " steps it passes the model's ",
                                      model.config().maxSeq, " positions");
                 const auto settings = generateRunSettings(o->model, o->text, o->codebooks, o->prefill, g);
-                CliRun run("generate", settings.dump(), o->model, {o->model}, "cpu", "CPU");
+                CliRun run("generate", settings.dump(), o->model, {o->model}, "cpu",
+                           cpuDecodeDeviceName(cpuModelName(), cpuDecodeThreads(g.threads)));
                 run.guard([&] {
                     const auto rep = runGenerate(
                         model, prefill, books, o->codebooks, g,

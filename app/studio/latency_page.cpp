@@ -229,6 +229,11 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_genTokens->setRange(1, 4096);
     m_genTokens->setValue(8);
     m_genTokens->setToolTip(tr("Timed decode steps per context and path (the medians are shown)"));
+    m_genThreads = new QSpinBox(this);
+    m_genThreads->setObjectName("genThreads");
+    m_genThreads->setRange(0, 1024);
+    m_genThreads->setSpecialValueText(tr("one per core"));
+    m_genThreads->setToolTip(tr("The decode kernels' threads (the products use OpenMP's)"));
     m_genWeights = new QComboBox(this);
     m_genWeights->setObjectName("genWeights");
     m_genWeights->addItem(tr("GGUF blocks"), "blocks");
@@ -259,6 +264,8 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     genSizes->addWidget(m_genPrefill);
     genSizes->addWidget(new QLabel(tr("timed tokens"), this));
     genSizes->addWidget(m_genTokens);
+    genSizes->addWidget(new QLabel(tr("threads"), this));
+    genSizes->addWidget(m_genThreads);
     genSizes->addWidget(new QLabel(tr("weights"), this));
     genSizes->addWidget(m_genWeights);
     genForm->addRow(tr("Context lengths"), genSizes);
@@ -269,7 +276,7 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     auto* modelTab = new QWidget(this);
     auto* genLayout = new QVBoxLayout(modelTab);
     auto* genNote = new QLabel(tr("The model decoded token by token with its KV cache in FP16 and compressed (the "
-                                  "lookup path), on this CPU with the threads of the first tab: the step, the "
+                                  "lookup path), on this CPU: the step, the "
                                   "attention's share of it, tokens per second and the cache's bytes, recorded as a "
                                   "<b>generate</b> run (as <tt>gsrq generate</tt>)."),
                                this);
@@ -394,7 +401,7 @@ void LatencyPage::startGenerate()
         g.steps = m_genTokens->value();
         g.weights = m_genWeights->currentData().toString() == "fp32" ? Llama2cModel::StepWeights::Fp32
                                                                      : Llama2cModel::StepWeights::Blocks;
-        g.threads = m_threads->value();
+        g.threads = m_genThreads->value();
     } catch (const std::exception& e) {
         m_ctx.showMessage(QString::fromUtf8(e.what()));
         emit runFinished(false);
@@ -414,6 +421,8 @@ void LatencyPage::startGenerate()
             if (n + g.steps + 1 > setup.model.config().maxSeq)
                 throwInvalid("Context lengths: ", n, " with ", g.steps, " timed tokens passes the model's ",
                              setup.model.config().maxSeq, " positions");
+        if (job.cancelled()) // stopped while the model loaded: nothing to record
+            return;
         const auto& cfg = setup.model.config();
         job.post([this, cfg] {
             m_genLog->appendPlainText(tr("%1 layers, %2 heads on %3 KV heads × %4")

@@ -80,6 +80,7 @@ private:
     QSpinBox* m_genPrefill;
     QSpinBox* m_genTokens;
     QComboBox* m_genWeights;
+    QSpinBox* m_genThreads;
     QPushButton* m_genRun;
     QPlainTextEdit* m_genLog;
     views::ChartPanel* m_modelChart;

@@ -79,11 +79,13 @@ GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int
             throwInvalid("--context ", n, ": shorter than the ", P, "-token prefill");
 
     // The prefill: the forward pass's cache, keys after RoPE (what the FP16 and lookup paths read).
+    GenerateReport rep;
+    if (stop())
+        return rep;
     Llama2cModel::Cache pc;
     const MatrixRF prefillLogits = model.forward(prefill, pc);
     const std::int32_t first = argmax(prefillLogits.row(prefillLogits.rows() - 1));
 
-    GenerateReport rep;
     rep.prefillTokens = P;
     rep.contextNote = cat("a ", P, "-token prefill of the text, repeated to each context length (keys and values ",
                           "copied; positions continue after the context)");
@@ -99,6 +101,8 @@ GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int
             // Each path from the same state: its own caches of the same context.
             std::vector<std::unique_ptr<CpuDecodeCache>> caches;
             for (int l = 0; l < L; ++l) {
+                if (stop())
+                    return rep;
                 CpuDecodeConfig cc;
                 cc.shape = shape;
                 cc.capacity = context + o.steps + 1;

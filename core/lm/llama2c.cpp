@@ -74,8 +74,9 @@ MatrixRF mulT(const MatrixRF& a, const MatrixRF& b)
     const Eigen::Index n = b.rows();
     // Small products stay on one thread; one row (a decode step) reads the whole weight matrix, and
     // threads pay from about a megabyte of it.
-    const double work = double(a.rows()) * double(n) * double(a.cols()), weights = double(n) * double(a.cols());
-    if (threads <= 1 || (work < double(1 << 22) && weights < double(1 << 18))) {
+    const double work = double(a.rows()) * double(n) * double(a.cols());
+    const bool oneRowWorthThreads = a.rows() == 1 && double(n) * double(a.cols()) >= double(1 << 18);
+    if (threads <= 1 || (work < double(1 << 22) && !oneRowWorthThreads)) {
         out.noalias() = a * b.transpose();
         return out;
     }

@@ -376,6 +376,8 @@ QuantMatrix quantMatrix(const GgufTensor& t)
 
 bool quantMatVecBuild(const std::string& isa, const QuantMatrix& w, const float* x, float* y)
 {
+    if (!w || !quantMatVecTakes(w.type) || w.cols % layoutOf(w.type).elements)
+        return false;
     if (isa == "portable") {
         run(rowPortable, w, x, y);
         return true;

@@ -36,7 +36,8 @@ QuantMatrix quantMatrix(const GgufTensor& t);
 void quantMatVec(const QuantMatrix& w, const float* x, float* y);
 const char* quantMatVecIsa();
 
-// One build by name (the tests compare them): false, nothing written, where the CPU lacks it.
+// One build by name (the tests compare them): false, nothing written, where the CPU lacks it or the
+// matrix is empty. quantMatVec() writes nothing for an empty matrix.
 bool quantMatVecBuild(const std::string& isa, const QuantMatrix& w, const float* x, float* y);
 
 // A GGUF model's linear weights as blocks, beside its FP32 matrices (Llama2cModel::decodeStep reads
