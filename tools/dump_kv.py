@@ -254,14 +254,21 @@ class ActivationGradients:
     same either way. The parameters' flags are restored on remove(), for a caller that shares the model."""
 
     def __init__(self, model):
-        emb = model.get_input_embeddings()
+        # A model without transformers' get_input_embeddings() keeps its weights' gradients: the
+        # activations' are the same, only slower to get.
+        self.handle, self.params = None, []
+        get = getattr(model, "get_input_embeddings", None)
+        emb = get() if callable(get) else None
+        if emb is None:
+            return
         self.handle = emb.register_forward_hook(lambda module, inputs, output: output.requires_grad_())
         self.params = [(p, p.requires_grad) for p in model.parameters()]
         for p, _ in self.params:
             p.requires_grad_(False)
 
     def remove(self):
-        self.handle.remove()
+        if self.handle is not None:
+            self.handle.remove()
         for p, flag in self.params:
             p.requires_grad_(flag)
 
