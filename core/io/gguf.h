@@ -165,6 +165,10 @@ void dequantizeGgufRows(const GgufFile& file, const GgufTensor& t, std::int64_t 
 // false (nothing written) for another type.
 bool dequantizeGgufBlocks(GgmlType type, const void* src, std::int64_t count, float* out);
 
+// The 6-bit scales and mins of the eight 32-value sub-blocks of a Q4_K or Q5_K block (`s`: its 12
+// scale bytes), for readers of the blocks themselves (core/lm/quant_matvec.h).
+void ggufKScaleMin(const std::uint8_t* s, std::uint8_t (&sc)[8], std::uint8_t (&mn)[8]);
+
 // FP16 bits to FP32, exactly (subnormals, infinities and NaN payloads kept).
 float halfToFloat(std::uint16_t h);
 

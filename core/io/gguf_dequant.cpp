@@ -10,6 +10,16 @@
 
 namespace gsrq {
 
+void ggufKScaleMin(const std::uint8_t* s, std::uint8_t (&sc)[8], std::uint8_t (&mn)[8])
+{
+    for (int j = 0; j < 4; ++j) {
+        sc[j] = s[j] & 0x3f;
+        mn[j] = s[j + 4] & 0x3f;
+        sc[j + 4] = std::uint8_t((s[j + 8] & 0x0f) | ((s[j] >> 2) & 0x30));
+        mn[j + 4] = std::uint8_t((s[j + 8] >> 4) | ((s[j + 4] >> 2) & 0x30));
+    }
+}
+
 float halfToFloat(std::uint16_t h)
 {
     const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
@@ -96,23 +106,12 @@ void q8_0(const std::uint8_t* b, float* y)
         y[j] = float(std::int8_t(b[2 + j])) * d;
 }
 
-// The 6-bit scales and mins of the eight 32-value sub-blocks of a Q4_K or Q5_K block.
-void scaleMin(const std::uint8_t* s, std::uint8_t (&sc)[8], std::uint8_t (&mn)[8])
-{
-    for (int j = 0; j < 4; ++j) {
-        sc[j] = s[j] & 0x3f;
-        mn[j] = s[j + 4] & 0x3f;
-        sc[j + 4] = std::uint8_t((s[j + 8] & 0x0f) | ((s[j] >> 2) & 0x30));
-        mn[j + 4] = std::uint8_t((s[j + 8] >> 4) | ((s[j + 4] >> 2) & 0x30));
-    }
-}
-
 // Q4_K and Q5_K: y = (d·sc)·q − dmin·m per sub-block; Q5_K adds a fifth bit from qh.
 template <bool Five> void qk45(const std::uint8_t* b, float* y)
 {
     const float d = f16(b), dmin = f16(b + 2);
     std::uint8_t sc[8], mn[8];
-    scaleMin(b + 4, sc, mn);
+    ggufKScaleMin(b + 4, sc, mn);
     const std::uint8_t* qh = b + 16;               // Q5_K: 32 bytes of high bits
     const std::uint8_t* qs = b + (Five ? 48 : 16); // 128 bytes of nibbles
     for (int i = 0; i < 8; ++i) {

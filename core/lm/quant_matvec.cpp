@@ -33,17 +33,6 @@ float f16(const std::uint8_t* p)
     return halfToFloat(u16(p));
 }
 
-// The 6-bit scales and mins of a Q4_K block's eight sub-blocks (gguf_dequant.cpp's scaleMin).
-void scaleMin(const std::uint8_t* s, std::uint8_t (&sc)[8], std::uint8_t (&mn)[8])
-{
-    for (int j = 0; j < 4; ++j) {
-        sc[j] = s[j] & 0x3f;
-        mn[j] = s[j + 4] & 0x3f;
-        sc[j + 4] = std::uint8_t((s[j + 8] & 0x0f) | ((s[j] >> 2) & 0x30));
-        mn[j + 4] = std::uint8_t((s[j + 8] >> 4) | ((s[j + 4] >> 2) & 0x30));
-    }
-}
-
 struct Layout {
     int elements, bytes;
 };
@@ -99,7 +88,7 @@ float rowPortable(GgmlType type, const std::uint8_t* b, std::int64_t blocks, con
         case GgmlType::Q4_K: {
             const float d = f16(b), dmin = f16(b + 2);
             std::uint8_t sc[8], mn[8];
-            scaleMin(b + 4, sc, mn);
+            ggufKScaleMin(b + 4, sc, mn);
             const std::uint8_t* qs = b + 16;
             for (int i = 0; i < 8; ++i) {
                 const std::uint8_t* q = qs + (i / 2) * 32;
@@ -203,7 +192,7 @@ GSRQ_AVX2 float rowAvx2(GgmlType type, const std::uint8_t* b, std::int64_t block
         case GgmlType::Q4_K: {
             const float d = h16(b), dmin = h16(b + 2);
             std::uint8_t sc[8], mn[8];
-            scaleMin(b + 4, sc, mn);
+            ggufKScaleMin(b + 4, sc, mn);
             const std::uint8_t* qs = b + 16;
             const float* xb = x + 256 * k;
             for (int p = 0; p < 4; ++p) { // sub-blocks 2p (low nibbles) and 2p + 1 (high nibbles)
@@ -284,7 +273,7 @@ GSRQ_AVX512 float rowAvx512(GgmlType type, const std::uint8_t* b, std::int64_t b
         } else if (type == GgmlType::Q4_K) {
             const float d = h16(b), dmin = h16(b + 2);
             std::uint8_t sc[8], mn[8];
-            scaleMin(b + 4, sc, mn);
+            ggufKScaleMin(b + 4, sc, mn);
             const std::uint8_t* qs = b + 16;
             const float* xb = x + 256 * k;
             for (int p = 0; p < 4; ++p) {
