@@ -127,17 +127,99 @@ private slots:
         QCOMPARE(p.splits * 8 >= 256, true);
     }
 
+    void fp16SplitsFillTheDeviceInWholeWaves()
+    {
+        const std::size_t hopper = 227 * 1024;
+        // 128 threads at ≤ 64 registers: 8 blocks per SM (registers bind before shared memory's 13);
+        // head_dim 256 with 8 heads a group takes 256 threads: 4.
+        QCOMPARE(gpu::fp16ResidentBlocks(128, 4, hopper), 8);
+        QCOMPARE(gpu::fp16ResidentBlocks(64, 1, hopper), 8);
+        QCOMPARE(gpu::fp16ResidentBlocks(256, 8, hopper), 4);
+        QCOMPARE(gpu::fp16ResidentBlocks(128, 4, 48 * 1024), 2); // 16 KiB + 1 KiB a block in 49 KiB
+        for (std::int64_t tokens : {1LL, 31LL, 300LL, 1024LL, 8192LL, 32768LL, 131072LL, 1000001LL})
+            for (int batch : {1, 8, 32}) {
+                const auto p = gpu::planFp16Splits(tokens, batch, 8, 128, 4, 132, hopper);
+                QVERIFY(p.splits >= 1);
+                QCOMPARE(p.tokensPerSplit % 32, 0LL);
+                QVERIFY(std::int64_t(p.splits) * p.tokensPerSplit >= tokens);
+                QVERIFY(std::int64_t(p.splits - 1) * p.tokensPerSplit < tokens);
+                if (p.splits > 1)
+                    QVERIFY(p.tokensPerSplit >= 256);
+                // Within 85% of the fullest waves any count of splits gives (at least 256 tokens
+                // each, at most kFp16MaxSplits).
+                QVERIFY(p.splits <= gpu::kFp16MaxSplits);
+                const double eff = gpu::fp16WaveEfficiency(p, batch, 8, 128, 4, 132, hopper);
+                for (std::int64_t s = 1; s <= std::max<std::int64_t>(1, tokens / 256) && s <= gpu::kFp16MaxSplits;
+                     ++s) {
+                    const std::int64_t per = ((tokens + s - 1) / s + 31) / 32 * 32; // whole 32-token splits
+                    gpu::SplitPlan other;
+                    other.splits = int((tokens + per - 1) / per);
+                    QVERIFY2(
+                        eff >= 0.85 * gpu::fp16WaveEfficiency(other, batch, 8, 128, 4, 132, hopper) - 1e-12,
+                        qPrintable(QString("%1 tokens, batch %2: %3 splits").arg(tokens).arg(batch).arg(p.splits)));
+                }
+            }
+        // 32K tokens, batch 1: most of one wave of 1,056 blocks (8 KV heads × ~110 splits of ~300
+        // tokens), where the split-K plan of the other paths takes 264 blocks.
+        const auto p = gpu::planFp16Splits(32768, 1, 8, 128, 4, 132, hopper);
+        QVERIFY2(p.splits * 8 >= 0.8 * 1056 && p.splits * 8 <= 1056, qPrintable(QString::number(p.splits)));
+        // Batch 8 at 32K: 64 pairs, one wave (at most 16 splits), at least 85% full.
+        const auto p8 = gpu::planFp16Splits(32768, 8, 8, 128, 4, 132, hopper);
+        QVERIFY2(p8.splits * 64 <= 1056 && p8.splits * 64 >= 0.8 * 1056, qPrintable(QString::number(p8.splits)));
+        // A context of a few tiles stays in one split (no split under 256 tokens).
+        QCOMPARE(gpu::planFp16Splits(300, 1, 8, 128, 4, 132, hopper).splits, 1);
+    }
+
+    // The FP16 step's latency model (estimates, roofline.h): its terms add up as documented, a long
+    // context is bound by the bytes and a short one by the tiles' chain of HBM latencies.
+    void fp16LatencyModelComposesItsTerms()
+    {
+        const auto* h200 = gpu::findDeviceModel("h200");
+        QVERIFY(h200);
+        const DecodeShape s{32, 8, 128};
+        auto modelAt = [&](std::int64_t ctx, int batch) {
+            const auto plan = gpu::planFp16Splits(ctx, batch, 8, 128, 4, 132, h200->sharedOptin);
+            const gpu::DecodeCostCase c{s, 128, 12, 256, ctx, batch, plan.splits, false};
+            return std::pair{c, gpu::fp16LatencyModel(c, 132, h200->sharedOptin, h200->copyBytesPerSecond)};
+        };
+        for (auto [ctx, batch] :
+             {std::pair{1024LL, 1}, std::pair{32768LL, 1}, std::pair{131072LL, 1}, std::pair{32768LL, 8}}) {
+            const auto [c, m] = modelAt(ctx, batch);
+            QCOMPARE(m.blocksPerSm, 8);
+            QCOMPARE(m.launch, gpu::kLaunchSecondsEstimate);
+            QCOMPARE(m.bandwidth, gpu::decodeCosts(DecodePath::Fp16, c).memoryBytes / h200->copyBytesPerSecond);
+            QCOMPARE(m.chain, double(m.tilesPerBlock + 1) * gpu::kHbmLatencyEstimate);
+            QCOMPARE(m.seconds, m.launch + std::max(m.bandwidth, m.waves * m.chain) + m.merge);
+            QCOMPARE(m.waves, 1); // the planner fills at most one wave at these points
+            QVERIFY(m.merge > 0 || c.splits == 1);
+        }
+        // 1K tokens: 4 splits of 256 tokens, 16 tiles of 16 in a chain, far above 4 MB at 4.24 TB/s.
+        const auto [c1, m1] = modelAt(1024, 1);
+        QCOMPARE(c1.splits, 4);
+        QCOMPARE(m1.tilesPerBlock, 16LL);
+        QCOMPARE(m1.bound, std::string("latency"));
+        // 32K tokens: 134 MB at 4.24 TB/s (31.7 µs) outlasts a block's ~18 tiles.
+        const auto [c32, m32] = modelAt(32768, 1);
+        QCOMPARE(m32.bound, std::string("bandwidth"));
+        QVERIFY(m32.bandwidth > 31e-6 && m32.bandwidth < 33e-6);
+    }
+
     // The rooflines' model, by hand for Llama-style 32/8 heads of 128 at 32K context, batch 1, 0.75
     // bits per activation (D = 128, R = 12, K = 256): 262,144 (KV head, token) pairs.
     void rooflinesCountWhatEachPathMoves()
     {
         const gpu::DecodeCostCase c{{32, 8, 128}, 128, 12, 256, 32768, 1, 1, true};
         const double pairs = 8.0 * 32768, io = 32 * 128 * 4.0 * 2;
-        // Partials (128 accumulators, a maximum and a sum per head) written by the split kernel and read
-        // by the combine, at one split too.
-        const double partials = 32 * 130 * 4.0 * 2;
+        // At one split the FP16 kernel writes the outputs itself: no partials.
         const auto fp16 = gpu::decodeCosts(DecodePath::Fp16, c);
-        QCOMPARE(fp16.memoryBytes, pairs * 512 + io + partials); // 256 B of key and 256 B of value per pair
+        QCOMPARE(fp16.memoryBytes, pairs * 512 + io); // 256 B of key and 256 B of value per pair
+        // At 4 splits: partials (128 accumulators, a maximum and a sum per head and split) written and
+        // read back by the last block, and a 4-byte counter per KV head read and written.
+        gpu::DecodeCostCase four = c;
+        four.splits = 4;
+        QCOMPARE(gpu::decodeCosts(DecodePath::Fp16, four).memoryBytes,
+                 pairs * 512 + io + 2 * 32 * 4 * 130 * 4.0 + 8 * 8.0);
+        QCOMPARE(int(gpu::decodeKernelCosts(DecodePath::Fp16, four).size()), 1); // one launch
         QCOMPARE(fp16.flops, pairs * 4 * 4 * 128); // 4 query heads: q·k and p·v, 2 FLOPs per feature each
         QCOMPARE(fp16.l2Bytes, 0.0);
         const double books = 8.0 * 12 * 256 * 128 * 2; // one of keys' and values' FP16 codebooks
@@ -241,8 +323,10 @@ private slots:
             // The splits the kernels would take on 132 SMs: one (sequence, KV head) pair per ~16
             // SMs, no split under 256 tokens (1,024 for the binned paths).
             const int splits = p["splits"].toInt();
-            const bool bins = path != DecodePath::Fp16;
-            QCOMPARE(splits, gpu::planSplits(ctx, 1, 8, 132, bins ? 1024 : 256).splits);
+            if (path == DecodePath::Fp16)
+                QCOMPARE(splits, gpu::planFp16Splits(ctx, 1, 8, 128, 4, 132, h200->sharedOptin).splits);
+            else
+                QCOMPARE(splits, gpu::planSplits(ctx, 1, 8, 132, 1024).splits);
             const auto costs = gpu::decodeCosts(path, {{32, 8, 128}, 128, 16, 256, ctx, 1, splits, true});
             QCOMPARE(p["seconds_per_layer"].toDouble(), roofline(costs, rates).seconds);
             if (path == DecodePath::Fp16)
@@ -534,8 +618,8 @@ private slots:
             }
             qunsetenv("GSRQ_EMULATOR_SHARED_OPTIN_KIB");
         }
-        // fp16 (2 launches) and paper (3 with bins, 2 without) in each shape, lookup (4) in two.
-        QCOMPARE(compared, 2 * 3 + 3 * 2 + 2 + 4 * 2);
+        // fp16 (1 launch) and paper (3 with bins, 2 without) in each shape, lookup (4) in two.
+        QCOMPARE(compared, 1 * 3 + 3 * 2 + 2 + 4 * 2);
     }
 #endif
 };

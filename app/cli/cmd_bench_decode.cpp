@@ -285,6 +285,8 @@ Command registerBenchDecode(CLI::App& root)
                         std::printf("  ctx %7lld  batch %2d  %-6s  %9.2f µs  model, %s-bound, %d split(s)",
                                     (long long)p.context, p.batch, decodePathName(p.path), p.seconds * 1e6,
                                     p.roofline.bound.c_str(), p.splits);
+                        if (p.latencyModelSeconds > 0)
+                            std::printf("  latency model %.2f µs", p.latencyModelSeconds * 1e6);
                         if (p.path != DecodePath::Fp16 && p.speedupVsFp16 > 0)
                             std::printf("  %.2f× vs fp16", p.speedupVsFp16);
                         std::printf("\n");
@@ -297,6 +299,8 @@ Command registerBenchDecode(CLI::App& root)
                         if (p.roofline.seconds > 0)
                             std::printf("  %.0f%% of its roofline (%.2f µs, %s-bound)", 100 * p.rooflineFraction,
                                         p.roofline.seconds * 1e6, p.roofline.bound.c_str());
+                        if (p.latencyModelSeconds > 0)
+                            std::printf("  latency model %.2f µs", p.latencyModelSeconds * 1e6);
                         if (p.readRowsSeconds > 0)
                             std::printf("  %.0f%% of a plain read of its rows (%.2f µs)",
                                         100 * p.readRowsSeconds / p.seconds, p.readRowsSeconds * 1e6);
@@ -354,6 +358,8 @@ Command registerBenchDecode(CLI::App& root)
                     j["roofline_seconds"] = p.roofline.seconds;
                     j["roofline_bound"] = p.roofline.bound;
                     j["fraction_of_roofline"] = p.rooflineFraction;
+                    if (p.latencyModelSeconds > 0)
+                        j["latency_model_seconds"] = p.latencyModelSeconds;
                     j["verified"] = p.verified;
                     if (p.relError >= 0)
                         j["rel_error"] = p.relError;

@@ -74,6 +74,7 @@ struct CudaDecodeCache::Impl {
     DeviceArray<std::uint16_t> kbh, vbh, k16, v16;
     DeviceArray<float> kb32T, vb32T, kn, vn, turns, q, out, acc, pm, pl, tables, weights, stageK, stageV, stageOut;
     DeviceArray<std::int32_t> codesOut;
+    DeviceArray<unsigned> done; // the FP16 kernel's finished splits per (sequence, KV head), zero between steps
     std::int64_t tokens = 0, positionOffset = 0;
     bool haveQuery = false;
 
@@ -108,6 +109,16 @@ struct CudaDecodeCache::Impl {
     }
     kernels::DecodeDims stepDims(DecodePath path) const
     {
+        if (path == DecodePath::Fp16) {
+            kernels::DecodeDims d = dims;
+            d.tokens = tokens;
+            d.positionOffset = positionOffset;
+            const SplitPlan p = planFp16Splits(tokens, cfg.batch, cfg.shape.kvHeads, cfg.shape.headDim,
+                                               cfg.shape.heads / cfg.shape.kvHeads, sms, sharedOptin);
+            d.splits = p.splits;
+            d.tokensPerSplit = p.tokensPerSplit;
+            return d;
+        }
         return plannedDims(path == DecodePath::Lookup || (path == DecodePath::Paper && paperBinsFit()));
     }
     // The paper path takes values through per-codeword weights when its bins and the combine's merged
@@ -202,6 +213,9 @@ CudaDecodeCache::CudaDecodeCache(const DecodeCacheConfig& config, const Codebook
     if (config.fp16) {
         m->k16.ensure(m->fp16Elements(), "FP16 keys", m->device);
         m->v16.ensure(m->fp16Elements(), "FP16 values", m->device);
+        const std::size_t pairs = std::size_t(config.batch) * s.kvHeads;
+        m->done.ensure(pairs, "split counters", m->device);
+        check(cudaMemset(m->done.get(), 0, pairs * sizeof(unsigned)), "cudaMemset");
     }
     const auto inv = ropeInvFreq(config.ropeTheta, s.headDim);
     std::vector<float> turns;
@@ -472,12 +486,15 @@ void CudaDecodeCache::enqueue(DecodePath path)
     m->pm.ensure(bh * d.splits, "split maxima", m->device);
     m->pl.ensure(bh * d.splits, "split sums", m->device);
     const kernels::SplitPartials part{m->acc.get(), m->pm.get(), m->pl.get()};
-    if (path == DecodePath::Fp16)
-        check(kernels::launchFp16Decode(d, m->q.get(), m->k16.get(), m->v16.get(), part, m->stream), "FP16 decode");
-    else
-        check(kernels::launchPaperDecode(d, m->q.get(), m->kc.get(), m->kbh.get(), m->vc.get(), m->vbh.get(),
-                                         m->turns.get(), part, m->stream),
-              "paper-path decode");
+    if (path == DecodePath::Fp16) {
+        check(kernels::launchFp16Decode(d, m->q.get(), m->k16.get(), m->v16.get(), part, m->done.get(), m->out.get(),
+                                        m->stream),
+              "FP16 decode");
+        return;
+    }
+    check(kernels::launchPaperDecode(d, m->q.get(), m->kc.get(), m->kbh.get(), m->vc.get(), m->vbh.get(),
+                                     m->turns.get(), part, m->stream),
+          "paper-path decode");
     check(kernels::launchCombine(d, part, m->out.get(), m->stream), "split combine");
 }
 
@@ -622,6 +639,8 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
     cudaStream_t stream = benchStream.s;
     rep.copyBytesPerSecond = measureCopyBandwidth(stream);
     rep.rates = decodeRates(info, rep.copyBytesPerSecond, o.l2BytesPerSecond);
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
 
     const auto& s = o.shape;
     const int M = int(std::int64_t(s.kvHeads) * s.headDim / keyBooks.dim);
@@ -716,6 +735,11 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
                     path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits, c0.paperUsesBins()});
                 p.roofline = roofline(p.costs, rep.rates);
                 p.rooflineFraction = p.roofline.seconds / p.seconds;
+                if (path == DecodePath::Fp16)
+                    p.latencyModelSeconds =
+                        fp16LatencyModel({s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits, false},
+                                         prop.multiProcessorCount, prop.sharedMemPerBlockOptin, rep.copyBytesPerSecond)
+                            .seconds;
                 rep.points.push_back(p);
                 if (onPoint)
                     onPoint(p);

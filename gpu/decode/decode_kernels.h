@@ -56,9 +56,11 @@ struct SplitPartials {
 };
 
 // FP16 split-K flash decoding with GQA: each block reads one KV head's tokens of one split once
-// for all the query heads of its group.
+// for all the query heads of its group, and the last block of each (sequence, KV head) merges the
+// splits' partials into `out` (one launch; none written at one split). done: batch × kvHeads
+// counters, zero before the first launch, which every launch leaves zero again.
 cudaError_t launchFp16Decode(const DecodeDims& d, const float* q, const std::uint16_t* k16, const std::uint16_t* v16,
-                             const SplitPartials& part, cudaStream_t stream);
+                             const SplitPartials& part, unsigned* done, float* out, cudaStream_t stream);
 
 // Paper path: per token, unpack codes, sum the R FP16 codewords of key and value, rotate the key at
 // its position (rotate-half RoPE; the query is rotated at its own), online softmax; nothing decoded

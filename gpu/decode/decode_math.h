@@ -23,6 +23,57 @@ inline constexpr int kLookupSplitThreads = 256; // the lookup path's token loop
 inline constexpr int kStageThreads = 256;       // the bins times a stage's value codewords
 inline constexpr int kLookupOutThreads = 256;   // the stages added into the output
 
+// The FP16 kernel's plan (a block per (split, KV head, sequence), as FlashInfer's decode lays it out):
+// headDim/8 lanes hold one token row (8 features each, one 16-byte load), a row of lanes per query
+// head of the group (each lane keeps one head's state: 8 accumulators, a maximum and a sum), and
+// `rows` such head groups take different tokens of a tile. Tiles of keys and values go to shared
+// memory through a kFp16Stages-deep asynchronous copy pipeline, 8 KiB a stage, so the next tile is
+// in flight while this one is read. At most 64 registers a thread (its __launch_bounds__), so that
+// 8 blocks of 128 threads fit in a multiprocessor's 64K registers; tools/gpu/resource_usage.py holds
+// the compiled kernels to that.
+inline constexpr int kFp16Stages = 2;
+inline constexpr int kFp16StageBytes = 8192; // keys and values of one tile, FP16
+inline constexpr int kFp16MaxRegisters = 64;
+inline constexpr int kFp16MinThreads = 128;
+// Most splits of one (sequence, KV head): the last block's merge keeps a weight per split and head in
+// the stages' shared memory (8 × 128 floats), and reads every split's partials.
+inline constexpr int kFp16MaxSplits = 128;
+
+struct Fp16DecodeLayout {
+    int lanes = 0, heads = 0, rows = 0; // lanes per token row, query heads (the compiled group), rows
+    int threads = 0;
+    int tileTokens = 0, tokensPerRow = 0; // a tile's tokens, and each row's share of them
+};
+GSRQ_HD constexpr Fp16DecodeLayout fp16DecodeLayout(int headDim, int compiledGroup)
+{
+    Fp16DecodeLayout l;
+    l.lanes = headDim / kFeaturesPerLane;
+    l.heads = compiledGroup;
+    l.threads = l.lanes * l.heads > kFp16MinThreads ? l.lanes * l.heads : kFp16MinThreads;
+    l.rows = l.threads / (l.lanes * l.heads);
+    l.tileTokens = kFp16StageBytes / (2 * 2 * headDim);
+    l.tokensPerRow = l.tileTokens / l.rows;
+    return l;
+}
+// The block's dynamic shared memory: the pipeline's stages (the rows' merge reuses them), then one
+// int, the flag that names the last block of a (sequence, KV head) to finish.
+inline constexpr std::size_t fp16DecodeSharedBytes()
+{
+    return std::size_t(kFp16Stages) * kFp16StageBytes + 16;
+}
+// Resident blocks per multiprocessor of the FP16 kernel, from what a block holds (threads, registers
+// at the cap above, shared memory with the 1 KiB the device reserves per block) against a
+// multiprocessor's 2,048 threads, 64K registers, its shared memory and 32 blocks.
+inline int fp16BlocksPerSm(int threads, std::size_t sharedPerSm)
+{
+    const int byThreads = 2048 / threads;
+    const int byRegisters = 65536 / (threads * kFp16MaxRegisters);
+    const int byShared = int(sharedPerSm / (fp16DecodeSharedBytes() + 1024));
+    int n = byThreads < byRegisters ? byThreads : byRegisters;
+    n = n < byShared ? n : byShared;
+    return n < 32 ? n : 32;
+}
+
 // Largest GQA group (query heads per KV head) the kernels take, and most warps in one of their blocks.
 inline constexpr int kMaxGroup = 8;
 inline constexpr int kMaxBlockWarps = 8;

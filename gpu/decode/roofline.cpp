@@ -30,6 +30,68 @@ SplitPlan planSplits(std::int64_t tokens, int batch, int kvHeads, int multiproce
     return p;
 }
 
+namespace {
+
+// The group size the kernels are compiled for (withGroup): 1, 2, 4 or 8.
+int compiledGroupOf(int group)
+{
+    return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+}
+
+// Whole multiples of 32 tokens per split (every kernel's tile divides 32), no split left empty.
+SplitPlan wholeSplits(std::int64_t tokens, std::int64_t splits)
+{
+    SplitPlan p;
+    std::int64_t per = (tokens + splits - 1) / splits;
+    per = (per + 31) / 32 * 32;
+    p.splits = int((tokens + per - 1) / per);
+    p.tokensPerSplit = per;
+    return p;
+}
+
+} // namespace
+
+int fp16ResidentBlocks(int headDim, int group, std::size_t sharedOptin)
+{
+    return fp16BlocksPerSm(fp16DecodeLayout(headDim, compiledGroupOf(group)).threads, sharedOptin + 1024);
+}
+
+SplitPlan planFp16Splits(std::int64_t tokens, int batch, int kvHeads, int headDim, int group, int multiprocessors,
+                         std::size_t sharedOptin)
+{
+    if (tokens <= 0)
+        return {1, 1};
+    const std::int64_t pairs = std::max<std::int64_t>(1, std::int64_t(batch) * kvHeads);
+    const std::int64_t slots =
+        std::max<std::int64_t>(1, std::int64_t(multiprocessors) * fp16ResidentBlocks(headDim, group, sharedOptin));
+    const std::int64_t most = std::clamp<std::int64_t>(
+        tokens / kMinSplitTokens, 1, std::max<std::int64_t>(1, std::min<std::int64_t>(slots, kFp16MaxSplits)));
+    // Each count as the splits come out in whole 32-token multiples (fewer, at times).
+    auto efficiency = [&](std::int64_t s) {
+        const std::int64_t blocks = pairs * wholeSplits(tokens, s).splits, waves = (blocks + slots - 1) / slots;
+        return double(blocks) / double(waves * slots);
+    };
+    double best = 0;
+    for (std::int64_t s = 1; s <= most; ++s)
+        best = std::max(best, efficiency(s));
+    std::int64_t splits = most;
+    for (std::int64_t s = 1; s <= most; ++s)
+        if (efficiency(s) >= 0.85 * best) {
+            splits = s;
+            break;
+        }
+    return wholeSplits(tokens, splits);
+}
+
+double fp16WaveEfficiency(const SplitPlan& plan, int batch, int kvHeads, int headDim, int group, int multiprocessors,
+                          std::size_t sharedOptin)
+{
+    const std::int64_t blocks = std::int64_t(plan.splits) * batch * kvHeads;
+    const std::int64_t slots =
+        std::max<std::int64_t>(1, std::int64_t(multiprocessors) * fp16ResidentBlocks(headDim, group, sharedOptin));
+    return double(blocks) / double((blocks + slots - 1) / slots * slots);
+}
+
 std::string decodeShapeProblem(const DecodeShape& s, int dim, int stages, int k)
 {
     if (s.heads < 1 || s.kvHeads < 1 || s.heads % s.kvHeads)
@@ -54,7 +116,7 @@ namespace {
 // The group size the kernels are compiled for (withGroup): 1, 2, 4 or 8.
 double compiledGroup(int group)
 {
-    return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+    return compiledGroupOf(group);
 }
 
 // Token slots the split blocks of one (sequence, KV head) walk: each split's tokens (planSplits'
@@ -108,8 +170,30 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
 
     std::vector<KernelCost> k;
     if (path == DecodePath::Fp16) {
-        k.push_back({"fp16 split", tok * hd * 2.0 * 2.0 + q + partials, 0, finishSplitShared(), tok * G * 4.0 * hd});
-        k.push_back(combine);
+        // One launch (decode_kernels.cu): each tile's keys and values copied into shared memory
+        // (tokens past a split's end copy its last token), each row of lanes reading its tokens'
+        // keys and values there (16 B each per lane), the rows' states merged; past one split, the
+        // partials written and read back by the last block, and a counter per (sequence, KV head)
+        // read and written by the atomic.
+        const auto L = fp16DecodeLayout(c.shape.headDim, int(Gt));
+        double tiles = 0;
+        const std::int64_t per = ((c.context + c.splits - 1) / c.splits + 31) / 32 * 32;
+        for (int i = 0; i < c.splits; ++i) {
+            const std::int64_t n = std::clamp<std::int64_t>(c.context - std::int64_t(i) * per, 0, per);
+            tiles += double((n + L.tileTokens - 1) / L.tileTokens);
+        }
+        const double blocks = pairs * P;
+        double shared = pairs * tiles * (kFp16StageBytes + double(L.threads) * L.tokensPerRow * 32.0);
+        if (L.rows > 1)
+            shared += blocks * (L.threads * 32.0 + L.rows * Gt * 8.0 + L.lanes * Gt * L.rows * 44.0);
+        double hbm = tok * hd * 2.0 * 2.0 + q + out;
+        if (c.splits > 1) {
+            shared += blocks * (4.0 + L.threads * 4.0); // the last-block flag, written once, read by all
+            // The last block's merge: weights and 1/L written, each weight and 1/L read per 4 features.
+            shared += pairs * (G * P * 4.0 + G * 4.0 + G * (hd / 4.0) * (P * 4.0 + 4.0));
+            hbm += 2.0 * partials + pairs * 8.0;
+        }
+        k.push_back({"fp16 decode", hbm, 0, shared, tok * G * 4.0 * hd});
         return k;
     }
     if (path == DecodePath::Lookup) {
@@ -169,6 +253,30 @@ DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c)
         total.flops += k.flops;
     }
     return total;
+}
+
+Fp16LatencyModel fp16LatencyModel(const DecodeCostCase& c, int multiprocessors, std::size_t sharedOptin,
+                                  double copyBytesPerSecond)
+{
+    Fp16LatencyModel m;
+    const int group = c.shape.heads / c.shape.kvHeads;
+    const auto L = fp16DecodeLayout(c.shape.headDim, compiledGroupOf(group));
+    m.blocksPerSm = fp16ResidentBlocks(c.shape.headDim, group, sharedOptin);
+    const std::int64_t blocks = std::int64_t(c.batch) * c.shape.kvHeads * c.splits;
+    const std::int64_t slots = std::max<std::int64_t>(1, std::int64_t(multiprocessors) * m.blocksPerSm);
+    m.waves = int((blocks + slots - 1) / slots);
+    const std::int64_t per = ((c.context + c.splits - 1) / c.splits + 31) / 32 * 32;
+    m.tilesPerBlock = (std::min(per, c.context) + L.tileTokens - 1) / L.tileTokens;
+    m.launch = kLaunchSecondsEstimate;
+    m.chain = double(m.tilesPerBlock + 1) * kHbmLatencyEstimate;
+    m.bandwidth = copyBytesPerSecond > 0 ? decodeCosts(DecodePath::Fp16, c).memoryBytes / copyBytesPerSecond : 0;
+    if (c.splits > 1)
+        m.merge = kL2LatencyEstimate * (2.0 * std::ceil(c.splits / 32.0) + std::ceil(c.splits / 8.0)) +
+                  kHbmLatencyEstimate; // and the partials' and counter's round trip before the flag
+    const double body = std::max(m.bandwidth, m.waves * m.chain);
+    m.bound = m.bandwidth >= m.waves * m.chain ? "bandwidth" : "latency";
+    m.seconds = m.launch + body + m.merge;
+    return m;
 }
 
 DecodeRates decodeRates(const DeviceInfo& device, double copyBytesPerSecond, double l2Rate)
@@ -277,10 +385,18 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
                                     model.sharedOptin / 1024);
                 } else {
                     const bool bins = path == DecodePath::Lookup || (path == DecodePath::Paper && paperBins);
-                    p.splits =
-                        bins ? binned.splits : planSplits(ctx, batch, o.shape.kvHeads, sms, kMinSplitTokens).splits;
+                    p.splits = bins ? binned.splits
+                               : path == DecodePath::Fp16
+                                   ? planFp16Splits(ctx, batch, o.shape.kvHeads, o.shape.headDim, group, sms,
+                                                    model.sharedOptin)
+                                         .splits
+                                   : planSplits(ctx, batch, o.shape.kvHeads, sms, kMinSplitTokens).splits;
                     p.paperBins = path == DecodePath::Paper && paperBins;
                     p.costs = decodeCosts(path, {o.shape, dim, stages, k, ctx, batch, p.splits, p.paperBins});
+                    if (path == DecodePath::Fp16)
+                        p.latencyModelSeconds = fp16LatencyModel({o.shape, dim, stages, k, ctx, batch, p.splits, false},
+                                                                 sms, model.sharedOptin, model.copyBytesPerSecond)
+                                                    .seconds;
                     p.roofline = roofline(p.costs, rep.rates);
                     p.seconds = p.minSeconds = p.maxSeconds = p.roofline.seconds;
                     p.bytes = p.costs.memoryBytes;

@@ -25,6 +25,17 @@ struct SplitPlan {
     std::int64_t tokensPerSplit = 0;
 };
 SplitPlan planSplits(std::int64_t tokens, int batch, int kvHeads, int multiprocessors, std::int64_t minTokens);
+// The FP16 kernel's splits: its resident blocks per multiprocessor from its layout (fp16BlocksPerSm:
+// threads, registers at the kernel's cap, shared memory; a multiprocessor's shared memory is the
+// per-block opt-in plus the 1 KiB the device reserves per block, on sm_80 to sm_90), then, as
+// FlashAttention-3's heuristic chooses, the fewest splits whose waves are at least 85% as full as
+// the fullest count's, none under kMinSplitTokens tokens, in whole multiples of 32 tokens.
+SplitPlan planFp16Splits(std::int64_t tokens, int batch, int kvHeads, int headDim, int group, int multiprocessors,
+                         std::size_t sharedOptin);
+int fp16ResidentBlocks(int headDim, int group, std::size_t sharedOptin); // per multiprocessor
+// The plan's blocks over its waves' resident slots (1: every wave full).
+double fp16WaveEfficiency(const SplitPlan& plan, int batch, int kvHeads, int headDim, int group, int multiprocessors,
+                          std::size_t sharedOptin);
 // The shortest split: the split-K paths' (FP16, paper by codeword sums), and the binned paths' (lookup,
 // paper with bins), whose per-split bins cost more than the split-K partials.
 inline constexpr std::int64_t kMinSplitTokens = 256;
@@ -53,6 +64,26 @@ DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c);
 // the bins) and every codeword is read (at contexts past a few times K tokens almost surely).
 // decodeCosts is their sum.
 std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase& c);
+
+// A latency model of the FP16 step beside the byte model. Its constants are estimates, not
+// measurements (no device has timed them here): a launch with its drain 3 µs, an HBM load under load
+// 0.7 µs, an L2 load 0.3 µs. The step is one launch; its blocks run in waves of the resident slots
+// (fp16ResidentBlocks × SMs); a block's tiles form a chain in which each waits about one HBM
+// latency (the two-stage pipeline has one tile in flight while it reads the other); the step's
+// bytes cannot pass the copy rate; the last block's merge adds its L2 round trips (the weights pass,
+// a warp per head over the splits 32 at a time, then the features' pass, 8 splits' loads in flight).
+struct Fp16LatencyModel {
+    double seconds = 0; // launch + max(bandwidth, waves × chain) + merge
+    double launch = 0, chain = 0, bandwidth = 0, merge = 0;
+    int waves = 0, blocksPerSm = 0;
+    std::int64_t tilesPerBlock = 0;
+    std::string bound; // "latency" or "bandwidth"
+};
+inline constexpr double kLaunchSecondsEstimate = 3e-6;
+inline constexpr double kHbmLatencyEstimate = 0.7e-6;
+inline constexpr double kL2LatencyEstimate = 0.3e-6;
+Fp16LatencyModel fp16LatencyModel(const DecodeCostCase& c, int multiprocessors, std::size_t sharedOptin,
+                                  double copyBytesPerSecond);
 
 // HBM: the measured device-to-device copy (bytes read + written per second); shared memory: 128
 // bytes per clock per SM (32 banks of 4 bytes, the CUDA programming guide) at the peak clock; FP32:

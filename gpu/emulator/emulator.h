@@ -198,6 +198,15 @@ template <class T> T __ldg(const T* p)
     return *p;
 }
 
+// A load through the L2 only (bypassing L1): the emulator has one memory.
+template <class T> T __ldcg(const T* p)
+{
+    return *p;
+}
+
+// Blocks run one after another, so every write of a block is seen by the blocks after it.
+inline void __threadfence() {}
+
 template <class A, class B> constexpr std::common_type_t<A, B> min(A a, B b)
 {
     using C = std::common_type_t<A, B>;

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""The FP16 decode kernel's registers, spills and shared memory as nvcc builds it, against its plan.
+
+    python3 tools/gpu/resource_usage.py [--nvcc PATH] [--arch 80,90] [--json FILE]
+
+Compiles gpu/decode/decode_kernels.cu for each architecture (a cubin, `nvcc --resource-usage`; no
+device needed), reads ptxas' report for every instance of fp16DecodeKernel<G, head_dim>, and checks
+what the split planner (gpu/decode/roofline.cpp, fp16ResidentBlocks) assumes of them:
+- at most kFp16MaxRegisters (64) registers a thread and no spills to local memory;
+- no static shared memory (the kernel holds only its dynamic stages, fp16DecodeSharedBytes());
+- hence resident blocks per multiprocessor, by CUDA's occupancy rules (registers allocated per warp
+  in units of 256, shared memory with 1 KiB reserved per block, 2,048 threads and 32 blocks per
+  multiprocessor, 164 KiB of shared memory on sm_80 and 228 KiB on sm_90), at least the plan's: 8
+  blocks of 128 threads, 4 of 256 (an instance under the cap may fit one more on sm_80, whose
+  planned waves are then a floor).
+Prints a table; exit 0 when every instance meets the plan, 1 when one does not, 2 on bad input.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SOURCE = os.path.join(ROOT, "gpu", "decode", "decode_kernels.cu")
+MATH = os.path.join(ROOT, "gpu", "decode", "decode_math.h")
+
+# Per architecture: registers and shared memory per multiprocessor, threads and blocks per multiprocessor.
+ARCH = {
+    80: {"regs": 65536, "shared": 164 * 1024, "threads": 2048, "blocks": 32},
+    90: {"regs": 65536, "shared": 228 * 1024, "threads": 2048, "blocks": 32},
+}
+
+
+def constants():
+    """The plan's constants, read from decode_math.h so the check follows the source."""
+    text = open(MATH, encoding="utf-8").read()
+
+    def const(name):
+        m = re.search(r"constexpr int %s = (\d+);" % name, text)
+        if not m:
+            raise SystemExit(f"resource_usage.py: {MATH} has no constant {name}")
+        return int(m.group(1))
+
+    return {n: const(n) for n in ("kFp16Stages", "kFp16StageBytes", "kFp16MaxRegisters", "kFp16MinThreads",
+                                  "kFeaturesPerLane")}
+
+
+def layout_threads(head_dim, group, c):
+    lanes = head_dim // c["kFeaturesPerLane"]
+    return max(c["kFp16MinThreads"], lanes * group)
+
+
+def resident_blocks(arch, threads, regs, shared_bytes):
+    a = ARCH[arch]
+    warps = (threads + 31) // 32
+    regs_per_warp = (regs * 32 + 255) // 256 * 256
+    by_regs = a["regs"] // (regs_per_warp * warps) if regs else a["blocks"]
+    by_shared = a["shared"] // (shared_bytes + 1024)
+    return min(a["threads"] // threads, by_regs, by_shared, a["blocks"])
+
+
+def planned_blocks(arch, threads, c, shared_bytes):
+    """fp16BlocksPerSm's arithmetic: registers at the cap."""
+    a = ARCH[arch]
+    return min(a["threads"] // threads, a["regs"] // (threads * c["kFp16MaxRegisters"]),
+               a["shared"] // (shared_bytes + 1024), a["blocks"])
+
+
+def compile_report(nvcc, arch):
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [nvcc, "-I" + ROOT, "-isystem=/usr/include/eigen3", "-O3", "-DNDEBUG", "-std=c++20",
+               f"-arch=sm_{arch}", "-cubin", "--resource-usage", "-o", os.path.join(tmp, "k.cubin"), SOURCE]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"resource_usage.py: nvcc failed for sm_{arch}:\n{r.stderr[-4000:]}")
+        return r.stdout + r.stderr
+
+
+def parse(report):
+    """{(G, head_dim): {"regs", "spill_stores", "spill_loads", "stack", "smem"}} for fp16DecodeKernel."""
+    out = {}
+    current = None
+    for line in report.splitlines():
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            name = m.group(1)
+            k = re.search(r"16fp16DecodeKernelILi(\d+)ELi(\d+)EE", name)
+            current = (int(k.group(1)), int(k.group(2))) if k else None
+            if current:
+                out[current] = {"smem": 0}
+            continue
+        if current is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            out[current].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            out[current]["regs"] = int(m.group(1))
+            s = re.search(r"(\d+) bytes smem", line)
+            out[current]["smem"] = int(s.group(1)) if s else 0
+            current = None
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
+    ap.add_argument("--arch", default="80,90", help="comma-separated: 80, 90")
+    ap.add_argument("--json", help="write the table here as JSON")
+    a = ap.parse_args()
+    if not os.access(a.nvcc, os.X_OK):
+        print(f"resource_usage.py: --nvcc {a.nvcc}: not an executable nvcc", file=sys.stderr)
+        return 2
+    try:
+        archs = [int(x) for x in a.arch.split(",") if x.strip()]
+    except ValueError:
+        archs = []
+    if not archs or any(x not in ARCH for x in archs):
+        print(f"resource_usage.py: --arch {a.arch}: takes {', '.join(map(str, ARCH))}", file=sys.stderr)
+        return 2
+    c = constants()
+    shared_bytes = c["kFp16Stages"] * c["kFp16StageBytes"] + 16  # fp16DecodeSharedBytes()
+    rows, bad = [], []
+    print(f"{'arch':>5} {'G':>2} {'head_dim':>8} {'threads':>7} {'regs':>4} {'spills':>6} {'smem':>5} "
+          f"{'blocks/SM':>9} {'planned':>7}")
+    for arch in archs:
+        found = parse(compile_report(a.nvcc, arch))
+        expected = {(g, hd) for g in (1, 2, 4, 8) for hd in (64, 128, 256)}
+        if set(found) != expected:
+            bad.append(f"sm_{arch}: instances {sorted(found)} where {sorted(expected)} were expected")
+        for (g, hd), r in sorted(found.items()):
+            threads = layout_threads(hd, g, c)
+            blocks = resident_blocks(arch, threads, r["regs"], shared_bytes + r["smem"])
+            plan = planned_blocks(arch, threads, c, shared_bytes)
+            spills = r.get("spill_stores", 0) + r.get("spill_loads", 0)
+            rows.append({"arch": arch, "group": g, "head_dim": hd, "threads": threads, **r,
+                         "blocks_per_sm": blocks, "planned_blocks_per_sm": plan})
+            print(f"{'sm_%d' % arch:>5} {g:>2} {hd:>8} {threads:>7} {r['regs']:>4} {spills:>6} {r['smem']:>5} "
+                  f"{blocks:>9} {plan:>7}")
+            what = f"sm_{arch} fp16DecodeKernel<{g}, {hd}>"
+            if r["regs"] > c["kFp16MaxRegisters"]:
+                bad.append(f"{what}: {r['regs']} registers, the plan caps {c['kFp16MaxRegisters']}")
+            if spills:
+                bad.append(f"{what}: {spills} bytes of spills to local memory")
+            if r["smem"]:
+                bad.append(f"{what}: {r['smem']} bytes of static shared memory, the plan has none")
+            if blocks < plan:
+                bad.append(f"{what}: {blocks} blocks per multiprocessor, the plan {plan}")
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+    for b in bad:
+        print("resource_usage.py: " + b, file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
