@@ -119,7 +119,17 @@ struct CudaDecodeCache::Impl {
             d.tokensPerSplit = p.tokensPerSplit;
             return d;
         }
-        return plannedDims(path == DecodePath::Lookup || (path == DecodePath::Paper && paperBinsFit()));
+        if (path == DecodePath::Lookup) {
+            kernels::DecodeDims d = dims;
+            d.tokens = tokens;
+            d.positionOffset = positionOffset;
+            const SplitPlan p = planLookupSplits(tokens, cfg.batch, cfg.shape.heads, dims.subspacesPerHead(),
+                                                 dims.stages, dims.k, sms, sharedOptin);
+            d.splits = p.splits;
+            d.tokensPerSplit = p.tokensPerSplit;
+            return d;
+        }
+        return plannedDims(path == DecodePath::Paper && paperBinsFit());
     }
     // The paper path takes values through per-codeword weights when its bins and the combine's merged
     // weights fit in a block's shared memory (planned as the binned paths plan their splits); else it

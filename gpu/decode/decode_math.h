@@ -81,15 +81,21 @@ inline constexpr int kMaxRopePairs = 128; // head_dim / 2 for head_dim ≤ 256
 
 // The shared memory the binned kernels hold per block, in bytes, here so that the launches
 // (decode_kernels.cu, lookup_kernels.cu) and the device models (roofline.cpp) count with the same.
-// Dynamic: the bins, group × S·R·K floats (the lookup split kernel: its tables as well).
+// Dynamic: the paper path's bins, group × S·R·K floats.
 inline std::size_t paperBinsDynamicBytes(int group, int subspaces, int stages, int k)
 {
     return std::size_t(group) * std::size_t(subspaces) * std::size_t(stages) * std::size_t(k) * sizeof(float);
 }
-inline std::size_t lookupSplitDynamicBytes(int group, int subspaces, int stages, int k)
+// The lookup split kernel, a block per query head: its tables and bins, S·R·K floats each, and the
+// tables' S·R row maxima.
+inline std::size_t lookupSplitDynamicBytes(int subspaces, int stages, int k)
 {
-    return 2 * paperBinsDynamicBytes(group, subspaces, stages, k);
+    return 2 * paperBinsDynamicBytes(1, subspaces, stages, k) + std::size_t(subspaces) * stages * sizeof(float);
 }
+// Its blocks per multiprocessor asked of the compiler (__launch_bounds__: at most 64 registers for
+// 256 threads), and the unified maximum's margin (base 2) before a split weighs again.
+inline constexpr int kLookupMinBlocks = 4;
+inline constexpr float kUnifiedMaxMargin = 64.f;
 // The stage combine: group × (splits + 1 + K) floats, then its parts' partial sums, parts × group × D.
 inline std::size_t lookupCombineDynamicBytes(int group, int splits, int k, int dim)
 {

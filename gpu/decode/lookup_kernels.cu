@@ -50,83 +50,93 @@ __global__ void lookupTablesKernel(DecodeDims d, const float* q, const __half* k
 
 constexpr int kLookupThreads = kLookupSplitThreads;
 
-// grid (splits, G, B); shared: tables and weights, group × S·R·K floats each.
-template <int G>
-__global__ void __launch_bounds__(kLookupThreads)
+// Grid (splits, query heads, B): one query head's split, so a block holds one head's tables and bins
+// (S·R·K floats each, then S·R row maxima) and several blocks fit on a multiprocessor. The softmax
+// reference is known before the token loop (FlashDecoding++'s unified maximum): the sum over the
+// table's rows of each row's largest entry bounds every score exactly (a score sums one entry per row,
+// in the same order, and rounding is monotone), so each thread weighs its tokens with no barrier and
+// no rescale. Where the split's largest score falls more than kUnifiedMaxMargin below the bound
+// (2^−64: weights could underflow next to the split's largest), the loop runs again against that
+// largest score, now known exactly.
+__global__ void __launch_bounds__(kLookupThreads, kLookupMinBlocks)
     lookupSplitKernel(DecodeDims d, const float* tablesIn, const std::uint8_t* kc, const std::uint8_t* vc,
                       float* weights, float* mOut, float* lOut)
 {
     float* smem = dynamicShared<float>();
     float* const red = sharedWarpValues();
     static_assert(kLookupThreads / 32 <= kMaxBlockWarps);
-    const int split = blockIdx.x, g = blockIdx.y, b = blockIdx.z, group = d.group();
+    const int split = blockIdx.x, hq = blockIdx.y, b = blockIdx.z, g = hq / d.group();
     const int S = d.subspacesPerHead(), M = d.subspaces(), R = d.stages, K = d.k;
-    const int per = S * R * K; // table entries per head
+    const int rows = S * R, per = rows * K; // table entries of the head
     float* T = smem;
-    float* W = smem + std::size_t(group) * per;
-    const float* tSrc = tablesIn + (std::int64_t(b) * d.heads + g * group) * per;
-    for (int i = threadIdx.x; i < group * per; i += blockDim.x) {
+    float* W = T + per;
+    float* rowMax = W + per;
+    const std::int64_t o = std::int64_t(b) * d.heads + hq;
+    const float* tSrc = tablesIn + o * per;
+    for (int i = threadIdx.x; i < per; i += blockDim.x) {
         T[i] = tSrc[i];
         W[i] = 0;
     }
     __syncthreads();
+    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+    for (int row = warp; row < rows; row += kLookupThreads / 32) {
+        float mx = -INFINITY;
+        for (int k = lane; k < K; k += 32)
+            mx = fmaxf(mx, T[row * K + k]);
+        for (int off = 16; off > 0; off /= 2)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        if (lane == 0)
+            rowMax[row] = mx;
+    }
+    __syncthreads();
+    float bound = 0;
+    for (int row = 0; row < rows; ++row)
+        bound += rowMax[row];
 
     const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
     const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
-    float mRef[G], lSum[G];
-#pragma unroll
-    for (int h = 0; h < G; ++h) {
-        mRef[h] = -INFINITY;
-        lSum[h] = 0;
-    }
-    for (std::int64_t tb = t0; tb < t1; tb += blockDim.x) {
-        const std::int64_t t = tb + threadIdx.x;
-        const bool ok = t < t1;
-        const std::int64_t tc = ok ? t : t1 - 1;
-        float sc[G];
-#pragma unroll
-        for (int h = 0; h < G; ++h)
-            sc[h] = 0;
-        for (int s = 0; s < S; ++s) {
-            const auto* w = reinterpret_cast<const std::uint32_t*>(
-                kc + ((std::int64_t(b) * M + g * S + s) * d.capacity + tc) * d.bytesPerToken);
-            for (int r = 0; r < R; ++r) {
-                const int c = int(codeAt(w, r, d.bits)), o = (s * R + r) * K + c;
-#pragma unroll
-                for (int h = 0; h < G; ++h)
-                    if (h < group)
-                        sc[h] += T[h * per + o];
+    const std::uint8_t* kBase = kc + (std::int64_t(b) * M + g * S) * d.capacity * d.bytesPerToken;
+    const std::uint8_t* vBase = vc + (std::int64_t(b) * M + g * S) * d.capacity * d.bytesPerToken;
+    const std::int64_t subStride = d.capacity * d.bytesPerToken;
+    // Each of the thread's tokens: its score, its weight against `ref`, added to its value codes' bins.
+    auto weigh = [&](float ref, float& l, float& top) {
+        for (std::int64_t t = t0 + threadIdx.x; t < t1; t += kLookupThreads) {
+            float sc = 0;
+            for (int s = 0; s < S; ++s) {
+                const auto* w = reinterpret_cast<const std::uint32_t*>(kBase + s * subStride + t * d.bytesPerToken);
+                for (int r = 0; r < R; ++r)
+                    sc += T[(s * R + r) * K + int(codeAt(w, r, d.bits))];
+            }
+            const float p = exp2f(sc - ref);
+            top = fmaxf(top, sc);
+            l += p;
+            for (int s = 0; s < S; ++s) {
+                const auto* w = reinterpret_cast<const std::uint32_t*>(vBase + s * subStride + t * d.bytesPerToken);
+                for (int r = 0; r < R; ++r)
+                    atomicAdd(&W[(s * R + r) * K + int(codeAt(w, r, d.bits))], p);
             }
         }
-        float p[G];
-#pragma unroll
-        for (int h = 0; h < G; ++h) {
-            if (h >= group)
-                break;
-            const float tileMax = blockMax(ok ? sc[h] : -INFINITY, red);
-            if (tileMax > mRef[h] + kRescaleMargin) { // the same decision in every thread
-                if (mRef[h] != -INFINITY) {
-                    const float c = exp2f(mRef[h] - tileMax);
-                    __syncthreads();
-                    for (int i = threadIdx.x; i < per; i += blockDim.x)
-                        W[h * per + i] *= c;
-                    lSum[h] *= c;
-                }
-                mRef[h] = tileMax;
-            }
-            p[h] = ok ? exp2f(sc[h] - mRef[h]) : 0.f;
-            lSum[h] += p[h];
-        }
+    };
+    float l = 0, top = -INFINITY, ref = bound;
+    weigh(ref, l, top);
+    top = blockMax(top, red);              // the split's largest score (its barriers also end the bins' atomics)
+    if (top < bound - kUnifiedMaxMargin) { // rare: weigh again against the largest score
+        for (int i = threadIdx.x; i < per; i += blockDim.x)
+            W[i] = 0;
         __syncthreads();
-        if (ok)
-            for (int s = 0; s < S; ++s)
-                addToBins<G>(W, per, group, s, R, K,
-                             reinterpret_cast<const std::uint32_t*>(
-                                 vc + ((std::int64_t(b) * M + g * S + s) * d.capacity + t) * d.bytesPerToken),
-                             d.bits, 0, 1, p);
-        __syncthreads();
+        ref = top;
+        l = 0;
+        float unused = -INFINITY;
+        weigh(ref, l, unused);
     }
-    writeSplitBins<G>(d, W, per, b, g, split, mRef, lSum, weights, mOut, lOut, red);
+    l = blockSum(l, red);
+    const std::int64_t os = o * d.splits + split;
+    for (int i = threadIdx.x; i < per; i += blockDim.x)
+        weights[os * per + i] = W[i];
+    if (threadIdx.x == 0) {
+        mOut[os] = ref;
+        lOut[os] = l;
+    }
 }
 
 // The splits' scale factors of the group's heads (f = 2^(m_split − max), 0 for an empty split) into
@@ -231,7 +241,7 @@ __global__ void lookupOutKernel(DecodeDims d, const float* mIn, const float* lIn
 // static arrays.
 std::size_t lookupDynamicBytes(const DecodeDims& d)
 {
-    return lookupSplitDynamicBytes(d.group(), d.subspacesPerHead(), d.stages, d.k);
+    return lookupSplitDynamicBytes(d.subspacesPerHead(), d.stages, d.k);
 }
 
 std::size_t lookupCombineDynamicBytes(const DecodeDims& d)
@@ -254,26 +264,18 @@ cudaError_t launchLookupTables(const DecodeDims& d, const float* q, const std::u
 
 std::size_t lookupSharedBytes(const DecodeDims& d)
 {
-    std::size_t fixed = 0;
-    withGroup(d.group(), [&]<int G>() {
-        fixed = staticShared(lookupSplitKernel<G>);
-        return cudaSuccess;
-    });
-    return lookupDynamicBytes(d) + fixed;
+    return lookupDynamicBytes(d) + staticShared(lookupSplitKernel);
 }
 
 cudaError_t launchLookupSplit(const DecodeDims& d, const float* tables, const std::uint8_t* kc, const std::uint8_t* vc,
                               float* weights, float* m, float* l, cudaStream_t stream)
 {
-    const dim3 grid(unsigned(d.splits), unsigned(d.kvHeads), unsigned(d.batch));
+    const dim3 grid(unsigned(d.splits), unsigned(d.heads), unsigned(d.batch));
     const std::size_t shm = lookupDynamicBytes(d);
-    return withGroup(d.group(), [&]<int G>() {
-        auto* kernel = lookupSplitKernel<G>;
-        if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
-            return e;
-        launch(kernel, grid, kLookupThreads, shm, stream, d, tables, kc, vc, weights, m, l);
-        return cudaGetLastError();
-    });
+    if (cudaError_t e = allowShared(lookupSplitKernel, shm); e != cudaSuccess)
+        return e;
+    launch(lookupSplitKernel, grid, kLookupThreads, shm, stream, d, tables, kc, vc, weights, m, l);
+    return cudaGetLastError();
 }
 
 std::size_t lookupCombineSharedBytes(const DecodeDims& d)

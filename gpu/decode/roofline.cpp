@@ -56,17 +56,20 @@ int fp16ResidentBlocks(int headDim, int group, std::size_t sharedOptin)
     return fp16BlocksPerSm(fp16DecodeLayout(headDim, compiledGroupOf(group)).threads, sharedOptin + 1024);
 }
 
-SplitPlan planFp16Splits(std::int64_t tokens, int batch, int kvHeads, int headDim, int group, int multiprocessors,
-                         std::size_t sharedOptin)
+namespace {
+
+// Splits of `pairs` independent (sequence, head) walks over `tokens` on `slots` resident blocks, as
+// FlashAttention-3's heuristic chooses them: the fewest (in whole 32-token multiples) whose waves
+// are at least 85% as full as the fullest count's, none under minTokens, at most maxSplits.
+SplitPlan planWaveSplits(std::int64_t tokens, std::int64_t pairs, std::int64_t slots, std::int64_t minTokens,
+                         std::int64_t maxSplits)
 {
     if (tokens <= 0)
         return {1, 1};
-    const std::int64_t pairs = std::max<std::int64_t>(1, std::int64_t(batch) * kvHeads);
-    const std::int64_t slots =
-        std::max<std::int64_t>(1, std::int64_t(multiprocessors) * fp16ResidentBlocks(headDim, group, sharedOptin));
-    const std::int64_t most = std::clamp<std::int64_t>(
-        tokens / kMinSplitTokens, 1, std::max<std::int64_t>(1, std::min<std::int64_t>(slots, kFp16MaxSplits)));
-    // Each count as the splits come out in whole 32-token multiples (fewer, at times).
+    pairs = std::max<std::int64_t>(1, pairs);
+    slots = std::max<std::int64_t>(1, slots);
+    const std::int64_t most =
+        std::clamp<std::int64_t>(tokens / minTokens, 1, std::max<std::int64_t>(1, std::min(slots, maxSplits)));
     auto efficiency = [&](std::int64_t s) {
         const std::int64_t blocks = pairs * wholeSplits(tokens, s).splits, waves = (blocks + slots - 1) / slots;
         return double(blocks) / double(waves * slots);
@@ -83,6 +86,16 @@ SplitPlan planFp16Splits(std::int64_t tokens, int batch, int kvHeads, int headDi
     return wholeSplits(tokens, splits);
 }
 
+} // namespace
+
+SplitPlan planFp16Splits(std::int64_t tokens, int batch, int kvHeads, int headDim, int group, int multiprocessors,
+                         std::size_t sharedOptin)
+{
+    return planWaveSplits(tokens, std::int64_t(batch) * kvHeads,
+                          std::int64_t(multiprocessors) * fp16ResidentBlocks(headDim, group, sharedOptin),
+                          kMinSplitTokens, kFp16MaxSplits);
+}
+
 double fp16WaveEfficiency(const SplitPlan& plan, int batch, int kvHeads, int headDim, int group, int multiprocessors,
                           std::size_t sharedOptin)
 {
@@ -90,6 +103,21 @@ double fp16WaveEfficiency(const SplitPlan& plan, int batch, int kvHeads, int hea
     const std::int64_t slots =
         std::max<std::int64_t>(1, std::int64_t(multiprocessors) * fp16ResidentBlocks(headDim, group, sharedOptin));
     return double(blocks) / double((blocks + slots - 1) / slots * slots);
+}
+
+int lookupResidentBlocks(int subspaces, int stages, int k, std::size_t sharedOptin)
+{
+    const std::size_t block = lookupSplitDynamicBytes(subspaces, stages, k) + kLookupSplitStaticBytes + 1024;
+    const int byShared = int((sharedOptin + 1024) / block);
+    return std::min({2048 / kLookupSplitThreads, kLookupMinBlocks, byShared});
+}
+
+SplitPlan planLookupSplits(std::int64_t tokens, int batch, int heads, int subspaces, int stages, int k,
+                           int multiprocessors, std::size_t sharedOptin)
+{
+    return planWaveSplits(tokens, std::int64_t(batch) * heads,
+                          std::int64_t(multiprocessors) * lookupResidentBlocks(subspaces, stages, k, sharedOptin),
+                          kMinBinnedSplitTokens, kLookupMaxSplits);
 }
 
 std::string decodeShapeProblem(const DecodeShape& s, int dim, int stages, int k)
@@ -199,17 +227,16 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
     if (path == DecodePath::Lookup) {
         k.push_back({"lookup tables", books + q + hq * per * 4.0, (c.batch - 1.0) * books,
                      pairs * S * R * (G * D * 4.0 + K * G * D * 4.0), hq * per * D * 2.0});
-        const double warps = kLookupSplitThreads / 32.0;
-        const double walked = pairs * tokenSlots(c.context, c.splits, kLookupSplitThreads);
-        const double tiles = walked / kLookupSplitThreads;
-        const double blocks = pairs * P;
-        const double shared = blocks * 2.0 * G * per * 4.0                    // tables copied in, bins cleared
-                              + walked * S * R * G * 4.0                      // table entries per token slot
-                              + tok * S * R * G * 8.0                         // bins read and written per token
-                              + tiles * G * warps * 4.0                       // tile maxima written (a lane per warp)
-                              + tiles * G * kLookupSplitThreads * warps * 4.0 // and read by every thread
-                              + blocks * G * per * 4.0                        // bins read out
-                              + blocks * G * (warps + kLookupSplitThreads * warps) * 4.0; // softmax sums
+        // A block per (split, query head, sequence): one head's tables copied in and bins cleared, the
+        // tables' row maxima (each entry read, a maximum per row written and read by every thread),
+        // per token of its split one table entry per row read and one bin per row read and written
+        // (the atomic), one block maximum and one block sum, the bins read out. Assumes no split
+        // weighs again (its largest score within 2^64 of the bound: the seeded steps here).
+        const double warps = kLookupSplitThreads / 32.0, threads = kLookupSplitThreads, rows = S * R;
+        const double blocks = hq * P;
+        const double shared = blocks * (2.0 * per * 4.0 + per * 4.0 + rows * 4.0 + threads * rows * 4.0 +
+                                        2.0 * (warps * 4.0 + threads * warps * 4.0) + per * 4.0) +
+                              tok * G * rows * 12.0;
         k.push_back({"lookup split", hq * per * 4.0 + 2.0 * codes + hq * P * per * 4.0 + hq * P * 8.0, 0, shared,
                      tok * S * R * G * 2.0});
         stageAndOut(k);
@@ -366,9 +393,12 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
         for (int batch : o.batches) {
             const int sms = model.info.multiprocessors;
             const SplitPlan binned = planSplits(ctx, batch, o.shape.kvHeads, sms, kMinBinnedSplitTokens);
+            const SplitPlan lookupPlan =
+                planLookupSplits(ctx, batch, o.shape.heads, S, stages, k, sms, model.sharedOptin);
             // The shared memory the launches would ask for (decode_math.h), against the device's opt-in.
             const std::size_t combine = lookupCombineDynamicBytes(group, binned.splits, k, dim);
-            const std::size_t lookupSplit = lookupSplitDynamicBytes(group, S, stages, k) + kLookupSplitStaticBytes;
+            const std::size_t lookupSplit = std::max(lookupSplitDynamicBytes(S, stages, k) + kLookupSplitStaticBytes,
+                                                     lookupCombineDynamicBytes(group, lookupPlan.splits, k, dim));
             const bool paperBins = std::max(paperBinsDynamicBytes(group, S, stages, k) + kPaperBinsStaticBytes,
                                             combine) <= model.sharedOptin;
             double fp16Seconds = 0;
@@ -385,7 +415,8 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
                                     model.sharedOptin / 1024);
                 } else {
                     const bool bins = path == DecodePath::Lookup || (path == DecodePath::Paper && paperBins);
-                    p.splits = bins ? binned.splits
+                    p.splits = path == DecodePath::Lookup ? lookupPlan.splits
+                               : bins                     ? binned.splits
                                : path == DecodePath::Fp16
                                    ? planFp16Splits(ctx, batch, o.shape.kvHeads, o.shape.headDim, group, sms,
                                                     model.sharedOptin)

@@ -36,6 +36,14 @@ int fp16ResidentBlocks(int headDim, int group, std::size_t sharedOptin); // per 
 // The plan's blocks over its waves' resident slots (1: every wave full).
 double fp16WaveEfficiency(const SplitPlan& plan, int batch, int kvHeads, int headDim, int group, int multiprocessors,
                           std::size_t sharedOptin);
+// The lookup path's splits: a block per (split, query head, sequence), its resident blocks per
+// multiprocessor from its shared memory (one head's tables, bins and row maxima) and its
+// __launch_bounds__ (kLookupMinBlocks), then the same wave rule, none under kMinBinnedSplitTokens,
+// at most kLookupMaxSplits (each split's bins are written and merged).
+inline constexpr std::int64_t kLookupMaxSplits = 64;
+int lookupResidentBlocks(int subspaces, int stages, int k, std::size_t sharedOptin);
+SplitPlan planLookupSplits(std::int64_t tokens, int batch, int heads, int subspaces, int stages, int k,
+                           int multiprocessors, std::size_t sharedOptin);
 // The shortest split: the split-K paths' (FP16, paper by codeword sums), and the binned paths' (lookup,
 // paper with bins), whose per-split bins cost more than the split-K partials.
 inline constexpr std::int64_t kMinSplitTokens = 256;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The FP16 decode kernel's registers, spills and shared memory as nvcc builds it, against its plan.
+"""The decode kernels' registers, spills and shared memory as nvcc builds them, against their plans.
 
     python3 tools/gpu/resource_usage.py [--nvcc PATH] [--arch 80,90] [--json FILE]
 
@@ -13,6 +13,9 @@ what the split planner (gpu/decode/roofline.cpp, fp16ResidentBlocks) assumes of 
   multiprocessor, 164 KiB of shared memory on sm_80 and 228 KiB on sm_90), at least the plan's: 8
   blocks of 128 threads, 4 of 256 (an instance under the cap may fit one more on sm_80, whose
   planned waves are then a floor).
+And of gpu/decode/lookup_kernels.cu's lookupSplitKernel, what lookupResidentBlocks assumes: 256
+threads at no more registers than kLookupMinBlocks (4) blocks allow, no spills, and its static shared
+memory kLookupSplitStaticBytes (a float per warp of kMaxBlockWarps).
 Prints a table; exit 0 when every instance meets the plan, 1 when one does not, 2 on bad input.
 """
 
@@ -27,6 +30,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE = os.path.join(ROOT, "gpu", "decode", "decode_kernels.cu")
+LOOKUP_SOURCE = os.path.join(ROOT, "gpu", "decode", "lookup_kernels.cu")
 MATH = os.path.join(ROOT, "gpu", "decode", "decode_math.h")
 
 # Per architecture: registers and shared memory per multiprocessor, threads and blocks per multiprocessor.
@@ -47,7 +51,7 @@ def constants():
         return int(m.group(1))
 
     return {n: const(n) for n in ("kFp16Stages", "kFp16StageBytes", "kFp16MaxRegisters", "kFp16MinThreads",
-                                  "kFeaturesPerLane")}
+                                  "kFeaturesPerLane", "kLookupSplitThreads", "kLookupMinBlocks", "kMaxBlockWarps")}
 
 
 def layout_threads(head_dim, group, c):
@@ -71,26 +75,26 @@ def planned_blocks(arch, threads, c, shared_bytes):
                a["shared"] // (shared_bytes + 1024), a["blocks"])
 
 
-def compile_report(nvcc, arch):
+def compile_report(nvcc, arch, source=SOURCE):
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [nvcc, "-I" + ROOT, "-isystem=/usr/include/eigen3", "-O3", "-DNDEBUG", "-std=c++20",
-               f"-arch=sm_{arch}", "-cubin", "--resource-usage", "-o", os.path.join(tmp, "k.cubin"), SOURCE]
+               f"-arch=sm_{arch}", "-cubin", "--resource-usage", "-o", os.path.join(tmp, "k.cubin"), source]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit(f"resource_usage.py: nvcc failed for sm_{arch}:\n{r.stderr[-4000:]}")
         return r.stdout + r.stderr
 
 
-def parse(report):
-    """{(G, head_dim): {"regs", "spill_stores", "spill_loads", "stack", "smem"}} for fp16DecodeKernel."""
+def parse(report, key=lambda name: (lambda k: (int(k.group(1)), int(k.group(2))) if k else None)(
+        re.search(r"16fp16DecodeKernelILi(\d+)ELi(\d+)EE", name))):
+    """{key(name): {"regs", "spill_stores", "spill_loads", "stack", "smem"}} for the kernels key names
+    (by default fp16DecodeKernel's instances, keyed (G, head_dim))."""
     out = {}
     current = None
     for line in report.splitlines():
         m = re.search(r"Function properties for (\S+)", line)
         if m:
-            name = m.group(1)
-            k = re.search(r"16fp16DecodeKernelILi(\d+)ELi(\d+)EE", name)
-            current = (int(k.group(1)), int(k.group(2))) if k else None
+            current = key(m.group(1))
             if current:
                 out[current] = {"smem": 0}
             continue
@@ -152,6 +156,30 @@ def main():
                 bad.append(f"{what}: {r['smem']} bytes of static shared memory, the plan has none")
             if blocks < plan:
                 bad.append(f"{what}: {blocks} blocks per multiprocessor, the plan {plan}")
+        lookup = parse(compile_report(a.nvcc, arch, LOOKUP_SOURCE),
+                       key=lambda name: "lookupSplitKernel" if "17lookupSplitKernel" in name else None)
+        what = f"sm_{arch} lookupSplitKernel"
+        if "lookupSplitKernel" not in lookup:
+            bad.append(f"{what}: not found in ptxas' report")
+        else:
+            r = lookup["lookupSplitKernel"]
+            threads = c["kLookupSplitThreads"]
+            cap = 65536 // (threads * c["kLookupMinBlocks"])
+            spills = r.get("spill_stores", 0) + r.get("spill_loads", 0)
+            static = c["kMaxBlockWarps"] * 4
+            by_regs = resident_blocks(arch, threads, r["regs"], 0)
+            rows.append({"arch": arch, "kernel": "lookupSplitKernel", "threads": threads, **r,
+                         "blocks_per_sm_by_registers": by_regs, "planned_blocks_per_sm": c["kLookupMinBlocks"]})
+            print(f"{'sm_%d' % arch:>5} lookupSplitKernel {threads:>7} {r['regs']:>4} {spills:>6} {r['smem']:>5} "
+                  f"{by_regs:>9} {c['kLookupMinBlocks']:>7}  (blocks by threads and registers; shared memory by shape)")
+            if r["regs"] > cap:
+                bad.append(f"{what}: {r['regs']} registers, {c['kLookupMinBlocks']} blocks of {threads} allow {cap}")
+            if spills:
+                bad.append(f"{what}: {spills} bytes of spills to local memory")
+            if r["smem"] != static:
+                bad.append(f"{what}: {r['smem']} bytes of static shared memory, the plan {static}")
+            if by_regs < c["kLookupMinBlocks"]:
+                bad.append(f"{what}: {by_regs} blocks per multiprocessor, the plan {c['kLookupMinBlocks']}")
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
