@@ -74,7 +74,7 @@ struct CudaDecodeCache::Impl {
     DeviceArray<std::uint16_t> kbh, vbh, k16, v16;
     DeviceArray<float> kb32T, vb32T, kn, vn, turns, q, out, acc, pm, pl, tables, weights, stageK, stageV, stageOut;
     DeviceArray<std::int32_t> codesOut;
-    DeviceArray<unsigned> done; // the FP16 kernel's finished splits per (sequence, KV head), zero between steps
+    DeviceArray<unsigned> done; // finished blocks per (sequence, KV head) of a one-launch merge, zero between steps
     std::int64_t tokens = 0, positionOffset = 0;
     bool haveQuery = false;
 
@@ -223,10 +223,11 @@ CudaDecodeCache::CudaDecodeCache(const DecodeCacheConfig& config, const Codebook
     if (config.fp16) {
         m->k16.ensure(m->fp16Elements(), "FP16 keys", m->device);
         m->v16.ensure(m->fp16Elements(), "FP16 values", m->device);
-        const std::size_t pairs = std::size_t(config.batch) * s.kvHeads;
-        m->done.ensure(pairs, "split counters", m->device);
-        check(cudaMemset(m->done.get(), 0, pairs * sizeof(unsigned)), "cudaMemset");
     }
+    // The FP16 kernel's and the lookup combine's finished blocks per (sequence, KV head).
+    const std::size_t pairs = std::size_t(config.batch) * s.kvHeads;
+    m->done.ensure(pairs, "block counters", m->device);
+    check(cudaMemset(m->done.get(), 0, pairs * sizeof(unsigned)), "cudaMemset");
     const auto inv = ropeInvFreq(config.ropeTheta, s.headDim);
     std::vector<float> turns;
     for (double f : inv) {
@@ -474,7 +475,7 @@ void CudaDecodeCache::enqueue(DecodePath path)
               "lookup decode");
         m->stageOut.ensure(kernels::lookupStagePartialFloats(d), "per-stage outputs", m->device);
         check(kernels::launchLookupCombine(d, m->weights.get(), m->pm.get(), m->pl.get(), m->vbh.get(),
-                                           m->stageOut.get(), m->out.get(), m->stream),
+                                           m->stageOut.get(), m->done.get(), m->out.get(), m->stream),
               "lookup combine");
         return;
     }
@@ -488,7 +489,7 @@ void CudaDecodeCache::enqueue(DecodePath path)
               "paper-path decode");
         m->stageOut.ensure(kernels::lookupStagePartialFloats(d), "per-stage outputs", m->device);
         check(kernels::launchLookupCombine(d, m->weights.get(), m->pm.get(), m->pl.get(), m->vbh.get(),
-                                           m->stageOut.get(), m->out.get(), m->stream),
+                                           m->stageOut.get(), m->done.get(), m->out.get(), m->stream),
               "paper-path combine");
         return;
     }

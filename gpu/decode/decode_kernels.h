@@ -102,10 +102,11 @@ std::size_t lookupCombineSharedBytes(const DecodeDims& d);
 // Lookup path, step 3: merges the splits' weights, then out = Σ_s,r,k W·codeword / l. One block per
 // (sequence, KV head, subspace, stage), so the group's heads share each codebook read and a batch of
 // one still fills the device; their partial outputs (stagePartials, lookupStagePartialFloats) are
-// then added in stage order.
+// then added in stage order by the last of them to finish (one launch). done: batch × kvHeads
+// counters, zero before the first launch, which every launch leaves zero again.
 std::size_t lookupStagePartialFloats(const DecodeDims& d);
 cudaError_t launchLookupCombine(const DecodeDims& d, const float* weights, const float* m, const float* l,
-                                const std::uint16_t* valueBooks16, float* stagePartials, float* out,
+                                const std::uint16_t* valueBooks16, float* stagePartials, unsigned* done, float* out,
                                 cudaStream_t stream);
 
 // Fills caches with seeded pseudo-random codes (uniform over K) and FP16 rows (uniform in ±1) for

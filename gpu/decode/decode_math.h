@@ -21,7 +21,6 @@ inline constexpr int kFeaturesPerLane = 8;      // their lanes' features (one 16
 inline constexpr int kTablesThreads = 256;      // the lookup tables
 inline constexpr int kLookupSplitThreads = 256; // the lookup path's token loop
 inline constexpr int kStageThreads = 256;       // the bins times a stage's value codewords
-inline constexpr int kLookupOutThreads = 256;   // the stages added into the output
 
 // The FP16 kernel's plan (a block per (split, KV head, sequence), as FlashInfer's decode lays it out):
 // headDim/8 lanes hold one token row (8 features each, one 16-byte load), a row of lanes per query
@@ -96,11 +95,12 @@ inline std::size_t lookupSplitDynamicBytes(int subspaces, int stages, int k)
 // 256 threads), and the unified maximum's margin (base 2) before a split weighs again.
 inline constexpr int kLookupMinBlocks = 4;
 inline constexpr float kUnifiedMaxMargin = 64.f;
-// The stage combine: group × (splits + 1 + K) floats, then its parts' partial sums, parts × group × D.
+// The stage combine: group × (splits + 1 + K) floats, then its parts' partial sums, parts × group × D,
+// then the int that names the last block of a (sequence, KV head).
 inline std::size_t lookupCombineDynamicBytes(int group, int splits, int k, int dim)
 {
     const std::size_t parts = std::size_t(kStageThreads / dim > 1 ? kStageThreads / dim : 1);
-    return (std::size_t(group) * (std::size_t(splits) + 1 + std::size_t(k)) + parts * group * dim) * sizeof(float);
+    return (std::size_t(group) * (std::size_t(splits) + 1 + std::size_t(k)) + parts * group * dim) * sizeof(float) + 16;
 }
 // Static (decode_device.cuh): the paper kernel's RoPE turns (float2 each), a value per warp and head,
 // a value per warp; the lookup split kernel's value per warp.

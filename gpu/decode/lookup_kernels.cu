@@ -169,7 +169,7 @@ constexpr int kCombineThreads = kStageThreads;
 // order after. Shared: group × (splits + 1 + K) floats, then parts × group × D for the reduction.
 __global__ void __launch_bounds__(kCombineThreads)
     lookupStageKernel(DecodeDims d, const float* weights, const float* mIn, const float* lIn, const __half* vb,
-                      float* part)
+                      float* part, unsigned* done, float* outFinal)
 {
     float* smem = dynamicShared<float>();
     const int bg = blockIdx.x, b = bg / d.kvHeads, g = bg % d.kvHeads, group = d.group();
@@ -215,26 +215,26 @@ __global__ void __launch_bounds__(kCombineThreads)
             a += red[q * group * D + i];
         out[i] = a;
     }
-}
-
-// Grid B·G: out = Σ_r part / L, the stages added in order, for the group's heads. Shared: group ×
-// (splits + 1) floats.
-__global__ void lookupOutKernel(DecodeDims d, const float* mIn, const float* lIn, const float* part, float* out)
-{
-    float* fl = dynamicShared<float>();
-    const int bg = blockIdx.x, b = bg / d.kvHeads, g = bg % d.kvHeads, group = d.group();
-    const int S = d.subspacesPerHead(), R = d.stages, D = d.dim;
-    float* L = fl + group * d.splits;
-    splitScales(d, b, g, mIn, lIn, fl, L);
+    // The last of the (sequence, KV head)'s S·R blocks to finish adds the stages in order, read
+    // through the L2, and divides by the softmax sums (an atomic count, left at zero for the next step).
+    int* lastFlag = reinterpret_cast<int*>(red + parts * group * D);
+    __threadfence();
     __syncthreads();
+    if (threadIdx.x == 0)
+        *lastFlag = atomicAdd(&done[bg], 1u) == unsigned(S * R - 1);
+    __syncthreads();
+    if (!*lastFlag)
+        return;
     for (int i = threadIdx.x; i < group * d.headDim; i += blockDim.x) {
-        const int h = i / d.headDim, j = i % d.headDim, s = j / D, jj = j % D;
-        const float* p = part + ((std::int64_t(bg) * S + s) * R) * group * D + h * D + jj;
+        const int h = i / d.headDim, j = i % d.headDim, ss = j / D, jj = j % D;
+        const float* p = part + ((std::int64_t(bg) * S + ss) * R) * group * D + h * D + jj;
         float a = 0;
-        for (int r = 0; r < R; ++r)
-            a += p[std::int64_t(r) * group * D];
-        out[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + j] = a / L[h];
+        for (int rr = 0; rr < R; ++rr)
+            a += __ldcg(p + std::int64_t(rr) * group * D);
+        outFinal[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + j] = a / L[h];
     }
+    if (threadIdx.x == 0)
+        done[bg] = 0;
 }
 
 // The dynamic shared memory each launch asks for (decode_math.h); the *SharedBytes functions add the
@@ -289,19 +289,15 @@ std::size_t lookupStagePartialFloats(const DecodeDims& d)
 }
 
 cudaError_t launchLookupCombine(const DecodeDims& d, const float* weights, const float* m, const float* l,
-                                const std::uint16_t* vb, float* stagePartials, float* out, cudaStream_t stream)
+                                const std::uint16_t* vb, float* stagePartials, unsigned* done, float* out,
+                                cudaStream_t stream)
 {
     const std::size_t shm = lookupCombineDynamicBytes(d);
     if (cudaError_t e = allowShared(lookupStageKernel, shm); e != cudaSuccess)
         return e;
     const dim3 grid(unsigned(d.batch * d.kvHeads), unsigned(d.subspacesPerHead() * d.stages));
     launch(lookupStageKernel, grid, kCombineThreads, shm, stream, d, weights, m, l, reinterpret_cast<const __half*>(vb),
-           stagePartials);
-    const std::size_t outShm = std::size_t(d.group()) * (d.splits + 1) * sizeof(float);
-    if (cudaError_t e = allowShared(lookupOutKernel, outShm); e != cudaSuccess)
-        return e;
-    launch(lookupOutKernel, unsigned(d.batch * d.kvHeads), kLookupOutThreads, outShm, stream, d, m, l, stagePartials,
-           out);
+           stagePartials, done, out);
     return cudaGetLastError();
 }
 

@@ -183,17 +183,20 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
     const double partials = hq * P * (hd + 2.0) * 4.0;
     auto finishSplitShared = [&] { return pairs * P * (slots * G * (hd + 2.0) * 4.0 + G * hd * slots * 16.0); };
     const KernelCost combine{"combine", partials + out, 0, 0, 0};
-    // The bins merged over the splits and multiplied by a stage's value codewords, then the stages added.
+    // The bins merged over the splits and multiplied by a stage's value codewords, then the stages
+    // added by the last block of each (sequence, KV head): its stages' shares read back, the output
+    // written, a counter read and written by the atomic, the flag written once and read by all.
     auto stageAndOut = [&](std::vector<KernelCost>& k) {
         const double parts = std::max(1.0, std::floor(kStageThreads / D));
-        k.push_back({"stage combine", hq * P * per * 4.0 + hq * P * 8.0 + books + hq * S * R * D * 4.0,
+        k.push_back({"stage combine",
+                     hq * P * per * 4.0 + hq * P * 8.0 + books + 2.0 * hq * S * R * D * 4.0 + out + pairs * 8.0,
                      (c.batch - 1.0) * books, // every sequence reads the books, the first from HBM
                      pairs * S * R *
-                         (G * P * 4.0 + G * 4.0 + G * K * 4.0 + parts * G * D * 4.0   // writes
-                          + G * K * P * 4.0 + G * K * D * 4.0 + G * D * parts * 4.0), // reads
+                             (G * P * 4.0 + G * 4.0 + G * K * 4.0 + parts * G * D * 4.0 // writes
+                              + G * K * P * 4.0 + G * K * D * 4.0 + G * D * parts * 4.0 // reads
+                              + 4.0 + kStageThreads * 4.0) +                            // the flag
+                         pairs * G * hd * 4.0,                                          // each output's softmax sum
                      hq * per * D * 2.0});
-        k.push_back({"lookup out", hq * S * R * D * 4.0 + hq * P * 8.0 + out, 0,
-                     pairs * (G * (P + 1.0) * 4.0 + G * hd * 4.0), 0});
     };
 
     std::vector<KernelCost> k;
