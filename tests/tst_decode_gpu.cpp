@@ -204,6 +204,28 @@ private slots:
         QVERIFY(m32.bandwidth > 31e-6 && m32.bandwidth < 33e-6);
     }
 
+    // The lookup path's latency model (estimates): three launches, its terms as documented, and a
+    // split kernel whose chain grows with the tokens each thread walks.
+    void lookupLatencyModelComposesItsTerms()
+    {
+        const auto* h200 = gpu::findDeviceModel("h200");
+        QVERIFY(h200);
+        const DecodeShape s{32, 8, 128};
+        const auto plan = gpu::planLookupSplits(32768, 1, 32, 1, 12, 256, 132, h200->sharedOptin);
+        const gpu::DecodeCostCase c{s, 128, 12, 256, 32768, 1, plan.splits, false};
+        const auto m = gpu::lookupLatencyModel(c, 132, h200->sharedOptin, h200->copyBytesPerSecond);
+        QCOMPARE(m.blocksPerSm, 4);
+        QCOMPARE(m.launches, 3 * gpu::kLaunchSecondsEstimate);
+        QCOMPARE(m.seconds, m.launches + m.tables + m.split + m.combine);
+        QCOMPARE(m.waves, 1);
+        QCOMPARE(m.tokensPerThread, (plan.tokensPerSplit + 255) / 256);
+        // The combine's serial reads of the splits' maxima, sums and weights: 3 per split at least.
+        QVERIFY(m.combine >= 3.0 * plan.splits * gpu::kL2LatencyEstimate);
+        gpu::DecodeCostCase twice = c;
+        twice.context = 65536;
+        QVERIFY(gpu::lookupLatencyModel(twice, 132, h200->sharedOptin, h200->copyBytesPerSecond).split > m.split);
+    }
+
     // The rooflines' model, by hand for Llama-style 32/8 heads of 128 at 32K context, batch 1, 0.75
     // bits per activation (D = 128, R = 12, K = 256): 262,144 (KV head, token) pairs.
     void rooflinesCountWhatEachPathMoves()

@@ -72,11 +72,12 @@ struct DecodeBenchPoint {
     // of the two runs' ratio in each (pairedSpeedup), on a GPU the ratio of their medians.
     double speedupVsFp16 = 0;
     int splits = 0;
-    DecodeCosts costs;              // the path's model
-    Roofline roofline;              // its time at the machine's rates
-    double rooflineFraction = 0;    // roofline time over the measured time (1: at the roofline)
-    double latencyModelSeconds = 0; // GPU FP16 points: the latency model's time (gpu/decode/roofline.h; 0: none)
-    bool paperBins = false;         // paper path: values through per-codeword weights
+    DecodeCosts costs;           // the path's model
+    Roofline roofline;           // its time at the machine's rates
+    double rooflineFraction = 0; // roofline time over the measured time (1: at the roofline)
+    double latencyModelSeconds =
+        0;                  // GPU FP16 and lookup points: the latency model's time (gpu/decode/roofline.h; 0: none)
+    bool paperBins = false; // paper path: values through per-codeword weights
     double eigenFp32Seconds = 0; // CPU FP16 points: Eigen FP32 dense attention on the same cache (median; 0: not run)
     // CPU FP16 points: the same FP16 rows read and nothing else, with the same threads, timed in
     // alternation with the steps (median): the step's time at the memory's speed at those moments.

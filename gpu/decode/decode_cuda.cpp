@@ -746,11 +746,15 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
                     path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits, c0.paperUsesBins()});
                 p.roofline = roofline(p.costs, rep.rates);
                 p.rooflineFraction = p.roofline.seconds / p.seconds;
+                const DecodeCostCase lc{s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits, false};
                 if (path == DecodePath::Fp16)
-                    p.latencyModelSeconds =
-                        fp16LatencyModel({s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits, false},
-                                         prop.multiProcessorCount, prop.sharedMemPerBlockOptin, rep.copyBytesPerSecond)
-                            .seconds;
+                    p.latencyModelSeconds = fp16LatencyModel(lc, prop.multiProcessorCount, prop.sharedMemPerBlockOptin,
+                                                             rep.copyBytesPerSecond)
+                                                .seconds;
+                else if (path == DecodePath::Lookup)
+                    p.latencyModelSeconds = lookupLatencyModel(lc, prop.multiProcessorCount,
+                                                               prop.sharedMemPerBlockOptin, rep.copyBytesPerSecond)
+                                                .seconds;
                 rep.points.push_back(p);
                 if (onPoint)
                     onPoint(p);

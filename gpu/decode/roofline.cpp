@@ -309,6 +309,31 @@ Fp16LatencyModel fp16LatencyModel(const DecodeCostCase& c, int multiprocessors, 
     return m;
 }
 
+LookupLatencyModel lookupLatencyModel(const DecodeCostCase& c, int multiprocessors, std::size_t sharedOptin,
+                                      double copyBytesPerSecond)
+{
+    LookupLatencyModel m;
+    const int S = c.shape.headDim / c.dim, R = c.stages, K = c.k;
+    const double rows = double(S) * R, per = rows * K;
+    m.blocksPerSm = lookupResidentBlocks(S, R, K, sharedOptin);
+    const std::int64_t blocks = std::int64_t(c.batch) * c.shape.heads * c.splits;
+    const std::int64_t slots = std::max<std::int64_t>(1, std::int64_t(multiprocessors) * std::max(1, m.blocksPerSm));
+    m.waves = int((blocks + slots - 1) / slots);
+    const std::int64_t per32 = ((c.context + c.splits - 1) / c.splits + 31) / 32 * 32;
+    m.tokensPerThread = (std::min(per32, c.context) + kLookupSplitThreads - 1) / kLookupSplitThreads;
+    m.launches = 3 * kLaunchSecondsEstimate;
+    m.tables = kHbmLatencyEstimate + (c.dim / double(kFeaturesPerLane)) * kL2LatencyEstimate;
+    const double setup = kHbmLatencyEstimate + std::ceil(per / kLookupSplitThreads / 8.0) * kL2LatencyEstimate;
+    const double chain = setup + double(m.tokensPerThread) * (kHbmLatencyEstimate + 2.0 * rows * kSharedOpEstimate);
+    const auto kernels = decodeKernelCosts(DecodePath::Lookup, c);
+    const double splitBytes = kernels.size() > 1 ? kernels[1].hbmBytes : 0;
+    m.split = std::max(m.waves * chain, copyBytesPerSecond > 0 ? splitBytes / copyBytesPerSecond : 0.0);
+    const double parts = std::max(1.0, std::floor(double(kStageThreads) / c.dim));
+    m.combine = (3.0 * c.splits + std::ceil(K / parts / 4.0) + R) * kL2LatencyEstimate + kHbmLatencyEstimate;
+    m.seconds = m.launches + m.tables + m.split + m.combine;
+    return m;
+}
+
 DecodeRates decodeRates(const DeviceInfo& device, double copyBytesPerSecond, double l2Rate)
 {
     DecodeRates r;
@@ -427,10 +452,13 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
                                    : planSplits(ctx, batch, o.shape.kvHeads, sms, kMinSplitTokens).splits;
                     p.paperBins = path == DecodePath::Paper && paperBins;
                     p.costs = decodeCosts(path, {o.shape, dim, stages, k, ctx, batch, p.splits, p.paperBins});
+                    const DecodeCostCase lc{o.shape, dim, stages, k, ctx, batch, p.splits, false};
                     if (path == DecodePath::Fp16)
-                        p.latencyModelSeconds = fp16LatencyModel({o.shape, dim, stages, k, ctx, batch, p.splits, false},
-                                                                 sms, model.sharedOptin, model.copyBytesPerSecond)
-                                                    .seconds;
+                        p.latencyModelSeconds =
+                            fp16LatencyModel(lc, sms, model.sharedOptin, model.copyBytesPerSecond).seconds;
+                    else if (path == DecodePath::Lookup)
+                        p.latencyModelSeconds =
+                            lookupLatencyModel(lc, sms, model.sharedOptin, model.copyBytesPerSecond).seconds;
                     p.roofline = roofline(p.costs, rep.rates);
                     p.seconds = p.minSeconds = p.maxSeconds = p.roofline.seconds;
                     p.bytes = p.costs.memoryBytes;

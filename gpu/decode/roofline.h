@@ -93,6 +93,24 @@ inline constexpr double kL2LatencyEstimate = 0.3e-6;
 Fp16LatencyModel fp16LatencyModel(const DecodeCostCase& c, int multiprocessors, std::size_t sharedOptin,
                                   double copyBytesPerSecond);
 
+// The same kind of latency model for the lookup path's three launches (estimates, with the FP16
+// model's constants and a shared-memory read or atomic on a thread's path of 30 ns): the tables
+// (an HBM latency and a thread's D/8 codeword loads from the L2); the split kernel's waves, each
+// block copying its tables in (a load of 8 per thread in flight at a time) and then walking its
+// tokens a thread at a time, each token waiting on its codes from HBM and on its S·R table reads
+// and bin atomics, or the step's bytes at the copy rate if longer; the combine, whose blocks read
+// the splits' maxima and sums twice and their weights once, one after another, then their K/parts
+// codewords 4 at a time, and whose last block adds the R stages.
+struct LookupLatencyModel {
+    double seconds = 0; // 3 launches + tables + split + combine
+    double launches = 0, tables = 0, split = 0, combine = 0;
+    int waves = 0, blocksPerSm = 0;
+    std::int64_t tokensPerThread = 0;
+};
+inline constexpr double kSharedOpEstimate = 30e-9;
+LookupLatencyModel lookupLatencyModel(const DecodeCostCase& c, int multiprocessors, std::size_t sharedOptin,
+                                      double copyBytesPerSecond);
+
 // HBM: the measured device-to-device copy (bytes read + written per second); shared memory: 128
 // bytes per clock per SM (32 banks of 4 bytes, the CUDA programming guide) at the peak clock; FP32:
 // the device's peak; L2: `l2Rate` when given (bytes/s, measured), else an estimate of 2.5 × the

@@ -94,6 +94,8 @@ def main():
                 "fp16_us": us(paths, "fp16"),
                 "fp16_latency_model_us": (fp16["latency_model_seconds"] * 1e6
                                           if fp16.get("latency_model_seconds") else None),
+                "lookup_latency_model_us": (get(paths, "lookup", "latency_model_seconds") * 1e6
+                                            if get(paths, "lookup", "latency_model_seconds") else None),
                 "fp16_splits": fp16.get("splits"), "lookup_splits": get(paths, "lookup", "splits"),
                 "fp16_bandwidth_fraction": (fp16.get("bytes_per_second") / copy
                                             if fp16.get("bytes_per_second") and copy else None),
