@@ -94,41 +94,31 @@ struct CudaDecodeCache::Impl {
     {
         return std::size_t(cfg.batch) * cfg.shape.kvHeads * std::size_t(cfg.capacity) * cfg.shape.headDim;
     }
-    // The step's dimensions with its split plan: the binned paths (lookup, and paper with bins) take
-    // longer splits, as their per-split bins cost more than the split-K partials.
-    kernels::DecodeDims plannedDims(bool bins) const
+    // The step's dimensions with a split plan.
+    kernels::DecodeDims dimsWith(const SplitPlan& p) const
     {
         kernels::DecodeDims d = dims;
         d.tokens = tokens;
         d.positionOffset = positionOffset;
-        const SplitPlan p =
-            planSplits(tokens, cfg.batch, cfg.shape.kvHeads, sms, bins ? kMinBinnedSplitTokens : kMinSplitTokens);
         d.splits = p.splits;
         d.tokensPerSplit = p.tokensPerSplit;
         return d;
     }
+    // The split-K plan of the paper path: the binned one (with bins) takes longer splits, as its
+    // per-split bins cost more than the split-K partials.
+    kernels::DecodeDims plannedDims(bool bins) const
+    {
+        return dimsWith(
+            planSplits(tokens, cfg.batch, cfg.shape.kvHeads, sms, bins ? kMinBinnedSplitTokens : kMinSplitTokens));
+    }
     kernels::DecodeDims stepDims(DecodePath path) const
     {
-        if (path == DecodePath::Fp16) {
-            kernels::DecodeDims d = dims;
-            d.tokens = tokens;
-            d.positionOffset = positionOffset;
-            const SplitPlan p = planFp16Splits(tokens, cfg.batch, cfg.shape.kvHeads, cfg.shape.headDim,
-                                               cfg.shape.heads / cfg.shape.kvHeads, sms, sharedOptin);
-            d.splits = p.splits;
-            d.tokensPerSplit = p.tokensPerSplit;
-            return d;
-        }
-        if (path == DecodePath::Lookup) {
-            kernels::DecodeDims d = dims;
-            d.tokens = tokens;
-            d.positionOffset = positionOffset;
-            const SplitPlan p = planLookupSplits(tokens, cfg.batch, cfg.shape.heads, dims.subspacesPerHead(),
-                                                 dims.stages, dims.k, sms, sharedOptin);
-            d.splits = p.splits;
-            d.tokensPerSplit = p.tokensPerSplit;
-            return d;
-        }
+        if (path == DecodePath::Fp16)
+            return dimsWith(planFp16Splits(tokens, cfg.batch, cfg.shape.kvHeads, cfg.shape.headDim,
+                                           cfg.shape.heads / cfg.shape.kvHeads, sms, sharedOptin));
+        if (path == DecodePath::Lookup)
+            return dimsWith(planLookupSplits(tokens, cfg.batch, cfg.shape.heads, dims.subspacesPerHead(), dims.stages,
+                                             dims.k, sms, sharedOptin));
         return plannedDims(path == DecodePath::Paper && paperBinsFit());
     }
     // The paper path takes values through per-codeword weights when its bins and the combine's merged

@@ -10,26 +10,6 @@
 
 namespace gsrq::gpu {
 
-SplitPlan planSplits(std::int64_t tokens, int batch, int kvHeads, int multiprocessors, std::int64_t minTokens)
-{
-    SplitPlan p;
-    if (tokens <= 0) {
-        p.tokensPerSplit = 1;
-        return p;
-    }
-    const std::int64_t heads = std::max<std::int64_t>(1, std::int64_t(batch) * kvHeads);
-    const std::int64_t wanted = std::max<std::int64_t>(1, (2 * std::int64_t(multiprocessors) + heads - 1) / heads);
-    const std::int64_t most = std::max<std::int64_t>(1, tokens / std::max<std::int64_t>(1, minTokens));
-    std::int64_t splits = std::min(wanted, most);
-    // Whole multiples of 32 tokens per split (a block's step), then drop splits left empty.
-    std::int64_t per = (tokens + splits - 1) / splits;
-    per = (per + 31) / 32 * 32;
-    splits = (tokens + per - 1) / per;
-    p.splits = int(splits);
-    p.tokensPerSplit = per;
-    return p;
-}
-
 namespace {
 
 // The group size the kernels are compiled for (withGroup): 1, 2, 4 or 8.
@@ -38,18 +18,42 @@ int compiledGroupOf(int group)
     return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
 }
 
-// Whole multiples of 32 tokens per split (every kernel's tile divides 32), no split left empty.
+// A split's tokens when `tokens` are cut into `splits`: whole multiples of 32 (every kernel's tile
+// divides 32).
+std::int64_t splitLength(std::int64_t tokens, std::int64_t splits)
+{
+    return ((tokens + splits - 1) / splits + 31) / 32 * 32;
+}
+
+// Whole multiples of 32 tokens per split, no split left empty.
 SplitPlan wholeSplits(std::int64_t tokens, std::int64_t splits)
 {
     SplitPlan p;
-    std::int64_t per = (tokens + splits - 1) / splits;
-    per = (per + 31) / 32 * 32;
+    const std::int64_t per = splitLength(tokens, splits);
     p.splits = int((tokens + per - 1) / per);
     p.tokensPerSplit = per;
     return p;
 }
 
+// Blocks over the resident slots of the waves they take (1: every wave full).
+double waveEfficiency(std::int64_t blocks, std::int64_t slots)
+{
+    slots = std::max<std::int64_t>(1, slots);
+    return double(blocks) / double((blocks + slots - 1) / slots * slots);
+}
+
 } // namespace
+
+SplitPlan planSplits(std::int64_t tokens, int batch, int kvHeads, int multiprocessors, std::int64_t minTokens)
+{
+    if (tokens <= 0)
+        return {1, 1};
+    const std::int64_t heads = std::max<std::int64_t>(1, std::int64_t(batch) * kvHeads);
+    const std::int64_t wanted = std::max<std::int64_t>(1, (2 * std::int64_t(multiprocessors) + heads - 1) / heads);
+    const std::int64_t most = std::max<std::int64_t>(1, tokens / std::max<std::int64_t>(1, minTokens));
+    // Whole multiples of 32 tokens per split (a block's step), then drop splits left empty.
+    return wholeSplits(tokens, std::min(wanted, most));
+}
 
 int fp16ResidentBlocks(int headDim, int group, std::size_t sharedOptin)
 {
@@ -70,10 +74,7 @@ SplitPlan planWaveSplits(std::int64_t tokens, std::int64_t pairs, std::int64_t s
     slots = std::max<std::int64_t>(1, slots);
     const std::int64_t most =
         std::clamp<std::int64_t>(tokens / minTokens, 1, std::max<std::int64_t>(1, std::min(slots, maxSplits)));
-    auto efficiency = [&](std::int64_t s) {
-        const std::int64_t blocks = pairs * wholeSplits(tokens, s).splits, waves = (blocks + slots - 1) / slots;
-        return double(blocks) / double(waves * slots);
-    };
+    auto efficiency = [&](std::int64_t s) { return waveEfficiency(pairs * wholeSplits(tokens, s).splits, slots); };
     double best = 0;
     for (std::int64_t s = 1; s <= most; ++s)
         best = std::max(best, efficiency(s));
@@ -99,10 +100,8 @@ SplitPlan planFp16Splits(std::int64_t tokens, int batch, int kvHeads, int headDi
 double fp16WaveEfficiency(const SplitPlan& plan, int batch, int kvHeads, int headDim, int group, int multiprocessors,
                           std::size_t sharedOptin)
 {
-    const std::int64_t blocks = std::int64_t(plan.splits) * batch * kvHeads;
-    const std::int64_t slots =
-        std::max<std::int64_t>(1, std::int64_t(multiprocessors) * fp16ResidentBlocks(headDim, group, sharedOptin));
-    return double(blocks) / double((blocks + slots - 1) / slots * slots);
+    return waveEfficiency(std::int64_t(plan.splits) * batch * kvHeads,
+                          std::int64_t(multiprocessors) * fp16ResidentBlocks(headDim, group, sharedOptin));
 }
 
 int lookupResidentBlocks(int subspaces, int stages, int k, std::size_t sharedOptin)
@@ -141,18 +140,12 @@ std::string decodeShapeProblem(const DecodeShape& s, int dim, int stages, int k)
 
 namespace {
 
-// The group size the kernels are compiled for (withGroup): 1, 2, 4 or 8.
-double compiledGroup(int group)
-{
-    return compiledGroupOf(group);
-}
-
 // Token slots the split blocks of one (sequence, KV head) walk: each split's tokens (planSplits'
 // whole multiples of 32 per split) rounded up to the kernel's step, as its lanes past the split's end
 // still load (a clamped token) in the step's last round.
 double tokenSlots(std::int64_t tokens, int splits, std::int64_t step)
 {
-    const std::int64_t per = ((tokens + splits - 1) / splits + 31) / 32 * 32;
+    const std::int64_t per = splitLength(tokens, splits);
     double slots = 0;
     for (int i = 0; i < splits; ++i) {
         const std::int64_t n = std::clamp<std::int64_t>(tokens - std::int64_t(i) * per, 0, per);
@@ -165,7 +158,7 @@ double tokenSlots(std::int64_t tokens, int splits, std::int64_t step)
 
 std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase& c)
 {
-    const double hd = c.shape.headDim, G = double(c.shape.heads) / c.shape.kvHeads, Gt = compiledGroup(int(G));
+    const double hd = c.shape.headDim, G = double(c.shape.heads) / c.shape.kvHeads, Gt = compiledGroupOf(int(G));
     const double D = c.dim, R = c.stages, K = c.k, S = hd / D, P = c.splits;
     const double bpt = PackedCodes::bytesFor(c.stages, PackedCodes::bitsFor(c.k)); // per token and subspace
     const double pairs = double(c.batch) * c.shape.kvHeads;                        // (sequence, KV head)
@@ -208,7 +201,7 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
         // read and written by the atomic.
         const auto L = fp16DecodeLayout(c.shape.headDim, int(Gt));
         double tiles = 0;
-        const std::int64_t per = ((c.context + c.splits - 1) / c.splits + 31) / 32 * 32;
+        const std::int64_t per = splitLength(c.context, c.splits);
         for (int i = 0; i < c.splits; ++i) {
             const std::int64_t n = std::clamp<std::int64_t>(c.context - std::int64_t(i) * per, 0, per);
             tiles += double((n + L.tileTokens - 1) / L.tileTokens);
@@ -295,7 +288,7 @@ Fp16LatencyModel fp16LatencyModel(const DecodeCostCase& c, int multiprocessors, 
     const std::int64_t blocks = std::int64_t(c.batch) * c.shape.kvHeads * c.splits;
     const std::int64_t slots = std::max<std::int64_t>(1, std::int64_t(multiprocessors) * m.blocksPerSm);
     m.waves = int((blocks + slots - 1) / slots);
-    const std::int64_t per = ((c.context + c.splits - 1) / c.splits + 31) / 32 * 32;
+    const std::int64_t per = splitLength(c.context, c.splits);
     m.tilesPerBlock = (std::min(per, c.context) + L.tileTokens - 1) / L.tileTokens;
     m.launch = kLaunchSecondsEstimate;
     m.chain = double(m.tilesPerBlock + 1) * kHbmLatencyEstimate;
@@ -319,7 +312,7 @@ LookupLatencyModel lookupLatencyModel(const DecodeCostCase& c, int multiprocesso
     const std::int64_t blocks = std::int64_t(c.batch) * c.shape.heads * c.splits;
     const std::int64_t slots = std::max<std::int64_t>(1, std::int64_t(multiprocessors) * std::max(1, m.blocksPerSm));
     m.waves = int((blocks + slots - 1) / slots);
-    const std::int64_t per32 = ((c.context + c.splits - 1) / c.splits + 31) / 32 * 32;
+    const std::int64_t per32 = splitLength(c.context, c.splits);
     m.tokensPerThread = (std::min(per32, c.context) + kLookupSplitThreads - 1) / kLookupSplitThreads;
     m.launches = 3 * kLaunchSecondsEstimate;
     m.tables = kHbmLatencyEstimate + (c.dim / double(kFeaturesPerLane)) * kL2LatencyEstimate;
