@@ -405,6 +405,94 @@ private slots:
         QVERIFY2(reseededInAll > 0, "the data must exercise the re-seeding");
     }
 
+    void independentClusteringsRunTogether()
+    {
+        QString why;
+        if (!test::haveCudaDevice(&why))
+            QSKIP(qPrintable(why));
+        // A stage's subspaces are independent clusterings of the same rows: the device runs them as
+        // members of one batch (one batched GEMM, argmax, sums and update launch a pass for all), each
+        // member stopping on its own. Member by member the result must be the CPU's, which trains the
+        // subspaces one after another: the same codes, iteration counts, empties and re-seeds, the
+        // objectives and codebooks to 1e-5 (float sums in another order, as in the tests above).
+        // Seeded synthetic rows: 1,600 rows of four 16-wide subspaces, each around 16 KV-like centres
+        // with Gaussian noise of its own scale (0.2 to 0.5 of the centres' norm), so the members
+        // converge after different numbers of iterations and drop out of the batch at different times;
+        // K = 32 against 16 centres empties clusters (re-seeding runs). Weighted rows.
+        constexpr int n = 1600, D = 16, M = 4;
+        MatrixRF X(n, M * D);
+        for (int m = 0; m < M; ++m) {
+            const MatrixRF centres = synthesize(SynthKind::KvLike, 16, D, 31 + std::uint64_t(m));
+            const MatrixRF noise = synthesize(SynthKind::Gaussian, n, D, 41 + std::uint64_t(m));
+            const float scale =
+                (0.2f + 0.1f * float(m)) * centres.rowwise().norm().mean() / noise.rowwise().norm().mean();
+            for (int i = 0; i < n; ++i)
+                X.block(i, m * D, 1, D) = centres.row((i * (m + 3)) % 16) + scale * noise.row(i);
+        }
+        std::vector<float> w(n);
+        for (int i = 0; i < n; ++i)
+            w[std::size_t(i)] = 0.5f + float((i * 29) % 13) / 8.0f;
+        struct Case {
+            Method method;
+            double ema;
+            bool reseed;
+        };
+        bool droppedOut = false;
+        int reseeded = 0;
+        for (const Case& t :
+             {Case{Method::KMeans, 0, false}, Case{Method::GainShape, 0, true}, Case{Method::KMeans, 0.5, true}}) {
+            const QString name =
+                QString("%1, EMA %2, re-seeding %3").arg(methodName(t.method)).arg(t.ema).arg(t.reseed ? "on" : "off");
+            RqSettings s;
+            s.dim = D;
+            s.stages = 2;
+            s.k = 32;
+            s.method = t.method;
+            s.iterations = 25;
+            s.seed = 5;
+            s.reseedEmpty = t.reseed;
+            s.emaDecay = t.ema;
+            auto c = makeCpuBackend(2);
+            const auto a = trainResidualQuantizer(X, w.data(), s, *c);
+            auto g = gpu::makeCudaBackend({});
+            const auto b = trainResidualQuantizer(X, w.data(), s, *g);
+            const auto* stats = gpu::cudaStats(*g);
+            QVERIFY2(stats->batchedPasses > 0 && stats->mostMembers == M, qPrintable(name));
+            QVERIFY2(b.codes == a.codes, qPrintable(name));
+            QCOMPARE(b.clusterings.size(), a.clusterings.size());
+            for (std::size_t j = 0; j < a.clusterings.size(); ++j) {
+                const auto &x = a.clusterings[j], &y = b.clusterings[j];
+                QCOMPARE(y.subspace, x.subspace);
+                QCOMPARE(y.stage, x.stage);
+                QCOMPARE(y.iterations, x.iterations);
+                QCOMPARE(y.history.size(), x.history.size());
+                for (std::size_t i = 0; i < x.history.size(); ++i) {
+                    QCOMPARE(y.history[i].changed, x.history[i].changed);
+                    QCOMPARE(y.history[i].emptyClusters, x.history[i].emptyClusters);
+                    QCOMPARE(y.history[i].reseeded, x.history[i].reseeded);
+                    QVERIFY2(std::abs(y.history[i].objective - x.history[i].objective) <= 1e-5 * x.history[i].objective,
+                             qPrintable(name));
+                    reseeded += x.history[i].reseeded;
+                }
+                if (x.iterations != a.clusterings[j - j % M].iterations)
+                    droppedOut = true; // a member of the stage stopped before another
+            }
+            for (int m = 0; m < M; ++m)
+                for (int r = 0; r < s.stages; ++r) {
+                    const MatrixRF ca = a.codebooks.book(m, r), cb = b.codebooks.book(m, r);
+                    QVERIFY2((cb - ca).cwiseAbs().maxCoeff() <= 1e-5 * ca.cwiseAbs().maxCoeff(), qPrintable(name));
+                }
+            QVERIFY2(std::abs(b.metrics.nmse - a.metrics.nmse) <= 1e-5 * a.metrics.nmse, qPrintable(name));
+            // Run to run the batch is bit-identical (fixed-order sums in every member).
+            const auto b2 = trainResidualQuantizer(X, w.data(), s, *g);
+            QVERIFY2(b2.codes == b.codes, qPrintable(name));
+            for (int m = 0; m < M; ++m)
+                QVERIFY2(MatrixRF(b2.codebooks.book(m, 0)) == MatrixRF(b.codebooks.book(m, 0)), qPrintable(name));
+        }
+        QVERIFY2(droppedOut, "the data must make members stop at different iterations");
+        QVERIFY2(reseeded > 0, "the data must exercise the re-seeding");
+    }
+
 #if defined(GSRQ_TEST_EMULATOR)
     void passBytesMatchTheModel()
     {

@@ -125,6 +125,25 @@ public:
     virtual void heldClusterTotals(AssignStats& out);
     virtual void storeCentroids(CentroidState& state);
 
+    // ---- Independent clusterings together ------------------------------------------------------
+    // A layer's subspaces within a stage are independent clusterings of the same rows. A backend
+    // that can run several of them as one (a device backend: one GEMM, one argmax, one sums and one
+    // update launch per pass for all of them, where one clustering alone leaves most of the device
+    // idle) says how many at once; core then selects the blocks together as members and drives
+    // each member's iterations with the *Batch calls below, member by member the same clustering
+    // as alone. The defaults take one block: members other than 0 are refused.
+    virtual int batchCapacity() const { return 1; }
+    // Members b < |col0|: columns [col0[b], col0[b] + dim) of the residual; every member's labels reset
+    // to −1 and member 0 is current.
+    virtual void selectBlocks(std::span<const int> col0, int dim, float epsilon);
+    // Later single-block calls (gatherRows, assignPass, the held-centroid calls, the labels and
+    // subtractAssigned) act on member b of the selected blocks.
+    virtual void focusMember(int member);
+    // One passHeld for each listed member on its own held centroids: out[i] is member active[i]'s.
+    virtual void passHeldBatch(std::span<const int> active, const AssignRequest& what, std::span<AssignStats> out);
+    // updateHeld for each listed member, from its own last pass.
+    virtual void updateHeldBatch(std::span<const int> active, const update::Params& rule);
+
     virtual void readLabels(std::span<std::int32_t> out) = 0;
     virtual void writeLabels(std::span<const std::int32_t> in) = 0;
 

@@ -230,102 +230,205 @@ ClusteringResult cluster(const RowsRef& X, const float* weights, Method method, 
 ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const ClusteringParams& p,
                                  const IterationCallback& onIteration)
 {
+    const IterationCallback* callback = onIteration ? &onIteration : nullptr;
+    auto out = clusterSelectedMembers(
+        backend, method, std::span<const ClusteringParams>(&p, 1),
+        callback ? MemberIterationCallback([callback](int, const IterationStats& it) { return (*callback)(it); })
+                 : MemberIterationCallback());
+    return std::move(out.front());
+}
+
+std::vector<ClusteringResult> clusterSelectedMembers(ClusterBackend& backend, Method method,
+                                                     std::span<const ClusteringParams> params,
+                                                     const MemberIterationCallback& onIteration)
+{
     using Clock = std::chrono::steady_clock;
     const auto n = backend.rows();
-    if (p.k < 1)
-        throwInvalid("k = ", p.k, ": needs at least one codeword");
-    if (p.k > n)
-        throwInvalid("k = ", p.k, " is larger than the number of rows (", n, ")");
-    if (p.maxIterations < 0)
-        throwInvalid("iterations = ", p.maxIterations, ": must be ≥ 0");
-
-    const auto start = Clock::now();
-    ClusteringResult r;
-    CentroidState state;
-    state.centroids = backend.gatherRows(sampleRows(n, p.k, p.seed));
-    AssignStats st;
-    if (method == Method::GainShape)
-        initGainShape(backend, state.centroids, state.gs, st);
-    if (!(p.emaDecay >= 0 && p.emaDecay < 1))
-        throwInvalid("--ema-decay ", p.emaDecay, ": must be in [0, 1)");
-    const bool ema = method == Method::KMeans && p.emaDecay > 0;
+    const int B = static_cast<int>(params.size());
+    if (B < 1)
+        throwInvalid("clustering together: no member");
+    for (const auto& p : params) {
+        if (p.k < 1)
+            throwInvalid("k = ", p.k, ": needs at least one codeword");
+        if (p.k > n)
+            throwInvalid("k = ", p.k, " is larger than the number of rows (", n, ")");
+        if (p.maxIterations < 0)
+            throwInvalid("iterations = ", p.maxIterations, ": must be ≥ 0");
+        if (!(p.emaDecay >= 0 && p.emaDecay < 1))
+            throwInvalid("--ema-decay ", p.emaDecay, ": must be in [0, 1)");
+        const auto& q = params.front(); // one update rule and one pass request serve every member
+        if (p.k != q.k || p.epsilon != q.epsilon || p.shapeEpsilon != q.shapeEpsilon || p.emaDecay != q.emaDecay ||
+            p.passMetrics != q.passMetrics)
+            throwInvalid("clustering together: members differ in more than seed, iterations and re-seeding");
+    }
+    const ClusteringParams& common = params.front();
+    const bool ema = method == Method::KMeans && common.emaDecay > 0;
     const update::Params rule{ema                           ? update::Rule::Ema
                               : method == Method::GainShape ? update::Rule::GainShape
                                                             : update::Rule::Mean,
-                              p.shapeEpsilon, ema ? p.emaDecay : 0.0};
-    if (ema) { // Σ_t γ^(T−t) W_k and Σ_t γ^(T−t) Sx_k, from zero: the first update gives W_k and Sx_k
-        state.emaWeight = Eigen::VectorXd::Zero(p.k);
-        state.emaSum = MatrixRD::Zero(p.k, state.centroids.cols());
+                              common.shapeEpsilon, ema ? common.emaDecay : 0.0};
+    const AssignRequest request{method == Method::GainShape, common.passMetrics};
+
+    const auto start = Clock::now();
+    std::vector<ClusteringResult> results(static_cast<std::size_t>(B));
+    std::vector<CentroidState> states(static_cast<std::size_t>(B));
+    AssignStats st;
+    for (int b = 0; b < B; ++b) {
+        const ClusteringParams& p = params[std::size_t(b)];
+        CentroidState& state = states[std::size_t(b)];
+        backend.focusMember(b);
+        state.centroids = backend.gatherRows(sampleRows(n, p.k, p.seed));
+        if (method == Method::GainShape)
+            initGainShape(backend, state.centroids, state.gs, st);
+        if (ema) { // Σ_t γ^(T−t) W_k and Σ_t γ^(T−t) Sx_k, from zero: the first update gives W_k and Sx_k
+            state.emaWeight = Eigen::VectorXd::Zero(p.k);
+            state.emaSum = MatrixRD::Zero(p.k, state.centroids.cols());
+        }
+        backend.loadCentroids(state);
     }
-    backend.loadCentroids(state);
 
+    std::vector<int> active(static_cast<std::size_t>(B));
+    for (int b = 0; b < B; ++b)
+        active[std::size_t(b)] = b;
+    std::vector<AssignStats> passes;
+    std::vector<IterationStats> its;
+    std::vector<int> updated, going;
+    bool cancelled = false;
     auto passStart = Clock::now();
-    for (;;) {
-        backend.passHeld(AssignRequest{method == Method::GainShape, p.passMetrics}, st);
-        IterationStats it;
-        it.iteration = r.iterations;
-        it.objective = st.weightedError / st.totalWeight;
-        it.nmse = st.weightedSquaredNorm > 0 ? st.weightedError / st.weightedSquaredNorm : 0.0;
-        if (p.passMetrics)
-            setPassMetrics(st, n, it);
-        it.changed = st.changed;
-        it.skipped = st.skipped;
-        it.emptyClusters = static_cast<int>(st.emptyClusters);
-
-        const bool converged = r.iterations > 0 && st.changed == 0;
-        const bool last = converged || r.iterations >= p.maxIterations;
-        it.last = last;
-        if (!last) {
-            backend.updateHeld(rule);
-            if (p.reseedEmpty && it.emptyClusters > 0) {
-                // Rare: the centroids come to the host for the split and go back.
-                AssignStats totals;
-                backend.heldClusterTotals(totals);
-                backend.storeCentroids(state);
-                const auto touched = reseedEmptyClusters(totals, state.centroids);
-                it.reseeded = static_cast<int>(touched.size() / 2);
-                if (ema)
-                    for (auto k : touched) { // the split halves start their averages afresh
-                        state.emaWeight[k] = 0;
-                        state.emaSum.row(k).setZero();
+    while (!active.empty()) {
+        passes.assign(active.size(), AssignStats{});
+        backend.passHeldBatch(active, request, passes);
+        its.assign(active.size(), IterationStats{});
+        updated.clear();
+        for (std::size_t i = 0; i < active.size(); ++i) {
+            const int b = active[i];
+            const AssignStats& s = passes[i];
+            const ClusteringResult& r = results[std::size_t(b)];
+            IterationStats& it = its[i];
+            it.iteration = r.iterations;
+            it.objective = s.weightedError / s.totalWeight;
+            it.nmse = s.weightedSquaredNorm > 0 ? s.weightedError / s.weightedSquaredNorm : 0.0;
+            if (common.passMetrics)
+                setPassMetrics(s, n, it);
+            it.changed = s.changed;
+            it.skipped = s.skipped;
+            it.emptyClusters = static_cast<int>(s.emptyClusters);
+            const bool converged = r.iterations > 0 && s.changed == 0;
+            it.last = converged || r.iterations >= params[std::size_t(b)].maxIterations;
+            if (!it.last)
+                updated.push_back(b);
+        }
+        if (!updated.empty())
+            backend.updateHeldBatch(updated, rule);
+        going.clear();
+        for (std::size_t i = 0; i < active.size(); ++i) {
+            const int b = active[i];
+            IterationStats& it = its[i];
+            ClusteringResult& r = results[std::size_t(b)];
+            if (!it.last) {
+                if (params[std::size_t(b)].reseedEmpty && it.emptyClusters > 0) {
+                    // Rare: the centroids come to the host for the split and go back.
+                    CentroidState& state = states[std::size_t(b)];
+                    AssignStats totals;
+                    backend.focusMember(b);
+                    backend.heldClusterTotals(totals);
+                    backend.storeCentroids(state);
+                    const auto touched = reseedEmptyClusters(totals, state.centroids);
+                    it.reseeded = static_cast<int>(touched.size() / 2);
+                    if (ema)
+                        for (auto k : touched) { // the split halves start their averages afresh
+                            state.emaWeight[k] = 0;
+                            state.emaSum.row(k).setZero();
+                        }
+                    if (method == Method::GainShape) {
+                        // Split clusters get their own gain and shape from the nudged centroids.
+                        GainShapeState fresh;
+                        shapeFromCentroids(state.centroids, fresh);
+                        for (auto k : touched) {
+                            state.gs.gains[k] = fresh.gains[k];
+                            state.gs.shapes.row(k) = fresh.shapes.row(k);
+                        }
                     }
-                if (method == Method::GainShape) {
-                    // Split clusters get their own gain and shape from the nudged centroids.
-                    GainShapeState fresh;
-                    shapeFromCentroids(state.centroids, fresh);
-                    for (auto k : touched) {
-                        state.gs.gains[k] = fresh.gains[k];
-                        state.gs.shapes.row(k) = fresh.shapes.row(k);
-                    }
+                    backend.loadCentroids(state);
                 }
-                backend.loadCentroids(state);
+                ++r.iterations;
             }
-            ++r.iterations;
         }
         const auto now = Clock::now();
-        it.seconds = std::chrono::duration<double>(now - passStart).count();
+        const double seconds = std::chrono::duration<double>(now - passStart).count();
         passStart = now;
-        r.history.push_back(it);
-
-        if (last) {
-            r.stop = converged ? StopReason::Converged : StopReason::MaxIterations;
-            break;
+        for (std::size_t i = 0; i < active.size(); ++i) {
+            const int b = active[i];
+            IterationStats& it = its[i];
+            ClusteringResult& r = results[std::size_t(b)];
+            it.seconds = seconds;
+            r.history.push_back(it);
+            if (it.last) {
+                r.stop = it.changed == 0 && r.iterations > 0 ? StopReason::Converged : StopReason::MaxIterations;
+                r.seconds = std::chrono::duration<double>(now - start).count();
+                if (onIteration)
+                    onIteration(b, it);
+                continue;
+            }
+            if (!cancelled && onIteration && !onIteration(b, it))
+                cancelled = true;
+            going.push_back(b);
         }
-        if (onIteration && !onIteration(it)) {
+        active.swap(going);
+        if (cancelled && !active.empty()) {
             // The labels stay those of the last pass; re-assign so they match the centroids returned.
-            backend.passHeld(AssignRequest{}, st);
-            r.stop = StopReason::Cancelled;
-            break;
+            passes.assign(active.size(), AssignStats{});
+            backend.passHeldBatch(active, AssignRequest{}, passes);
+            const double at = std::chrono::duration<double>(Clock::now() - start).count();
+            for (int b : active) {
+                results[std::size_t(b)].stop = StopReason::Cancelled;
+                results[std::size_t(b)].seconds = at;
+            }
+            active.clear();
         }
     }
-    if (onIteration && r.stop != StopReason::Cancelled)
-        onIteration(r.history.back());
-    backend.storeCentroids(state);
-    r.centroids = std::move(state.centroids);
-    r.labels.resize(static_cast<std::size_t>(n));
-    backend.readLabels(r.labels);
-    r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    return r;
+    for (int b = 0; b < B; ++b) {
+        ClusteringResult& r = results[std::size_t(b)];
+        backend.focusMember(b);
+        backend.storeCentroids(states[std::size_t(b)]);
+        r.centroids = std::move(states[std::size_t(b)].centroids);
+        r.labels.resize(static_cast<std::size_t>(n));
+        backend.readLabels(r.labels);
+    }
+    return results;
+}
+
+// ---- one block at a time: the defaults of the batched calls -------------------------------------
+
+void ClusterBackend::selectBlocks(std::span<const int> col0, int dim, float epsilon)
+{
+    if (col0.size() != 1)
+        throwRuntime(name(), " backend: takes one block at a time, not ", col0.size());
+    selectBlock(col0[0], dim, epsilon);
+}
+
+void ClusterBackend::focusMember(int member)
+{
+    if (member != 0)
+        throwRuntime(name(), " backend: member ", member, " of one selected block");
+}
+
+void ClusterBackend::passHeldBatch(std::span<const int> active, const AssignRequest& what, std::span<AssignStats> out)
+{
+    if (out.size() != active.size())
+        throwRuntime("passHeldBatch: ", out.size(), " results for ", active.size(), " members");
+    for (std::size_t i = 0; i < active.size(); ++i) {
+        focusMember(active[i]);
+        passHeld(what, out[i]);
+    }
+}
+
+void ClusterBackend::updateHeldBatch(std::span<const int> active, const update::Params& rule)
+{
+    for (int b : active) {
+        focusMember(b);
+        updateHeld(rule);
+    }
 }
 
 } // namespace gsrq

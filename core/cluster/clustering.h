@@ -18,6 +18,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,6 +90,16 @@ ClusteringResult cluster(const RowsRef& X, const float* weights, Method method, 
 // the one given to selectBlock.
 ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const ClusteringParams& params,
                                  const IterationCallback& onIteration = {});
+
+// Several members of the blocks the backend has selected together (ClusterBackend::selectBlocks),
+// clustered at once: member b with params[b], which may differ in seed, iterations and re-seeding
+// only. Each member stops on its own and drops out of the passes; member by member the result is
+// clusterSelected's on that block alone (the history's seconds aside: a pass takes the batch's
+// time). onIteration(b, stats) as clusterSelected's, per member; false cancels every member.
+using MemberIterationCallback = std::function<bool(int member, const IterationStats&)>;
+std::vector<ClusteringResult> clusterSelectedMembers(ClusterBackend& backend, Method method,
+                                                     std::span<const ClusteringParams> params,
+                                                     const MemberIterationCallback& onIteration = {});
 
 // Throws Error(InvalidInput) for a weight that is negative or not finite, or all weights zero.
 void validateWeights(const float* weights, std::int64_t n);

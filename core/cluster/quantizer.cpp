@@ -567,15 +567,73 @@ RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, con
     const double total = double(M) * R * units;
     double done = 0;
 
+    const auto stageParams = [&](int r, int m) {
+        ClusteringParams p;
+        p.k = s.k;
+        p.maxIterations = s.iterations;
+        p.seed = s.seed + 7919ull * std::uint64_t(r * M + m); // each stage samples its own rows
+        p.reseedEmpty = s.reseedEmpty;
+        p.emaDecay = s.emaDecay;
+        return p;
+    };
+    // A clustering's share done after this iteration of it.
+    const auto share = [&](const IterationStats& it) {
+        return double(it.last ? units : std::min(it.iteration, s.iterations));
+    };
+    const auto report = [&](int r, int m, const IterationStats& it, double doneNow) {
+        if (!progress)
+            return true;
+        const std::string what = cat("stage ", r + 1, "/", R, " subspace ", m + 1, "/", M);
+        if (!progress({what, std::min(1.0, doneNow / total), it, {}, s.method, m, r}))
+            out.cancelled = true;
+        return !out.cancelled;
+    };
+    // A trained subspace of a stage: its codebook, its record, and (greedy codes) its codes taken off the
+    // residual. The backend's current block or member is that subspace's.
+    const auto keep = [&](int r, int m, ClusteringResult& c) {
+        out.codebooks.book(m, r) = c.centroids;
+        out.clusterings.push_back({m, r, c.iterations, c.stop, c.seconds, std::move(c.history)});
+        if (beamSearch && !out.cancelled)
+            beams[std::size_t(m)].step(r, std::as_const(out.codebooks).book(m, r), backend.hostThreads());
+        if (s.beam == 1 && !out.cancelled) {
+            // The clustering's labels are the nearest codewords of the final centroids: greedy codes.
+            for (Eigen::Index i = 0; i < X.rows(); ++i)
+                out.codes(i, Eigen::Index(m) * R + r) = c.labels[std::size_t(i)];
+            backend.subtractAssigned(c.centroids);
+        }
+    };
+    // Without beams a stage's subspaces are independent clusterings of the same rows: a backend that
+    // runs several at once takes them together (as many as it can at a time).
+    const int together = beamSearch ? 1 : std::min(M, std::max(1, backend.batchCapacity()));
+
     for (int r = 0; r < R && !out.cancelled; ++r) {
-        for (int m = 0; m < M && !out.cancelled; ++m) {
-            ClusteringParams p;
-            p.k = s.k;
-            p.maxIterations = s.iterations;
-            p.seed = s.seed + 7919ull * std::uint64_t(r * M + m); // each stage samples its own rows
-            p.reseedEmpty = s.reseedEmpty;
-            p.emaDecay = s.emaDecay;
-            const std::string what = cat("stage ", r + 1, "/", R, " subspace ", m + 1, "/", M);
+        if (together > 1) {
+            for (int m0 = 0; m0 < M && !out.cancelled; m0 += together) {
+                const int count = std::min(together, M - m0);
+                std::vector<int> cols(static_cast<std::size_t>(count));
+                std::vector<ClusteringParams> params;
+                for (int b = 0; b < count; ++b) {
+                    cols[std::size_t(b)] = (m0 + b) * D;
+                    params.push_back(stageParams(r, m0 + b));
+                }
+                backend.selectBlocks(cols, D, params.front().epsilon);
+                std::vector<double> shares(static_cast<std::size_t>(count), 0.0);
+                auto results = clusterSelectedMembers(backend, s.method, params, [&](int b, const IterationStats& it) {
+                    shares[std::size_t(b)] = share(it);
+                    double now = done;
+                    for (double x : shares)
+                        now += x;
+                    return report(r, m0 + b, it, now);
+                });
+                done += double(count) * units;
+                for (int b = 0; b < count; ++b) {
+                    backend.focusMember(b);
+                    keep(r, m0 + b, results[std::size_t(b)]);
+                }
+            }
+        }
+        for (int m = 0; together == 1 && m < M && !out.cancelled; ++m) {
+            const ClusteringParams p = stageParams(r, m);
             if (beamSearch) {
                 // Every row's surviving beams (or its best), each with the row's weight.
                 const SubspaceBeams& b = beams[std::size_t(m)];
@@ -597,31 +655,10 @@ RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, con
             } else {
                 backend.selectBlock(m * D, D, p.epsilon);
             }
-            auto c = clusterSelected(backend, s.method, p, [&](const IterationStats& it) {
-                if (!progress)
-                    return true;
-                if (!progress({what,
-                               std::min(1.0, (done + (it.last ? units : std::min(it.iteration, s.iterations))) / total),
-                               it,
-                               {},
-                               s.method,
-                               m,
-                               r}))
-                    out.cancelled = true;
-                return !out.cancelled;
-            });
+            auto c = clusterSelected(backend, s.method, p,
+                                     [&](const IterationStats& it) { return report(r, m, it, done + share(it)); });
             done += units;
-            out.codebooks.book(m, r) = c.centroids;
-            out.clusterings.push_back({m, r, c.iterations, c.stop, c.seconds, std::move(c.history)});
-            if (beamSearch && !out.cancelled)
-                beams[std::size_t(m)].step(r, std::as_const(out.codebooks).book(m, r), backend.hostThreads());
-            if (s.beam == 1 && !out.cancelled) {
-                // clusterSelected()'s labels are the nearest codewords of the final centroids:
-                // greedy codes.
-                for (Eigen::Index i = 0; i < X.rows(); ++i)
-                    out.codes(i, Eigen::Index(m) * R + r) = c.labels[std::size_t(i)];
-                backend.subtractAssigned(c.centroids);
-            }
+            keep(r, m, c);
         }
         if (out.cancelled)
             break;

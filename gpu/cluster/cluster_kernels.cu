@@ -27,6 +27,12 @@ __device__ inline double warpSum(double v)
     return v;
 }
 
+// The member a block of a batched launch takes (Members): active[z], or 0 for a single-block launch.
+__device__ inline int memberAt(const Members& members, unsigned z)
+{
+    return members.active ? members.active[z] : 0;
+}
+
 int rowBlocks(std::int64_t n)
 {
     return static_cast<int>((n + kRowsPerBlock - 1) / kRowsPerBlock);
@@ -53,11 +59,27 @@ static __global__ void argmaxRowsKernel(const float* __restrict__ S, int K, cons
                                         std::int64_t r0, std::int64_t m, const float* __restrict__ sq,
                                         const float* __restrict__ w, std::int32_t* __restrict__ labels,
                                         double* __restrict__ err, double* __restrict__ sqw, double* __restrict__ wt,
-                                        double* __restrict__ changed, RowMetricTerms metrics)
+                                        double* __restrict__ changed, RowMetricTerms metrics, Members members)
 {
     const std::int64_t i = std::int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
     if (i >= m)
         return;
+    const int b = memberAt(members, blockIdx.z);
+    const std::int64_t ro = std::int64_t(b) * members.rowStride;
+    S += std::int64_t(b) * members.scoreStride;
+    cNorm += std::int64_t(b) * K;
+    sq += ro;
+    labels += ro;
+    err += ro;
+    sqw += ro;
+    wt += ro;
+    changed += ro;
+    if (metrics.gain) {
+        metrics.gain += ro;
+        metrics.cosine += ro;
+        metrics.cosineRow += ro;
+        metrics.squaredNorm += ro;
+    }
     const float* s = S + i * K;
     float best = -FLT_MAX;
     int label = K;
@@ -127,8 +149,20 @@ __global__ void __launch_bounds__(kTileThreads)
     tileSumsKernel(const float* __restrict__ x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
                    std::int64_t tileRows, std::int64_t tile0, const std::int32_t* __restrict__ labels,
                    const float* __restrict__ w, const float* __restrict__ inv, bool shape, double* __restrict__ pX,
-                   double* __restrict__ pY, double* __restrict__ pW, long long* __restrict__ pC)
+                   double* __restrict__ pY, double* __restrict__ pW, long long* __restrict__ pC, Members members)
 {
+    // Grid z: the member's cluster ranges, member after member.
+    const unsigned ranges = unsigned((K + C - 1) / C);
+    const int b = memberAt(members, blockIdx.z / ranges);
+    const std::int64_t ro = std::int64_t(b) * members.rowStride, po = std::int64_t(b) * members.partialStride;
+    x += std::int64_t(b) * members.colStride;
+    labels += ro;
+    if (inv)
+        inv += ro;
+    pX += po;
+    pY += po;
+    pW += po;
+    pC += po;
     double* sx = dynamicShared<double>();
     double* sy = sx + std::size_t(C) * kWarp; // used only with shape
     double* sw = sy + (shape ? std::size_t(C) * kWarp : 0);
@@ -139,7 +173,7 @@ __global__ void __launch_bounds__(kTileThreads)
     float* is = ws + kStageRows;
 
     const int lane = threadIdx.x, warp = threadIdx.y, tid = warp * kWarp + lane;
-    const int j0 = int(blockIdx.y) * kWarp, k0 = int(blockIdx.z) * C;
+    const int j0 = int(blockIdx.y) * kWarp, k0 = int(blockIdx.z % ranges) * C;
     const int cols = min(kWarp, d - j0), kb = min(C, K - k0);
     const bool first = blockIdx.y == 0; // column group 0 also sums W and the counts
     const std::int64_t t0 = (tile0 + blockIdx.x) * tileRows;
@@ -214,10 +248,22 @@ static __global__ void tileReduceKernel(int tiles, int K, int d, bool shape, con
                                         const double* __restrict__ pY, const double* __restrict__ pW,
                                         const long long* __restrict__ pC, double* __restrict__ sumX,
                                         double* __restrict__ sumY, double* __restrict__ wsum,
-                                        long long* __restrict__ count)
+                                        long long* __restrict__ count, Members members)
 {
     const std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     const std::int64_t kd = std::int64_t(K) * d;
+    // Grid y: the member.
+    const int b = memberAt(members, blockIdx.y);
+    const std::int64_t po = std::int64_t(b) * members.partialStride;
+    pX += po;
+    pY += po;
+    pW += po;
+    pC += po;
+    sumX += b * kd;
+    if (sumY)
+        sumY += b * kd;
+    wsum += std::int64_t(b) * K;
+    count += std::int64_t(b) * K;
     if (e < kd) {
         double a = sumX[e];
         for (int t = 0; t < tiles; ++t)
@@ -244,11 +290,13 @@ static __global__ void tileReduceKernel(int tiles, int K, int d, bool shape, con
 
 constexpr int kSumThreads = 1024;
 
-static __global__ void sumArraysKernel(const double* const* __restrict__ arrays, std::int64_t n,
-                                       double* __restrict__ out)
+// Block x: array x % perMember of member x / perMember.
+static __global__ void sumArraysKernel(const double* const* __restrict__ arrays, int perMember, std::int64_t n,
+                                       double* __restrict__ out, Members members)
 {
     __shared__ double part[kSumThreads];
-    const double* a = arrays[blockIdx.x];
+    const int b = memberAt(members, blockIdx.x / unsigned(perMember)), slot = int(blockIdx.x % unsigned(perMember));
+    const double* a = arrays[slot] + std::int64_t(b) * members.rowStride;
     double s = 0;
     // Thread t adds elements t, t+1024, ... in order; then a fixed tree over the threads.
     for (std::int64_t i = threadIdx.x; i < n; i += kSumThreads)
@@ -261,7 +309,7 @@ static __global__ void sumArraysKernel(const double* const* __restrict__ arrays,
         __syncthreads();
     }
     if (threadIdx.x == 0)
-        out[blockIdx.x] = part[0];
+        out[std::int64_t(b) * members.scalarStride + slot] = part[0];
 }
 
 // One thread per cluster: update_rule.h's update, then the centroid's ‖c‖² for the next pass.
@@ -269,12 +317,14 @@ static __global__ void updateCentroidsKernel(update::Params rule, int K, int d, 
                                              const double* __restrict__ sumX, const double* __restrict__ sumY,
                                              double* __restrict__ emaW, double* __restrict__ emaS,
                                              double* __restrict__ gain, double* __restrict__ shape,
-                                             float* __restrict__ C, float* __restrict__ cNorm)
+                                             float* __restrict__ C, float* __restrict__ cNorm, Members members)
 {
-    const int k = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
-    if (k >= K)
+    const int c = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+    if (c >= K)
         return;
-    const std::int64_t o = std::int64_t(k) * d;
+    // Grid y: the member; its clusters' arrays follow the previous member's.
+    const std::int64_t k = std::int64_t(memberAt(members, blockIdx.y)) * K + c;
+    const std::int64_t o = k * d;
     const bool gs = rule.rule == update::Rule::GainShape, ema = rule.rule == update::Rule::Ema;
     update::cluster(rule, d, wsum[k], sumX + o, gs ? sumY + o : nullptr, ema ? emaW + k : nullptr,
                     ema ? emaS + o : nullptr, gs ? gain + k : nullptr, gs ? shape + o : nullptr, C + o);
@@ -292,10 +342,15 @@ constexpr int kTotalThreads = 256;
 
 // out[0] = clusters with no member, out[1] = Σ_k count_k·‖c_k‖² (‖c_k‖² in double): thread t takes
 // k = t, t+256, ... in order, then a fixed tree over the threads.
+// A block per member.
 static __global__ void clusterTotalsKernel(int K, int d, const long long* __restrict__ count,
-                                           const float* __restrict__ C, double* __restrict__ out)
+                                           const float* __restrict__ C, double* __restrict__ out, Members members)
 {
     __shared__ double empty[kTotalThreads], recon[kTotalThreads];
+    const int b = memberAt(members, blockIdx.x);
+    count += std::int64_t(b) * K;
+    C += std::int64_t(b) * K * d;
+    out += std::int64_t(b) * members.scalarStride;
     double e = 0, r = 0;
     for (int k = threadIdx.x; k < K; k += kTotalThreads) {
         const float* c = C + std::int64_t(k) * d;
@@ -390,12 +445,13 @@ cudaError_t launchRowNorms(const float* x, std::int64_t ld, std::int64_t n, int 
 
 cudaError_t launchArgmaxRows(const float* S, int K, const float* cNorm, std::int64_t r0, std::int64_t m,
                              const float* sq, const float* w, std::int32_t* labels, double* err, double* sqw,
-                             double* wt, double* changed, RowMetricTerms metrics, cudaStream_t stream)
+                             double* wt, double* changed, RowMetricTerms metrics, cudaStream_t stream,
+                             const Members& members)
 {
-    if (m == 0)
+    if (m == 0 || members.count == 0)
         return cudaSuccess;
-    launch(argmaxRowsKernel, rowBlocks(m), dim3(kWarp, kRowsPerBlock), 0, stream, S, K, cNorm, r0, m, sq, w, labels,
-           err, sqw, wt, changed, metrics);
+    launch(argmaxRowsKernel, dim3(unsigned(rowBlocks(m)), 1, unsigned(members.count)), dim3(kWarp, kRowsPerBlock), 0,
+           stream, S, K, cNorm, r0, m, sq, w, labels, err, sqw, wt, changed, metrics, members);
     return cudaGetLastError();
 }
 
@@ -405,7 +461,7 @@ template <int C>
 cudaError_t launchTiles(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
                         std::int64_t tileRows, const std::int32_t* labels, const float* w, const float* inv,
                         double* sumX, double* sumY, double* wsum, long long* count, double* partials,
-                        cudaStream_t stream)
+                        cudaStream_t stream, const Members& members)
 {
     const bool shape = sumY != nullptr;
     const std::size_t shm = tileSharedBytes<C>(shape);
@@ -421,10 +477,11 @@ cudaError_t launchTiles(const float* x, std::int64_t ld, std::int64_t r0, std::i
     const unsigned reduceBlocks = unsigned((std::max<std::size_t>(kd, std::size_t(K)) + 255) / 256);
     for (std::int64_t g0 = 0; g0 < tiles; g0 += group) {
         const int n = int(std::min(group, tiles - g0));
-        const dim3 grid(unsigned(n), unsigned((d + kWarp - 1) / kWarp), unsigned((K + C - 1) / C));
+        const dim3 grid(unsigned(n), unsigned((d + kWarp - 1) / kWarp), unsigned((K + C - 1) / C * members.count));
         launch(tileSumsKernel<C>, grid, dim3(kWarp, kTileWarps), shm, stream, x, ld, r0, m, d, K, tileRows, g0, labels,
-               w, inv, shape, pX, pY, pW, pC);
-        launch(tileReduceKernel, reduceBlocks, 256, 0, stream, n, K, d, shape, pX, pY, pW, pC, sumX, sumY, wsum, count);
+               w, inv, shape, pX, pY, pW, pC, members);
+        launch(tileReduceKernel, dim3(reduceBlocks, unsigned(members.count)), 256, 0, stream, n, K, d, shape, pX, pY,
+               pW, pC, sumX, sumY, wsum, count, members);
         if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
             return e;
     }
@@ -441,16 +498,17 @@ std::size_t tilePartialDoubles(std::int64_t m, int d, int K, std::int64_t tileRo
 cudaError_t launchAccumulate(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
                              std::int64_t tileRows, std::size_t sharedOptin, const std::int32_t* labels, const float* w,
                              const float* inv, double* sumX, double* sumY, double* wsum, long long* count,
-                             double* partials, cudaStream_t stream)
+                             double* partials, cudaStream_t stream, const Members& members)
 {
-    if (m == 0)
+    if (m == 0 || members.count == 0)
         return cudaSuccess;
     const bool shape = sumY != nullptr;
     // The widest cluster range whose partials fit the device's shared memory per block beside the
     // kernel's static arrays (256 on Hopper and the A100; 128 on the RTX 30 and 40 series, the L4).
     auto fits = [&]<int C>() { return tileSharedBytes<C>(shape) + staticShared(tileSumsKernel<C>) <= sharedOptin; };
     auto run = [&]<int C>() {
-        return launchTiles<C>(x, ld, r0, m, d, K, tileRows, labels, w, inv, sumX, sumY, wsum, count, partials, stream);
+        return launchTiles<C>(x, ld, r0, m, d, K, tileRows, labels, w, inv, sumX, sumY, wsum, count, partials, stream,
+                              members);
     };
     if (fits.template operator()<256>())
         return run.template operator()<256>();
@@ -459,19 +517,24 @@ cudaError_t launchAccumulate(const float* x, std::int64_t ld, std::int64_t r0, s
     return run.template operator()<32>();
 }
 
-cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream)
+cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream,
+                            const Members& members)
 {
-    launch(sumArraysKernel, count, kSumThreads, 0, stream, arrays, n, out);
+    if (count == 0 || members.count == 0)
+        return cudaSuccess;
+    launch(sumArraysKernel, unsigned(count * members.count), kSumThreads, 0, stream, arrays, count, n, out, members);
     return cudaGetLastError();
 }
 
 cudaError_t launchUpdateCentroids(const update::Params& rule, int K, int d, const double* wsum, const double* sumX,
                                   const double* sumY, double* emaW, double* emaS, double* gain, double* shape, float* C,
-                                  float* cNorm, cudaStream_t stream)
+                                  float* cNorm, cudaStream_t stream, const Members& members)
 {
     constexpr int threads = 128;
-    launch(updateCentroidsKernel, (K + threads - 1) / threads, threads, 0, stream, rule, K, d, wsum, sumX, sumY, emaW,
-           emaS, gain, shape, C, cNorm);
+    if (members.count == 0)
+        return cudaSuccess;
+    launch(updateCentroidsKernel, dim3(unsigned((K + threads - 1) / threads), unsigned(members.count)), threads, 0,
+           stream, rule, K, d, wsum, sumX, sumY, emaW, emaS, gain, shape, C, cNorm, members);
     return cudaGetLastError();
 }
 
@@ -482,9 +545,12 @@ cudaError_t launchCentroidNorms(int K, int d, const float* C, float* cNorm, cuda
     return cudaGetLastError();
 }
 
-cudaError_t launchClusterTotals(int K, int d, const long long* count, const float* C, double* out, cudaStream_t stream)
+cudaError_t launchClusterTotals(int K, int d, const long long* count, const float* C, double* out, cudaStream_t stream,
+                                const Members& members)
 {
-    launch(clusterTotalsKernel, 1, kTotalThreads, 0, stream, K, d, count, C, out);
+    if (members.count == 0)
+        return cudaSuccess;
+    launch(clusterTotalsKernel, unsigned(members.count), kTotalThreads, 0, stream, K, d, count, C, out, members);
     return cudaGetLastError();
 }
 

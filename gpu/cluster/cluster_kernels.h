@@ -25,6 +25,22 @@ cudaError_t launchRowNorms(const float* x, std::int64_t ld, std::int64_t n, int 
 // against the label that was there. w: weights (global rows) or null for ones.
 // Per-row terms of the unweighted metrics (metrics.h) for the chosen centroid, indexed like the
 // others: |‖x‖ − ‖c‖|, cos(x, c) (0 where x or c is 0), 1 where ‖x‖ > 0, ‖x‖². gain null: none.
+// Several members' launches in one (independent clusterings of the same rows: a layer's subspaces).
+// The launch's member dimension (named at each launcher) takes member active[i] for i < count; each
+// pointer argument then moves on by its stride times the member: the per-row arrays by rowStride
+// elements, the rows x by colStride columns, the score block by scoreStride, the per-cluster arrays
+// by K (or K × d), the tile partials by partialStride, the totals by scalarStride. The default is one
+// member, 0, at no offset: the single-block launches.
+struct Members {
+    const int* active = nullptr; // device array; null: member 0 alone
+    int count = 1;
+    std::int64_t rowStride = 0;
+    std::int64_t colStride = 0;
+    std::int64_t scoreStride = 0;
+    std::int64_t partialStride = 0;
+    int scalarStride = 0;
+};
+
 struct RowMetricTerms {
     double* gain = nullptr;
     double* cosine = nullptr;
@@ -34,7 +50,8 @@ struct RowMetricTerms {
 
 cudaError_t launchArgmaxRows(const float* S, int K, const float* cNorm, std::int64_t r0, std::int64_t m,
                              const float* sq, const float* w, std::int32_t* labels, double* err, double* sqw,
-                             double* wt, double* changed, RowMetricTerms metrics, cudaStream_t stream);
+                             double* wt, double* changed, RowMetricTerms metrics, cudaStream_t stream,
+                             const Members& members = {});
 
 // The tiles of rows the sums take and how many a launch takes: pass_costs.h (tileRowsFor,
 // tilesPerLaunch), where the cost model plans them alike.
@@ -52,10 +69,12 @@ std::size_t tilePartialDoubles(std::int64_t m, int d, int K, std::int64_t tileRo
 cudaError_t launchAccumulate(const float* x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
                              std::int64_t tileRows, std::size_t sharedOptin, const std::int32_t* labels, const float* w,
                              const float* inv, double* sumX, double* sumY, double* wsum, long long* count,
-                             double* partials, cudaStream_t stream);
+                             double* partials, cudaStream_t stream, const Members& members = {});
 
-// out[a] = Σ_i arrays[a][i] for a < count, i < n, each in one fixed order (a block per array).
-cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream);
+// out[a] = Σ_i arrays[a][i] for a < count, i < n, each in one fixed order (a block per array); per member
+// (rowStride, scalarStride), out[b · scalarStride + a] from arrays[a] + b · rowStride.
+cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream,
+                            const Members& members = {});
 
 // Lloyd's update on the device, update_rule.h's for every cluster k < K (one thread each) from the
 // pass's sums (wsum, sumX, sumY: K, K × d, K × d), in place on C (K × d) and the rule's state (emaW,
@@ -63,13 +82,15 @@ cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t
 // update::squaredNorm rounds it.
 cudaError_t launchUpdateCentroids(const update::Params& rule, int K, int d, const double* wsum, const double* sumX,
                                   const double* sumY, double* emaW, double* emaS, double* gain, double* shape, float* C,
-                                  float* cNorm, cudaStream_t stream);
+                                  float* cNorm, cudaStream_t stream, const Members& members = {});
 
 // cNorm[k] = update::squaredNorm of row k of C (K × d).
 cudaError_t launchCentroidNorms(int K, int d, const float* C, float* cNorm, cudaStream_t stream);
 
 // out[0] = clusters with count 0, out[1] = Σ_k count_k·‖c_k‖², each summed in one fixed order.
-cudaError_t launchClusterTotals(int K, int d, const long long* count, const float* C, double* out, cudaStream_t stream);
+// Per member: out + b · scalarStride.
+cudaError_t launchClusterTotals(int K, int d, const long long* count, const float* C, double* out, cudaStream_t stream,
+                                const Members& members = {});
 
 // out (k × d) = rows idx[0..k) of x (ld).
 cudaError_t launchGatherRows(const float* x, std::int64_t ld, const std::int64_t* idx, int k, int d, float* out,

@@ -15,6 +15,11 @@
 // clusters, the pass's row metrics), from which core decides whether to stop. assignPass(), the
 // primitive for everything else (GSKM's start, beam search, encoding), returns the K × D sums.
 //
+// A layer's subspaces within a stage are independent clusterings: selectBlocks() takes them as members
+// of one batch (cuda_backend_batch.cpp), whose pass is one batched SGEMM and one argmax per chunk and
+// one launch each of the sums, the row terms' totals and the cluster totals for every member still
+// iterating, and whose update is one launch; each member's arithmetic is that of its block alone.
+//
 // When the rows do not fit in device memory beside the work buffers, the backend keeps them in
 // pinned host memory and copies each chunk's block columns in per pass ("streamed"); the
 // residual update and the metrics then run on the host.
@@ -48,6 +53,9 @@ struct CudaBackendStats {
     // the pass after it, which waits for it): what is left of a training's time is the host's.
     double passSeconds = 0;
     std::int64_t bytesToHost = 0; // every copy from the device, since the backend was made
+    // Passes that took several members at once (independent clusterings together), and the most members one took.
+    std::int64_t batchedPasses = 0;
+    int mostMembers = 0;
 };
 const CudaBackendStats* cudaStats(const ClusterBackend& backend);
 

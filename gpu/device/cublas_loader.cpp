@@ -83,6 +83,7 @@ const Cublas& cublas()
             bindSymbol(lib, "cublasSetStream_v2", api.setStream);
             bindSymbol(lib, "cublasSetMathMode", api.setMathMode);
             bindSymbol(lib, "cublasSgemm_v2", api.sgemm);
+            bindSymbol(lib, "cublasSgemmBatched", api.sgemmBatched);
         } catch (const Error& e) {
             failure = e.what();
         }

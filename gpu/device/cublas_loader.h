@@ -13,6 +13,7 @@ struct Cublas {
     decltype(&cublasSetStream_v2) setStream = nullptr;
     decltype(&cublasSetMathMode) setMathMode = nullptr;
     decltype(&cublasSgemm_v2) sgemm = nullptr;
+    decltype(&cublasSgemmBatched) sgemmBatched = nullptr; // independent products of one shape, one launch
 };
 
 // The loaded library; throws gsrq::Error(Runtime) naming the library when it cannot be loaded.

@@ -105,12 +105,35 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, c
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// The pointer arrays are device memory, as cuBLAS reads them; each product is SGEMM's.
+cublasStatus_t cublasSgemmBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                  int n, int k, const float* alpha, const float* const Aarray[], int lda,
+                                  const float* const Barray[], int ldb, const float* beta, float* const Carray[],
+                                  int ldc, int batchCount)
+{
+    if (!handle)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (batchCount < 0)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    using gsrq::emulator::detail::isDeviceRange;
+    const std::size_t arrayBytes = std::size_t(batchCount) * sizeof(void*);
+    if (batchCount > 0 && (!isDeviceRange(Aarray, arrayBytes) || !isDeviceRange(Barray, arrayBytes) ||
+                           !isDeviceRange(Carray, arrayBytes)))
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    for (int i = 0; i < batchCount; ++i)
+        if (const auto s = cublasSgemm_v2(handle, transa, transb, m, n, k, alpha, Aarray[i], lda, Barray[i], ldb, beta,
+                                          Carray[i], ldc);
+            s != CUBLAS_STATUS_SUCCESS)
+            return s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 namespace gsrq::gpu {
 
 const Cublas& cublas()
 {
-    static const Cublas api{&cublasCreate_v2, &cublasDestroy_v2, &cublasSetStream_v2, &cublasSetMathMode,
-                            &cublasSgemm_v2};
+    static const Cublas api{&cublasCreate_v2,   &cublasDestroy_v2, &cublasSetStream_v2,
+                            &cublasSetMathMode, &cublasSgemm_v2,   &cublasSgemmBatched};
     return api;
 }
 
