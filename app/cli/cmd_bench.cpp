@@ -341,14 +341,53 @@ Command registerBenchTrain(CLI::App& root)
                     const MatrixRF first = x.leftCols(s.dim);
                     cluster(first, wp, s.method, p, *backend);
                 }
-                std::vector<double> passSeconds; // every assignment pass with the update after it
+                // Every assignment pass with the update after it. A backend that clusters a stage's
+                // subspaces together reports one pass for all its members, each member's iteration with
+                // the pass's time: consecutive iterations of one stage, of rising subspaces and the same
+                // time, are one pass, and a clustering's iteration takes its share of it.
+                struct Pass {
+                    int stage = 0, lastSubspace = 0, members = 0;
+                    double seconds = 0;
+                };
+                std::vector<Pass> passes;
                 const auto* cuda = gpu::cudaStats(*backend);
-                const double devicePassSeconds0 = cuda ? cuda->passSeconds : 0.0;
+                const gpu::CudaBackendStats cuda0 = cuda ? *cuda : gpu::CudaBackendStats{};
                 const auto r = trainResidualQuantizer(x, wp, s, *backend, [&](const ProgressEvent& e) {
-                    passSeconds.push_back(e.iteration.seconds);
+                    Pass* last = passes.empty() ? nullptr : &passes.back();
+                    if (last && last->stage == e.stage && last->lastSubspace < e.subspace &&
+                        last->seconds == e.iteration.seconds) {
+                        last->lastSubspace = e.subspace;
+                        ++last->members;
+                    } else {
+                        passes.push_back({e.stage, e.subspace, 1, e.iteration.seconds});
+                    }
                     return true;
                 });
+                std::vector<double> passSeconds; // a clustering iteration's share of its pass
+                std::size_t iterationsTimed = 0;
+                int mostMembers = 0;
+                for (const Pass& p : passes) {
+                    passSeconds.push_back(p.seconds / p.members);
+                    iterationsTimed += std::size_t(p.members);
+                    mostMembers = std::max(mostMembers, p.members);
+                }
                 const double perIteration = median(passSeconds);
+                const double devicePassSeconds = cuda ? cuda->passSeconds - cuda0.passSeconds : 0.0;
+                // The time outside the passes, by what it went to (CudaBackendStats); "core": the rest.
+                nlohmann::ordered_json hostBreakdown = nullptr;
+                if (cuda) {
+                    const double bind = cuda->bindSeconds - cuda0.bindSeconds,
+                                 select = cuda->selectSeconds - cuda0.selectSeconds,
+                                 start = cuda->startSeconds - cuda0.startSeconds,
+                                 read = cuda->readSeconds - cuda0.readSeconds,
+                                 residual = cuda->residualSeconds - cuda0.residualSeconds;
+                    hostBreakdown = {{"bind", bind},
+                                     {"select_blocks", select},
+                                     {"clustering_start", start},
+                                     {"read_back", read},
+                                     {"residual_and_metrics", residual},
+                                     {"core", r.seconds - devicePassSeconds - bind - select - start - read - residual}};
+                }
                 const double flopPerPass = 2.0 * double(o->rows) * double(s.k) * double(s.dim);
                 const double achieved = perIteration > 0 ? flopPerPass / perIteration : 0;
                 double peak = 0;
@@ -378,7 +417,9 @@ Command registerBenchTrain(CLI::App& root)
                                {"bits_per_activation", bitsPerActivation(s.dim, s.stages, s.k)},
                                {"layer_seconds", r.seconds},
                                {"seconds_per_iteration", perIteration},
-                               {"iterations_timed", passSeconds.size()},
+                               {"iterations_timed", iterationsTimed},
+                               {"passes_timed", passes.size()},
+                               {"most_clusterings_per_pass", mostMembers},
                                {"assignment_flop_per_iteration", flopPerPass},
                                {"achieved_flops", achieved},
                                {"peak_fp32_flops", peak},
@@ -386,11 +427,10 @@ Command registerBenchTrain(CLI::App& root)
                                {"nmse", r.metrics.nmse},
                                // The CUDA backend's passes (device work, launches, transfers) and the rest
                                // (the host's updates between them); null on the CPU.
-                               {"device_pass_seconds",
-                                cuda ? nlohmann::ordered_json(cuda->passSeconds - devicePassSeconds0) : nullptr},
+                               {"device_pass_seconds", cuda ? nlohmann::ordered_json(devicePassSeconds) : nullptr},
                                {"host_seconds",
-                                cuda ? nlohmann::ordered_json(r.seconds - (cuda->passSeconds - devicePassSeconds0))
-                                     : nullptr}});
+                                cuda ? nlohmann::ordered_json(r.seconds - devicePassSeconds) : nullptr},
+                               {"host_seconds_by_call", hostBreakdown}});
                     return;
                 }
                 std::printf("bench-train: synthetic %s data, %lld × %d, D=%d (%d subspaces), R=%d, K=%d, %d "
@@ -399,12 +439,21 @@ Command registerBenchTrain(CLI::App& root)
                             s.k, s.iterations, methodName(s.method), backend->name().c_str(), deviceName.c_str());
                 std::printf("  whole layer: %.3f s (NMSE %.5f, %.4g bits per activation)\n", r.seconds, r.metrics.nmse,
                             bitsPerActivation(s.dim, s.stages, s.k));
-                std::printf("  per iteration (assign + accumulate + update, median of %zu): %.3f ms\n",
-                            passSeconds.size(), perIteration * 1e3);
-                if (cuda)
+                std::printf("  per iteration (assign + accumulate + update, median of %zu", iterationsTimed);
+                if (mostMembers > 1)
+                    std::printf(" in %zu passes of up to %d clusterings at once", passes.size(), mostMembers);
+                std::printf("): %.3f ms\n", perIteration * 1e3);
+                if (cuda) {
                     std::printf("  in the device's passes: %.3f s; on the host between them: %.3f s\n",
-                                cuda->passSeconds - devicePassSeconds0,
-                                r.seconds - (cuda->passSeconds - devicePassSeconds0));
+                                devicePassSeconds, r.seconds - devicePassSeconds);
+                    std::printf("    of which");
+                    const char* sep = " ";
+                    for (const auto& [name, value] : hostBreakdown.items()) {
+                        std::printf("%s%s %.3f s", sep, name.c_str(), value.get<double>());
+                        sep = ", ";
+                    }
+                    std::printf("\n");
+                }
                 std::printf("  distance product: %.3f GFLOP per iteration, %.1f GFLOP/s achieved over the whole "
                             "iteration",
                             flopPerPass / 1e9, achieved / 1e9);

@@ -54,6 +54,13 @@ CudaBackend::~CudaBackend()
 
 void CudaBackend::bind(const float* x, std::int64_t n, int features, const float* weights)
 {
+    bindRows(x, n, features, weights);
+    selectBlock(0, features, 1e-8f);
+}
+
+void CudaBackend::bindRows(const float* x, std::int64_t n, int features, const float* weights)
+{
+    const Timed timed{m_stats.bindSeconds};
     use();
     m_hostX = x;
     m_n = n;
@@ -95,7 +102,6 @@ void CudaBackend::bind(const float* x, std::int64_t n, int features, const float
         check(cudaMemcpyAsync(m_w.get(), weights, std::size_t(n) * sizeof(float), cudaMemcpyHostToDevice, m_stream),
               "copying the weights");
     }
-    selectBlock(0, features, 1e-8f);
 }
 
 void CudaBackend::selectBlock(int col0, int dim, float epsilon)
@@ -106,6 +112,7 @@ void CudaBackend::selectBlock(int col0, int dim, float epsilon)
 
 MatrixRF CudaBackend::gatherRows(std::span<const std::int64_t> idx)
 {
+    const Timed timed{m_stats.startSeconds};
     use();
     for (auto r : idx)
         if (r < 0 || r >= m_n)
@@ -171,6 +178,7 @@ void CudaBackend::assignPass(const MatrixRF& C, const AssignRequest& what, Assig
 
 void CudaBackend::loadCentroids(const CentroidState& s)
 {
+    const Timed timed{m_stats.startSeconds};
     use();
     const int K = int(s.centroids.rows());
     if (s.centroids.cols() != m_d || K < 1)
@@ -239,6 +247,7 @@ void CudaBackend::updateHeld(const update::Params& rule)
 
 void CudaBackend::heldClusterTotals(AssignStats& out)
 {
+    const Timed timed{m_stats.readSeconds};
     use();
     requireHeld("heldClusterTotals");
     double* h = m_hostSums.get();
@@ -249,6 +258,7 @@ void CudaBackend::heldClusterTotals(AssignStats& out)
 
 void CudaBackend::storeCentroids(CentroidState& s)
 {
+    const Timed timed{m_stats.readSeconds};
     use();
     const Held& held = requireHeld("storeCentroids");
     const int K = m_heldK;
@@ -272,6 +282,7 @@ void CudaBackend::storeCentroids(CentroidState& s)
 
 void CudaBackend::readLabels(std::span<std::int32_t> out)
 {
+    const Timed timed{m_stats.readSeconds};
     use();
     checkLabelSpan(out.size());
     toHost(out.data(), m_labels.get() + rowSlot(m_cur), out.size() * sizeof(std::int32_t), "copying labels");
@@ -280,6 +291,7 @@ void CudaBackend::readLabels(std::span<std::int32_t> out)
 
 void CudaBackend::writeLabels(std::span<const std::int32_t> in)
 {
+    const Timed timed{m_stats.startSeconds};
     use();
     checkLabelSpan(in.size());
     check(cudaMemcpyAsync(m_labels.get() + rowSlot(m_cur), in.data(), in.size() * sizeof(std::int32_t),
@@ -290,6 +302,7 @@ void CudaBackend::writeLabels(std::span<const std::int32_t> in)
 
 void CudaBackend::subtractAssigned(const MatrixRF& C)
 {
+    const Timed timed{m_stats.residualSeconds};
     use();
     if (C.cols() != m_d || C.rows() < 1)
         throwRuntime("CUDA backend: centroids ", C.rows(), "×", C.cols(), " do not match the block width ", m_d);
@@ -321,6 +334,7 @@ void CudaBackend::subtractAssigned(const MatrixRF& C)
 
 QuantMetrics CudaBackend::reconstructionMetrics()
 {
+    const Timed timed{m_stats.residualSeconds};
     use();
     if (!m_resident) {
         const Eigen::Map<const MatrixRF> X(m_hostX, m_n, m_f);

@@ -56,6 +56,12 @@ struct CudaBackendStats {
     // Passes that took several members at once (independent clusterings together), and the most members one took.
     std::int64_t batchedPasses = 0;
     int mostMembers = 0;
+    // Wall seconds of the calls outside the passes, by what they do (each from the call until its
+    // results are on the host): binding the rows; selecting blocks (their row norms); a clustering's
+    // start (sampled rows gathered, centroids loaded); reading results back (centroids, labels,
+    // cluster totals); taking codewords off the residual and the reconstruction's metrics. What a
+    // training spends beyond these and the passes is core's host work.
+    double bindSeconds = 0, selectSeconds = 0, startSeconds = 0, readSeconds = 0, residualSeconds = 0;
 };
 const CudaBackendStats* cudaStats(const ClusterBackend& backend);
 

@@ -15,6 +15,7 @@ namespace gsrq::gpu::detail {
 
 void CudaBackend::selectBlocks(std::span<const int> cols, int dim, float epsilon)
 {
+    const Timed timed{m_stats.selectSeconds};
     use();
     const int B = int(cols.size());
     if (B < 1 || B > m_capacity)

@@ -79,6 +79,12 @@ private:
     };
 
     void use() { check(cudaSetDevice(m_opt.device), "cudaSetDevice"); }
+    // Adds the wall time of its scope to one of CudaBackendStats' call totals.
+    struct Timed {
+        double& total;
+        std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+        ~Timed() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+    };
     template <class T> void upload(T* to, const T* from, std::size_t count, const char* what)
     {
         check(cudaMemcpyAsync(to, from, count * sizeof(T), cudaMemcpyHostToDevice, m_stream), what);
@@ -88,6 +94,7 @@ private:
         toHost(to, from, count * sizeof(T), "copying centroids back");
     }
     void toHost(void* to, const void* from, std::size_t bytes, const char* what);
+    void bindRows(const float* x, std::int64_t n, int features, const float* weights);
     Held& requireHeld(const char* call);
 
     // The focused member's slots.
