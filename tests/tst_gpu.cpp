@@ -557,6 +557,72 @@ private slots:
         // argmax, tile sums and reduce, row totals, cluster totals, update: for KM and GSKM.
         QCOMPARE(compared, 2 * 6);
     }
+
+    void batchedPassBytesMatchTheModel()
+    {
+        if (!emulator::byteCountsBuilt())
+            QSKIP("this build's emulator has no byte counts (the AddressSanitizer build)");
+        // The same for a pass of two clusterings together (a stage's subspaces as members of one
+        // batch) and its update: each launch moves each member's bytes, the weights and the pointer
+        // table once, and the member list. The rows of the test above, twice as wide, with the
+        // members' blocks at columns 8 and 48.
+        const std::int64_t n = 9000;
+        const int f = 96, d = 40, K = 300;
+        const int cols[2] = {8, 48};
+        const MatrixRF X = synthesize(SynthKind::Gaussian, n, f, 6);
+        std::vector<float> w(static_cast<std::size_t>(n));
+        for (std::size_t i = 0; i < w.size(); ++i)
+            w[i] = 0.5f + float(i % 7) / 4.0f;
+        int compared = 0;
+        for (bool gskm : {false, true}) {
+            auto g = gpu::makeCudaBackend({});
+            g->bind(X.data(), n, f, w.data());
+            g->selectBlocks(cols, d, 1e-8f);
+            for (int b = 0; b < 2; ++b) {
+                g->focusMember(b);
+                CentroidState state;
+                state.centroids = X.middleRows(100 * b, K).middleCols(cols[b], d);
+                if (gskm) {
+                    state.gs.gains = state.centroids.rowwise().norm().cast<double>();
+                    state.gs.shapes = state.centroids.cast<double>().rowwise().normalized();
+                }
+                g->loadCentroids(state);
+            }
+            gpu::ClusterPassCase pc{n, d, K, true, gskm, true, 256, true};
+            pc.members = 2;
+            const int both[2] = {0, 1};
+            std::vector<AssignStats> out(2);
+            emulator::startByteCounts();
+            g->passHeldBatch(both, {gskm, true}, out);
+            auto launches = emulator::stopByteCounts();
+            QCOMPARE(out[0].emptyClusters + out[1].emptyClusters, std::int64_t(0));
+            emulator::startByteCounts();
+            g->updateHeldBatch(both, {gskm ? update::Rule::GainShape : update::Rule::Mean, 1e-6, 0});
+            const auto update = emulator::stopByteCounts();
+            launches.insert(launches.end(), update.begin(), update.end());
+
+            std::vector<gpu::KernelCost> model;
+            for (const auto& k : gpu::clusterPassCosts(pc))
+                if (!k.library)
+                    model.push_back(k);
+            model.push_back(gpu::centroidUpdateCost(pc));
+            QCOMPARE(launches.size(), model.size());
+            for (std::size_t i = 0; i < launches.size(); ++i) {
+                const auto& l = launches[i];
+                const auto& m = model[i];
+                const QString what = QString("%1: %2").arg(gskm ? "gskm" : "km").arg(m.kernel.c_str());
+                const double hbm = double(l.globalReadDistinct + l.globalWriteDistinct);
+                const double shared = double(l.sharedRead + l.sharedWrite);
+                QVERIFY2(hbm == m.hbmBytes,
+                         qPrintable(QString("%1: %2 distinct bytes, the model %3").arg(what).arg(hbm).arg(m.hbmBytes)));
+                QVERIFY2(
+                    shared == m.sharedBytes,
+                    qPrintable(QString("%1: %2 shared bytes, the model %3").arg(what).arg(shared).arg(m.sharedBytes)));
+                ++compared;
+            }
+        }
+        QCOMPARE(compared, 2 * 6);
+    }
 #endif
 
     void benchTrainModelsANamedDevice()

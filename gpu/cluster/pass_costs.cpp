@@ -57,15 +57,21 @@ double tileShared(double rows, double T, double ranges, double K, double cols, b
 std::vector<KernelCost> clusterPassCosts(const ClusterPassCase& c)
 {
     const double K = c.K, d = c.d, s = c.shapeSums ? 1 : 0, w = c.weighted ? 1 : 0;
+    const double B = std::max(1, c.members);
+    // A batched launch's blocks each read their member from the list (4 bytes a member, distinct).
+    const double list = c.members > 1 ? 4 * B : 0;
     const std::int64_t chunk = passChunkRows(c.n, c.K), tileRows = tileRowsFor(chunk);
+    const std::int64_t scoreChunk = c.members > 1 ? passChunkRows(c.n, c.K * c.members) : chunk;
     std::vector<KernelCost> k;
-    for (std::int64_t r0 = 0; r0 < c.n; r0 += chunk) {
-        const double m = double(std::min(chunk, c.n - r0));
-        k.push_back({"SGEMM (cuBLAS)", m * d * 4 + K * d * 4 + m * K * 4, 0, 0, 2 * m * K * d, true});
-        // Scores, ‖c‖², ‖x‖², weights and last labels in; labels and four terms a row out (four more
-        // with the row metrics).
-        k.push_back(
-            {"argmax", m * K * 4 + K * 4 + m * 4 * (2 + w) + m * 4 + m * 32 * (c.rowMetrics ? 2 : 1), 0, 0, 3 * m * K});
+    for (std::int64_t r0 = 0; r0 < c.n; r0 += scoreChunk) {
+        const double m = double(std::min(scoreChunk, c.n - r0));
+        k.push_back({c.members > 1 ? "SGEMM (cuBLAS, batched)" : "SGEMM (cuBLAS)",
+                     B * (m * d * 4 + K * d * 4 + m * K * 4), 0, 0, B * 2 * m * K * d, true});
+        // Scores, ‖c‖², ‖x‖² and last labels in; labels and four terms a row out (four more with the
+        // row metrics): a member's each. The weights are every member's.
+        k.push_back({"argmax",
+                     B * (m * K * 4 + K * 4 + m * 4 * 2 + m * 4 + m * 32 * (c.rowMetrics ? 2 : 1)) + m * 4 * w + list,
+                     0, 0, B * 3 * m * K});
     }
     const double ranges = std::ceil(K / c.clustersPerBlock);
     const std::int64_t tiles = (c.n + tileRows - 1) / tileRows, group = tilesPerLaunch(c.n, c.d, c.K, tileRows);
@@ -76,28 +82,33 @@ std::vector<KernelCost> clusterPassCosts(const ClusterPassCase& c)
         double shared = 0;
         for (int j0 = 0; j0 < c.d; j0 += int(kWarp))
             shared += tileShared(rows, T, ranges, K, std::min(kWarp, d - j0), c.shapeSums, j0 == 0);
-        // The rows' block columns, labels, weights and 1/‖x‖ in; the tiles' partials out.
-        k.push_back({"tile sums", rows * (d * 4 + 4 + 4 * w + 4 * s) + T * sums, 0, shared, rows * d * 2 * (1 + s)});
-        k.push_back({"tile reduce", T * sums + 2 * sums, 0, 0, T * K * d * (1 + s)});
+        // The rows' block columns, labels and 1/‖x‖ in, the tiles' partials out (a member's each);
+        // the weights, every member's.
+        k.push_back({"tile sums", B * (rows * (d * 4 + 4 + 4 * s) + T * sums) + rows * 4 * w + list, 0, B * shared,
+                     B * rows * d * 2 * (1 + s)});
+        k.push_back({"tile reduce", B * (T * sums + 2 * sums) + list, 0, 0, B * T * K * d * (1 + s)});
     }
     const double terms = c.rowMetrics ? 8 : 4;
-    // A block per array: its rows in, a pointer to it and its total; in shared memory each of 1,024
-    // threads' partial, a tree of 1,023 additions (two reads, a write), the total read.
-    k.push_back({"row totals", terms * double(c.n) * 8 + terms * 8 + terms * 8, 0,
-                 terms * (1024 * 8 + 1023 * 8 * 3 + 8), terms * double(c.n)});
+    // A block per array: its rows in, a pointer to it (the table every member shares) and its total;
+    // in shared memory each of 1,024 threads' partial, a tree of 1,023 additions (two reads, a write),
+    // the total read.
+    k.push_back({"row totals", B * (terms * double(c.n) * 8 + terms * 8) + terms * 8 + list, 0,
+                 B * terms * (1024 * 8 + 1023 * 8 * 3 + 8), B * terms * double(c.n)});
     if (c.held) // the counts and centroids in, two totals out; two such trees over 256 threads
-        k.push_back({"cluster totals", K * 8 + K * d * 4 + 16, 0, 2 * (256 * 8 + 255 * 8 * 3 + 8), 2 * K * d});
+        k.push_back({"cluster totals", B * (K * 8 + K * d * 4 + 16) + list, 0, B * 2 * (256 * 8 + 255 * 8 * 3 + 8),
+                     B * 2 * K * d});
     return k;
 }
 
 KernelCost centroidUpdateCost(const ClusterPassCase& c)
 {
-    const double K = c.K, d = c.d;
+    const double K = c.K, d = c.d, B = std::max(1, c.members);
     // W, Sx and the centroids (read back for ‖c‖²) in; centroids and ‖c‖² out. GSKM also reads Sy
-    // and the shapes and writes the shapes and gains.
+    // and the shapes and writes the shapes and gains. A member's each.
     const double km = K * 8 + K * d * 8 + K * d * 4 + K * d * 4 + K * 4;
     const double gskm = c.shapeSums ? K * d * 8 + K * d * 8 + K * d * 8 + K * 8 : 0;
-    return {"centroid update", km + gskm, 0, 0, K * d * (c.shapeSums ? 6 : 3)};
+    return {"centroid update", B * (km + gskm) + (c.members > 1 ? 4 * B : 0), 0, 0,
+            B * K * d * (c.shapeSums ? 6 : 3)};
 }
 
 } // namespace gsrq::gpu

@@ -31,11 +31,15 @@ struct ClusterPassCase {
     bool weighted = false, shapeSums = false, rowMetrics = false;
     int clustersPerBlock = 256; // of the sums kernel: 256 with Hopper's shared memory, 128 or 32 on smaller
     bool held = true;           // a pass of Lloyd's iterations on held centroids (with the cluster totals)
+    // Clusterings of the same rows run together (a stage's subspaces): each launch takes every member,
+    // whose block is d columns of its own; the weights and the launch's pointer table are read once.
+    int members = 1;
 };
 
 // The launches of one pass on resident rows, in launch order: per chunk the SGEMM (cuBLAS) and the
 // argmax; per launch of tiles the sums and their reduction; the row terms' totals; for a held pass
-// the cluster totals.
+// the cluster totals. With members, the batched pass's: its chunks are a member's share of the
+// score block (passChunkRows of K × members codewords), each launch reads the member list.
 std::vector<KernelCost> clusterPassCosts(const ClusterPassCase& c);
 // The device update of held centroids after such a pass (update_rule.h), assuming no empty cluster.
 KernelCost centroidUpdateCost(const ClusterPassCase& c);
