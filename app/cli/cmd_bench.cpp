@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <random>
 
@@ -177,8 +178,27 @@ namespace {
 // bench-train --model-device: one pass's launches, their bytes and roofline times on a GPU's model,
 // and the layer's: per block of D columns and stage, a clustering of at most iters + 1 passes with
 // an update after all but the last (and GSKM's start, one pass by direction).
+nlohmann::ordered_json latencyJson(const gpu::ClusterPassLatency& latency, int members, double layer)
+{
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const auto& l : latency.launches)
+        rows.push_back({{"launch", l.kernel},
+                        {"blocks", l.blocks},
+                        {"blocks_per_sm", l.blocksPerSm},
+                        {"waves", l.waves},
+                        {"chain_seconds", l.chain},
+                        {"bandwidth_seconds", l.bandwidth},
+                        {"seconds", l.seconds},
+                        {"bound", l.bound}});
+    return {{"members", members},
+            {"launches", rows},
+            {"pass_seconds", latency.passSeconds},
+            {"update_seconds", latency.updateSeconds},
+            {"layer_seconds_at_most", layer}};
+}
+
 void printTrainingModel(const gpu::DeviceModel& m, const gpu::ClusterPassCase& c, std::int64_t clusterings, int iters,
-                        bool tf32, bool json)
+                        bool tf32, bool json, int subspaces)
 {
     const auto rates = gpu::decodeRates(m.info, m.copyBytesPerSecond);
     const double gemmRate = tf32 ? m.tf32Flops : m.info.peakFp32Flops;
@@ -210,6 +230,27 @@ void printTrainingModel(const gpu::DeviceModel& m, const gpu::ClusterPassCase& c
         hbm += k.hbmBytes;
     auto all = pass;
     all.push_back(update);
+
+    // The latency model of the passes as the CUDA backend runs them: a stage's subspaces together (up
+    // to 16 at once), its GSKM starts one member at a time.
+    gpu::ClusterPassCase batch = c;
+    batch.members = std::min(subspaces, 16);
+    const std::size_t sharedPerSm = m.sharedOptin + 1024;
+    const auto latency = gpu::clusterPassLatency(batch, m.info.multiprocessors, sharedPerSm, m.copyBytesPerSecond,
+                                                 gemmRate);
+    const auto startLatency =
+        c.shapeSums ? gpu::clusterPassLatency(start, m.info.multiprocessors, sharedPerSm, m.copyBytesPerSecond, gemmRate)
+                    : gpu::ClusterPassLatency{};
+    const std::int64_t stages = subspaces > 0 ? clusterings / subspaces : clusterings;
+    const double batches = double(stages) * std::ceil(double(subspaces) / batch.members);
+    const double latencyLayer = batches * (double(iters + 1) * latency.passSeconds + double(iters) * latency.updateSeconds) +
+                                double(clusterings) * startLatency.passSeconds;
+    // The same model with one clustering at a time, as the backend ran before it batched (the layer
+    // the device runs so far have timed).
+    const auto single = gpu::clusterPassLatency(c, m.info.multiprocessors, sharedPerSm, m.copyBytesPerSecond, gemmRate);
+    const double singleLayer =
+        double(clusterings) *
+        (double(iters + 1) * single.passSeconds + double(iters) * single.updateSeconds + startLatency.passSeconds);
     if (json) {
         nlohmann::ordered_json rows = nlohmann::ordered_json::array();
         for (const auto& k : all) {
@@ -234,7 +275,9 @@ void printTrainingModel(const gpu::DeviceModel& m, const gpu::ClusterPassCase& c
                    {"start_pass_seconds", startSeconds},
                    {"clusterings", clusterings},
                    {"max_passes", clusterings * (iters + 1 + (c.shapeSums ? 1 : 0))},
-                   {"layer_seconds_at_most", layer}});
+                   {"layer_seconds_at_most", layer},
+                   {"latency_model", latencyJson(latency, batch.members, latencyLayer)},
+                   {"latency_model_one_at_a_time", latencyJson(single, 1, singleLayer)}});
         return;
     }
     std::printf("bench-train, modelled (no timing), on the %s: %lld rows, D=%d, K=%d, %s%s; %s\n"
@@ -252,6 +295,33 @@ void printTrainingModel(const gpu::DeviceModel& m, const gpu::ClusterPassCase& c
                 "%.2f s (the GEMM in %s at %.0f TFLOP/s)\n",
                 (passSeconds + updateSeconds) * 1e6, hbm / 1e6, (long long)clusterings, iters + 1, iters,
                 c.shapeSums ? ", and GSKM's start" : "", layer, tf32 ? "TF32" : "FP32", gemmRate / 1e12);
+    std::printf("latency model (estimates: a launch 3 µs, HBM 0.7 µs, L2 0.3 µs, a shared access 30 ns), a pass of "
+                "%d clusterings together:\n  %-24s %8s %6s %6s %10s %10s  %s\n",
+                batch.members, "launch", "blocks", "per SM", "waves", "chain µs", "µs", "bound");
+    // One line a kernel (a chunk's SGEMM and argmax repeat per chunk): its first launch, how many, all of them.
+    std::vector<std::string> order;
+    std::map<std::string, std::pair<int, double>> totals;
+    for (const auto& l : latency.launches) {
+        auto [it, fresh] = totals.try_emplace(l.kernel, 0, 0.0);
+        if (fresh)
+            order.push_back(l.kernel);
+        ++it->second.first;
+        it->second.second += l.seconds;
+    }
+    for (const auto& name : order) {
+        const auto& l = *std::find_if(latency.launches.begin(), latency.launches.end(),
+                                      [&](const gpu::ClusterLaunchLatency& x) { return x.kernel == name; });
+        const auto [count, total] = totals[name];
+        std::printf("  %-24s %8lld %6d %6d %10.2f %10.1f  %-9s ×%d: %.1f µs\n", name.c_str(), (long long)l.blocks,
+                    l.blocksPerSm, l.waves, l.chain * 1e6, l.seconds * 1e6, l.bound.c_str(), count, total * 1e6);
+    }
+    std::printf("per batched pass %.1f µs and update %.1f µs; the layer (%.0f batches of at most %d passes%s): "
+                "%.2f s at most\n",
+                latency.passSeconds * 1e6, latency.updateSeconds * 1e6, batches, iters + 1,
+                c.shapeSums ? ", and each clustering's GSKM start alone" : "", latencyLayer);
+    std::printf("the same model one clustering at a time: a pass %.1f µs, an update %.1f µs, the layer %.2f s at "
+                "most\n",
+                single.passSeconds * 1e6, single.updateSeconds * 1e6, singleLayer);
 }
 
 } // namespace
@@ -320,7 +390,8 @@ Command registerBenchTrain(CLI::App& root)
                     printTrainingModel(
                         *model,
                         {o->rows, s.dim, s.k, *wmode != WeightMode::None, method == Method::GainShape, true, 256, true},
-                        std::int64_t(o->features / s.dim) * s.stages, s.iterations, o->backend.tf32, o->json);
+                        std::int64_t(o->features / s.dim) * s.stages, s.iterations, o->backend.tf32, o->json,
+                        o->features / s.dim);
                     return;
                 }
                 auto backend = openBackend(o->backend, o->json || o->quiet);

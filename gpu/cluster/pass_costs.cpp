@@ -111,4 +111,98 @@ KernelCost centroidUpdateCost(const ClusterPassCase& c)
             B * K * d * (c.shapeSums ? 6 : 3)};
 }
 
+namespace {
+
+// Blocks of `threads` threads resident on one SM: CUDA's occupancy rules (2,048 threads and 32 blocks
+// an SM, 64 Ki registers allocated per warp in units of 256, shared memory with 1 KiB reserved a block).
+int residentBlocks(int threads, int registers, std::size_t shared, std::size_t sharedPerSm)
+{
+    const int warps = (threads + 31) / 32;
+    const int perWarp = (registers * 32 + 255) / 256 * 256;
+    int blocks = std::min(2048 / threads, 32);
+    if (registers > 0)
+        blocks = std::min(blocks, 65536 / (perWarp * warps));
+    blocks = std::min<std::int64_t>(blocks, std::int64_t(sharedPerSm / (shared + 1024)));
+    return std::max(blocks, 0);
+}
+
+} // namespace
+
+ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocessors, std::size_t sharedPerSm,
+                                      double copyBytesPerSecond, double gemmFlops)
+{
+    // The decode model's estimates (gpu/decode/roofline.h), the same for both.
+    constexpr double launch = 3e-6, hbm = 0.7e-6, l2 = 0.3e-6, sharedOp = 30e-9;
+    const ClusterKernelRegisters& regs = kClusterKernelRegisters;
+    const double B = std::max(1, c.members);
+    const std::int64_t chunk = passChunkRows(c.n, c.K), tileRows = tileRowsFor(chunk);
+    const std::int64_t scoreChunk = c.members > 1 ? passChunkRows(c.n, c.K * c.members) : chunk;
+    const double ranges = std::ceil(double(c.K) / c.clustersPerBlock);
+    const double colGroups = std::ceil(c.d / 32.0);
+    auto sumsShared = [&] {
+        return std::size_t(c.clustersPerBlock) * 32 * 8 * (c.shapeSums ? 2 : 1) + std::size_t(c.clustersPerBlock) * 16 +
+               128 * 32 * 4 + 128 * 12;
+    };
+
+    ClusterPassLatency out;
+    auto add = [&](const KernelCost& cost, double blocks, int threads, int registers, std::size_t shared, double chain,
+                   bool pass) {
+        ClusterLaunchLatency l;
+        l.kernel = cost.kernel;
+        if (cost.library) {
+            l.bandwidth = std::max(cost.flops / gemmFlops, cost.hbmBytes / copyBytesPerSecond);
+            l.seconds = launch + l.bandwidth;
+            l.bound = cost.flops / gemmFlops >= cost.hbmBytes / copyBytesPerSecond ? "compute" : "bandwidth";
+        } else {
+            l.blocks = std::int64_t(blocks);
+            l.blocksPerSm = residentBlocks(threads, registers, shared, sharedPerSm);
+            const double slots = double(std::max(1, multiprocessors * std::max(1, l.blocksPerSm)));
+            l.waves = int(std::ceil(blocks / slots));
+            l.chain = chain;
+            l.bandwidth = cost.hbmBytes / copyBytesPerSecond;
+            const double body = std::max(l.bandwidth, l.waves * chain);
+            l.bound = l.bandwidth >= l.waves * chain ? "bandwidth" : "latency";
+            l.seconds = launch + body;
+        }
+        (pass ? out.passSeconds : out.updateSeconds) += l.seconds;
+        out.launches.push_back(l);
+    };
+
+    const auto costs = clusterPassCosts(c);
+    std::int64_t r0 = 0, t0 = 0;
+    const std::int64_t tiles = (c.n + tileRows - 1) / tileRows, group = tilesPerLaunch(c.n, c.d, c.K, tileRows);
+    const double rowsPerWarpStage = 128.0 / 8; // a stage's rows, spread over the 8 warps by their labels
+    for (const auto& k : costs) {
+        if (k.library) {
+            add(k, 0, 0, 0, 0, 0, true);
+        } else if (k.kernel == "argmax") {
+            const double m = double(std::min(scoreChunk, c.n - r0));
+            r0 += scoreChunk;
+            add(k, std::ceil(m / 8) * B, 256, regs.argmax, 0, l2 + hbm, true);
+        } else if (k.kernel == "tile sums") {
+            const std::int64_t t1 = std::min(tiles, t0 + group);
+            const double blocks = double(t1 - t0) * colGroups * ranges * B;
+            const double stages = std::ceil(double(tileRows) / 128);
+            const double chain = stages * (hbm + rowsPerWarpStage * (c.shapeSums ? 6 : 4) * sharedOp);
+            add(k, blocks, 256, regs.tileSums, sumsShared(), chain, true);
+        } else if (k.kernel == "tile reduce") {
+            const std::int64_t t1 = std::min(tiles, t0 + group);
+            const double T = double(t1 - t0);
+            t0 = t1;
+            add(k, std::ceil(double(c.K) * c.d / 256) * B, 256, regs.tileReduce, 0, T * l2 + hbm, true);
+        } else if (k.kernel == "row totals") {
+            const double terms = c.rowMetrics ? 8 : 4;
+            add(k, terms * B, 1024, regs.rowTotals, 8192, std::ceil(double(c.n) / 1024 / 4) * hbm + 10 * l2, true);
+        } else if (k.kernel == "cluster totals") {
+            // Each thread's clusters' d columns (a dependent FMA each, ~4 ns) after their L2 load, then two
+            // trees of 8 levels in shared memory.
+            add(k, B, 256, regs.clusterTotals, 4096,
+                std::ceil(c.K / 256.0) * (l2 + double(c.d) * 4e-9) + 8 * 3 * sharedOp + hbm, true);
+        }
+    }
+    const double steps = c.shapeSums ? 3.0 * c.d : 2.0 * c.d;
+    add(centroidUpdateCost(c), std::ceil(c.K / 128.0) * B, 128, regs.update, 0, steps * l2 + hbm, false);
+    return out;
+}
+
 } // namespace gsrq::gpu

@@ -7,7 +7,9 @@
 
 #include "gpu/device/kernel_cost.h"
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace gsrq::gpu {
@@ -43,5 +45,43 @@ struct ClusterPassCase {
 std::vector<KernelCost> clusterPassCosts(const ClusterPassCase& c);
 // The device update of held centroids after such a pass (update_rule.h), assuming no empty cluster.
 KernelCost centroidUpdateCost(const ClusterPassCase& c);
+
+// A latency model of a pass and its update beside the byte model, launch by launch, as for decode
+// (gpu/decode/roofline.h: its constants, estimates that no device has timed here: a launch 3 µs, an
+// HBM load 0.7 µs, an L2 load 0.3 µs, a shared-memory access on a thread's path 30 ns). A launch's
+// blocks run in waves of its resident slots (blocks per SM from its threads, the registers ptxas
+// gives it, kClusterKernelRegisters, and its shared memory); each block is a chain of dependent
+// steps; the launch takes a launch's time plus the longer of its waves × chain and its bytes at the
+// copy rate (for cuBLAS: its flops at the GEMM rate). The chains:
+//   argmax        a row a warp: its scores from the L2, then its inputs and outputs (an HBM trip)
+//   tile sums     per staged 128 rows an HBM trip, then each warp's ~16 rows one after another,
+//                 each 4 shared accesses (6 with shape sums)
+//   tile reduce   each thread adds the tiles' partials one after another from the L2
+//   row totals    each of 1,024 threads adds n/1,024 rows, 4 loads in flight
+//   cluster totals, update: a thread per cluster walking its d columns through the L2 (the update:
+//                 2d steps for KM, 3d for GSKM), then an HBM trip
+struct ClusterLaunchLatency {
+    std::string kernel;
+    std::int64_t blocks = 0;
+    int blocksPerSm = 0, waves = 0;
+    double chain = 0;     // one block's dependent steps, s
+    double bandwidth = 0; // the launch's bytes at the copy rate, or its flops at the GEMM rate (cuBLAS), s
+    double seconds = 0;   // kLaunchSecondsEstimate + max(bandwidth, waves × chain)
+    std::string bound;    // "latency", "bandwidth", "compute" (cuBLAS)
+};
+struct ClusterPassLatency {
+    std::vector<ClusterLaunchLatency> launches; // the pass's (clusterPassCosts' order), then the update
+    double passSeconds = 0, updateSeconds = 0;
+};
+// Registers a thread of each clustering kernel as ptxas reports them for sm_90 (tools/gpu/resource_usage.py
+// --cluster checks that the build stays within them).
+struct ClusterKernelRegisters {
+    int argmax = 40, tileSums = 40, tileReduce = 32, rowTotals = 32, clusterTotals = 40, update = 48;
+};
+inline constexpr ClusterKernelRegisters kClusterKernelRegisters{};
+// sharedPerSm: the device's shared memory per multiprocessor (228 KiB on Hopper); gemmFlops: the rate
+// of the distance GEMM (TF32's or FP32's peak).
+ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocessors, std::size_t sharedPerSm,
+                                      double copyBytesPerSecond, double gemmFlops);
 
 } // namespace gsrq::gpu
