@@ -236,21 +236,21 @@ void printTrainingModel(const gpu::DeviceModel& m, const gpu::ClusterPassCase& c
     gpu::ClusterPassCase batch = c;
     batch.members = std::min(subspaces, 16);
     const std::size_t sharedPerSm = m.sharedOptin + 1024;
-    const auto latency = gpu::clusterPassLatency(batch, m.info.multiprocessors, sharedPerSm, m.copyBytesPerSecond,
-                                                 gemmRate);
-    const auto startLatency =
-        c.shapeSums ? gpu::clusterPassLatency(start, m.info.multiprocessors, sharedPerSm, m.copyBytesPerSecond, gemmRate)
-                    : gpu::ClusterPassLatency{};
+    const auto latency =
+        gpu::clusterPassLatency(batch, m.info.multiprocessors, sharedPerSm, m.copyBytesPerSecond, gemmRate);
+    const auto startLatency = c.shapeSums ? gpu::clusterPassLatency(start, m.info.multiprocessors, sharedPerSm,
+                                                                    m.copyBytesPerSecond, gemmRate)
+                                          : gpu::ClusterPassLatency{};
     const std::int64_t stages = subspaces > 0 ? clusterings / subspaces : clusterings;
     const double batches = double(stages) * std::ceil(double(subspaces) / batch.members);
-    const double latencyLayer = batches * (double(iters + 1) * latency.passSeconds + double(iters) * latency.updateSeconds) +
-                                double(clusterings) * startLatency.passSeconds;
+    const double latencyLayer =
+        batches * (double(iters + 1) * latency.passSeconds + double(iters) * latency.updateSeconds) +
+        double(clusterings) * startLatency.passSeconds;
     // The same model with one clustering at a time, as the backend ran before it batched (the layer
     // the device runs so far have timed).
     const auto single = gpu::clusterPassLatency(c, m.info.multiprocessors, sharedPerSm, m.copyBytesPerSecond, gemmRate);
-    const double singleLayer =
-        double(clusterings) *
-        (double(iters + 1) * single.passSeconds + double(iters) * single.updateSeconds + startLatency.passSeconds);
+    const double singleLayer = double(clusterings) * (double(iters + 1) * single.passSeconds +
+                                                      double(iters) * single.updateSeconds + startLatency.passSeconds);
     if (json) {
         nlohmann::ordered_json rows = nlohmann::ordered_json::array();
         for (const auto& k : all) {
@@ -499,8 +499,7 @@ Command registerBenchTrain(CLI::App& root)
                                // The CUDA backend's passes (device work, launches, transfers) and the rest
                                // (the host's updates between them); null on the CPU.
                                {"device_pass_seconds", cuda ? nlohmann::ordered_json(devicePassSeconds) : nullptr},
-                               {"host_seconds",
-                                cuda ? nlohmann::ordered_json(r.seconds - devicePassSeconds) : nullptr},
+                               {"host_seconds", cuda ? nlohmann::ordered_json(r.seconds - devicePassSeconds) : nullptr},
                                {"host_seconds_by_call", hostBreakdown}});
                     return;
                 }

@@ -107,8 +107,7 @@ KernelCost centroidUpdateCost(const ClusterPassCase& c)
     // and the shapes and writes the shapes and gains. A member's each.
     const double km = K * 8 + K * d * 8 + K * d * 4 + K * d * 4 + K * 4;
     const double gskm = c.shapeSums ? K * d * 8 + K * d * 8 + K * d * 8 + K * 8 : 0;
-    return {"centroid update", B * (km + gskm) + (c.members > 1 ? 4 * B : 0), 0, 0,
-            B * K * d * (c.shapeSums ? 6 : 3)};
+    return {"centroid update", B * (km + gskm) + (c.members > 1 ? 4 * B : 0), 0, 0, B * K * d * (c.shapeSums ? 6 : 3)};
 }
 
 namespace {
@@ -171,7 +170,8 @@ ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocess
     const auto costs = clusterPassCosts(c);
     std::int64_t r0 = 0, t0 = 0;
     const std::int64_t tiles = (c.n + tileRows - 1) / tileRows, group = tilesPerLaunch(c.n, c.d, c.K, tileRows);
-    const double rowsPerWarpStage = 128.0 / 8; // a stage's rows, spread over the 8 warps by their labels
+    // A stage's rows whose labels fall in the block's cluster range, spread over its 8 warps by label.
+    const double rowsPerWarpStage = 128.0 / 8 / ranges;
     for (const auto& k : costs) {
         if (k.library) {
             add(k, 0, 0, 0, 0, 0, true);

@@ -54,8 +54,9 @@ KernelCost centroidUpdateCost(const ClusterPassCase& c);
 // steps; the launch takes a launch's time plus the longer of its waves × chain and its bytes at the
 // copy rate (for cuBLAS: its flops at the GEMM rate). The chains:
 //   argmax        a row a warp: its scores from the L2, then its inputs and outputs (an HBM trip)
-//   tile sums     per staged 128 rows an HBM trip, then each warp's ~16 rows one after another,
-//                 each 4 shared accesses (6 with shape sums)
+//   tile sums     per staged 128 rows an HBM trip, then each warp's share of the rows in its block's
+//                 cluster range (16 with one range) one after another, each 4 shared accesses (6 with
+//                 shape sums)
 //   tile reduce   each thread adds the tiles' partials one after another from the L2
 //   row totals    each of 1,024 threads adds n/1,024 rows, 4 loads in flight
 //   cluster totals, update: a thread per cluster walking its d columns through the L2 (the update:
@@ -73,8 +74,8 @@ struct ClusterPassLatency {
     std::vector<ClusterLaunchLatency> launches; // the pass's (clusterPassCosts' order), then the update
     double passSeconds = 0, updateSeconds = 0;
 };
-// Registers a thread of each clustering kernel as ptxas reports them for sm_90 (tools/gpu/resource_usage.py
-// --cluster checks that the build stays within them).
+// Registers a thread of each clustering kernel as ptxas reports them for sm_90 (tools/gpu/resource_usage.py,
+// the decode_kernel_resources test, checks that the build stays within them).
 struct ClusterKernelRegisters {
     int argmax = 40, tileSums = 40, tileReduce = 32, rowTotals = 32, clusterTotals = 40, update = 48;
 };

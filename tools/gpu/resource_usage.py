@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The decode kernels' registers, spills and shared memory as nvcc builds them, against their plans.
+"""The GPU kernels' registers, spills and shared memory as nvcc builds them, against their plans.
 
     python3 tools/gpu/resource_usage.py [--nvcc PATH] [--arch 80,90] [--json FILE]
 
@@ -13,6 +13,8 @@ what the split planner (gpu/decode/roofline.cpp, fp16ResidentBlocks) assumes of 
   multiprocessor, 164 KiB of shared memory on sm_80 and 228 KiB on sm_90), at least the plan's: 8
   blocks of 128 threads, 4 of 256 (an instance under the cap may fit one more on sm_80, whose
   planned waves are then a floor).
+And of gpu/cluster/cluster_kernels.cu's pass and update kernels on sm_90, at most the registers the
+pass's latency model assumes for Hopper (gpu/cluster/pass_costs.h, ClusterKernelRegisters), no spills.
 And of gpu/decode/lookup_kernels.cu's lookupSplitKernel, what lookupResidentBlocks assumes: 256
 threads at no more registers than kLookupMinBlocks (4) blocks allow, no spills, and its static shared
 memory kLookupSplitStaticBytes (a float per warp of kMaxBlockWarps).
@@ -32,6 +34,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SOURCE = os.path.join(ROOT, "gpu", "decode", "decode_kernels.cu")
 LOOKUP_SOURCE = os.path.join(ROOT, "gpu", "decode", "lookup_kernels.cu")
 MATH = os.path.join(ROOT, "gpu", "decode", "decode_math.h")
+CLUSTER_SOURCE = os.path.join(ROOT, "gpu", "cluster", "cluster_kernels.cu")
+PASS_COSTS = os.path.join(ROOT, "gpu", "cluster", "pass_costs.h")
+# Each clustering kernel and its field of ClusterKernelRegisters.
+CLUSTER_KERNELS = {"argmaxRowsKernel": "argmax", "tileSumsKernel": "tileSums", "tileReduceKernel": "tileReduce",
+                   "sumArraysKernel": "rowTotals", "clusterTotalsKernel": "clusterTotals",
+                   "updateCentroidsKernel": "update"}
+
+
+def cluster_registers():
+    """ClusterKernelRegisters' defaults, read from pass_costs.h so the check follows the source."""
+    text = open(PASS_COSTS, encoding="utf-8").read()
+    m = re.search(r"struct ClusterKernelRegisters \{\s*int ([^;]+);", text)
+    if not m:
+        raise SystemExit(f"resource_usage.py: {PASS_COSTS} has no ClusterKernelRegisters")
+    return {k.strip(): int(v) for k, v in (x.split("=") for x in m.group(1).split(","))}
 
 # Per architecture: registers and shared memory per multiprocessor, threads and blocks per multiprocessor.
 ARCH = {
@@ -180,6 +197,29 @@ def main():
                 bad.append(f"{what}: {r['smem']} bytes of static shared memory, the plan {static}")
             if by_regs < c["kLookupMinBlocks"]:
                 bad.append(f"{what}: {by_regs} blocks per multiprocessor, the plan {c['kLookupMinBlocks']}")
+        # The clustering kernels on Hopper (the latency model's devices, H100 and H200): what it assumes
+        # of their registers (pass_costs.h, kClusterKernelRegisters), and no spills.
+        if arch != 90:
+            continue
+        cluster = parse(compile_report(a.nvcc, arch, CLUSTER_SOURCE),
+                        key=lambda name: (lambda k: k.group(1) if k else None)(
+                            re.search(r"\d+(argmaxRowsKernel|tileSumsKernel|tileReduceKernel|sumArraysKernel|"
+                                      r"clusterTotalsKernel|updateCentroidsKernel)", name)))
+        assumed = cluster_registers()
+        for kernel, field in CLUSTER_KERNELS.items():
+            what = f"sm_{arch} {kernel}"
+            if kernel not in cluster:
+                bad.append(f"{what}: not found in ptxas' report")
+                continue
+            r = cluster[kernel]
+            spills = r.get("spill_stores", 0) + r.get("spill_loads", 0)
+            rows.append({"arch": arch, "kernel": kernel, **r, "model_registers": assumed[field]})
+            print(f"{'sm_%d' % arch:>5} {kernel:<22} {r['regs']:>4} {spills:>6} {r['smem']:>5}  "
+                  f"(the latency model assumes {assumed[field]} registers)")
+            if r["regs"] > assumed[field]:
+                bad.append(f"{what}: {r['regs']} registers, the latency model assumes {assumed[field]}")
+            if spills:
+                bad.append(f"{what}: {spills} bytes of spills to local memory")
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
