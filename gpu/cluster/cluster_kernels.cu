@@ -123,14 +123,14 @@ static __global__ void argmaxRowsKernel(const float* __restrict__ S, int K, cons
 }
 
 // Per-cluster sums without a sort. A block takes a fixed tile of rows, 32 columns of the block (one
-// per lane) and a range of C clusters; warp w owns the clusters k ≡ w (mod 8) of that range and keeps
+// per lane) and a range of C clusters; warp w of its 16 owns the clusters k ≡ w (mod 16) of that range and keeps
 // their partial sums in shared memory, where no other warp writes. Rows are staged kStageRows at a
 // time; each warp walks them in row order and adds the rows of its clusters, so every partial is
 // summed in one fixed order, with no atomics, whatever C is (C only sets how many ranges re-read the
 // rows: 256 where the device's shared memory holds them, fewer on smaller ones). The tiles' partials
 // are then added to the pass's sums in tile order (tileReduceKernel), so the result depends neither
 // on the schedule nor on how the rows were split into launches or chunks (multiples of the tile).
-constexpr int kTileWarps = 8;
+constexpr int kTileWarps = kTileSumWarps;
 constexpr int kStageRows = 128;
 constexpr int kTileThreads = kWarp * kTileWarps;
 
@@ -142,10 +142,45 @@ template <int C> constexpr std::size_t tileSharedBytes(bool shape)
            + std::size_t(kStageRows) * (sizeof(std::int32_t) + 2 * sizeof(float)); // labels, w, inv
 }
 
-// Grid (tiles of this launch, column groups, cluster ranges); block (32, 8). Partials of tile t of
+// A stage of the tile sums: its rows' labels (less the range's first cluster), weights and 1/‖x‖, and
+// its rows' 32 block columns (one row per warp at a time: 32 consecutive floats, one load per lane),
+// each thread's share into its registers.
+constexpr int kRowSlots = (kStageRows + kTileThreads - 1) / kTileThreads;
+constexpr int kColSlots = kStageRows * kWarp / kTileThreads;
+static_assert(kStageRows * kWarp % kTileThreads == 0, "a stage's columns split evenly over the threads");
+
+__device__ __forceinline__ void fetchStage(const float* __restrict__ x, std::int64_t ld, std::int64_t r0,
+                                           std::int64_t s0, std::int64_t t1, int j0, int cols, int k0,
+                                           const std::int32_t* __restrict__ labels, const float* __restrict__ w,
+                                           const float* __restrict__ inv, bool shape, int tid,
+                                           std::int32_t (&label)[kRowSlots], float (&weight)[kRowSlots],
+                                           float (&inverse)[kRowSlots], float (&column)[kColSlots])
+{
+    const int rows = int(min(std::int64_t(kStageRows), t1 - s0));
+#pragma unroll
+    for (int u = 0; u < kRowSlots; ++u)
+        if (const int i = tid + u * kTileThreads; i < rows) {
+            const std::int64_t g = r0 + s0 + i;
+            label[u] = labels[g] - k0;
+            weight[u] = w ? w[g] : 1.0f;
+            inverse[u] = shape ? inv[g] : 0.0f;
+        }
+    // Slot u of thread (lane, warp) is row warp + u·kTileWarps of the stage, column lane.
+    const int lane = tid % kWarp, warp = tid / kWarp;
+    const float* p = x + (s0 + warp) * ld + j0 + lane;
+    const std::int64_t step = std::int64_t(kTileWarps) * ld;
+#pragma unroll
+    for (int u = 0; u < kColSlots; ++u)
+        if (warp + u * kTileWarps < rows)
+            column[u] = lane < cols ? p[u * step] : 0.0f;
+}
+
+// Grid (tiles of this launch, column groups, cluster ranges); block (32, 16). Partials of tile t of
 // the launch: pX/pY [t][K][d], pW/pC [t][K] (pW and pC written by column group 0 only).
+// At most 64 registers (two blocks' worth): the blocks that take fewer clusters (smaller devices'
+// shared memory) still fit two to an SM; the pipelined stage fits without spills.
 template <int C>
-__global__ void __launch_bounds__(kTileThreads)
+__global__ void __launch_bounds__(kTileThreads, 2)
     tileSumsKernel(const float* __restrict__ x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
                    std::int64_t tileRows, std::int64_t tile0, const std::int32_t* __restrict__ labels,
                    const float* __restrict__ w, const float* __restrict__ inv, bool shape, double* __restrict__ pX,
@@ -187,21 +222,33 @@ __global__ void __launch_bounds__(kTileThreads)
         sw[i] = 0;
         sc[i] = 0;
     }
+    // Software pipelining: a stage's rows come from memory into registers while the warps add the
+    // stage before (the loads are issued, then the adds run, then the values go to shared memory),
+    // so a stage's trip to memory is not on the block's chain. The same loads, stores and sums.
+    std::int32_t nextLabel[kRowSlots];
+    float nextW[kRowSlots], nextInv[kRowSlots], nextX[kColSlots];
     for (std::int64_t s0 = t0; s0 < t1; s0 += kStageRows) {
+        // The first stage's rows (the loop's later stages were fetched during the stage before).
+        if (s0 == t0)
+            fetchStage(x, ld, r0, s0, t1, j0, cols, k0, labels, w, inv, shape, tid, nextLabel, nextW, nextInv, nextX);
         const int rows = int(min(std::int64_t(kStageRows), t1 - s0));
         __syncthreads(); // the last stage is consumed (and the partials are zero)
-        for (int i = tid; i < rows; i += kTileThreads) {
-            const std::int64_t g = r0 + s0 + i;
-            ls[i] = labels[g] - k0;
-            ws[i] = w ? w[g] : 1.0f;
-            is[i] = shape ? inv[g] : 0.0f;
-        }
-        // One row per warp at a time: 32 consecutive floats, one load per lane.
-        for (int i = tid; i < rows * kWarp; i += kTileThreads) {
-            const int r = i / kWarp, c = i % kWarp;
-            xs[i] = c < cols ? x[(s0 + r) * ld + j0 + c] : 0.0f;
-        }
+#pragma unroll
+        for (int u = 0; u < kRowSlots; ++u)
+            if (const int i = tid + u * kTileThreads; i < rows) {
+                ls[i] = nextLabel[u];
+                ws[i] = nextW[u];
+                is[i] = nextInv[u];
+            }
+#pragma unroll
+        for (int u = 0; u < kColSlots; ++u)
+            if (const int i = tid + u * kTileThreads; i / kWarp < rows)
+                xs[i] = nextX[u];
         __syncthreads();
+        // The next stage's loads, in flight while this one is added.
+        if (s0 + kStageRows < t1)
+            fetchStage(x, ld, r0, s0 + kStageRows, t1, j0, cols, k0, labels, w, inv, shape, tid, nextLabel, nextW,
+                       nextInv, nextX);
         // 32 staged rows at a time: a lane reads one row's label, a ballot names the warp's rows, and
         // the warp takes them in row order (the label from its lane by a shuffle), so each label is
         // read from shared memory once per warp, not once per thread.

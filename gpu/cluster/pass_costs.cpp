@@ -33,7 +33,7 @@ std::int64_t passChunkRows(std::int64_t n, int K)
 
 namespace {
 
-constexpr double kWarp = 32, kTileWarps = 8;
+constexpr double kWarp = 32, kTileWarps = kTileSumWarps;
 
 // The sums kernel's shared-memory loads and stores for one column group of `cols` columns: `rows`
 // rows in T tiles, each tile's blocks over `ranges` cluster ranges that together hold the K clusters
@@ -170,8 +170,9 @@ ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocess
     const auto costs = clusterPassCosts(c);
     std::int64_t r0 = 0, t0 = 0;
     const std::int64_t tiles = (c.n + tileRows - 1) / tileRows, group = tilesPerLaunch(c.n, c.d, c.K, tileRows);
-    // A stage's rows whose labels fall in the block's cluster range, spread over its 8 warps by label.
-    const double rowsPerWarpStage = 128.0 / 8 / ranges;
+    // A stage's rows whose labels fall in the block's cluster range, spread over its warps by label;
+    // before them each warp reads the stage's labels, 32 at a time, and ballots (two accesses each).
+    const double rowsPerWarpStage = 128.0 / kTileSumWarps / ranges, ballots = 128.0 / 32;
     for (const auto& k : costs) {
         if (k.library) {
             add(k, 0, 0, 0, 0, 0, true);
@@ -183,8 +184,11 @@ ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocess
             const std::int64_t t1 = std::min(tiles, t0 + group);
             const double blocks = double(t1 - t0) * colGroups * ranges * B;
             const double stages = std::ceil(double(tileRows) / 128);
-            const double chain = stages * (hbm + rowsPerWarpStage * (c.shapeSums ? 6 : 4) * sharedOp);
-            add(k, blocks, 256, regs.tileSums, sumsShared(), chain, true);
+            // The next stage's loads are in flight while a stage is added: per stage the longer of the
+            // two, and the first stage's trip before.
+            const double work = (2 * ballots + rowsPerWarpStage * (c.shapeSums ? 6 : 4)) * sharedOp;
+            const double chain = hbm + stages * std::max(hbm, work);
+            add(k, blocks, 32 * kTileSumWarps, regs.tileSums, sumsShared(), chain, true);
         } else if (k.kernel == "tile reduce") {
             const std::int64_t t1 = std::min(tiles, t0 + group);
             const double T = double(t1 - t0);

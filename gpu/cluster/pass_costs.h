@@ -18,6 +18,10 @@ namespace gsrq::gpu {
 // the largest power of two (at least 256) they hold; the most tiles one launch of the sums kernel
 // takes (their partials are added to the sums between launches).
 inline constexpr std::int64_t kTileRows = 4096;
+// Warps of a block of the sums kernel: warp w owns the clusters k ≡ w (mod kTileSumWarps) of its range
+// and adds their rows one after another, so more warps means fewer rows on each warp's chain (the
+// sums are the same for any count: each cluster still has one owner, taking its rows in order).
+inline constexpr int kTileSumWarps = 16;
 inline constexpr std::int64_t kMaxTilesPerLaunch = 64;
 std::int64_t tileRowsFor(std::int64_t chunk);
 // Tiles per launch for m rows: all up to kMaxTilesPerLaunch, fewer where their partials (K × (2d + 2)
@@ -54,9 +58,10 @@ KernelCost centroidUpdateCost(const ClusterPassCase& c);
 // steps; the launch takes a launch's time plus the longer of its waves × chain and its bytes at the
 // copy rate (for cuBLAS: its flops at the GEMM rate). The chains:
 //   argmax        a row a warp: its scores from the L2, then its inputs and outputs (an HBM trip)
-//   tile sums     per staged 128 rows an HBM trip, then each warp's share of the rows in its block's
-//                 cluster range (16 with one range) one after another, each 4 shared accesses (6 with
-//                 shape sums)
+//   tile sums     per staged 128 rows the longer of an HBM trip (the next stage's loads, in flight
+//                 meanwhile) and the stage's work: its labels read and balloted, then each warp's share
+//                 of the rows in its block's cluster range (8 with one range and 16 warps) one after
+//                 another, each 4 shared accesses (6 with shape sums)
 //   tile reduce   each thread adds the tiles' partials one after another from the L2
 //   row totals    each of 1,024 threads adds n/1,024 rows, 4 loads in flight
 //   cluster totals, update: a thread per cluster walking its d columns through the L2 (the update:
@@ -77,7 +82,7 @@ struct ClusterPassLatency {
 // Registers a thread of each clustering kernel as ptxas reports them for sm_90 (tools/gpu/resource_usage.py,
 // the decode_kernel_resources test, checks that the build stays within them).
 struct ClusterKernelRegisters {
-    int argmax = 40, tileSums = 40, tileReduce = 32, rowTotals = 32, clusterTotals = 40, update = 48;
+    int argmax = 40, tileSums = 64, tileReduce = 32, rowTotals = 32, clusterTotals = 40, update = 48;
 };
 inline constexpr ClusterKernelRegisters kClusterKernelRegisters{};
 // sharedPerSm: the device's shared memory per multiprocessor (228 KiB on Hopper); gemmFlops: the rate
