@@ -434,14 +434,13 @@ Command registerBenchTrain(CLI::App& root)
                     }
                     return true;
                 });
-                std::vector<double> passSeconds; // a clustering iteration's share of its pass
-                std::size_t iterationsTimed = 0;
+                std::vector<double> passSeconds; // each clustering iteration's share of its pass
                 int mostMembers = 0;
                 for (const Pass& p : passes) {
-                    passSeconds.push_back(p.seconds / p.members);
-                    iterationsTimed += std::size_t(p.members);
+                    passSeconds.insert(passSeconds.end(), std::size_t(p.members), p.seconds / p.members);
                     mostMembers = std::max(mostMembers, p.members);
                 }
+                const std::size_t iterationsTimed = passSeconds.size();
                 const double perIteration = median(passSeconds);
                 const double devicePassSeconds = cuda ? cuda->passSeconds - cuda0.passSeconds : 0.0;
                 // The time outside the passes, by what it went to (CudaBackendStats); "core": the rest.

@@ -129,10 +129,16 @@ public:
     // A layer's subspaces within a stage are independent clusterings of the same rows. A backend
     // that can run several of them as one (a device backend: one GEMM, one argmax, one sums and one
     // update launch per pass for all of them, where one clustering alone leaves most of the device
-    // idle) says how many at once; core then selects the blocks together as members and drives
+    // idle) says how many blocks of `dim` columns clustered with k codewords it takes at once (as the
+    // rows bound and its memory allow); core then selects the blocks together as members and drives
     // each member's iterations with the *Batch calls below, member by member the same clustering
     // as alone. The defaults take one block: members other than 0 are refused.
-    virtual int batchCapacity() const { return 1; }
+    virtual int batchCapacity(int dim, int k) const
+    {
+        (void)dim;
+        (void)k;
+        return 1;
+    }
     // Members b < |col0|: columns [col0[b], col0[b] + dim) of the residual; every member's labels reset
     // to −1 and member 0 is current.
     virtual void selectBlocks(std::span<const int> col0, int dim, float epsilon);

@@ -365,8 +365,7 @@ std::vector<ClusteringResult> clusterSelectedMembers(ClusterBackend& backend, Me
             r.history.push_back(it);
             if (it.last) {
                 r.stop = it.changed == 0 && r.iterations > 0 ? StopReason::Converged : StopReason::MaxIterations;
-                r.seconds = std::chrono::duration<double>(now - start).count();
-                if (onIteration)
+                if (onIteration && !cancelled)
                     onIteration(b, it);
                 continue;
             }
@@ -379,11 +378,8 @@ std::vector<ClusteringResult> clusterSelectedMembers(ClusterBackend& backend, Me
             // The labels stay those of the last pass; re-assign so they match the centroids returned.
             passes.assign(active.size(), AssignStats{});
             backend.passHeldBatch(active, AssignRequest{}, passes);
-            const double at = std::chrono::duration<double>(Clock::now() - start).count();
-            for (int b : active) {
+            for (int b : active)
                 results[std::size_t(b)].stop = StopReason::Cancelled;
-                results[std::size_t(b)].seconds = at;
-            }
             active.clear();
         }
     }
@@ -394,6 +390,8 @@ std::vector<ClusteringResult> clusterSelectedMembers(ClusterBackend& backend, Me
         r.centroids = std::move(states[std::size_t(b)].centroids);
         r.labels.resize(static_cast<std::size_t>(n));
         backend.readLabels(r.labels);
+        // From the start to the results read back (for a member of a batch, the batch's time so far).
+        r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     }
     return results;
 }

@@ -604,7 +604,7 @@ RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, con
     };
     // Without beams a stage's subspaces are independent clusterings of the same rows: a backend that
     // runs several at once takes them together (as many as it can at a time).
-    const int together = beamSearch ? 1 : std::min(M, std::max(1, backend.batchCapacity()));
+    const int together = beamSearch ? 1 : std::min(M, std::max(1, backend.batchCapacity(D, s.k)));
 
     for (int r = 0; r < R && !out.cancelled; ++r) {
         if (together > 1) {

@@ -14,11 +14,6 @@ namespace {
 
 // Set aside for chunk buffers, sums and cuBLAS when deciding whether the rows fit resident.
 constexpr std::size_t kWorkReserve = std::size_t(512) << 20;
-// Per-row device arrays: norms (2 floats), label, and eight doubles of per-row terms.
-constexpr std::size_t kPerRowBytes = 2 * sizeof(float) + sizeof(std::int32_t) + 8 * sizeof(double);
-// What a member of a batch adds besides its per-row arrays: its tile partials (at most 64 MiB,
-// tilePartialDoubles) and its sums, with room to spare.
-constexpr std::size_t kMemberReserve = std::size_t(80) << 20;
 
 } // namespace
 
@@ -77,12 +72,6 @@ void CudaBackend::bindRows(const float* x, std::int64_t n, int features, const f
     const double budget = m_opt.memoryFraction * double(freeB);
     m_resident = !m_opt.forceStreamed && double(need) <= budget;
     m_stats.resident = m_resident;
-    // Members of a batch each add their per-row arrays and partials; streamed rows take one block at a time.
-    m_capacity = 1;
-    if (m_resident) {
-        const double member = double(std::size_t(n) * kPerRowBytes + kMemberReserve);
-        m_capacity = int(std::clamp(1.0 + (budget - double(need)) / member, 1.0, double(kMaxMembers)));
-    }
 
     m_sq.ensure(std::size_t(n), "row norms", m_device);
     m_inv.ensure(std::size_t(n), "inverse row norms", m_device);
@@ -285,7 +274,12 @@ void CudaBackend::readLabels(std::span<std::int32_t> out)
     const Timed timed{m_stats.readSeconds};
     use();
     checkLabelSpan(out.size());
-    toHost(out.data(), m_labels.get() + rowSlot(m_cur), out.size() * sizeof(std::int32_t), "copying labels");
+    downloadLabels(out.data());
+}
+
+void CudaBackend::downloadLabels(std::int32_t* out)
+{
+    toHost(out, m_labels.get() + rowSlot(m_cur), std::size_t(m_n) * sizeof(std::int32_t), "copying labels");
     check(cudaStreamSynchronize(m_stream), "copying labels");
 }
 
@@ -308,7 +302,7 @@ void CudaBackend::subtractAssigned(const MatrixRF& C)
         throwRuntime("CUDA backend: centroids ", C.rows(), "×", C.cols(), " do not match the block width ", m_d);
     if (!m_resident) {
         std::vector<std::int32_t> labels(static_cast<std::size_t>(m_n));
-        readLabels(labels);
+        downloadLabels(labels.data());
         if (m_hostRec.empty())
             m_hostRec.assign(std::size_t(m_n) * m_f, 0.0f);
         for (std::int64_t i = 0; i < m_n; ++i) {
@@ -372,9 +366,9 @@ void CudaBackend::toHost(void* to, const void* from, std::size_t bytes, const ch
     m_stats.bytesToHost += std::int64_t(bytes);
 }
 
-CudaBackend::Held& CudaBackend::requireHeld(const char* call)
+CudaBackend::Held& CudaBackend::requireHeldOf(int member, const char* call)
 {
-    Held& held = m_held[std::size_t(m_cur)];
+    Held& held = m_held[std::size_t(member)];
     if (m_heldK == 0 || held.block < 0)
         throwRuntime("CUDA backend: ", call, " before loadCentroids");
     if (held.block != m_blockSerial)

@@ -2,8 +2,10 @@
 // their Lloyd iterations run as one. A batched pass is one batched SGEMM and one argmax per chunk, one
 // launch of tile sums and its reduction, one sum of the row terms and one of the cluster totals for
 // every active member, and one read of their scalars; a batched update is one launch. Each member's
-// arithmetic is that of its pass alone, in the same order (the same tiles, the same trees), so a
-// member's labels, sums and centroids are those of clustering its block by itself.
+// arithmetic after its scores is that of its pass alone, in the same order (the same tiles, the same
+// trees). Its scores come from cuBLAS's batched SGEMM, whose kernel on a device may round them
+// differently in the last bits from the single SGEMM's, as two devices' SGEMMs may (the emulator's are
+// the same products), so a row within rounding of a tie may take the other label.
 
 #include "core/base/error.h"
 #include "gpu/cluster/cuda_backend_impl.h"
@@ -13,13 +15,34 @@
 
 namespace gsrq::gpu::detail {
 
+int CudaBackend::batchCapacity(int dim, int k) const
+{
+    if (!m_resident || m_n == 0 || dim < 1 || k < 1)
+        return 1; // streamed rows: one block at a time
+    // What each member beyond the first adds, for blocks of `dim` columns and k codewords: its per-row
+    // arrays, its tile partials, its share of the score blocks (a batch keeps the total of one
+    // block's), its sums, and its held centroids with GSKM's and the EMA's state.
+    const std::size_t K = std::size_t(k), kd = K * std::size_t(dim);
+    const std::int64_t tileRows = tileRowsFor(passChunkRows(m_n, k));
+    const std::size_t member = std::size_t(m_n) * kPerRowBytes +
+                               kernels::tilePartialDoubles(m_n, dim, k, tileRows) * sizeof(double) +
+                               std::size_t(256) * K * sizeof(float) + // the 256-row floor of a member's score block
+                               kd * 2 * sizeof(double) + K * (sizeof(double) + sizeof(long long)) +
+                               kd * (sizeof(float) + 2 * sizeof(double)) + K * (sizeof(float) + 2 * sizeof(double));
+    std::size_t freeB = 0, totalB = 0;
+    if (cudaSetDevice(m_opt.device) != cudaSuccess || cudaMemGetInfo(&freeB, &totalB) != cudaSuccess)
+        return 1;
+    const double spare = m_opt.memoryFraction * double(freeB) - double(kBatchReserve);
+    return int(std::clamp(1.0 + spare / double(member), 1.0, double(kMaxMembers)));
+}
+
 void CudaBackend::selectBlocks(std::span<const int> cols, int dim, float epsilon)
 {
     const Timed timed{m_stats.selectSeconds};
     use();
     const int B = int(cols.size());
-    if (B < 1 || B > m_capacity)
-        throwRuntime("CUDA backend: ", B, " blocks at once; this binding takes 1 to ", m_capacity);
+    if (B < 1 || B > kMaxMembers || (B > 1 && !m_resident))
+        throwRuntime("CUDA backend: ", B, " blocks at once; this binding takes 1 to ", m_resident ? kMaxMembers : 1);
     for (int c : cols)
         if (c < 0 || dim < 1 || c + dim > m_f)
             throwRuntime("CUDA backend: block [", c, ", ", c + dim, ") outside the ", m_f, " features bound");
@@ -103,8 +126,9 @@ void CudaBackend::passHeldBatch(std::span<const int> active, const AssignRequest
     const auto start = std::chrono::steady_clock::now();
     use();
     for (int b : active) {
-        focusMember(b);
-        requireHeld("passHeldBatch");
+        if (b < 0 || b >= m_members)
+            throwRuntime("CUDA backend: member ", b, " of ", m_members, " selected blocks");
+        requireHeldOf(b, "passHeldBatch");
     }
     runPassBatch(active, what);
     double* h = m_hostSums.get();
@@ -134,7 +158,10 @@ void CudaBackend::runPassBatch(std::span<const int> active, const AssignRequest&
     prepareWork(K);
     const kernels::Members members = uploadMembers(active, m_passMembers, m_passMembersHost);
     const std::size_t kd = std::size_t(K) * D, B = std::size_t(m_members);
-    // Every member's sums cleared (B × (K × D) doubles: a few MiB, less than a launch per member).
+    // Every member's sums cleared (B × (K × D) doubles: a few MiB, less than a launch per member), so
+    // none but this pass's members has the sums of a pass on its held centroids.
+    for (Held& held : m_held)
+        held.passed = false;
     check(cudaMemsetAsync(m_sumX.get(), 0, B * kd * sizeof(double), m_stream), "clearing sums");
     if (what.shapeSums)
         check(cudaMemsetAsync(m_sumY.get(), 0, B * kd * sizeof(double), m_stream), "clearing sums");
@@ -191,11 +218,16 @@ void CudaBackend::runPassBatch(std::span<const int> active, const AssignRequest&
                                     what.shapeSums ? m_sumY.get() : nullptr, m_wsum.get(), m_count.get(),
                                     m_partials.get(), m_stream, members),
           "accumulating sums");
-    const double* ptrs[kRowTerms];
+    // The row terms' first slots, a table made again only when they move.
+    std::vector<const double*> table(kRowTerms);
     for (int t = 0; t < kRowTerms; ++t)
-        ptrs[t] = m_rowTerms[std::size_t(t)].get();
-    upload(m_ptrs.get(), ptrs, kRowTerms, "copying pointers");
-    check(kernels::launchSumArrays(m_ptrs.get(), what.rowMetrics ? kRowTerms : 4, m_n, m_scalars.get(), m_stream,
+        table[std::size_t(t)] = m_rowTerms[std::size_t(t)].get();
+    m_batchPtrs.ensure(kRowTerms, "pointers", m_device);
+    if (table != m_batchPtrsHost) {
+        m_batchPtrsHost = table;
+        upload(m_batchPtrs.get(), m_batchPtrsHost.data(), kRowTerms, "copying pointers");
+    }
+    check(kernels::launchSumArrays(m_batchPtrs.get(), what.rowMetrics ? kRowTerms : 4, m_n, m_scalars.get(), m_stream,
                                    members),
           "summing rows");
     check(kernels::launchClusterTotals(K, D, m_count.get(), m_heldC.get(), m_scalars.get() + kRowTerms, m_stream,
@@ -210,16 +242,15 @@ void CudaBackend::updateHeldBatch(std::span<const int> active, const update::Par
     const auto start = std::chrono::steady_clock::now();
     use();
     const bool gs = rule.rule == update::Rule::GainShape, ema = rule.rule == update::Rule::Ema;
-    const int focused = m_cur;
     for (int b : active) {
-        focusMember(b);
-        Held& held = requireHeld("updateHeld");
+        if (b < 0 || b >= m_members)
+            throwRuntime("CUDA backend: member ", b, " of ", m_members, " selected blocks");
+        Held& held = requireHeldOf(b, "updateHeld");
         if (!held.passed)
             throwRuntime("CUDA backend: updateHeld without a pass on the held centroids");
         if ((gs && (!held.gs || !held.passShape)) || (ema && !held.ema))
             throwRuntime("CUDA backend: the ", gs ? "gain-shape" : "EMA", " update without its state or sums");
     }
-    m_cur = focused;
     kernels::Members members;
     if (m_members > 1)
         members = uploadMembers(active, m_updateMembers, m_updateMembersHost);

@@ -53,7 +53,7 @@ public:
     void storeCentroids(CentroidState& s) override;
 
     // cuda_backend_batch.cpp
-    int batchCapacity() const override { return m_capacity; }
+    int batchCapacity(int dim, int k) const override;
     void selectBlocks(std::span<const int> col0, int dim, float epsilon) override;
     void focusMember(int member) override;
     void passHeldBatch(std::span<const int> active, const AssignRequest& what, std::span<AssignStats> out) override;
@@ -70,6 +70,10 @@ private:
     static constexpr int kScalars = kRowTerms + 2;
     // Members one batch takes at most (a layer's subspaces: 8 at the paper's D = 128 of 1,024 features).
     static constexpr int kMaxMembers = 16;
+    // Per-row device arrays of a member: norms (2 floats), label, and eight doubles of per-row terms.
+    static constexpr std::size_t kPerRowBytes = 2 * sizeof(float) + sizeof(std::int32_t) + 8 * sizeof(double);
+    // Set aside for cuBLAS's workspace and the work buffers one block already holds when sizing a batch.
+    static constexpr std::size_t kBatchReserve = std::size_t(256) << 20;
 
     // A member's held centroids: loaded for which selection, with which of the rule's state, and
     // whether its sums are of a pass on them.
@@ -95,7 +99,9 @@ private:
     }
     void toHost(void* to, const void* from, std::size_t bytes, const char* what);
     void bindRows(const float* x, std::int64_t n, int features, const float* weights);
-    Held& requireHeld(const char* call);
+    Held& requireHeld(const char* call) { return requireHeldOf(m_cur, call); }
+    Held& requireHeldOf(int member, const char* call);
+    void downloadLabels(std::int32_t* out); // the focused member's, synchronized
 
     // The focused member's slots.
     std::int64_t rowSlot(int b) const { return std::int64_t(b) * m_n; }
@@ -129,7 +135,7 @@ private:
     std::int64_t m_n = 0;
     int m_f = 0, m_d = 0;
     std::vector<int> m_cols{0}; // the members' first columns
-    int m_members = 1, m_cur = 0, m_capacity = 1;
+    int m_members = 1, m_cur = 0;
     int m_colStride = 0; // columns from one member's block to the next
     bool m_resident = true, m_hasWeights = false, m_reconReady = false;
     std::int64_t m_chunk = 0, m_tileRows = 0, m_batchChunk = 0;
@@ -154,7 +160,9 @@ private:
     std::vector<int> m_passMembersHost, m_updateMembersHost;
     DeviceArray<const float*> m_gemmA, m_gemmB;
     DeviceArray<float*> m_gemmC;
-    std::vector<std::uintptr_t> m_gemmKey; // what the operands above were made for
+    std::vector<std::uintptr_t> m_gemmKey;  // what the operands above were made for
+    DeviceArray<const double*> m_batchPtrs; // the row terms' tables of a batched pass
+    std::vector<const double*> m_batchPtrsHost;
     PinnedArray<float> m_hostRes;
     PinnedArray<double> m_hostSums;
     std::vector<float> m_hostRec;

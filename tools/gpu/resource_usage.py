@@ -42,6 +42,16 @@ CLUSTER_KERNELS = {"argmaxRowsKernel": "argmax", "tileSumsKernel": "tileSums", "
                    "updateCentroidsKernel": "update"}
 
 
+def cluster_instances():
+    """(instance, ClusterKernelRegisters field): the sums kernel's instances for 256, 128 and 32 clusters."""
+    for kernel, field in CLUSTER_KERNELS.items():
+        if kernel == "tileSumsKernel":
+            for c in (256, 128, 32):
+                yield f"{kernel}<{c}>", field
+        else:
+            yield kernel, field
+
+
 def cluster_registers():
     """ClusterKernelRegisters' defaults, read from pass_costs.h so the check follows the source."""
     text = open(PASS_COSTS, encoding="utf-8").read()
@@ -202,11 +212,11 @@ def main():
         if arch != 90:
             continue
         cluster = parse(compile_report(a.nvcc, arch, CLUSTER_SOURCE),
-                        key=lambda name: (lambda k: k.group(1) if k else None)(
+                        key=lambda name: (lambda k: k.group(1) + (f"<{k.group(3)}>" if k.group(3) else "") if k else None)(
                             re.search(r"\d+(argmaxRowsKernel|tileSumsKernel|tileReduceKernel|sumArraysKernel|"
-                                      r"clusterTotalsKernel|updateCentroidsKernel)", name)))
+                                      r"clusterTotalsKernel|updateCentroidsKernel)(ILi(\d+)E)?", name)))
         assumed = cluster_registers()
-        for kernel, field in CLUSTER_KERNELS.items():
+        for kernel, field in cluster_instances():
             what = f"sm_{arch} {kernel}"
             if kernel not in cluster:
                 bad.append(f"{what}: not found in ptxas' report")
