@@ -1,6 +1,6 @@
 #pragma once
 // Lloyd's update for one cluster, written once for every backend: the CPU calls it from core
-// (clustering.cpp), the CUDA backend from a kernel (one thread per cluster) so its centroids never
+// (clustering.cpp), the CUDA backend from a kernel (a warp per cluster, from its steps) so its centroids never
 // leave the device. Plain C++ over raw arrays, no Eigen and nothing of the standard library a device
 // lacks, so nvcc, the CUDA emulator and the host compiler build the same text.
 //
@@ -30,6 +30,49 @@ struct Params {
     double emaDecay = 0;        // Ema: γ in (0, 1)
 };
 
+// The update's steps, so that a backend can run a cluster's columns in parallel (the CUDA backend: a
+// warp per cluster) and still give cluster()'s bits: the column steps are the same operations, and
+// the sums run in index order in one thread.
+GSRQ_HOST_DEVICE inline double sumOfSquares(const double* v, int d) // Σ v_j², in index order
+{
+    double s = 0;
+    for (int j = 0; j < d; ++j)
+        s = fma(v[j], v[j], s);
+    return s;
+}
+GSRQ_HOST_DEVICE inline double dotProduct(const double* a, const double* b, int d) // Σ a_j·b_j, in index order
+{
+    double s = 0;
+    for (int j = 0; j < d; ++j)
+        s = fma(a[j], b[j], s);
+    return s;
+}
+GSRQ_HOST_DEVICE inline double emaWeightStep(const Params& p, double emaWeight, double W)
+{
+    return fma(p.emaDecay, emaWeight, W);
+}
+GSRQ_HOST_DEVICE inline double emaSumStep(const Params& p, double emaSum, double sx)
+{
+    return fma(p.emaDecay, emaSum, sx);
+}
+GSRQ_HOST_DEVICE inline float ratio(double sum, double weight)
+{
+    return float(sum / weight);
+}
+// GSKM: whether the shape moves to Sy/‖Sy‖ (else it keeps the old one), and the new gain.
+GSRQ_HOST_DEVICE inline bool shapeMoves(const Params& p, double norm, double W)
+{
+    return norm / W > p.shapeEpsilon;
+}
+GSRQ_HOST_DEVICE inline double gainOf(double dot, double W)
+{
+    return fmax(0.0, dot / W);
+}
+GSRQ_HOST_DEVICE inline float gainShapeColumn(double gain, double shape)
+{
+    return float(gain * shape);
+}
+
 // One cluster of width d. W, sx (d), sy (d; GainShape only): the pass's sums. emaWeight, emaSum (d):
 // the running sums (Ema only). gain, shape (d): GSKM's state (GainShape only). c (d): the centroid,
 // updated in place.
@@ -37,34 +80,28 @@ GSRQ_HOST_DEVICE inline void cluster(const Params& p, int d, double W, const dou
                                      double* emaWeight, double* emaSum, double* gain, double* shape, float* c)
 {
     if (p.rule == Rule::Ema) {
-        *emaWeight = fma(p.emaDecay, *emaWeight, W);
+        *emaWeight = emaWeightStep(p, *emaWeight, W);
         for (int j = 0; j < d; ++j)
-            emaSum[j] = fma(p.emaDecay, emaSum[j], sx[j]);
+            emaSum[j] = emaSumStep(p, emaSum[j], sx[j]);
         if (*emaWeight > 0)
             for (int j = 0; j < d; ++j)
-                c[j] = float(emaSum[j] / *emaWeight);
+                c[j] = ratio(emaSum[j], *emaWeight);
         return;
     }
     if (!(W > 0))
         return; // an empty (or zero-weight) cluster keeps its centroid
     if (p.rule == Rule::Mean) {
         for (int j = 0; j < d; ++j)
-            c[j] = float(sx[j] / W);
+            c[j] = ratio(sx[j], W);
         return;
     }
-    double sq = 0;
-    for (int j = 0; j < d; ++j)
-        sq = fma(sy[j], sy[j], sq);
-    const double norm = sqrt(sq);
-    if (norm / W > p.shapeEpsilon)
+    const double norm = sqrt(sumOfSquares(sy, d));
+    if (shapeMoves(p, norm, W))
         for (int j = 0; j < d; ++j)
             shape[j] = sy[j] / norm;
-    double dot = 0;
+    *gain = gainOf(dotProduct(sx, shape, d), W);
     for (int j = 0; j < d; ++j)
-        dot = fma(sx[j], shape[j], dot);
-    *gain = fmax(0.0, dot / W);
-    for (int j = 0; j < d; ++j)
-        c[j] = float(*gain * shape[j]);
+        c[j] = gainShapeColumn(*gain, shape[j]);
 }
 
 // ‖c‖² of a centroid as every backend's assignment takes it for its bias (the CPU's kernels, the CUDA

@@ -359,23 +359,88 @@ static __global__ void sumArraysKernel(const double* const* __restrict__ arrays,
         out[std::int64_t(b) * members.scalarStride + slot] = part[0];
 }
 
-// One thread per cluster: update_rule.h's update, then the centroid's ‖c‖² for the next pass.
-static __global__ void updateCentroidsKernel(update::Params rule, int K, int d, const double* __restrict__ wsum,
-                                             const double* __restrict__ sumX, const double* __restrict__ sumY,
-                                             double* __restrict__ emaW, double* __restrict__ emaS,
-                                             double* __restrict__ gain, double* __restrict__ shape,
-                                             float* __restrict__ C, float* __restrict__ cNorm, Members members)
+// A warp per cluster: update_rule.h's update from its steps, the columns a lane each (32 apart), the
+// sums in index order by lane 0 over the warp's copy in shared memory, so the bits are cluster()'s;
+// then the centroid's ‖c‖² for the next pass. Block: a few warps (updateWarps); grid (clusters, members).
+constexpr int kMaxUpdateWarps = 8;
+
+// A warp's shared columns: Sx, then Sy or the shape (d doubles each), then the centroid (d floats).
+std::size_t updateWarpBytes(int d)
 {
-    const int c = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+    return (2 * std::size_t(d) + (std::size_t(d) + 1) / 2) * sizeof(double);
+}
+
+// Warps a block: as many as fit 48 KiB (no opt-in), at most 8, at least one.
+int updateWarps(int d)
+{
+    return int(std::clamp<std::size_t>((48 * 1024) / updateWarpBytes(d), 1, kMaxUpdateWarps));
+}
+
+static __global__ void __launch_bounds__(kMaxUpdateWarps * 32)
+    updateCentroidsKernel(update::Params rule, int K, int d, const double* __restrict__ wsum,
+                          const double* __restrict__ sumX, const double* __restrict__ sumY, double* __restrict__ emaW,
+                          double* __restrict__ emaS, double* __restrict__ gain, double* __restrict__ shape,
+                          float* __restrict__ C, float* __restrict__ cNorm, Members members)
+{
+    const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp, warps = int(blockDim.x) / kWarp;
+    const int c = int(blockIdx.x) * warps + warp;
     if (c >= K)
-        return;
-    // Grid y: the member; its clusters' arrays follow the previous member's.
+        return; // the whole warp
+    double* a = dynamicShared<double>() + std::size_t(warp) * (2 * std::size_t(d) + (std::size_t(d) + 1) / 2);
+    double* bcol = a + d;
+    float* cs = reinterpret_cast<float*>(bcol + d);
+    // Its clusters' arrays follow the previous member's.
     const std::int64_t k = std::int64_t(memberAt(members, blockIdx.y)) * K + c;
     const std::int64_t o = k * d;
-    const bool gs = rule.rule == update::Rule::GainShape, ema = rule.rule == update::Rule::Ema;
-    update::cluster(rule, d, wsum[k], sumX + o, gs ? sumY + o : nullptr, ema ? emaW + k : nullptr,
-                    ema ? emaS + o : nullptr, gs ? gain + k : nullptr, gs ? shape + o : nullptr, C + o);
-    cNorm[k] = update::squaredNorm(C + o, d);
+    const double W = wsum[k];
+    float* ck = C + o;
+    // Each path leaves the centroid in ck and its copy in cs.
+    if (rule.rule == update::Rule::Ema) {
+        const double w = update::emaWeightStep(rule, emaW[k], W); // every lane the same
+        for (int j = lane; j < d; j += kWarp) {
+            const double s = update::emaSumStep(rule, emaS[o + j], sumX[o + j]);
+            emaS[o + j] = s;
+            if (w > 0)
+                ck[j] = cs[j] = update::ratio(s, w);
+            else
+                cs[j] = ck[j];
+        }
+        __syncwarp();
+        if (lane == 0)
+            emaW[k] = w;
+    } else if (!(W > 0)) { // an empty (or zero-weight) cluster keeps its centroid
+        for (int j = lane; j < d; j += kWarp)
+            cs[j] = ck[j];
+    } else if (rule.rule == update::Rule::Mean) {
+        for (int j = lane; j < d; j += kWarp)
+            ck[j] = cs[j] = update::ratio(sumX[o + j], W);
+    } else { // GainShape
+        for (int j = lane; j < d; j += kWarp) {
+            a[j] = sumX[o + j];
+            bcol[j] = sumY[o + j];
+        }
+        __syncwarp();
+        double norm = lane == 0 ? sqrt(update::sumOfSquares(bcol, d)) : 0.0;
+        norm = __shfl_sync(0xffffffffu, norm, 0); // also: lane 0 has read the Sy column
+        const bool moves = update::shapeMoves(rule, norm, W);
+        for (int j = lane; j < d; j += kWarp) {
+            const double sj = moves ? bcol[j] / norm : shape[o + j];
+            if (moves)
+                shape[o + j] = sj;
+            bcol[j] = sj;
+        }
+        __syncwarp();
+        double g = lane == 0 ? update::gainOf(update::dotProduct(a, bcol, d), W) : 0.0;
+        g = __shfl_sync(0xffffffffu, g, 0);
+        if (lane == 0)
+            gain[k] = g;
+        for (int j = lane; j < d; j += kWarp)
+            ck[j] = cs[j] = update::gainShapeColumn(g, bcol[j]);
+    }
+    __syncwarp();
+    // ‖c‖² in index order from the warp's copy of the centroid.
+    if (lane == 0)
+        cNorm[k] = update::squaredNorm(cs, d);
 }
 
 static __global__ void centroidNormsKernel(int K, int d, const float* __restrict__ C, float* __restrict__ cNorm)
@@ -577,10 +642,13 @@ cudaError_t launchUpdateCentroids(const update::Params& rule, int K, int d, cons
                                   const double* sumY, double* emaW, double* emaS, double* gain, double* shape, float* C,
                                   float* cNorm, cudaStream_t stream, const Members& members)
 {
-    constexpr int threads = 128;
     if (members.count == 0)
         return cudaSuccess;
-    launch(updateCentroidsKernel, dim3(unsigned((K + threads - 1) / threads), unsigned(members.count)), threads, 0,
+    const int warps = updateWarps(d);
+    const std::size_t shm = std::size_t(warps) * updateWarpBytes(d);
+    if (cudaError_t e = allowShared(updateCentroidsKernel, shm); e != cudaSuccess)
+        return e;
+    launch(updateCentroidsKernel, dim3(unsigned((K + warps - 1) / warps), unsigned(members.count)), warps * 32, shm,
            stream, rule, K, d, wsum, sumX, sumY, emaW, emaS, gain, shape, C, cNorm, members);
     return cudaGetLastError();
 }

@@ -76,7 +76,7 @@ cudaError_t launchAccumulate(const float* x, std::int64_t ld, std::int64_t r0, s
 cudaError_t launchSumArrays(const double* const* arrays, int count, std::int64_t n, double* out, cudaStream_t stream,
                             const Members& members = {});
 
-// Lloyd's update on the device, update_rule.h's for every cluster k < K (one thread each) from the
+// Lloyd's update on the device, update_rule.h's for every cluster k < K (a warp each) from the
 // pass's sums (wsum, sumX, sumY: K, K × d, K × d), in place on C (K × d) and the rule's state (emaW,
 // emaS for Ema; gain, shape for GainShape; null otherwise); then cNorm[k] = ‖c_k‖² as
 // update::squaredNorm rounds it.

@@ -103,11 +103,16 @@ std::vector<KernelCost> clusterPassCosts(const ClusterPassCase& c)
 KernelCost centroidUpdateCost(const ClusterPassCase& c)
 {
     const double K = c.K, d = c.d, B = std::max(1, c.members);
-    // W, Sx and the centroids (read back for ‖c‖²) in; centroids and ‖c‖² out. GSKM also reads Sy
-    // and the shapes and writes the shapes and gains. A member's each.
-    const double km = K * 8 + K * d * 8 + K * d * 4 + K * d * 4 + K * 4;
-    const double gskm = c.shapeSums ? K * d * 8 + K * d * 8 + K * d * 8 + K * 8 : 0;
-    return {"centroid update", B * (km + gskm) + (c.members > 1 ? 4 * B : 0), 0, 0, B * K * d * (c.shapeSums ? 6 : 3)};
+    // W and Sx in; centroids and ‖c‖² out (‖c‖² from the warp's copy in shared memory). GSKM also reads
+    // Sy and writes the shapes and gains (no cluster keeps its shape). A member's each.
+    const double km = K * 8 + K * d * 8 + K * d * 4 + K * 4;
+    const double gskm = c.shapeSums ? K * d * 8 + K * d * 8 + K * 8 : 0;
+    // In shared memory, a column of the centroid written and read for ‖c‖² (2 floats); GSKM's Sx and
+    // Sy written, Sy read for ‖Sy‖², read for the shape and the shape written over it, Sx and the shape
+    // read for the gain, the shape read for the centroid (8 doubles) besides.
+    const double shared = K * d * (c.shapeSums ? 8 * 8 + 2 * 4 : 2 * 4);
+    return {"centroid update", B * (km + gskm) + (c.members > 1 ? 4 * B : 0), 0, B * shared,
+            B * K * d * (c.shapeSums ? 6 : 3)};
 }
 
 namespace {
@@ -204,8 +209,13 @@ ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocess
                 std::ceil(c.K / 256.0) * (l2 + double(c.d) * 4e-9) + 8 * 3 * sharedOp + hbm, true);
         }
     }
-    const double steps = c.shapeSums ? 3.0 * c.d : 2.0 * c.d;
-    add(centroidUpdateCost(c), std::ceil(c.K / 128.0) * B, 128, regs.update, 0, steps * l2 + hbm, false);
+    // A warp per cluster (8 a block): its columns from memory, then lane 0's sums in index order from
+    // shared memory, a dependent FMA (~5 ns) a step: ‖Sy‖², Sx·s and ‖c‖² for GSKM, ‖c‖² for KM.
+    const double steps = c.shapeSums ? 3.0 * c.d : 1.0 * c.d;
+    const std::size_t warpBytes = (2 * std::size_t(c.d) + (std::size_t(c.d) + 1) / 2) * 8;
+    const int warps = int(std::clamp<std::size_t>((48 * 1024) / warpBytes, 1, 8));
+    add(centroidUpdateCost(c), std::ceil(double(c.K) / warps) * B, 32 * warps, regs.update,
+        std::size_t(warps) * warpBytes, hbm + l2 + steps * 5e-9, false);
     return out;
 }
 

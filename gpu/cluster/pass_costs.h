@@ -64,8 +64,9 @@ KernelCost centroidUpdateCost(const ClusterPassCase& c);
 //                 another, each 4 shared accesses (6 with shape sums)
 //   tile reduce   each thread adds the tiles' partials one after another from the L2
 //   row totals    each of 1,024 threads adds n/1,024 rows, 4 loads in flight
-//   cluster totals, update: a thread per cluster walking its d columns through the L2 (the update:
-//                 2d steps for KM, 3d for GSKM), then an HBM trip
+//   cluster totals a thread per cluster walking its d columns through the L2, then two trees
+//   update        a warp per cluster: its columns from memory, then one lane's sums in index order
+//                 (d dependent FMAs of ~5 ns each: 3 sums for GSKM, 1 for KM)
 struct ClusterLaunchLatency {
     std::string kernel;
     std::int64_t blocks = 0;
@@ -82,7 +83,7 @@ struct ClusterPassLatency {
 // Registers a thread of each clustering kernel as ptxas reports them for sm_90 (tools/gpu/resource_usage.py,
 // the decode_kernel_resources test, checks that the build stays within them).
 struct ClusterKernelRegisters {
-    int argmax = 40, tileSums = 64, tileReduce = 32, rowTotals = 32, clusterTotals = 40, update = 48;
+    int argmax = 40, tileSums = 64, tileReduce = 32, rowTotals = 32, clusterTotals = 40, update = 64;
 };
 inline constexpr ClusterKernelRegisters kClusterKernelRegisters{};
 // sharedPerSm: the device's shared memory per multiprocessor (228 KiB on Hopper); gemmFlops: the rate

@@ -169,6 +169,12 @@ template <class T> T __shfl_down_sync(unsigned mask, T v, unsigned delta, int wi
         ::gsrq::emulator::detail::exchange(::gsrq::emulator::detail::toBits(v), src, mask));
 }
 
+// A barrier of the warp's lanes in `mask` (their shared-memory writes are seen by each other after it).
+inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    ::gsrq::emulator::detail::exchange(0, int(::gsrq::emulator::detail::currentThread->lane), mask);
+}
+
 inline unsigned __ballot_sync(unsigned mask, int predicate)
 {
     return ::gsrq::emulator::detail::ballot(predicate != 0, mask);
