@@ -10,9 +10,9 @@
 // atomics, so a seeded run gives the same sums every time.
 //
 // Lloyd's iterations stay on the device (loadCentroids .. storeCentroids): the update is
-// update_rule.h's, the one text core's CPU path runs too, applied by a kernel with a thread per
-// cluster; each iteration reads back only its ten scalars (objective terms, changed labels, empty
-// clusters, the pass's row metrics), from which core decides whether to stop. assignPass(), the
+// update_rule.h's, the one text core's CPU path runs too, applied by a kernel with a warp per
+// cluster (from the rule's steps: the same bits); each iteration reads back only its ten scalars (objective terms,
+// changed labels, empty clusters, the pass's row metrics), from which core decides whether to stop. assignPass(), the
 // primitive for everything else (GSKM's start, beam search, encoding), returns the K × D sums.
 //
 // A layer's subspaces within a stage are independent clusterings: selectBlocks() takes them as members
