@@ -341,7 +341,10 @@ Command registerBenchTrain(CLI::App& root)
     cmd->add_option("--model-device", o->modelDevice,
                     "No training: one assignment pass's launches as the CUDA backend makes them, their bytes "
                     "(the counted-bytes model) and roofline times on this GPU's model (" +
-                        gpu::deviceModelNames() + "), and the layer's at most features/dim × stages × iters passes");
+                        gpu::deviceModelNames() +
+                        "), and the layer's at most features/dim × stages × iters passes; "
+                        "then the latency model of a pass of the subspaces together (each "
+                        "launch's waves and chain) and its layer");
     cmd->add_option("--rows", o->rows, "Rows (tokens)")->capture_default_str();
     cmd->add_option("--features", o->features, "Features per row (heads × head_dim)")->capture_default_str();
     cmd->add_option("--dim", o->dim, "Subspace width D")->capture_default_str();
