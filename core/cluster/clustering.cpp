@@ -230,12 +230,10 @@ ClusteringResult cluster(const RowsRef& X, const float* weights, Method method, 
 ClusteringResult clusterSelected(ClusterBackend& backend, Method method, const ClusteringParams& p,
                                  const IterationCallback& onIteration)
 {
-    const IterationCallback* callback = onIteration ? &onIteration : nullptr;
-    auto out = clusterSelectedMembers(
-        backend, method, std::span<const ClusteringParams>(&p, 1),
-        callback ? MemberIterationCallback([callback](int, const IterationStats& it) { return (*callback)(it); })
-                 : MemberIterationCallback());
-    return std::move(out.front());
+    MemberIterationCallback each;
+    if (onIteration)
+        each = [&onIteration](int, const IterationStats& it) { return onIteration(it); };
+    return std::move(clusterSelectedMembers(backend, method, std::span<const ClusteringParams>(&p, 1), each).front());
 }
 
 std::vector<ClusteringResult> clusterSelectedMembers(ClusterBackend& backend, Method method,
@@ -247,6 +245,7 @@ std::vector<ClusteringResult> clusterSelectedMembers(ClusterBackend& backend, Me
     const int B = static_cast<int>(params.size());
     if (B < 1)
         throwInvalid("clustering together: no member");
+    const ClusteringParams& common = params.front(); // one update rule and one pass request serve every member
     for (const auto& p : params) {
         if (p.k < 1)
             throwInvalid("k = ", p.k, ": needs at least one codeword");
@@ -256,12 +255,10 @@ std::vector<ClusteringResult> clusterSelectedMembers(ClusterBackend& backend, Me
             throwInvalid("iterations = ", p.maxIterations, ": must be ≥ 0");
         if (!(p.emaDecay >= 0 && p.emaDecay < 1))
             throwInvalid("--ema-decay ", p.emaDecay, ": must be in [0, 1)");
-        const auto& q = params.front(); // one update rule and one pass request serve every member
-        if (p.k != q.k || p.epsilon != q.epsilon || p.shapeEpsilon != q.shapeEpsilon || p.emaDecay != q.emaDecay ||
-            p.passMetrics != q.passMetrics)
+        if (p.k != common.k || p.epsilon != common.epsilon || p.shapeEpsilon != common.shapeEpsilon ||
+            p.emaDecay != common.emaDecay || p.passMetrics != common.passMetrics)
             throwInvalid("clustering together: members differ in more than seed, iterations and re-seeding");
     }
-    const ClusteringParams& common = params.front();
     const bool ema = method == Method::KMeans && common.emaDecay > 0;
     const update::Params rule{ema                           ? update::Rule::Ema
                               : method == Method::GainShape ? update::Rule::GainShape
@@ -288,8 +285,7 @@ std::vector<ClusteringResult> clusterSelectedMembers(ClusterBackend& backend, Me
     }
 
     std::vector<int> active(static_cast<std::size_t>(B));
-    for (int b = 0; b < B; ++b)
-        active[std::size_t(b)] = b;
+    std::iota(active.begin(), active.end(), 0);
     std::vector<AssignStats> passes;
     std::vector<IterationStats> its;
     std::vector<int> updated, going;

@@ -603,11 +603,11 @@ RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, con
         }
     };
     // Without beams a stage's subspaces are independent clusterings of the same rows: a backend that
-    // runs several at once takes them together (as many as it can at a time).
-    const int together = beamSearch ? 1 : std::min(M, std::max(1, backend.batchCapacity(D, s.k)));
+    // runs several at once takes them together (as many as it can at a time; one by one otherwise).
+    const int together = std::min(M, std::max(1, backend.batchCapacity(D, s.k)));
 
     for (int r = 0; r < R && !out.cancelled; ++r) {
-        if (together > 1) {
+        if (!beamSearch) {
             for (int m0 = 0; m0 < M && !out.cancelled; m0 += together) {
                 const int count = std::min(together, M - m0);
                 std::vector<int> cols(static_cast<std::size_t>(count));
@@ -632,29 +632,26 @@ RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, con
                 }
             }
         }
-        for (int m = 0; together == 1 && m < M && !out.cancelled; ++m) {
+        // With beams, each subspace's clustering runs on its beams' rows, bound anew.
+        for (int m = 0; beamSearch && m < M && !out.cancelled; ++m) {
             const ClusteringParams p = stageParams(r, m);
-            if (beamSearch) {
-                // Every row's surviving beams (or its best), each with the row's weight.
-                const SubspaceBeams& b = beams[std::size_t(m)];
-                const Eigen::Index N = X.rows();
-                const int per = s.trainOnAllBeams ? b.cur : 1;
-                beamRows.resize(N * per, D);
-                for (Eigen::Index i = 0; i < N; ++i)
-                    if (s.trainOnAllBeams)
-                        beamRows.middleRows(i * per, per) = b.res.middleRows(i * b.B, per);
-                    else
-                        beamRows.row(i) = b.res.row(b.best(i));
-                if (weights) {
-                    beamWeights.resize(std::size_t(N * per));
-                    for (Eigen::Index i = 0; i < N * per; ++i)
-                        beamWeights[std::size_t(i)] = weights[i / per];
-                }
-                backend.bind(beamRows.data(), beamRows.rows(), D, weights ? beamWeights.data() : nullptr);
-                backend.selectBlock(0, D, p.epsilon);
-            } else {
-                backend.selectBlock(m * D, D, p.epsilon);
+            // Every row's surviving beams (or its best), each with the row's weight.
+            const SubspaceBeams& b = beams[std::size_t(m)];
+            const Eigen::Index N = X.rows();
+            const int per = s.trainOnAllBeams ? b.cur : 1;
+            beamRows.resize(N * per, D);
+            for (Eigen::Index i = 0; i < N; ++i)
+                if (s.trainOnAllBeams)
+                    beamRows.middleRows(i * per, per) = b.res.middleRows(i * b.B, per);
+                else
+                    beamRows.row(i) = b.res.row(b.best(i));
+            if (weights) {
+                beamWeights.resize(std::size_t(N * per));
+                for (Eigen::Index i = 0; i < N * per; ++i)
+                    beamWeights[std::size_t(i)] = weights[i / per];
             }
+            backend.bind(beamRows.data(), beamRows.rows(), D, weights ? beamWeights.data() : nullptr);
+            backend.selectBlock(0, D, p.epsilon);
             auto c = clusterSelected(backend, s.method, p,
                                      [&](const IterationStats& it) { return report(r, m, it, done + share(it)); });
             done += units;

@@ -131,15 +131,12 @@ static __global__ void argmaxRowsKernel(const float* __restrict__ S, int K, cons
 // are then added to the pass's sums in tile order (tileReduceKernel), so the result depends neither
 // on the schedule nor on how the rows were split into launches or chunks (multiples of the tile).
 constexpr int kTileWarps = kTileSumWarps;
-constexpr int kStageRows = 128;
+constexpr int kStageRows = kTileStageRows;
 constexpr int kTileThreads = kWarp * kTileWarps;
 
 template <int C> constexpr std::size_t tileSharedBytes(bool shape)
 {
-    return std::size_t(C) * kWarp * sizeof(double) * (shape ? 2 : 1)               // partial Sx (and Sy)
-           + std::size_t(C) * (sizeof(double) + sizeof(long long))                 // partial W and counts
-           + std::size_t(kStageRows) * kWarp * sizeof(float)                       // staged columns
-           + std::size_t(kStageRows) * (sizeof(std::int32_t) + 2 * sizeof(float)); // labels, w, inv
+    return tileSumsSharedBytes(C, shape);
 }
 
 // A stage of the tile sums: its rows' labels (less the range's first cluster), weights and 1/‖x‖, and
@@ -361,23 +358,12 @@ static __global__ void sumArraysKernel(const double* const* __restrict__ arrays,
 
 // A warp per cluster: update_rule.h's update from its steps, the columns a lane each (32 apart), the
 // sums in index order by lane 0 over the warp's copy in shared memory, so the bits are cluster()'s;
-// then the centroid's ‖c‖² for the next pass. Block: a few warps (updateWarps); grid (clusters, members).
+// then the centroid's ‖c‖² for the next pass. Block: updateWarps(d) warps, each warpDoubles of shared
+// memory (pass_costs.h's layout); grid (clusters, members).
 constexpr int kMaxUpdateWarps = 8;
 
-// A warp's shared columns: Sx, then Sy or the shape (d doubles each), then the centroid (d floats).
-std::size_t updateWarpBytes(int d)
-{
-    return (2 * std::size_t(d) + (std::size_t(d) + 1) / 2) * sizeof(double);
-}
-
-// Warps a block: as many as fit 48 KiB (no opt-in), at most 8, at least one.
-int updateWarps(int d)
-{
-    return int(std::clamp<std::size_t>((48 * 1024) / updateWarpBytes(d), 1, kMaxUpdateWarps));
-}
-
 static __global__ void __launch_bounds__(kMaxUpdateWarps * 32)
-    updateCentroidsKernel(update::Params rule, int K, int d, const double* __restrict__ wsum,
+    updateCentroidsKernel(update::Params rule, int K, int d, std::size_t warpDoubles, const double* __restrict__ wsum,
                           const double* __restrict__ sumX, const double* __restrict__ sumY, double* __restrict__ emaW,
                           double* __restrict__ emaS, double* __restrict__ gain, double* __restrict__ shape,
                           float* __restrict__ C, float* __restrict__ cNorm, Members members)
@@ -386,7 +372,7 @@ static __global__ void __launch_bounds__(kMaxUpdateWarps * 32)
     const int c = int(blockIdx.x) * warps + warp;
     if (c >= K)
         return; // the whole warp
-    double* a = dynamicShared<double>() + std::size_t(warp) * (2 * std::size_t(d) + (std::size_t(d) + 1) / 2);
+    double* a = dynamicShared<double>() + std::size_t(warp) * warpDoubles;
     double* bcol = a + d;
     float* cs = reinterpret_cast<float*>(bcol + d);
     // Its clusters' arrays follow the previous member's.
@@ -645,11 +631,11 @@ cudaError_t launchUpdateCentroids(const update::Params& rule, int K, int d, cons
     if (members.count == 0)
         return cudaSuccess;
     const int warps = updateWarps(d);
-    const std::size_t shm = std::size_t(warps) * updateWarpBytes(d);
+    const std::size_t warpDoubles = updateWarpDoubles(d), shm = std::size_t(warps) * warpDoubles * sizeof(double);
     if (cudaError_t e = allowShared(updateCentroidsKernel, shm); e != cudaSuccess)
         return e;
     launch(updateCentroidsKernel, dim3(unsigned((K + warps - 1) / warps), unsigned(members.count)), warps * 32, shm,
-           stream, rule, K, d, wsum, sumX, sumY, emaW, emaS, gain, shape, C, cNorm, members);
+           stream, rule, K, d, warpDoubles, wsum, sumX, sumY, emaW, emaS, gain, shape, C, cNorm, members);
     return cudaGetLastError();
 }
 

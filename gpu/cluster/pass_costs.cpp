@@ -143,10 +143,6 @@ ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocess
     const std::int64_t scoreChunk = c.members > 1 ? passChunkRows(c.n, c.K * c.members) : chunk;
     const double ranges = std::ceil(double(c.K) / c.clustersPerBlock);
     const double colGroups = std::ceil(c.d / 32.0);
-    auto sumsShared = [&] {
-        return std::size_t(c.clustersPerBlock) * 32 * 8 * (c.shapeSums ? 2 : 1) + std::size_t(c.clustersPerBlock) * 16 +
-               128 * 32 * 4 + 128 * 12;
-    };
 
     ClusterPassLatency out;
     auto add = [&](const KernelCost& cost, double blocks, int threads, int registers, std::size_t shared, double chain,
@@ -177,7 +173,7 @@ ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocess
     const std::int64_t tiles = (c.n + tileRows - 1) / tileRows, group = tilesPerLaunch(c.n, c.d, c.K, tileRows);
     // A stage's rows whose labels fall in the block's cluster range, spread over its warps by label;
     // before them each warp reads the stage's labels, 32 at a time, and ballots (two accesses each).
-    const double rowsPerWarpStage = 128.0 / kTileSumWarps / ranges, ballots = 128.0 / 32;
+    const double rowsPerWarpStage = double(kTileStageRows) / kTileSumWarps / ranges, ballots = kTileStageRows / 32.0;
     for (const auto& k : costs) {
         if (k.library) {
             add(k, 0, 0, 0, 0, 0, true);
@@ -188,12 +184,13 @@ ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocess
         } else if (k.kernel == "tile sums") {
             const std::int64_t t1 = std::min(tiles, t0 + group);
             const double blocks = double(t1 - t0) * colGroups * ranges * B;
-            const double stages = std::ceil(double(tileRows) / 128);
+            const double stages = std::ceil(double(tileRows) / kTileStageRows);
             // The next stage's loads are in flight while a stage is added: per stage the longer of the
             // two, and the first stage's trip before.
             const double work = (2 * ballots + rowsPerWarpStage * (c.shapeSums ? 6 : 4)) * sharedOp;
             const double chain = hbm + stages * std::max(hbm, work);
-            add(k, blocks, 32 * kTileSumWarps, regs.tileSums, sumsShared(), chain, true);
+            add(k, blocks, 32 * kTileSumWarps, regs.tileSums, tileSumsSharedBytes(c.clustersPerBlock, c.shapeSums),
+                chain, true);
         } else if (k.kernel == "tile reduce") {
             const std::int64_t t1 = std::min(tiles, t0 + group);
             const double T = double(t1 - t0);
@@ -212,10 +209,9 @@ ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocess
     // A warp per cluster (8 a block): its columns from memory, then lane 0's sums in index order from
     // shared memory, a dependent FMA (~5 ns) a step: ‖Sy‖², Sx·s and ‖c‖² for GSKM, ‖c‖² for KM.
     const double steps = c.shapeSums ? 3.0 * c.d : 1.0 * c.d;
-    const std::size_t warpBytes = (2 * std::size_t(c.d) + (std::size_t(c.d) + 1) / 2) * 8;
-    const int warps = int(std::clamp<std::size_t>((48 * 1024) / warpBytes, 1, 8));
+    const int warps = updateWarps(c.d);
     add(centroidUpdateCost(c), std::ceil(double(c.K) / warps) * B, 32 * warps, regs.update,
-        std::size_t(warps) * warpBytes, hbm + l2 + steps * 5e-9, false);
+        std::size_t(warps) * updateWarpDoubles(c.d) * sizeof(double), hbm + l2 + steps * 5e-9, false);
     return out;
 }
 

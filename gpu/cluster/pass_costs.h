@@ -22,6 +22,29 @@ inline constexpr std::int64_t kTileRows = 4096;
 // and adds their rows one after another, so more warps means fewer rows on each warp's chain (the
 // sums are the same for any count: each cluster still has one owner, taking its rows in order).
 inline constexpr int kTileSumWarps = 16;
+// Rows a block of the sums kernel stages at a time, and its dynamic shared memory for a range of
+// `clusters` clusters: the partial Sx (and Sy) of 32 columns, W and the counts, the staged columns,
+// and the staged rows' labels, weights and 1/‖x‖.
+inline constexpr int kTileStageRows = 128;
+constexpr std::size_t tileSumsSharedBytes(int clusters, bool shape)
+{
+    return std::size_t(clusters) * 32 * sizeof(double) * (shape ? 2 : 1) +
+           std::size_t(clusters) * (sizeof(double) + sizeof(long long)) +
+           std::size_t(kTileStageRows) * 32 * sizeof(float) +
+           std::size_t(kTileStageRows) * (sizeof(std::int32_t) + 2 * sizeof(float));
+}
+// The centroid update's layout for blocks of width d: a warp's shared columns in doubles (Sx, then Sy
+// or the shape, then the centroid's d floats), and warps a block (as many as fit 48 KiB, so no
+// opt-in, at most 8, at least one).
+constexpr std::size_t updateWarpDoubles(int d)
+{
+    return 2 * std::size_t(d) + (std::size_t(d) + 1) / 2;
+}
+constexpr int updateWarps(int d)
+{
+    const std::size_t fit = (48 * 1024) / (updateWarpDoubles(d) * sizeof(double));
+    return fit < 1 ? 1 : fit > 8 ? 8 : int(fit);
+}
 inline constexpr std::int64_t kMaxTilesPerLaunch = 64;
 std::int64_t tileRowsFor(std::int64_t chunk);
 // Tiles per launch for m rows: all up to kMaxTilesPerLaunch, fewer where their partials (K × (2d + 2)
