@@ -219,11 +219,53 @@ private slots:
         QCOMPARE(m.seconds, m.launches + m.tables + m.split + m.combine);
         QCOMPARE(m.waves, 1);
         QCOMPARE(m.tokensPerThread, (plan.tokensPerSplit + 255) / 256);
-        // The combine's serial reads of the splits' maxima, sums and weights: 3 per split at least.
-        QVERIFY(m.combine >= 3.0 * plan.splits * gpu::kL2LatencyEstimate);
+        // 0.75 bits per activation: a token's codes (12 bytes of keys, 12 of values) are staged, so
+        // past the first token a thread waits on no HBM latency (a token's 24 shared operations,
+        // 0.72 µs, outlast it), only on its work.
+        QVERIFY(m.codesStaged);
+        const double work = 24 * gpu::kSharedOpEstimate;
+        const double n = double(m.tokensPerThread);
+        // The block's setup (an HBM latency, then 3,072 table entries 8 per thread at a time: 2 L2
+        // loads) and the first token's codes.
+        const double setup = gpu::kHbmLatencyEstimate + 2 * gpu::kL2LatencyEstimate;
+        QVERIFY(std::abs(m.split - (setup + gpu::kHbmLatencyEstimate + n * work)) < 1e-12);
+        // The combine: its splits' scales by warps, 32 at a time, and their weights 8 at a time.
+        QVERIFY(m.combine >= (2.0 + std::ceil(plan.splits / 8.0)) * gpu::kL2LatencyEstimate);
         gpu::DecodeCostCase twice = c;
         twice.context = 65536;
         QVERIFY(gpu::lookupLatencyModel(twice, 132, h200->sharedOptin, h200->copyBytesPerSecond).split > m.split);
+        // 2 bits per activation (R = 32: 64 bytes of codes a token) are read where they are used:
+        // every token waits an HBM latency.
+        gpu::DecodeCostCase two = c;
+        two.stages = 32;
+        const auto m2 = gpu::lookupLatencyModel(two, 132, h200->sharedOptin, h200->copyBytesPerSecond);
+        QVERIFY(!m2.codesStaged);
+        QVERIFY(m2.split >= double(m2.tokensPerThread) * (gpu::kHbmLatencyEstimate + 64 * gpu::kSharedOpEstimate));
+    }
+
+    // decode_math.h's code arithmetic, which the kernels and the cost model use, against the
+    // packed layout's own (core/lm/decode_cache.h).
+    void codeArithmeticMatchesThePackedLayout()
+    {
+        for (int k : {2, 16, 256, 4096, 65536})
+            for (int r : {1, 3, 8, 12, 16, 32})
+                if (r * PackedCodes::bitsFor(k) <= 256)
+                    QCOMPARE(gpu::packedCodeBytes(r, k), PackedCodes::bytesFor(r, PackedCodes::bitsFor(k)));
+        // A code stream over words `stride` apart (the staged codes' layout) reads the codes codeAt
+        // reads, and each word once: the token's bytesPerToken / 4 words.
+        std::mt19937 rng(5);
+        for (int bits : {1, 4, 7, 8, 12, 16}) {
+            const int stages = 256 / bits, words = gpu::packedCodeBytes(stages, 1 << bits) / 4;
+            std::vector<std::uint32_t> packed(std::size_t(words) + 1), strided(std::size_t(words) * 3 + 3);
+            for (int w = 0; w < words; ++w)
+                strided[std::size_t(w) * 3] = packed[std::size_t(w)] = std::uint32_t(rng());
+            for (int r : {1, stages / 3, stages}) {
+                gpu::CodeStream codes(strided.data(), 3, bits);
+                for (int i = 0; i < r; ++i)
+                    QCOMPARE(codes.pop(), gpu::codeAt(packed.data(), i, bits));
+                QCOMPARE(codes.next, (r * bits + 31) / 32);
+            }
+        }
     }
 
     // The rooflines' model, by hand for Llama-style 32/8 heads of 128 at 32K context, batch 1, 0.75
@@ -261,12 +303,13 @@ private slots:
         QCOMPARE(gpu::decodeCosts(DecodePath::Paper, gathered).l2Bytes, 2 * (pairs * 12 * 128 * 2 - books));
         // The lookup path's token loop per pair and query head: 12 table entries read and 12 bins
         // read and written (no tile maxima: the reference is the tables' bound, known before the
-        // loop); the blocks' fixed costs (tables in, bins cleared, the row maxima, one block maximum
-        // and sum, bins read out) are 1.6% of it at 32K tokens.
+        // loop), and the token's 24 bytes of codes staged (written, then each word read once); the
+        // blocks' fixed costs (tables in, bins cleared, the row maxima, one block maximum and sum,
+        // bins read out) are 1.5% of it at 32K tokens.
         const auto kernels = gpu::decodeKernelCosts(DecodePath::Lookup, c);
         QCOMPARE(int(kernels.size()), 3); // tables, split, and the stage combine that also adds the stages
         QCOMPARE(kernels[1].kernel, std::string("lookup split"));
-        const double loop = pairs * 4 * (12 * 4.0 * 3);
+        const double loop = pairs * 4 * (12 * 4.0 * 3 + 24 + 24);
         QVERIFY(kernels[1].sharedBytes >= loop && kernels[1].sharedBytes <= 1.02 * loop);
         const auto lookup = gpu::decodeCosts(DecodePath::Lookup, c);
 
@@ -603,8 +646,11 @@ private slots:
             for (auto path : {DecodePath::Fp16, DecodePath::Paper, DecodePath::Lookup}) {
                 if (!c.pathProblem(path).empty())
                     continue;
+                // The lookup path stages its tokens' codes where they fit beside its tables and bins.
+                const std::size_t optin = sh.optinKib ? std::size_t(std::atoi(sh.optinKib)) * 1024 : 227 * 1024;
+                const bool staged = gpu::lookupStagesCodes(128 / sh.dim, stages, sh.k, optin);
                 const gpu::DecodeCostCase cc{
-                    s, sh.dim, stages, sh.k, sh.context, sh.batch, c.plan(path).splits, c.paperUsesBins()};
+                    s, sh.dim, stages, sh.k, sh.context, sh.batch, c.plan(path).splits, c.paperUsesBins(), staged};
                 if (sh.splitsWanted && path != DecodePath::Fp16)
                     QVERIFY2(cc.splits > 1, sh.name);
                 if (sh.optinKib && path == DecodePath::Paper)

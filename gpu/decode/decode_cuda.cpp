@@ -201,6 +201,7 @@ CudaDecodeCache::CudaDecodeCache(const DecodeCacheConfig& config, const Codebook
     d.bits = PackedCodes::bitsFor(keyBooks.k);
     d.bytesPerToken = PackedCodes::bytesFor(keyBooks.stages, d.bits);
     d.capacity = config.capacity;
+    d.stagedCodes = lookupStagesCodes(d.subspacesPerHead(), d.stages, d.k, m->sharedOptin);
 
     m->kb16 = codebooksRoundedToHalf(keyBooks);
     m->vb16 = codebooksRoundedToHalf(valueBooks);
@@ -732,8 +733,10 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
                 if (fp16Seconds > 0)
                     p.speedupVsFp16 = fp16Seconds / p.seconds;
                 p.paperBins = path == DecodePath::Paper && c0.paperUsesBins();
-                p.costs = decodeCosts(
-                    path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits, c0.paperUsesBins()});
+                const bool staged = lookupStagesCodes(s.headDim / keyBooks.dim, keyBooks.stages, keyBooks.k,
+                                                      prop.sharedMemPerBlockOptin);
+                p.costs = decodeCosts(path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits,
+                                             c0.paperUsesBins(), staged});
                 p.roofline = roofline(p.costs, rep.rates);
                 p.rooflineFraction = p.roofline.seconds / p.seconds;
                 const DecodeCostCase lc{s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits, false};

@@ -66,46 +66,68 @@ template <class F> inline cudaError_t withGroup(int group, F&& f)
     return cudaErrorInvalidValue;
 }
 
-// Asynchronous 16-byte copies from global to shared memory in commit groups (cp.async, sm_80 and
-// later; a plain copy before): copy16() starts one, commit() closes the group of those started since
-// the last, wait<N>() returns when all but the newest N groups have landed (in this thread; a barrier
-// then shows them to the block). In the emulator the copies wait in the thread's queue until wait()
-// lands them, so a read that comes before its wait, or before the barrier after another thread's,
-// reads the NaN the emulator fills shared memory with, as it would read stale data on a device.
+// Asynchronous copies from global to shared memory in commit groups (cp.async, sm_80 and later; a
+// plain copy before): copy16() and copy4() start one of 16 or 4 bytes, commit() closes the group of
+// those started since the last, wait<N>() returns when all but the newest N groups have landed (in
+// this thread; a barrier then shows them to the block). In the emulator the copies wait in the
+// thread's queue until wait() lands them, so a read that comes before its wait, or before the
+// barrier after another thread's, reads the NaN the emulator fills shared memory with, as it would
+// read stale data on a device.
 template <int MaxPending> struct AsyncCopies {
 #if defined(GSRQ_CUDA_EMULATOR)
-    const uint4* src[MaxPending];
-    uint4* dst[MaxPending];
+    const void* src[MaxPending];
+    void* dst[MaxPending];
     int group[MaxPending];
+    bool wide[MaxPending];
     int pending = 0, committed = 0;
     void land(int before) // the copies of groups below `before`, in order
     {
         int kept = 0;
         for (int i = 0; i < pending; ++i) {
             if (group[i] < before) {
-                *dst[i] = *src[i];
+                if (wide[i])
+                    *static_cast<uint4*>(dst[i]) = *static_cast<const uint4*>(src[i]);
+                else
+                    *static_cast<std::uint32_t*>(dst[i]) = *static_cast<const std::uint32_t*>(src[i]);
             } else {
                 src[kept] = src[i];
                 dst[kept] = dst[i];
+                wide[kept] = wide[i];
                 group[kept++] = group[i];
             }
         }
         pending = kept;
     }
+    void queue(void* shared, const void* global, bool sixteen)
+    {
+        if (pending == MaxPending) // more in flight than the kernel planned: land the oldest groups
+            land(committed);
+        src[pending] = global;
+        dst[pending] = shared;
+        wide[pending] = sixteen;
+        group[pending++] = committed;
+    }
 #endif
     __device__ __forceinline__ void copy16(void* shared, const void* global)
     {
 #if defined(GSRQ_CUDA_EMULATOR)
-        if (pending == MaxPending) // more in flight than the kernel planned: land the oldest groups
-            land(committed);
-        src[pending] = static_cast<const uint4*>(global);
-        dst[pending] = static_cast<uint4*>(shared);
-        group[pending++] = committed;
+        queue(shared, global, true);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
         const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(shared));
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(global) : "memory");
 #else
         *static_cast<uint4*>(shared) = *static_cast<const uint4*>(global);
+#endif
+    }
+    __device__ __forceinline__ void copy4(void* shared, const void* global)
+    {
+#if defined(GSRQ_CUDA_EMULATOR)
+        queue(shared, global, false);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(global) : "memory");
+#else
+        *static_cast<std::uint32_t*>(shared) = *static_cast<const std::uint32_t*>(global);
 #endif
     }
     __device__ __forceinline__ void commit()

@@ -85,21 +85,51 @@ inline std::size_t paperBinsDynamicBytes(int group, int subspaces, int stages, i
 {
     return std::size_t(group) * std::size_t(subspaces) * std::size_t(stages) * std::size_t(k) * sizeof(float);
 }
-// The lookup split kernel, a block per query head: its tables and bins, S·R·K floats each, and the
-// tables' S·R row maxima.
-inline std::size_t lookupSplitDynamicBytes(int subspaces, int stages, int k)
+// The bytes of one token's packed codes in one subspace: R codes of log2 K bits, little-endian,
+// rounded up to whole 32-bit words (PackedCodes::bytesFor of bitsFor(K), core/lm/decode_cache.h).
+GSRQ_HD constexpr int packedCodeBytes(int stages, int k)
 {
-    return 2 * paperBinsDynamicBytes(1, subspaces, stages, k) + std::size_t(subspaces) * stages * sizeof(float);
+    int bits = 0;
+    while ((1 << bits) < k)
+        ++bits;
+    return ((stages * bits + 7) / 8 + 3) / 4 * 4;
+}
+// The lookup split kernel stages each thread's next token's codes (keys, then values, of the head's
+// S subspaces) in its own slots of shared memory while it weighs the current token: kLookupCodeStages
+// slots a thread, word-major (word i of every thread together, so a warp's reads fall in distinct
+// banks). Only where they take at most kLookupStagedBytes a token; else the kernel reads each code
+// word from global memory as it needs it. 0: not staged.
+inline constexpr int kLookupCodeStages = 2;
+inline constexpr int kLookupStagedBytes = 32; // to 1 bit per activation at D = 128
+GSRQ_HD constexpr int lookupStagedBytes(int subspaces, int bytesPerToken)
+{
+    return 2 * subspaces * bytesPerToken <= kLookupStagedBytes ? 2 * subspaces * bytesPerToken : 0;
+}
+// The lookup split kernel, a block per query head: its tables and bins, S·R·K floats each, the
+// tables' S·R row maxima, then the staged codes where `staged`.
+inline std::size_t lookupSplitDynamicBytes(int subspaces, int stages, int k, bool staged)
+{
+    return 2 * paperBinsDynamicBytes(1, subspaces, stages, k) + std::size_t(subspaces) * stages * sizeof(float) +
+           (staged ? std::size_t(kLookupSplitThreads) * kLookupCodeStages *
+                         std::size_t(lookupStagedBytes(subspaces, packedCodeBytes(stages, k)))
+                   : 0);
 }
 // Its blocks per multiprocessor asked of the compiler (__launch_bounds__: at most 64 registers for
 // 256 threads), and the unified maximum's margin (base 2) before a split weighs again.
 inline constexpr int kLookupMinBlocks = 4;
 inline constexpr float kUnifiedMaxMargin = 64.f;
+// The stage combine's threads each take kStageFeatures features of a codeword (one 8-byte load of
+// FP16) and every parts-th codeword: parts = kStageThreads / (D / kStageFeatures).
+inline constexpr int kStageFeatures = 4;
+GSRQ_HD constexpr int stageParts(int dim)
+{
+    return kStageThreads / (dim / kStageFeatures) > 1 ? kStageThreads / (dim / kStageFeatures) : 1;
+}
 // The stage combine: group × (splits + 1 + K) floats, then its parts' partial sums, parts × group × D,
 // then the int that names the last block of a (sequence, KV head).
 inline std::size_t lookupCombineDynamicBytes(int group, int splits, int k, int dim)
 {
-    const std::size_t parts = std::size_t(kStageThreads / dim > 1 ? kStageThreads / dim : 1);
+    const std::size_t parts = std::size_t(stageParts(dim));
     return (std::size_t(group) * (std::size_t(splits) + 1 + std::size_t(k)) + parts * group * dim) * sizeof(float) + 16;
 }
 // Static (decode_device.cuh): the paper kernel's RoPE turns (float2 each), a value per warp and head,
@@ -107,17 +137,46 @@ inline std::size_t lookupCombineDynamicBytes(int group, int splits, int k, int d
 inline constexpr std::size_t kPaperBinsStaticBytes =
     kMaxRopePairs * 2 * sizeof(float) + kMaxBlockWarps * kMaxGroup * sizeof(float) + kMaxBlockWarps * sizeof(float);
 inline constexpr std::size_t kLookupSplitStaticBytes = kMaxBlockWarps * sizeof(float);
+// Whether the lookup split kernel stages its tokens' codes on a device with `sharedOptin` bytes of
+// shared memory per block: where they are small enough and the block with them still fits.
+inline bool lookupStagesCodes(int subspaces, int stages, int k, std::size_t sharedOptin)
+{
+    return lookupStagedBytes(subspaces, packedCodeBytes(stages, k)) > 0 &&
+           lookupSplitDynamicBytes(subspaces, stages, k, true) + kLookupSplitStaticBytes <= sharedOptin;
+}
 
 // The stage-r code of a token whose codes are packed little-endian at `bits` bits each into
 // 32-bit words (PackedCodes' layout read as words).
-GSRQ_HD std::uint32_t codeAt(const std::uint32_t* words, int r, int bits)
+// `stride`: words apart (1 in PackedCodes; the thread count in the lookup kernel's staged codes).
+GSRQ_HD std::uint32_t codeAt(const std::uint32_t* words, int r, int bits, int stride = 1)
 {
     const int bit0 = r * bits, w = bit0 >> 5, off = bit0 & 31;
-    std::uint32_t v = words[w] >> off;
+    std::uint32_t v = words[w * stride] >> off;
     if (off + bits > 32)
-        v |= words[w + 1] << (32 - off);
+        v |= words[(w + 1) * stride] << (32 - off);
     return bits == 32 ? v : v & ((1u << bits) - 1u);
 }
+// A token's codes in stage order, each 32-bit word read once (codeAt reads one or two a code): the
+// words `stride` apart, bits ≤ 16 (K ≤ 65,536).
+struct CodeStream {
+    const std::uint32_t* words;
+    int stride, bits;
+    std::uint64_t buf = 0;
+    int have = 0, next = 0;
+    GSRQ_HD CodeStream(const std::uint32_t* w, int s, int b) : words(w), stride(s), bits(b) {}
+    GSRQ_HD std::uint32_t pop()
+    {
+        if (have < bits) {
+            buf |= std::uint64_t(words[next * stride]) << have;
+            ++next;
+            have += 32;
+        }
+        const std::uint32_t v = std::uint32_t(buf) & ((1u << bits) - 1u);
+        buf >>= bits;
+        have -= bits;
+        return v;
+    }
+};
 
 // A RoPE frequency in turns per position, inv_freq / 2π, split into two floats (hi + lo carries
 // ~48 bits), so that a float kernel can form position × frequency to ~1e-8 turns at any position

@@ -33,7 +33,8 @@ __global__ void lookupTablesKernel(DecodeDims d, const float* q, const __half* k
     const __half* C = kb + (std::int64_t(m) * d.stages + r) * d.k * D;
     for (int k = threadIdx.x; k < d.k; k += blockDim.x) {
         float acc[kMaxGroup] = {};
-        for (int j = 0; j < D; j += kEpl) {
+#pragma unroll 4
+        for (int j = 0; j < D; j += kEpl) { // 4 of the codeword's 16-byte loads in flight
             float c[kEpl] = {};
             addHalf8(c, load16(C + std::int64_t(k) * D + j));
 #pragma unroll
@@ -98,22 +99,56 @@ __global__ void __launch_bounds__(kLookupThreads, kLookupMinBlocks)
     const std::uint8_t* kBase = kc + (std::int64_t(b) * M + g * S) * d.capacity * d.bytesPerToken;
     const std::uint8_t* vBase = vc + (std::int64_t(b) * M + g * S) * d.capacity * d.bytesPerToken;
     const std::int64_t subStride = d.capacity * d.bytesPerToken;
+    // The next token's codes land in the thread's slots while it weighs this one (decode_math.h):
+    // slots[stage][word][thread], keys' S·bpt/4 words then the values'.
+    const int tid = int(threadIdx.x), wps = d.bytesPerToken / 4, kw = S * wps;
+    const bool staged = d.stagedCodes;
+    auto* slots = reinterpret_cast<std::uint32_t*>(rowMax + rows);
+    AsyncCopies<kLookupStagedBytes / 4 * kLookupCodeStages> copies;
+    auto stage = [&](std::int64_t t, int st) {
+        std::uint32_t* dst = slots + std::int64_t(st) * 2 * kw * kLookupThreads + tid;
+        for (int s = 0; s < S; ++s)
+            for (int i = 0; i < wps; ++i) {
+                const std::int64_t at = s * subStride + t * d.bytesPerToken + 4 * i;
+                copies.copy4(dst + (s * wps + i) * kLookupThreads, kBase + at);
+                copies.copy4(dst + (kw + s * wps + i) * kLookupThreads, vBase + at);
+            }
+        copies.commit();
+    };
     // Each of the thread's tokens: its score, its weight against `ref`, added to its value codes' bins.
     auto weigh = [&](float ref, float& l, float& top) {
-        for (std::int64_t t = t0 + threadIdx.x; t < t1; t += kLookupThreads) {
+        std::int64_t t = t0 + tid;
+        if (staged && t < t1)
+            stage(t, 0);
+        for (int st = 0; t < t1; t += kLookupThreads, st ^= 1) {
+            if (staged) {
+                if (t + kLookupThreads < t1)
+                    stage(t + kLookupThreads, st ^ 1);
+                else
+                    copies.commit(); // an empty group: wait<1> below then lands this token's
+                copies.wait<1>();
+            }
+            // Subspace s's key words (values: +kw words) and the distance between two of them.
+            const int stride = staged ? kLookupThreads : 1;
+            auto words = [&](int s, bool values) -> const std::uint32_t* {
+                if (staged)
+                    return slots + (std::int64_t(st) * 2 * kw + (values ? kw : 0) + s * wps) * kLookupThreads + tid;
+                return reinterpret_cast<const std::uint32_t*>((values ? vBase : kBase) + s * subStride +
+                                                              t * d.bytesPerToken);
+            };
             float sc = 0;
             for (int s = 0; s < S; ++s) {
-                const auto* w = reinterpret_cast<const std::uint32_t*>(kBase + s * subStride + t * d.bytesPerToken);
+                CodeStream codes(words(s, false), stride, d.bits);
                 for (int r = 0; r < R; ++r)
-                    sc += T[(s * R + r) * K + int(codeAt(w, r, d.bits))];
+                    sc += T[(s * R + r) * K + int(codes.pop())];
             }
             const float p = exp2f(sc - ref);
             top = fmaxf(top, sc);
             l += p;
             for (int s = 0; s < S; ++s) {
-                const auto* w = reinterpret_cast<const std::uint32_t*>(vBase + s * subStride + t * d.bytesPerToken);
+                CodeStream codes(words(s, true), stride, d.bits);
                 for (int r = 0; r < R; ++r)
-                    atomicAdd(&W[(s * R + r) * K + int(codeAt(w, r, d.bits))], p);
+                    atomicAdd(&W[(s * R + r) * K + int(codes.pop())], p);
             }
         }
     };
@@ -140,33 +175,41 @@ __global__ void __launch_bounds__(kLookupThreads, kLookupMinBlocks)
 }
 
 // The splits' scale factors of the group's heads (f = 2^(m_split − max), 0 for an empty split) into
-// f[h·splits + s], and their softmax sums L[h] = Σ f·l. Run by the first `group` threads.
+// f[h·splits + s], and their softmax sums L[h] = Σ f·l. Warp h takes head h's splits, 32 at a time
+// (its lanes' loads together), and reduces the maximum and the sum by shuffles.
 __device__ void splitScales(const DecodeDims& d, int b, int g, const float* mIn, const float* lIn, float* f, float* L)
 {
-    const int group = d.group();
-    if (int(threadIdx.x) >= group)
+    const int group = d.group(), h = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+    if (h >= group)
         return;
-    const int h = threadIdx.x;
     const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits;
     float Mx = -INFINITY;
-    for (int s = 0; s < d.splits; ++s)
+    for (int s = lane; s < d.splits; s += 32)
         Mx = fmaxf(Mx, mIn[o + s]);
+    for (int off = 16; off > 0; off /= 2)
+        Mx = fmaxf(Mx, __shfl_xor_sync(0xffffffffu, Mx, off));
     float l = 0;
-    for (int s = 0; s < d.splits; ++s) {
-        const float w = mIn[o + s] == -INFINITY ? 0.f : exp2f(mIn[o + s] - Mx);
+    for (int s = lane; s < d.splits; s += 32) {
+        const float m = mIn[o + s];
+        const float w = m == -INFINITY ? 0.f : exp2f(m - Mx);
         f[h * d.splits + s] = w;
         l += w * lIn[o + s];
     }
-    L[h] = l;
+    for (int off = 16; off > 0; off /= 2)
+        l += __shfl_xor_sync(0xffffffffu, l, off);
+    if (lane == 0)
+        L[h] = l;
 }
 
 constexpr int kCombineThreads = kStageThreads;
+static_assert(kCombineThreads / 32 >= kMaxGroup, "splitScales takes a warp per head of the group");
 
 // Grid (B·G, S·R): one block per (sequence, KV head, subspace s, stage r), so the work spreads over
 // the device at batch 1 too. It merges the splits' weights of that stage's K codewords for the
-// group's heads, then multiplies them with the stage's codewords: part[b][g][s][r][h][D] (unscaled
-// by the softmax sum). Thread (j, p) sums codewords k ≡ p mod parts for feature j; parts reduce in
-// order after. Shared: group × (splits + 1 + K) floats, then parts × group × D for the reduction.
+// group's heads (8 splits' loads in flight), then multiplies them with the stage's codewords:
+// part[b][g][s][r][h][D] (unscaled by the softmax sum). Thread (j, p) sums codewords k ≡ p mod parts
+// for features 4j..4j+3 (one 8-byte load each, 4 in flight); parts reduce in order after. Shared:
+// group × (splits + 1 + K) floats, then parts × group × D for the reduction.
 __global__ void __launch_bounds__(kCombineThreads)
     lookupStageKernel(DecodeDims d, const float* weights, const float* mIn, const float* lIn, const __half* vb,
                       float* part, unsigned* done, float* outFinal)
@@ -175,7 +218,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     const int bg = blockIdx.x, b = bg / d.kvHeads, g = bg % d.kvHeads, group = d.group();
     const int sr = blockIdx.y, S = d.subspacesPerHead(), R = d.stages, K = d.k, D = d.dim;
     const int s = sr / R, r = sr % R, per = S * R * K;
-    const int parts = max(1, kCombineThreads / D);
+    const int parts = stageParts(D), lanes = D / kStageFeatures;
     float* f = smem;                 // group × splits
     float* L = f + group * d.splits; // group
     float* Wk = L + group;           // group × K merged weights of this stage
@@ -186,26 +229,39 @@ __global__ void __launch_bounds__(kCombineThreads)
         const int h = i / K, k = i % K;
         const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits;
         float a = 0;
+#pragma unroll 8
         for (int t = 0; t < d.splits; ++t)
             a += f[h * d.splits + t] * weights[(o + t) * per + sr * K + k];
         Wk[i] = a;
     }
     __syncthreads();
-    const int j = threadIdx.x % D, p = threadIdx.x / D;
+    const int j = int(threadIdx.x) % lanes, p = int(threadIdx.x) / lanes;
     if (p < parts) {
-        float acc[kMaxGroup] = {};
-        const __half* C = vb + ((std::int64_t(g * S + s) * R + r) * K) * D + j;
+        float acc[kMaxGroup][kStageFeatures] = {};
+        const __half* C = vb + ((std::int64_t(g * S + s) * R + r) * K) * D + j * kStageFeatures;
+#pragma unroll 4
         for (int k = p; k < K; k += parts) {
-            const float c = __half2float(C[std::int64_t(k) * D]);
+            const uint2 raw = __ldg(reinterpret_cast<const uint2*>(C + std::int64_t(k) * D));
+            __half2 lo, hi;
+            memcpy(&lo, &raw.x, sizeof lo); // bit casts (register moves)
+            memcpy(&hi, &raw.y, sizeof hi);
+            const float2 c01 = __half22float2(lo), c23 = __half22float2(hi);
+            const float c[kStageFeatures] = {c01.x, c01.y, c23.x, c23.y};
 #pragma unroll
             for (int h = 0; h < kMaxGroup; ++h)
-                if (h < group)
-                    acc[h] += Wk[h * K + k] * c;
+                if (h < group) {
+                    const float w = Wk[h * K + k];
+#pragma unroll
+                    for (int e = 0; e < kStageFeatures; ++e)
+                        acc[h][e] += w * c[e];
+                }
         }
 #pragma unroll
         for (int h = 0; h < kMaxGroup; ++h)
             if (h < group)
-                red[(p * group + h) * D + j] = acc[h];
+#pragma unroll
+                for (int e = 0; e < kStageFeatures; ++e)
+                    red[(p * group + h) * D + j * kStageFeatures + e] = acc[h][e];
     }
     __syncthreads();
     float* out = part + ((std::int64_t(bg) * S + s) * R + r) * group * D;
@@ -215,8 +271,9 @@ __global__ void __launch_bounds__(kCombineThreads)
             a += red[q * group * D + i];
         out[i] = a;
     }
-    // The last of the (sequence, KV head)'s S·R blocks to finish adds the stages in order, read
-    // through the L2, and divides by the softmax sums (an atomic count, left at zero for the next step).
+    // The last of the (sequence, KV head)'s S·R blocks to finish adds the stages in order (4 loads in
+    // flight), read through the L2, and divides by the softmax sums (an atomic count, left at zero
+    // for the next step).
     int* lastFlag = reinterpret_cast<int*>(red + parts * group * D);
     __threadfence();
     __syncthreads();
@@ -229,6 +286,7 @@ __global__ void __launch_bounds__(kCombineThreads)
         const int h = i / d.headDim, j = i % d.headDim, ss = j / D, jj = j % D;
         const float* p = part + ((std::int64_t(bg) * S + ss) * R) * group * D + h * D + jj;
         float a = 0;
+#pragma unroll 4
         for (int rr = 0; rr < R; ++rr)
             a += __ldcg(p + std::int64_t(rr) * group * D);
         outFinal[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + j] = a / L[h];
@@ -241,7 +299,7 @@ __global__ void __launch_bounds__(kCombineThreads)
 // static arrays.
 std::size_t lookupDynamicBytes(const DecodeDims& d)
 {
-    return lookupSplitDynamicBytes(d.subspacesPerHead(), d.stages, d.k);
+    return lookupSplitDynamicBytes(d.subspacesPerHead(), d.stages, d.k, d.stagedCodes);
 }
 
 std::size_t lookupCombineDynamicBytes(const DecodeDims& d)

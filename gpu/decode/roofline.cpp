@@ -106,7 +106,9 @@ double fp16WaveEfficiency(const SplitPlan& plan, int batch, int kvHeads, int hea
 
 int lookupResidentBlocks(int subspaces, int stages, int k, std::size_t sharedOptin)
 {
-    const std::size_t block = lookupSplitDynamicBytes(subspaces, stages, k) + kLookupSplitStaticBytes + 1024;
+    const std::size_t block =
+        lookupSplitDynamicBytes(subspaces, stages, k, lookupStagesCodes(subspaces, stages, k, sharedOptin)) +
+        kLookupSplitStaticBytes + 1024;
     const int byShared = int((sharedOptin + 1024) / block);
     return std::min({2048 / kLookupSplitThreads, kLookupMinBlocks, byShared});
 }
@@ -180,15 +182,15 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
     // added by the last block of each (sequence, KV head): its stages' shares read back, the output
     // written, a counter read and written by the atomic, the flag written once and read by all.
     auto stageAndOut = [&](std::vector<KernelCost>& k) {
-        const double parts = std::max(1.0, std::floor(kStageThreads / D));
+        const double parts = stageParts(c.dim), lanes = D / kStageFeatures;
         k.push_back({"stage combine",
                      hq * P * per * 4.0 + hq * P * 8.0 + books + 2.0 * hq * S * R * D * 4.0 + out + pairs * 8.0,
                      (c.batch - 1.0) * books, // every sequence reads the books, the first from HBM
                      pairs * S * R *
-                             (G * P * 4.0 + G * 4.0 + G * K * 4.0 + parts * G * D * 4.0 // writes
-                              + G * K * P * 4.0 + G * K * D * 4.0 + G * D * parts * 4.0 // reads
-                              + 4.0 + kStageThreads * 4.0) +                            // the flag
-                         pairs * G * hd * 4.0,                                          // each output's softmax sum
+                             (G * P * 4.0 + G * 4.0 + G * K * 4.0 + parts * G * D * 4.0     // writes
+                              + G * K * P * 4.0 + G * K * lanes * 4.0 + G * D * parts * 4.0 // reads
+                              + 4.0 + kStageThreads * 4.0) +                                // the flag
+                         pairs * G * hd * 4.0,                                              // each output's softmax sum
                      hq * per * D * 2.0});
     };
 
@@ -230,9 +232,13 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
         // weighs again (its largest score within 2^64 of the bound: the seeded steps here).
         const double warps = kLookupSplitThreads / 32.0, threads = kLookupSplitThreads, rows = S * R;
         const double blocks = hq * P;
+        // Where a token's codes are staged (decode_math.h), each query head's block copies them into
+        // shared memory (4 bytes a copy) and reads each word once there (CodeStream).
+        const bool staged = c.codesStaged && lookupStagedBytes(int(S), int(bpt)) > 0;
+        const double stagedPerToken = staged ? 2.0 * (2.0 * S * bpt) : 0.0;
         const double shared = blocks * (2.0 * per * 4.0 + per * 4.0 + rows * 4.0 + threads * rows * 4.0 +
                                         2.0 * (warps * 4.0 + threads * warps * 4.0) + per * 4.0) +
-                              tok * G * rows * 12.0;
+                              tok * G * (rows * 12.0 + stagedPerToken);
         k.push_back({"lookup split", hq * per * 4.0 + 2.0 * codes + hq * P * per * 4.0 + hq * P * 8.0, 0, shared,
                      tok * S * R * G * 2.0});
         stageAndOut(k);
@@ -315,14 +321,25 @@ LookupLatencyModel lookupLatencyModel(const DecodeCostCase& c, int multiprocesso
     const std::int64_t per32 = splitLength(c.context, c.splits);
     m.tokensPerThread = (std::min(per32, c.context) + kLookupSplitThreads - 1) / kLookupSplitThreads;
     m.launches = 3 * kLaunchSecondsEstimate;
-    m.tables = kHbmLatencyEstimate + (c.dim / double(kFeaturesPerLane)) * kL2LatencyEstimate;
+    m.tables = kHbmLatencyEstimate + std::ceil(c.dim / double(kFeaturesPerLane) / 4.0) * kL2LatencyEstimate;
     const double setup = kHbmLatencyEstimate + std::ceil(per / kLookupSplitThreads / 8.0) * kL2LatencyEstimate;
-    const double chain = setup + double(m.tokensPerThread) * (kHbmLatencyEstimate + 2.0 * rows * kSharedOpEstimate);
+    // A token's work: its S·R table reads and bin atomics. Staged, the next token's codes are in
+    // flight while this one is weighed, so a token waits only for what of the HBM latency its
+    // predecessor's work did not cover.
+    const double work = 2.0 * rows * kSharedOpEstimate, n = double(m.tokensPerThread);
+    m.codesStaged = c.codesStaged && lookupStagesCodes(S, R, K, sharedOptin);
+    const double walk =
+        m.codesStaged
+            ? (n > 0 ? kHbmLatencyEstimate + n * work + (n - 1) * std::max(0.0, kHbmLatencyEstimate - work) : 0.0)
+            : n * (kHbmLatencyEstimate + work);
+    const double chain = setup + walk;
     const auto kernels = decodeKernelCosts(DecodePath::Lookup, c);
     const double splitBytes = kernels.size() > 1 ? kernels[1].hbmBytes : 0;
     m.split = std::max(m.waves * chain, copyBytesPerSecond > 0 ? splitBytes / copyBytesPerSecond : 0.0);
-    const double parts = std::max(1.0, std::floor(double(kStageThreads) / c.dim));
-    m.combine = (3.0 * c.splits + std::ceil(K / parts / 4.0) + R) * kL2LatencyEstimate + kHbmLatencyEstimate;
+    const double parts = stageParts(c.dim), P = c.splits;
+    m.combine = (2.0 * std::ceil(P / 32.0) + std::ceil(P / 8.0) + std::ceil(K / parts / 4.0) + std::ceil(R / 4.0)) *
+                    kL2LatencyEstimate +
+                kHbmLatencyEstimate;
     m.seconds = m.launches + m.tables + m.split + m.combine;
     return m;
 }
@@ -418,8 +435,9 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
                 planLookupSplits(ctx, batch, o.shape.heads, S, stages, k, sms, model.sharedOptin);
             // The shared memory the launches would ask for (decode_math.h), against the device's opt-in.
             const std::size_t combine = lookupCombineDynamicBytes(group, binned.splits, k, dim);
-            const std::size_t lookupSplit = std::max(lookupSplitDynamicBytes(S, stages, k) + kLookupSplitStaticBytes,
-                                                     lookupCombineDynamicBytes(group, lookupPlan.splits, k, dim));
+            const std::size_t lookupSplit =
+                std::max(lookupSplitDynamicBytes(S, stages, k, false) + kLookupSplitStaticBytes,
+                         lookupCombineDynamicBytes(group, lookupPlan.splits, k, dim));
             const bool paperBins = std::max(paperBinsDynamicBytes(group, S, stages, k) + kPaperBinsStaticBytes,
                                             combine) <= model.sharedOptin;
             double fp16Seconds = 0;
@@ -444,7 +462,8 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
                                          .splits
                                    : planSplits(ctx, batch, o.shape.kvHeads, sms, kMinSplitTokens).splits;
                     p.paperBins = path == DecodePath::Paper && paperBins;
-                    p.costs = decodeCosts(path, {o.shape, dim, stages, k, ctx, batch, p.splits, p.paperBins});
+                    const bool staged = lookupStagesCodes(S, stages, k, model.sharedOptin);
+                    p.costs = decodeCosts(path, {o.shape, dim, stages, k, ctx, batch, p.splits, p.paperBins, staged});
                     const DecodeCostCase lc{o.shape, dim, stages, k, ctx, batch, p.splits, false};
                     if (path == DecodePath::Fp16)
                         p.latencyModelSeconds =

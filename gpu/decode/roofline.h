@@ -62,8 +62,9 @@ struct DecodeCostCase {
     int dim = 0, stages = 0, k = 0;
     std::int64_t context = 0;
     int batch = 1;
-    int splits = 1;        // as planned for the path
-    bool paperBins = true; // paper path: values through per-codeword weights (else codewords summed)
+    int splits = 1;          // as planned for the path
+    bool paperBins = true;   // paper path: values through per-codeword weights (else codewords summed)
+    bool codesStaged = true; // lookup path: its tokens' codes staged where small enough (lookupStagesCodes)
 };
 DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c);
 
@@ -95,17 +96,20 @@ Fp16LatencyModel fp16LatencyModel(const DecodeCostCase& c, int multiprocessors, 
 
 // The same kind of latency model for the lookup path's three launches (estimates, with the FP16
 // model's constants and a shared-memory read or atomic on a thread's path of 30 ns): the tables
-// (an HBM latency and a thread's D/8 codeword loads from the L2); the split kernel's waves, each
-// block copying its tables in (a load of 8 per thread in flight at a time) and then walking its
-// tokens a thread at a time, each token waiting on its codes from HBM and on its S·R table reads
-// and bin atomics, or the step's bytes at the copy rate if longer; the combine, whose blocks read
-// the splits' maxima and sums twice and their weights once, one after another, then their K/parts
-// codewords 4 at a time, and whose last block adds the R stages.
+// (an HBM latency and a thread's D/8 codeword loads from the L2, 4 in flight); the split kernel's
+// waves, each block copying its tables in (a load of 8 per thread in flight at a time) and then
+// walking its tokens a thread at a time, each token's S·R table reads and bin atomics in a chain,
+// and its codes' HBM latency too where they are not staged (where they are, the next token's codes
+// are in flight during this one's work), or the step's bytes at the copy rate if longer; the
+// combine, whose warps read the splits' maxima and sums 32 splits at a time (twice), whose threads
+// merge the splits' weights 8 at a time and read their K/parts codewords 4 at a time, and whose
+// last block adds the R stages 4 at a time.
 struct LookupLatencyModel {
     double seconds = 0; // 3 launches + tables + split + combine
     double launches = 0, tables = 0, split = 0, combine = 0;
     int waves = 0, blocksPerSm = 0;
     std::int64_t tokensPerThread = 0;
+    bool codesStaged = false;
 };
 inline constexpr double kSharedOpEstimate = 30e-9;
 LookupLatencyModel lookupLatencyModel(const DecodeCostCase& c, int multiprocessors, std::size_t sharedOptin,
