@@ -21,6 +21,7 @@ using namespace detail;
 __global__ void lookupTablesKernel(DecodeDims d, const float* q, const __half* kb, float* tables)
 {
     __shared__ float qs[kMaxGroup][256]; // D ≤ 256
+    gridDependencyTrigger();             // the split kernel's blocks may start (they wait for the tables)
     const int bg = blockIdx.x, b = bg / d.kvHeads, g = bg % d.kvHeads;
     const int sr = blockIdx.y, s = sr / d.stages, r = sr % d.stages;
     const int S = d.subspacesPerHead(), m = g * S + s, group = d.group(), D = d.dim;
@@ -74,10 +75,12 @@ __global__ void __launch_bounds__(kLookupThreads, kLookupMinBlocks)
     float* rowMax = W + per;
     const std::int64_t o = std::int64_t(b) * d.heads + hq;
     const float* tSrc = tablesIn + o * per;
-    for (int i = threadIdx.x; i < per; i += blockDim.x) {
-        T[i] = tSrc[i];
+    gridDependencyTrigger(); // the combine's blocks may start (they wait for this launch)
+    for (int i = threadIdx.x; i < per; i += blockDim.x)
         W[i] = 0;
-    }
+    gridDependencyWait(); // the tables kernel's tables are written (the codes were, before it started)
+    for (int i = threadIdx.x; i < per; i += blockDim.x)
+        T[i] = tSrc[i];
     __syncthreads();
     const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
     for (int row = warp; row < rows; row += kLookupThreads / 32) {
@@ -219,6 +222,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     const int sr = blockIdx.y, S = d.subspacesPerHead(), R = d.stages, K = d.k, D = d.dim;
     const int s = sr / R, r = sr % R, per = S * R * K;
     const int parts = stageParts(D), lanes = D / kStageFeatures;
+    gridDependencyWait();            // the split kernel's bins, maxima and sums are written
     float* f = smem;                 // group × splits
     float* L = f + group * d.splits; // group
     float* Wk = L + group;           // group × K merged weights of this stage
@@ -332,7 +336,7 @@ cudaError_t launchLookupSplit(const DecodeDims& d, const float* tables, const st
     const std::size_t shm = lookupDynamicBytes(d);
     if (cudaError_t e = allowShared(lookupSplitKernel, shm); e != cudaSuccess)
         return e;
-    launch(lookupSplitKernel, grid, kLookupThreads, shm, stream, d, tables, kc, vc, weights, m, l);
+    launchChained(d.chained, lookupSplitKernel, grid, kLookupThreads, shm, stream, d, tables, kc, vc, weights, m, l);
     return cudaGetLastError();
 }
 
@@ -354,8 +358,8 @@ cudaError_t launchLookupCombine(const DecodeDims& d, const float* weights, const
     if (cudaError_t e = allowShared(lookupStageKernel, shm); e != cudaSuccess)
         return e;
     const dim3 grid(unsigned(d.batch * d.kvHeads), unsigned(d.subspacesPerHead() * d.stages));
-    launch(lookupStageKernel, grid, kCombineThreads, shm, stream, d, weights, m, l, reinterpret_cast<const __half*>(vb),
-           stagePartials, done, out);
+    launchChained(d.chained, lookupStageKernel, grid, kCombineThreads, shm, stream, d, weights, m, l,
+                  reinterpret_cast<const __half*>(vb), stagePartials, done, out);
     return cudaGetLastError();
 }
 

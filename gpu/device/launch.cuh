@@ -28,6 +28,54 @@ inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t shar
 #endif
 }
 
+// Enqueues the launch as a programmatic dependent of the stream's previous one where `chained`
+// (Hopper and later: the CUDA programming guide's programmatic dependent launch): its blocks may start
+// once every block of that launch has started or called gridDependencyTrigger(), and must call
+// gridDependencyWait() before they read what it wrote. Elsewhere (and in the emulator, which runs
+// launches one after another) an ordinary launch. The status is cudaGetLastError()'s, as above.
+template <class... P>
+inline void launchChained(bool chained, void (*kernel)(P...), dim3 grid, dim3 block, std::size_t sharedBytes,
+                          cudaStream_t stream, std::type_identity_t<P>... args)
+{
+#if defined(GSRQ_CUDA_EMULATOR)
+    (void)chained;
+    emulator::launch(kernel, grid, block, sharedBytes, stream, args...);
+#else
+    if (!chained) {
+        kernel<<<grid, block, sharedBytes, stream>>>(args...);
+        return;
+    }
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = sharedBytes;
+    config.stream = stream;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&config, kernel, args...); // its error stays for cudaGetLastError()
+#endif
+}
+
+// In a launch made by launchChained: waits until the launch it depends on has finished and its
+// writes are visible (griddepcontrol.wait); lets the stream's next chained launch start its blocks
+// (griddepcontrol.launch_dependents). Both do nothing before sm_90, in an ordinary launch, and in
+// the emulator.
+__device__ __forceinline__ void gridDependencyWait()
+{
+#if !defined(GSRQ_CUDA_EMULATOR) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void gridDependencyTrigger()
+{
+#if !defined(GSRQ_CUDA_EMULATOR) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // The kernel's static shared memory (its __shared__ arrays), which a block holds beside the dynamic.
 template <class Kernel> inline std::size_t staticShared(Kernel k)
 {
