@@ -109,7 +109,7 @@ step torch-decode.json 300 "$python" "$root/tools/bench/torch_decode.py" "${shap
 anchor=()
 "$python" -c 'import json, sys; assert json.load(open(sys.argv[1]))["points"]' "$out/torch-decode.json" 2>/dev/null &&
   anchor=(--anchor "$out/torch-decode.json")
-for bpa in 0.75 1; do
+for bpa in 0.75 0.5 1; do
   step "bench-decode-$bpa.json" 400 "$gsrq" --no-db bench-decode "${shape[@]}" --bpa $bpa ${anchor[@]+"${anchor[@]}"} --json
 done
 # The speed–quality frontier's shapes (tools/bench/frontier.sh's D and R at K = 256, 0.5, 0.75 and 1

@@ -80,7 +80,11 @@ def main():
         "sample_nmse_cpu": sample_nmse(load(out, "train-sample-cpu.json")),
     }
     decode = []
-    for bpa_name in ("0.75", "1"):
+    # FlashInfer's single-request decode, the second anchor, from torch_decode.py where it imported.
+    torch_decode = load(out, "torch-decode.json")
+    flashinfer = {(p["context"], p["batch"]): p["flashinfer_seconds"]
+                  for p in (torch_decode or {}).get("points", []) if p.get("flashinfer_seconds")}
+    for bpa_name in ("0.5", "0.75", "1"):
         doc = load(out, f"bench-decode-{bpa_name}.json")
         if doc is None:
             continue
@@ -105,6 +109,7 @@ def main():
                                             if fp16.get("bytes_per_second") and copy else None),
                 "paper_us": us(paths, "paper"), "lookup_us": us(paths, "lookup"),
                 "torch_sdpa_us": torch_s * 1e6 if torch_s else None,
+                "flashinfer_us": flashinfer[(ctx, batch)] * 1e6 if (ctx, batch) in flashinfer else None,
                 "verified": verified,
             })
     # The frontier's shapes (frontier-D-BPA.json), one entry per D, BPA and batch.
@@ -133,6 +138,7 @@ def main():
         "train": train,
         "decode": decode,
         "frontier": frontier,
+        "flashinfer": get(torch_decode, "flashinfer"),
         "runs_db": "runs.db" if os.path.exists(os.path.join(out, "runs.db")) else None,
         "copy_bytes_per_second": get(load(out, "bench-decode-0.75.json"), "summary", "copy_bytes_per_second"),
         "append_seconds": get(load(out, "bench-decode-0.75.json"), "summary", "append_seconds"),
