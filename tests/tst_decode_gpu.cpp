@@ -479,7 +479,12 @@ private slots:
             // memory, so the paper path sums the value codewords instead.
             {"gqa8 d256 D64 R8 values by codewords", {8, 1, 256}, 64, 8, 256, 1, 700, 3},
             {"gqa4 d128 sharp softmax", {8, 2, 128}, 128, 6, 256, 1, 3000, 0, 40.f},
+            // 20 bytes of codes per token and subspace, 2 subspaces: more than either path stages in
+            // shared memory, so both read their codes where they lie.
+            {"mha d64 D32 R17 codes read in place", {2, 2, 64}, 32, 17, 256, 1, 300, 0},
         };
+        QVERIFY(!gpu::lookupStagesCodes(2, 17, 256, 227 * 1024));
+        QVERIFY(gpu::paperStagedWords(64, 2, 2, gpu::packedCodeBytes(17, 256)) > gpu::kPaperStageWords);
         for (const auto& cs : cases) {
             const auto kb = syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 21);
             const auto vb = syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 22);

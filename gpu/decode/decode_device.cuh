@@ -162,6 +162,13 @@ static __device__ __forceinline__ float2* sharedTurns()
     return turns;
 }
 
+// The paper kernels' staged codes: kPaperStageWords words per warp and stage, two stages.
+static __device__ __forceinline__ std::uint32_t* sharedPaperCodes()
+{
+    __shared__ std::uint32_t codes[kDecodeWarps * 2 * kPaperStageWords];
+    return codes;
+}
+
 // One value per warp of a block of up to kMaxBlockWarps warps, for block reductions.
 static __device__ __forceinline__ float* sharedWarpValues()
 {

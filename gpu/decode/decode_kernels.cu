@@ -351,9 +351,9 @@ __global__ void __launch_bounds__(fp16DecodeLayout(HD, G).threads,
         done[pair] = 0; // every split has counted itself: ready for the next step
 }
 
-// Σ_r codeword features j..j+7 of the token whose codes are `w`.
-// The token's code words are read where they lie (L1-cached, the same address for the lanes of a
-// token): a register copy indexed by stage would live in local memory.
+// Σ_r codeword features j..j+7 of the token whose codes are `w` (staged in shared memory, or where
+// they lie in global memory: L1-cached, the same address for the lanes of a token), each code word
+// read once (CodeStream: a register copy indexed by stage would live in local memory).
 __device__ __forceinline__ void decode8(float (&x)[kEpl], const std::uint32_t* w, const __half* books,
                                         const DecodeDims& d)
 {
@@ -364,11 +364,85 @@ __device__ __forceinline__ void decode8(float (&x)[kEpl], const std::uint32_t* w
 #pragma unroll
     for (int e = 0; e < kEpl; ++e)
         x[e] = 0;
+    CodeStream codes(w, 1, d.bits);
 #pragma unroll 4
     for (int r = 0; r < d.stages; ++r) {
-        const std::uint32_t c = codeAt(w, r, d.bits);
+        const std::uint32_t c = codes.pop();
         addHalf8(x, load16(books + (std::int64_t(r) * d.k + c) * d.dim));
     }
+}
+
+// The codes of a warp's tokens of the paper kernels' next step, copied into its slots of shared
+// memory (sharedPaperCodes) with cp.async while it works on this step, so the step's chain of loads
+// starts at the codewords' gathers: slots[warp][stage][u][row][keys, values][subspace][word], tokens
+// past the split's end `t1` as its last token (as the kernels clamp them). Where a step's codes pass
+// kPaperStageWords (paperCodesStaged false) the kernels read them from global memory where used.
+template <int U> __device__ __forceinline__ bool paperCodesStaged(const DecodeDims& d)
+{
+    return paperStagedWords(d.headDim, U, d.subspacesPerHead(), d.bytesPerToken) <= kPaperStageWords;
+}
+
+__device__ __forceinline__ std::uint32_t* paperCodeSlots(int st)
+{
+    return sharedPaperCodes() + ((threadIdx.x >> 5) * 2 + st) * kPaperStageWords;
+}
+
+// Where subspace s of the block's (sequence, KV head) codes lie.
+__device__ __forceinline__ const std::uint8_t* paperCodeBase(const DecodeDims& d, const std::uint8_t* codes, int s)
+{
+    const std::int64_t m = std::int64_t(blockIdx.z) * d.subspaces() + blockIdx.y * d.subspacesPerHead() + s;
+    return codes + m * d.capacity * d.bytesPerToken;
+}
+
+// Starts the copies of the step whose first token (row 0, u = 0) is `first`, tokens `stride` apart
+// between u's, into stage st.
+template <int U, class Copies>
+__device__ __forceinline__ void stagePaperCodes(const DecodeDims& d, const std::uint8_t* kc, const std::uint8_t* vc,
+                                                std::int64_t t1, Copies& copies, int st, std::int64_t first, int stride)
+{
+    const int lane = int(threadIdx.x) & 31, wps = d.bytesPerToken / 4, S = d.subspacesPerHead();
+    const int rows = 256 / d.headDim, words = paperStagedWords(d.headDim, U, S, d.bytesPerToken);
+    std::uint32_t* dst = paperCodeSlots(st);
+    for (int i = lane; i < words; i += 32) {
+        int rest = i / wps;
+        const int w = i % wps, s = rest % S;
+        rest /= S;
+        const int kv = rest % 2;
+        rest /= 2;
+        const int row = rest % rows, u = rest / rows;
+        std::int64_t t = first + row + std::int64_t(u) * stride;
+        t = t < t1 ? t : t1 - 1;
+        copies.copy4(dst + i, paperCodeBase(d, kv ? vc : kc, s) + t * d.bytesPerToken + 4 * w);
+    }
+    copies.commit();
+}
+
+// At the top of each step: every lane is done with the stage the next step's copies go to, they
+// start, and this step's codes (stage st) are in: cp.async's wait, then the warp's barrier shows
+// every lane's copies.
+template <int U, class Copies>
+__device__ __forceinline__ void advancePaperCodes(const DecodeDims& d, const std::uint8_t* kc, const std::uint8_t* vc,
+                                                  std::int64_t t1, Copies& copies, int st, std::int64_t nextFirst,
+                                                  int stride)
+{
+    __syncwarp();
+    if (nextFirst < t1)
+        stagePaperCodes<U>(d, kc, vc, t1, copies, st ^ 1, nextFirst, stride);
+    else
+        copies.commit(); // an empty group: wait<1> then lands this step's
+    copies.template wait<1>();
+    __syncwarp();
+}
+
+// Token (u, row)'s code words of subspace s, keys (kv 0) or values (kv 1): staged, or in place.
+__device__ __forceinline__ const std::uint32_t* paperCodeWords(const DecodeDims& d, bool staged,
+                                                               const std::uint8_t* codes, int st, int u, int row,
+                                                               int kv, int s, std::int64_t t)
+{
+    const int wps = d.bytesPerToken / 4, S = d.subspacesPerHead();
+    if (staged)
+        return paperCodeSlots(st) + ((u * (256 / d.headDim) + row) * 2 + kv) * S * wps + s * wps;
+    return reinterpret_cast<const std::uint32_t*>(paperCodeBase(d, codes, s) + t * d.bytesPerToken);
 }
 
 // Rotate-half RoPE of the lane's 8 features at `position`: feature i < headDim/2 pairs with
@@ -404,9 +478,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // The lane's subspace and its codes' and codewords' base addresses.
-    const int S = d.subspacesPerHead(), s = j0 / d.dim, m = g * S + s, M = d.subspaces();
-    const std::uint8_t* kCodes = kc + (std::int64_t(b) * M + m) * d.capacity * d.bytesPerToken;
-    const std::uint8_t* vCodes = vc + (std::int64_t(b) * M + m) * d.capacity * d.bytesPerToken;
+    const int S = d.subspacesPerHead(), s = j0 / d.dim, m = g * S + s;
     const std::int64_t bookOff = std::int64_t(m) * d.stages * d.k * d.dim + (j0 % d.dim);
     const __half* kBook = kb + bookOff;
     const __half* vBook = vb + bookOff;
@@ -430,7 +502,14 @@ __global__ void __launch_bounds__(kThreads)
     const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
     const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
     const int stride = kWarps * perWarp;
-    for (std::int64_t tw = t0 + warp * perWarp; tw < t1; tw += std::int64_t(U) * stride) {
+    AsyncCopies<2 * kPaperStageWords / 32> copies;
+    const bool staged = paperCodesStaged<U>(d);
+    std::int64_t tw = t0 + warp * perWarp;
+    if (staged && tw < t1)
+        stagePaperCodes<U>(d, kc, vc, t1, copies, 0, tw, stride);
+    for (int cs = 0; tw < t1; tw += std::int64_t(U) * stride, cs ^= 1) {
+        if (staged)
+            advancePaperCodes<U>(d, kc, vc, t1, copies, cs, tw + std::int64_t(U) * stride, stride);
         float kx[U][kEpl], vx[U][kEpl];
         bool ok[U];
 #pragma unroll
@@ -438,8 +517,8 @@ __global__ void __launch_bounds__(kThreads)
             const std::int64_t t = tw + sub + std::int64_t(u) * stride;
             ok[u] = t < t1;
             const std::int64_t tc = ok[u] ? t : t1 - 1;
-            decode8(kx[u], reinterpret_cast<const std::uint32_t*>(kCodes + tc * d.bytesPerToken), kBook, d);
-            decode8(vx[u], reinterpret_cast<const std::uint32_t*>(vCodes + tc * d.bytesPerToken), vBook, d);
+            decode8(kx[u], paperCodeWords(d, staged, kc, cs, u, sub, 0, s, tc), kBook, d);
+            decode8(vx[u], paperCodeWords(d, staged, vc, cs, u, sub, 1, s, tc), vBook, d);
             rope8(kx[u], float(d.positionOffset + tc), j0, width, half, turns);
         }
         attendStep<G, U>(st, kx, vx, ok, width, group);
@@ -477,10 +556,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     // The lane's subspace; its lanes share the subspace's stages for the value bins.
-    const int s = j0 / d.dim, m = g * S + s, M = d.subspaces();
+    const int s = j0 / d.dim, m = g * S + s;
     const int lanesPerSub = d.dim / kEpl, r0 = (j0 % d.dim) / kEpl;
-    const std::uint8_t* kCodes = kc + (std::int64_t(b) * M + m) * d.capacity * d.bytesPerToken;
-    const std::uint8_t* vCodes = vc + (std::int64_t(b) * M + m) * d.capacity * d.bytesPerToken;
     const __half* kBook = kb + std::int64_t(m) * d.stages * d.k * d.dim + (j0 % d.dim);
     const float scale = kLog2e / sqrtf(float(d.headDim));
 
@@ -506,18 +583,26 @@ __global__ void __launch_bounds__(kThreads)
     const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
     const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
     const int stride = kWarps * perWarp;
-    for (std::int64_t tb = t0; tb < t1; tb += std::int64_t(U) * stride) { // the same trip count in every thread
+    // Groups of 8 hold 8 heads' queries, scores and sums in registers (250 of 255): their codes are
+    // read where they lie, as staging them would spill.
+    AsyncCopies<2 * kPaperStageWords / 32> copies;
+    const bool staged = G < 8 && paperCodesStaged<U>(d);
+    if (staged)
+        stagePaperCodes<U>(d, kc, vc, t1, copies, 0, t0 + warp * perWarp, stride);
+    int cs = 0;
+    for (std::int64_t tb = t0; tb < t1; tb += std::int64_t(U) * stride, cs ^= 1) { // the same trip count everywhere
+        if (staged)
+            advancePaperCodes<U>(d, kc, vc, t1, copies, cs, tb + std::int64_t(U) * stride + warp * perWarp, stride);
         float sc[G][U];
         bool ok[U];
-        std::int64_t tc[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const std::int64_t t = tb + warp * perWarp + sub + std::int64_t(u) * stride;
             ok[u] = t < t1;
-            tc[u] = ok[u] ? t : t1 - 1;
+            const std::int64_t tc = ok[u] ? t : t1 - 1;
             float kx[kEpl];
-            decode8(kx, reinterpret_cast<const std::uint32_t*>(kCodes + tc[u] * d.bytesPerToken), kBook, d);
-            rope8(kx, float(d.positionOffset + tc[u]), j0, width, half, turns);
+            decode8(kx, paperCodeWords(d, staged, kc, cs, u, sub, 0, s, tc), kBook, d);
+            rope8(kx, float(d.positionOffset + tc), j0, width, half, turns);
 #pragma unroll
             for (int h = 0; h < G; ++h) {
                 float p = 0;
@@ -573,8 +658,8 @@ __global__ void __launch_bounds__(kThreads)
                 if (li == 0)
                     lSum[h] += p[h];
             }
-            addToBins<G>(W, per, group, s, R, K,
-                         reinterpret_cast<const std::uint32_t*>(vCodes + tc[u] * d.bytesPerToken), d.bits, r0,
+            const std::int64_t t = tb + warp * perWarp + sub + std::int64_t(u) * stride; // ok: in the split
+            addToBins<G>(W, per, group, s, R, K, paperCodeWords(d, staged, vc, cs, u, sub, 1, s, t), d.bits, r0,
                          lanesPerSub, p);
         }
         __syncthreads();

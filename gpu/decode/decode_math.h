@@ -132,10 +132,21 @@ inline std::size_t lookupCombineDynamicBytes(int group, int splits, int k, int d
     const std::size_t parts = std::size_t(stageParts(dim));
     return (std::size_t(group) * (std::size_t(splits) + 1 + std::size_t(k)) + parts * group * dim) * sizeof(float) + 16;
 }
+// The paper kernels stage the codes (keys', values') of each warp's tokens of its next step in
+// shared memory, kPaperStageWords 32-bit words a warp and stage, two stages; where a step's codes
+// take more, they read them from global memory where used. A step of a warp: 256/headDim token rows
+// (32 lanes over headDim/8 lanes a row), U tokens each (U = 1 for groups of 8, else 2).
+inline constexpr int kPaperStageWords = 128;
+GSRQ_HD constexpr int paperStagedWords(int headDim, int unroll, int subspaces, int bytesPerToken)
+{
+    return (256 / headDim) * unroll * 2 * subspaces * (bytesPerToken / 4);
+}
 // Static (decode_device.cuh): the paper kernel's RoPE turns (float2 each), a value per warp and head,
-// a value per warp; the lookup split kernel's value per warp.
-inline constexpr std::size_t kPaperBinsStaticBytes =
-    kMaxRopePairs * 2 * sizeof(float) + kMaxBlockWarps * kMaxGroup * sizeof(float) + kMaxBlockWarps * sizeof(float);
+// a value per warp, the staged codes; the lookup split kernel's value per warp.
+inline constexpr std::size_t kPaperStagedCodeBytes = std::size_t(kDecodeWarps) * 2 * kPaperStageWords * 4;
+inline constexpr std::size_t kPaperBinsStaticBytes = kMaxRopePairs * 2 * sizeof(float) +
+                                                     kMaxBlockWarps * kMaxGroup * sizeof(float) +
+                                                     kMaxBlockWarps * sizeof(float) + kPaperStagedCodeBytes;
 inline constexpr std::size_t kLookupSplitStaticBytes = kMaxBlockWarps * sizeof(float);
 // Whether the lookup split kernel stages its tokens' codes on a device with `sharedOptin` bytes of
 // shared memory per block: where they are small enough and the block with them still fits.

@@ -156,6 +156,16 @@ double tokenSlots(std::int64_t tokens, int splits, std::int64_t step)
     return slots;
 }
 
+// The 32-bit words codeAt reads for a token's R codes (a word, and the next where a code straddles
+// two), as the paper path's bins read them stage by stage.
+double codeWordsRead(int stages, int bits)
+{
+    int n = 0;
+    for (int r = 0; r < stages; ++r)
+        n += ((r * bits) & 31) + bits > 32 ? 2 : 1;
+    return n;
+}
+
 } // namespace
 
 std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase& c)
@@ -249,8 +259,14 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
     const double U = Gt >= 8 ? 1 : 2;
     const double walked = pairs * tokenSlots(c.context, c.splits, std::int64_t(U * slots));
     const double blocks = pairs * P;
+    // The codes staged a step ahead (decode_math.h; where they fit): each token slot's keys' and
+    // values' words copied in (4 bytes a copy), then each lane's key words read once (CodeStream).
+    const int bits = PackedCodes::bitsFor(c.k);
+    const bool codesStaged = paperStagedWords(int(hd), int(U), int(S), int(bpt)) <= kPaperStageWords;
+    const double stagedShared = codesStaged ? walked * (2.0 * S * bpt + (hd / kFeaturesPerLane) * bpt) : 0.0;
     const double ropeShared = blocks * (turns + decodeThreads * Gt * kFeaturesPerLane * 8.0) // turns in, q's RoPE
-                              + walked * hd * 8.0; // each token slot's key RoPE: 8 features a lane, float2 each
+                              + walked * hd * 8.0 // each token slot's key RoPE: 8 features a lane, float2 each
+                              + stagedShared;
     const double keyFlops = tok * (S * R * D + 6.0 * hd + G * 2.0 * hd);
     if (c.paperBins) {
         const double tiles = walked / (U * slots);
@@ -259,14 +275,16 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
                               + tiles * G * kDecodeWarps * 4.0                 // tile maxima written (a lane per warp)
                               + tiles * G * decodeThreads * kDecodeWarps * 4.0 // and read by every thread
                               + blocks * G * per * 4.0                         // bins read out
-                              + blocks * G * (kDecodeWarps + decodeThreads * kDecodeWarps) * 4.0; // sums
+                              + blocks * G * (kDecodeWarps + decodeThreads * kDecodeWarps) * 4.0        // sums
+                              + (codesStaged ? walked * S * codeWordsRead(c.stages, bits) * 4.0 : 0.0); // bins' codes
         k.push_back({"paper bins", 2.0 * codes + books + q + turns + hq * P * per * 4.0 + hq * P * 8.0,
                      std::max(0.0, tok * S * R * D * 2.0 - books), shared, keyFlops + tok * S * R * G});
         stageAndOut(k);
         return k;
     }
     k.push_back({"paper split", 2.0 * codes + 2.0 * books + q + turns + partials,
-                 2.0 * std::max(0.0, tok * S * R * D * 2.0 - books), ropeShared + finishSplitShared(),
+                 2.0 * std::max(0.0, tok * S * R * D * 2.0 - books),
+                 ropeShared + finishSplitShared() + (codesStaged ? walked * (hd / kFeaturesPerLane) * bpt : 0.0),
                  keyFlops + tok * (S * R * D + G * 2.0 * hd)});
     k.push_back(combine);
     return k;
