@@ -243,6 +243,39 @@ private slots:
         QVERIFY(m2.split >= double(m2.tokensPerThread) * (gpu::kHbmLatencyEstimate + 64 * gpu::kSharedOpEstimate));
     }
 
+    // The paper path's latency model (estimates): two launches, its terms as documented, a step's
+    // chain shorter where the codes are staged.
+    void paperLatencyModelComposesItsTerms()
+    {
+        const auto* h200 = gpu::findDeviceModel("h200");
+        QVERIFY(h200);
+        const DecodeShape s{32, 8, 128};
+        const auto plan = gpu::planSplits(32768, 1, 8, 132, gpu::kMinBinnedSplitTokens);
+        const gpu::DecodeCostCase c{s, 128, 12, 256, 32768, 1, plan.splits, true};
+        const auto m = gpu::paperLatencyModel(c, 132, h200->sharedOptin, h200->copyBytesPerSecond);
+        QCOMPARE(m.launches, 2 * gpu::kLaunchSecondsEstimate);
+        QCOMPARE(m.seconds, m.launches + m.split + m.combine);
+        QVERIFY(m.codesStaged);
+        // 128 registers (kPaperBinsRegisters for groups of 4) and 128 threads: 4 blocks per SM; the
+        // 48 KiB of bins and the static arrays fit 4 in 228 KiB too.
+        QCOMPARE(m.blocksPerSm, 4);
+        QCOMPARE(m.waves, 1);
+        // 1,024 tokens a split over 8 rows of lanes, 2 tokens a row a step: 64 steps.
+        QCOMPARE(m.stepsPerBlock, std::int64_t(64));
+        // A step: 3 rounds of 4 stages' gathers, 4 shuffles of the scores (16 lanes a row), the block
+        // maximum's 2 barriers, a value code's bins per lane for 4 heads (12 stages over 16 lanes).
+        const double step = 3 * gpu::kL2LatencyEstimate + 4 * gpu::kShuffleEstimate + 2 * gpu::kBarrierEstimate +
+                            4 * gpu::kSharedOpEstimate;
+        QVERIFY(std::abs(m.step - step) < 1e-15);
+        QVERIFY(std::abs(m.split - (gpu::kHbmLatencyEstimate + 64 * step)) < 1e-12);
+        // Groups of 8 keep their codes in place in the bins kernel: each round waits on its code word,
+        // each step on a line of codes from HBM.
+        const gpu::DecodeCostCase g8{{64, 8, 128}, 128, 12, 256, 32768, 1, plan.splits, true};
+        const auto m8 = gpu::paperLatencyModel(g8, 132, h200->sharedOptin, h200->copyBytesPerSecond);
+        QVERIFY(!m8.codesStaged);
+        QVERIFY(m8.step > step + gpu::kHbmLatencyEstimate);
+    }
+
     // decode_math.h's code arithmetic, which the kernels and the cost model use, against the
     // packed layout's own (core/lm/decode_cache.h).
     void codeArithmeticMatchesThePackedLayout()

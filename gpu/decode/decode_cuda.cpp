@@ -749,6 +749,13 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
                     p.latencyModelSeconds = lookupLatencyModel(lc, prop.multiProcessorCount,
                                                                prop.sharedMemPerBlockOptin, rep.copyBytesPerSecond)
                                                 .seconds;
+                else if (path == DecodePath::Paper) {
+                    DecodeCostCase pc = lc;
+                    pc.paperBins = c0.paperUsesBins();
+                    p.latencyModelSeconds = paperLatencyModel(pc, prop.multiProcessorCount, prop.sharedMemPerBlockOptin,
+                                                              rep.copyBytesPerSecond)
+                                                .seconds;
+                }
                 rep.points.push_back(p);
                 if (onPoint)
                     onPoint(p);

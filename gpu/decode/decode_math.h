@@ -141,6 +141,12 @@ GSRQ_HD constexpr int paperStagedWords(int headDim, int unroll, int subspaces, i
 {
     return (256 / headDim) * unroll * 2 * subspaces * (bytesPerToken / 4);
 }
+// The registers nvcc 13 gives the paper kernels on sm_90, by compiled group 1, 2, 4, 8 (bins kernel,
+// then the split kernel that sums value codewords): what their latency model assumes of their
+// resident blocks (roofline.h, paperLatencyModel); tools/gpu/resource_usage.py holds the compiled
+// kernels to at most these.
+inline constexpr int kPaperBinsRegisters[4] = {64, 80, 128, 249};
+inline constexpr int kPaperSplitRegisters[4] = {119, 126, 167, 253};
 // Static (decode_device.cuh): the paper kernel's RoPE turns (float2 each), a value per warp and head,
 // a value per warp, the staged codes; the lookup split kernel's value per warp.
 inline constexpr std::size_t kPaperStagedCodeBytes = std::size_t(kDecodeWarps) * 2 * kPaperStageWords * 4;

@@ -362,6 +362,55 @@ LookupLatencyModel lookupLatencyModel(const DecodeCostCase& c, int multiprocesso
     return m;
 }
 
+PaperLatencyModel paperLatencyModel(const DecodeCostCase& c, int multiprocessors, std::size_t sharedOptin,
+                                    double copyBytesPerSecond)
+{
+    PaperLatencyModel m;
+    const int hd = c.shape.headDim, group = c.shape.heads / c.shape.kvHeads, Gt = compiledGroupOf(group);
+    const int S = hd / c.dim, R = c.stages, K = c.k, U = Gt >= 8 ? 1 : 2;
+    const int gi = Gt >= 8 ? 3 : Gt >= 4 ? 2 : Gt >= 2 ? 1 : 0;
+    const int bpt = PackedCodes::bytesFor(R, PackedCodes::bitsFor(K));
+    const int threads = kDecodeWarps * 32, rows = kDecodeWarps * (256 / hd), width = hd / kFeaturesPerLane;
+    const int regs = c.paperBins ? kPaperBinsRegisters[gi] : kPaperSplitRegisters[gi];
+    m.codesStaged = paperStagedWords(hd, U, S, bpt) <= kPaperStageWords && !(c.paperBins && Gt >= 8);
+    // Resident blocks: threads, registers (allocated per warp in units of 256), shared memory with
+    // the 1 KiB the device reserves per block.
+    const std::size_t shared =
+        (c.paperBins ? paperBinsDynamicBytes(group, S, R, K) : std::size_t(0)) + kPaperBinsStaticBytes + 1024;
+    const int regsPerWarp = (regs * 32 + 255) / 256 * 256;
+    m.blocksPerSm =
+        std::min({2048 / threads, 65536 / (regsPerWarp * kDecodeWarps), int((sharedOptin + 1024) / shared), 32});
+    const std::int64_t blocks = std::int64_t(c.batch) * c.shape.kvHeads * c.splits;
+    const std::int64_t slots = std::max<std::int64_t>(1, std::int64_t(multiprocessors) * std::max(1, m.blocksPerSm));
+    m.waves = int((blocks + slots - 1) / slots);
+    const std::int64_t per = std::min(splitLength(c.context, c.splits), c.context);
+    m.stepsPerBlock = (per + std::int64_t(U) * rows - 1) / (std::int64_t(U) * rows);
+    const double rounds = std::ceil(R / 4.0);
+    double step = rounds * kL2LatencyEstimate + std::log2(double(width)) * kShuffleEstimate;
+    if (!m.codesStaged)
+        step += rounds * kSharedOpEstimate + kHbmLatencyEstimate; // code words from the L1, a line from HBM
+    if (c.paperBins) {
+        const double lanesPerSub = c.dim / double(kFeaturesPerLane);
+        step += 2 * kBarrierEstimate + std::ceil(R / lanesPerSub) * group * kSharedOpEstimate;
+    }
+    m.step = step;
+    const double chain = kHbmLatencyEstimate + double(m.stepsPerBlock) * step;
+    const auto kernels = decodeKernelCosts(DecodePath::Paper, c);
+    const double bytes = kernels.empty() ? 0 : kernels[0].hbmBytes;
+    m.split = std::max(m.waves * chain, copyBytesPerSecond > 0 ? bytes / copyBytesPerSecond : 0.0);
+    m.launches = 2 * kLaunchSecondsEstimate;
+    if (c.paperBins) {
+        const double parts = stageParts(c.dim), P = c.splits;
+        m.combine = (2.0 * std::ceil(P / 32.0) + std::ceil(P / 8.0) + std::ceil(K / parts / 4.0) + std::ceil(R / 4.0)) *
+                        kL2LatencyEstimate +
+                    kHbmLatencyEstimate;
+    } else {
+        m.combine = kHbmLatencyEstimate + 2.0 * c.splits * kL2LatencyEstimate; // combineKernel's serial loops
+    }
+    m.seconds = m.launches + m.split + m.combine;
+    return m;
+}
+
 DecodeRates decodeRates(const DeviceInfo& device, double copyBytesPerSecond, double l2Rate)
 {
     DecodeRates r;
@@ -489,6 +538,12 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
                     else if (path == DecodePath::Lookup)
                         p.latencyModelSeconds =
                             lookupLatencyModel(lc, sms, model.sharedOptin, model.copyBytesPerSecond).seconds;
+                    else if (path == DecodePath::Paper) {
+                        DecodeCostCase pc = lc;
+                        pc.paperBins = p.paperBins;
+                        p.latencyModelSeconds =
+                            paperLatencyModel(pc, sms, model.sharedOptin, model.copyBytesPerSecond).seconds;
+                    }
                     p.roofline = roofline(p.costs, rep.rates);
                     p.seconds = p.minSeconds = p.maxSeconds = p.roofline.seconds;
                     p.bytes = p.costs.memoryBytes;

@@ -115,6 +115,29 @@ inline constexpr double kSharedOpEstimate = 30e-9;
 LookupLatencyModel lookupLatencyModel(const DecodeCostCase& c, int multiprocessors, std::size_t sharedOptin,
                                       double copyBytesPerSecond);
 
+// The same kind of latency model for the paper path (estimates, with the models' constants above):
+// its kernel's waves of resident blocks (128 threads, the registers of kPaperBinsRegisters or
+// kPaperSplitRegisters, shared memory), each block's setup (an HBM latency for the queries and RoPE
+// turns) and then its steps one after another, U tokens a row of lanes a step (their chains
+// overlap): a step's key codewords gathered from the L2 4 stages at a time (ceil(R/4) L2 latencies;
+// where the codes are not staged each round waits on its code word too, and the step's first on
+// HBM), the scores' lane sums (log2 of the lanes a row shuffles, kShuffleEstimate each), and with
+// bins the block's maximum (two barriers, kBarrierEstimate each) and the value bins' atomics, or
+// without bins the value codewords gathered beside the keys; then the combine as the lookup path's
+// (with bins: the stage combine; without: one block per query head reading the splits). The step's
+// bytes at the copy rate bound it from below. Two launches.
+struct PaperLatencyModel {
+    double seconds = 0; // 2 launches + split + combine
+    double launches = 0, split = 0, combine = 0, step = 0;
+    int waves = 0, blocksPerSm = 0;
+    std::int64_t stepsPerBlock = 0;
+    bool codesStaged = false;
+};
+inline constexpr double kShuffleEstimate = 25e-9;
+inline constexpr double kBarrierEstimate = 50e-9;
+PaperLatencyModel paperLatencyModel(const DecodeCostCase& c, int multiprocessors, std::size_t sharedOptin,
+                                    double copyBytesPerSecond);
+
 // HBM: the measured device-to-device copy (bytes read + written per second); shared memory: 128
 // bytes per clock per SM (32 banks of 4 bytes, the CUDA programming guide) at the peak clock; FP32:
 // the device's peak; L2: `l2Rate` when given (bytes/s, measured), else an estimate of 2.5 × the

@@ -14,7 +14,9 @@ what the split planner (gpu/decode/roofline.cpp, fp16ResidentBlocks) assumes of 
   blocks of 128 threads, 4 of 256 (an instance under the cap may fit one more on sm_80, whose
   planned waves are then a floor).
 And of gpu/cluster/cluster_kernels.cu's pass and update kernels on sm_90, at most the registers the
-pass's latency model assumes for Hopper (gpu/cluster/pass_costs.h, ClusterKernelRegisters), no spills.
+pass's latency model assumes for Hopper (gpu/cluster/pass_costs.h, ClusterKernelRegisters), no spills;
+of the paper kernels (paperBinsKernel, paperDecodeKernel) on sm_90, at most the registers the paper
+path's latency model assumes (decode_math.h, kPaperBinsRegisters and kPaperSplitRegisters), no spills.
 And of gpu/decode/lookup_kernels.cu's lookupSplitKernel, what lookupResidentBlocks assumes: 256
 threads at no more registers than kLookupMinBlocks (4) blocks allow, no spills, and its static shared
 memory kLookupSplitStaticBytes (a float per warp of kMaxBlockWarps).
@@ -79,6 +81,18 @@ def constants():
 
     return {n: const(n) for n in ("kFp16Stages", "kFp16StageBytes", "kFp16MaxRegisters", "kFp16MinThreads",
                                   "kFeaturesPerLane", "kLookupSplitThreads", "kLookupMinBlocks", "kMaxBlockWarps")}
+
+
+def paper_registers():
+    """decode_math.h's kPaperBinsRegisters and kPaperSplitRegisters, by compiled group 1, 2, 4, 8."""
+    text = open(MATH, encoding="utf-8").read()
+    out = {}
+    for kind, name in (("paperBinsKernel", "kPaperBinsRegisters"), ("paperDecodeKernel", "kPaperSplitRegisters")):
+        m = re.search(r"%s\[4\] = \{([\d, ]+)\};" % name, text)
+        if not m:
+            raise SystemExit(f"resource_usage.py: {MATH} has no {name}")
+        out[kind] = [int(x) for x in m.group(1).split(",")]
+    return out
 
 
 def layout_threads(head_dim, group, c):
@@ -161,7 +175,8 @@ def main():
     print(f"{'arch':>5} {'G':>2} {'head_dim':>8} {'threads':>7} {'regs':>4} {'spills':>6} {'smem':>5} "
           f"{'blocks/SM':>9} {'planned':>7}")
     for arch in archs:
-        found = parse(compile_report(a.nvcc, arch))
+        report = compile_report(a.nvcc, arch)
+        found = parse(report)
         expected = {(g, hd) for g in (1, 2, 4, 8) for hd in (64, 128, 256)}
         if set(found) != expected:
             bad.append(f"sm_{arch}: instances {sorted(found)} where {sorted(expected)} were expected")
@@ -211,6 +226,26 @@ def main():
         # of their registers (pass_costs.h, kClusterKernelRegisters), and no spills.
         if arch != 90:
             continue
+        # The paper kernels: at most the registers their latency model assumes (decode_math.h), no spills.
+        paper = parse(report, key=lambda name: (lambda k: (k.group(1), int(k.group(2))) if k else None)(
+            re.search(r"\d+(paperBinsKernel|paperDecodeKernel)ILi(\d+)ELi\d+E", name)))
+        assumed_paper = paper_registers()
+        for kind in ("paperBinsKernel", "paperDecodeKernel"):
+            for i, g in enumerate((1, 2, 4, 8)):
+                what = f"sm_{arch} {kind}<{g}>"
+                if (kind, g) not in paper:
+                    bad.append(f"{what}: not found in ptxas' report")
+                    continue
+                r = paper[(kind, g)]
+                spills = r.get("spill_stores", 0) + r.get("spill_loads", 0)
+                want = assumed_paper[kind][i]
+                rows.append({"arch": arch, "kernel": kind, "group": g, **r, "model_registers": want})
+                print(f"{'sm_%d' % arch:>5} {kind + '<%d>' % g:<22} {r['regs']:>4} {spills:>6} {r['smem']:>5}  "
+                      f"(the latency model assumes {want} registers)")
+                if r["regs"] > want:
+                    bad.append(f"{what}: {r['regs']} registers, the latency model assumes {want}")
+                if spills:
+                    bad.append(f"{what}: {spills} bytes of spills to local memory")
         cluster = parse(compile_report(a.nvcc, arch, CLUSTER_SOURCE),
                         key=lambda name: (lambda k: k.group(1) + (f"<{k.group(3)}>" if k.group(3) else "") if k else None)(
                             re.search(r"\d+(argmaxRowsKernel|tileSumsKernel|tileReduceKernel|sumArraysKernel|"

@@ -104,6 +104,8 @@ def main():
                                           if fp16.get("latency_model_seconds") else None),
                 "lookup_latency_model_us": (get(paths, "lookup", "latency_model_seconds") * 1e6
                                             if get(paths, "lookup", "latency_model_seconds") else None),
+                "paper_latency_model_us": (get(paths, "paper", "latency_model_seconds") * 1e6
+                                           if get(paths, "paper", "latency_model_seconds") else None),
                 "fp16_splits": fp16.get("splits"), "lookup_splits": get(paths, "lookup", "splits"),
                 "fp16_bandwidth_fraction": (fp16.get("bytes_per_second") / copy
                                             if fp16.get("bytes_per_second") and copy else None),
