@@ -202,7 +202,7 @@ CudaDecodeCache::CudaDecodeCache(const DecodeCacheConfig& config, const Codebook
     d.bytesPerToken = PackedCodes::bytesFor(keyBooks.stages, d.bits);
     d.capacity = config.capacity;
     d.stagedCodes = lookupStagesCodes(d.subspacesPerHead(), d.stages, d.k, m->sharedOptin);
-    d.chained = prop.major >= 9;
+    d.chained = prop.major >= 9 && kernels::lookupLaunchesChainable();
 
     m->kb16 = codebooksRoundedToHalf(keyBooks);
     m->vb16 = codebooksRoundedToHalf(valueBooks);

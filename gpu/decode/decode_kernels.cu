@@ -129,8 +129,7 @@ __device__ void finishSplit(const LaneState<G>& s, const DecodeDims& d, const Sp
 
 template <int G> std::size_t splitSharedBytes(const DecodeDims& d)
 {
-    const int slots = kWarps * (32 / (d.headDim / kEpl));
-    return (std::size_t(slots) * G * d.headDim + 2 * std::size_t(slots) * G) * sizeof(float);
+    return paperSplitDynamicBytes(G, d.headDim);
 }
 
 // ---- FP16 decode (decode_math.h's Fp16DecodeLayout) --------------------------------------------
@@ -584,10 +583,12 @@ __global__ void __launch_bounds__(kThreads)
     const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
     const int stride = kWarps * perWarp;
     // Groups of 8 hold 8 heads' queries, scores and sums in registers (250 of 255): their codes are
-    // read where they lie, as staging them would spill.
+    // read where they lie, as staging them would spill (paperBinsStageCodes). A warp with no token
+    // of a step that other warps still run reads a stage not refilled for it: its tokens are all
+    // masked (ok false), and their codes, whatever they are, stay below K.
     AsyncCopies<2 * kPaperStageWords / 32> copies;
-    const bool staged = G < 8 && paperCodesStaged<U>(d);
-    if (staged)
+    const bool staged = paperBinsStageCodes(G) && paperCodesStaged<U>(d);
+    if (staged && t0 < t1)
         stagePaperCodes<U>(d, kc, vc, t1, copies, 0, t0 + warp * perWarp, stride);
     int cs = 0;
     for (std::int64_t tb = t0; tb < t1; tb += std::int64_t(U) * stride, cs ^= 1) { // the same trip count everywhere

@@ -89,6 +89,11 @@ cudaError_t launchCombine(const DecodeDims& d, const SplitPartials& part, float*
 cudaError_t launchLookupTables(const DecodeDims& d, const float* q, const std::uint16_t* keyBooks16, float* tables,
                                cudaStream_t stream);
 
+// Whether the lookup path's split and combine kernels, as loaded for the current device, were
+// compiled for sm_90 or later (their PTX), so that their grid-dependency waits are in them and their
+// launches may be chained (launchChained); the caller checks the device's own compute capability.
+bool lookupLaunchesChainable();
+
 // Shared memory a block of the lookup split kernel holds (bytes, its static arrays included); callers
 // check it against the device's opt-in limit.
 std::size_t lookupSharedBytes(const DecodeDims& d);

@@ -145,14 +145,28 @@ GSRQ_HD constexpr int paperStagedWords(int headDim, int unroll, int subspaces, i
 // then the split kernel that sums value codewords): what their latency model assumes of their
 // resident blocks (roofline.h, paperLatencyModel); tools/gpu/resource_usage.py holds the compiled
 // kernels to at most these.
-inline constexpr int kPaperBinsRegisters[4] = {64, 80, 128, 249};
+inline constexpr int kPaperBinsRegisters[4] = {72, 94, 128, 249};
 inline constexpr int kPaperSplitRegisters[4] = {119, 126, 167, 253};
-// Static (decode_device.cuh): the paper kernel's RoPE turns (float2 each), a value per warp and head,
-// a value per warp, the staged codes; the lookup split kernel's value per warp.
+// Static (decode_device.cuh): the paper kernels' RoPE turns (float2 each) and staged codes (the bins
+// kernel stages none for groups of 8: its registers are full), the bins kernel's value per warp and
+// head and value per warp; the lookup split kernel's value per warp.
 inline constexpr std::size_t kPaperStagedCodeBytes = std::size_t(kDecodeWarps) * 2 * kPaperStageWords * 4;
-inline constexpr std::size_t kPaperBinsStaticBytes = kMaxRopePairs * 2 * sizeof(float) +
-                                                     kMaxBlockWarps * kMaxGroup * sizeof(float) +
-                                                     kMaxBlockWarps * sizeof(float) + kPaperStagedCodeBytes;
+GSRQ_HD constexpr bool paperBinsStageCodes(int compiledGroup)
+{
+    return compiledGroup < 8;
+}
+GSRQ_HD constexpr std::size_t paperBinsStaticBytes(int compiledGroup)
+{
+    return kMaxRopePairs * 2 * sizeof(float) + kMaxBlockWarps * kMaxGroup * sizeof(float) +
+           kMaxBlockWarps * sizeof(float) + (paperBinsStageCodes(compiledGroup) ? kPaperStagedCodeBytes : 0);
+}
+inline constexpr std::size_t kPaperSplitStaticBytes = kMaxRopePairs * 2 * sizeof(float) + kPaperStagedCodeBytes;
+// The paper split kernel's dynamic shared memory: its token slots' partial states merged at the end
+// (slots = 4 warps × 256/headDim rows; group × (headDim + 2) floats each).
+GSRQ_HD constexpr std::size_t paperSplitDynamicBytes(int compiledGroup, int headDim)
+{
+    return std::size_t(kDecodeWarps * (256 / headDim)) * compiledGroup * (headDim + 2) * sizeof(float);
+}
 inline constexpr std::size_t kLookupSplitStaticBytes = kMaxBlockWarps * sizeof(float);
 // Whether the lookup split kernel stages its tokens' codes on a device with `sharedOptin` bytes of
 // shared memory per block: where they are small enough and the block with them still fits.

@@ -324,6 +324,14 @@ cudaError_t launchLookupTables(const DecodeDims& d, const float* q, const std::u
     return cudaGetLastError();
 }
 
+bool lookupLaunchesChainable()
+{
+    cudaFuncAttributes split{}, combine{};
+    return cudaFuncGetAttributes(&split, lookupSplitKernel) == cudaSuccess &&
+           cudaFuncGetAttributes(&combine, lookupStageKernel) == cudaSuccess && split.ptxVersion >= 90 &&
+           combine.ptxVersion >= 90;
+}
+
 std::size_t lookupSharedBytes(const DecodeDims& d)
 {
     return lookupDynamicBytes(d) + staticShared(lookupSplitKernel);

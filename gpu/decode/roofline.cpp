@@ -262,7 +262,8 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
     // The codes staged a step ahead (decode_math.h; where they fit): each token slot's keys' and
     // values' words copied in (4 bytes a copy), then each lane's key words read once (CodeStream).
     const int bits = PackedCodes::bitsFor(c.k);
-    const bool codesStaged = paperStagedWords(int(hd), int(U), int(S), int(bpt)) <= kPaperStageWords;
+    const bool codesStaged = paperStagedWords(int(hd), int(U), int(S), int(bpt)) <= kPaperStageWords &&
+                             (!c.paperBins || paperBinsStageCodes(int(Gt)));
     const double stagedShared = codesStaged ? walked * (2.0 * S * bpt + (hd / kFeaturesPerLane) * bpt) : 0.0;
     const double ropeShared = blocks * (turns + decodeThreads * Gt * kFeaturesPerLane * 8.0) // turns in, q's RoPE
                               + walked * hd * 8.0 // each token slot's key RoPE: 8 features a lane, float2 each
@@ -372,11 +373,12 @@ PaperLatencyModel paperLatencyModel(const DecodeCostCase& c, int multiprocessors
     const int bpt = PackedCodes::bytesFor(R, PackedCodes::bitsFor(K));
     const int threads = kDecodeWarps * 32, rows = kDecodeWarps * (256 / hd), width = hd / kFeaturesPerLane;
     const int regs = c.paperBins ? kPaperBinsRegisters[gi] : kPaperSplitRegisters[gi];
-    m.codesStaged = paperStagedWords(hd, U, S, bpt) <= kPaperStageWords && !(c.paperBins && Gt >= 8);
+    m.codesStaged = paperStagedWords(hd, U, S, bpt) <= kPaperStageWords && (!c.paperBins || paperBinsStageCodes(Gt));
     // Resident blocks: threads, registers (allocated per warp in units of 256), shared memory with
     // the 1 KiB the device reserves per block.
-    const std::size_t shared =
-        (c.paperBins ? paperBinsDynamicBytes(group, S, R, K) : std::size_t(0)) + kPaperBinsStaticBytes + 1024;
+    const std::size_t shared = (c.paperBins ? paperBinsDynamicBytes(group, S, R, K) + paperBinsStaticBytes(Gt)
+                                            : paperSplitDynamicBytes(Gt, hd) + kPaperSplitStaticBytes) +
+                               1024;
     const int regsPerWarp = (regs * 32 + 255) / 256 * 256;
     m.blocksPerSm =
         std::min({2048 / threads, 65536 / (regsPerWarp * kDecodeWarps), int((sharedOptin + 1024) / shared), 32});
@@ -505,8 +507,9 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
             const std::size_t lookupSplit =
                 std::max(lookupSplitDynamicBytes(S, stages, k, false) + kLookupSplitStaticBytes,
                          lookupCombineDynamicBytes(group, lookupPlan.splits, k, dim));
-            const bool paperBins = std::max(paperBinsDynamicBytes(group, S, stages, k) + kPaperBinsStaticBytes,
-                                            combine) <= model.sharedOptin;
+            const bool paperBins =
+                std::max(paperBinsDynamicBytes(group, S, stages, k) + paperBinsStaticBytes(compiledGroupOf(group)),
+                         combine) <= model.sharedOptin;
             double fp16Seconds = 0;
             for (DecodePath path : o.paths) {
                 DecodeBenchPoint p;

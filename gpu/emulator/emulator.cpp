@@ -580,6 +580,7 @@ cudaError_t funcAttributes(cudaFuncAttributes* attr, const void* kernel)
                                           ? it->second
                                           : int(kSharedPerBlock - std::min(kSharedPerBlock, attr->sharedSizeBytes));
     attr->maxThreadsPerBlock = int(kMaxThreads);
+    attr->ptxVersion = 0;
     return cudaSuccess;
 }
 

@@ -5,9 +5,11 @@ One decode step per layer: a query of one token per sequence (batch × heads × 
 against FP16 keys and values (batch × kv_heads × context × head_dim), GQA by enable_gqa where
 this PyTorch has it, else by repeating the KV heads beforehand (the repeat is not timed). Random
 data; CUDA events; the L2 flushed before each timed run; the median of --reps after --warmup.
-Prints JSON that `gsrq bench-decode --anchor FILE` reads. Where the flashinfer package imports, its
-single-request decode (`single_decode_with_kv_cache`, keys and values token-major) is timed the same
-way at batch 1 as a second anchor (`flashinfer_seconds`); where it does not, `flashinfer` says why.
+Prints JSON that `gsrq bench-decode --anchor FILE` reads. With --library flashinfer it times
+FlashInfer's single-request decode (`single_decode_with_kv_cache`, keys and values token-major) the
+same way instead, at batch 1 only, each point's output first held to SDPA's within 1% (FP16
+rounding); where the flashinfer package does not import, the JSON says why (`unavailable`) and has
+no points. A separate run, as its first call may compile kernels for minutes.
 
     python3 tools/bench/torch_decode.py --heads 32 --kv-heads 8 --head-dim 128 \\
         --ctx 1024,8192,32768 --batch 1,8 > torch.json
@@ -38,6 +40,8 @@ def main():
     ap.add_argument("--reps", type=int, default=25)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--library", choices=("sdpa", "flashinfer"), default="sdpa",
+                    help="what is timed: PyTorch's SDPA, or FlashInfer's single-request decode (batch 1)")
     a = ap.parse_args()
     if a.heads % a.kv_heads:
         print(f"torch_decode.py: --heads {a.heads} is not a multiple of --kv-heads {a.kv_heads}", file=sys.stderr)
@@ -62,12 +66,16 @@ def main():
         native_gqa = True
     except TypeError:
         native_gqa = False
-    try:
-        import flashinfer
-        fi_note = f"flashinfer {getattr(flashinfer, '__version__', '(version unknown)')}"
-    except Exception as e:  # not installed, or built for another PyTorch or CUDA
-        flashinfer = None
-        fi_note = f"not importable here: {type(e).__name__}: {e}"[:300]
+    flashinfer = None
+    if a.library == "flashinfer":
+        try:
+            import flashinfer
+        except Exception as e:  # not installed, or built for another PyTorch or CUDA
+            json.dump({"tool": "torch_decode.py", "library": "flashinfer", "device": props.name,
+                       "unavailable": f"flashinfer does not import here: {type(e).__name__}: {e}"[:300],
+                       "points": []}, sys.stdout, indent=1)
+            print()
+            return
 
     def timed(fn):
         for _ in range(a.warmup):
@@ -93,7 +101,7 @@ def main():
                 k = torch.randn(b, a.kv_heads, ctx, a.head_dim, device=dev, dtype=torch.float16, generator=gen)
                 v = torch.randn(b, a.kv_heads, ctx, a.head_dim, device=dev, dtype=torch.float16, generator=gen)
                 fi_q = fi_k = fi_v = None
-                if flashinfer is not None and b == 1:  # [heads, head_dim] against [ctx, kv_heads, head_dim]
+                if flashinfer is not None:  # [heads, head_dim] against [ctx, kv_heads, head_dim]
                     fi_q = q[0, :, 0, :].contiguous()
                     fi_k, fi_v = k[0].transpose(0, 1).contiguous(), v[0].transpose(0, 1).contiguous()
                 if not native_gqa and group > 1:
@@ -109,26 +117,30 @@ def main():
                     return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
                 return F.scaled_dot_product_attention(q, k, v)
 
-            times = timed(step)
-            point = {"context": ctx, "batch": b, "seconds": statistics.median(times),
-                     "min_seconds": min(times), "max_seconds": max(times)}
-            if fi_q is not None:
+            if flashinfer is None:
+                times = timed(step)
+                point = {"context": ctx, "batch": b, "seconds": statistics.median(times),
+                         "min_seconds": min(times), "max_seconds": max(times)}
+            elif b != 1:
+                point = {"context": ctx, "batch": b, "skipped": "single-request decode: batch 1 only"}
+            else:
                 try:
                     ref = step()[0, :, 0, :].float()
                     got = flashinfer.single_decode_with_kv_cache(fi_q, fi_k, fi_v, kv_layout="NHD").float()
                     err = ((got - ref).norm() / ref.norm()).item()
                     if not err < 1e-2:  # FP16 outputs of the same attention: agree to FP16's rounding
                         raise ValueError(f"its output differs from SDPA's by {err:.3g} (relative)")
-                    fi_times = timed(lambda: flashinfer.single_decode_with_kv_cache(fi_q, fi_k, fi_v, kv_layout="NHD"))
-                    point["flashinfer_seconds"] = statistics.median(fi_times)
-                    point["flashinfer_relative_error"] = err
-                except Exception as e:  # a shape or build it does not take: say so, keep SDPA's point
-                    point["flashinfer_skipped"] = f"{type(e).__name__}: {e}"[:300]
+                    times = timed(lambda: flashinfer.single_decode_with_kv_cache(fi_q, fi_k, fi_v, kv_layout="NHD"))
+                    point = {"context": ctx, "batch": b, "seconds": statistics.median(times),
+                             "min_seconds": min(times), "max_seconds": max(times), "relative_error_vs_sdpa": err}
+                except Exception as e:  # a shape or build it does not take: say so
+                    point = {"context": ctx, "batch": b, "skipped": f"{type(e).__name__}: {e}"[:300]}
             points.append(point)
             del q, k, v, fi_q, fi_k, fi_v
             torch.cuda.empty_cache()
-    json.dump({"tool": "torch_decode.py", "torch_version": torch.__version__, "device": props.name,
-               "native_gqa": native_gqa, "flashinfer": fi_note, "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": a.head_dim,
+    library = a.library if flashinfer is None else f"flashinfer {getattr(flashinfer, '__version__', '(version unknown)')}"
+    json.dump({"tool": "torch_decode.py", "library": library, "torch_version": torch.__version__, "device": props.name,
+               "native_gqa": native_gqa, "heads": a.heads, "kv_heads": a.kv_heads, "head_dim": a.head_dim,
                "reps": a.reps, "points": points}, sys.stdout, indent=1)
     print()
 

@@ -112,6 +112,9 @@ anchor=()
 for bpa in 0.75 0.5 1; do
   step "bench-decode-$bpa.json" 400 "$gsrq" --no-db bench-decode "${shape[@]}" --bpa $bpa ${anchor[@]+"${anchor[@]}"} --json
 done
+# FlashInfer's single-request decode, a second anchor at batch 1, where its package imports (its first
+# call may compile kernels: a step of its own, so that SDPA's times never wait on it).
+step flashinfer-decode.json 120 "$python" "$root/tools/bench/torch_decode.py" "${shape[@]}" --library flashinfer
 # The speed–quality frontier's shapes (tools/bench/frontier.sh's D and R at K = 256, 0.5, 0.75 and 1
 # bits per activation), recorded into OUTDIR/runs.db: `gsrq runs import OUTDIR/runs.db` puts these
 # measured points on the Latency page's frontier in place of the modelled ones.

@@ -80,10 +80,10 @@ def main():
         "sample_nmse_cpu": sample_nmse(load(out, "train-sample-cpu.json")),
     }
     decode = []
-    # FlashInfer's single-request decode, the second anchor, from torch_decode.py where it imported.
-    torch_decode = load(out, "torch-decode.json")
-    flashinfer = {(p["context"], p["batch"]): p["flashinfer_seconds"]
-                  for p in (torch_decode or {}).get("points", []) if p.get("flashinfer_seconds")}
+    # FlashInfer's single-request decode, the second anchor (torch_decode.py --library flashinfer).
+    flashinfer_doc = load(out, "flashinfer-decode.json")
+    flashinfer = {(p["context"], p["batch"]): p["seconds"]
+                  for p in (flashinfer_doc or {}).get("points", []) if p.get("seconds")}
     for bpa_name in ("0.5", "0.75", "1"):
         doc = load(out, f"bench-decode-{bpa_name}.json")
         if doc is None:
@@ -140,7 +140,8 @@ def main():
         "train": train,
         "decode": decode,
         "frontier": frontier,
-        "flashinfer": get(torch_decode, "flashinfer"),
+        "flashinfer": (None if flashinfer_doc is None else
+                       flashinfer_doc.get("unavailable") or flashinfer_doc.get("library")),
         "runs_db": "runs.db" if os.path.exists(os.path.join(out, "runs.db")) else None,
         "copy_bytes_per_second": get(load(out, "bench-decode-0.75.json"), "summary", "copy_bytes_per_second"),
         "append_seconds": get(load(out, "bench-decode-0.75.json"), "summary", "append_seconds"),

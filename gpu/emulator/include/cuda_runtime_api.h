@@ -71,6 +71,7 @@ struct cudaFuncAttributes {
     std::size_t sharedSizeBytes;           // static shared memory per block
     int maxDynamicSharedSizeBytes;         // the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize
     int maxThreadsPerBlock;
+    int ptxVersion; // 0 here: the emulator runs no PTX
 };
 
 struct cudaDeviceProp {
