@@ -153,6 +153,22 @@ def parse(report, key=lambda name: (lambda k: (int(k.group(1)), int(k.group(2)))
     return out
 
 
+def check_assumed(arch, kernel, r, want, rows, bad):
+    """One kernel's ptxas report r (None: not in it) against the registers a latency model assumes."""
+    what = f"sm_{arch} {kernel}"
+    if r is None:
+        bad.append(f"{what}: not found in ptxas' report")
+        return
+    spills = r.get("spill_stores", 0) + r.get("spill_loads", 0)
+    rows.append({"arch": arch, "kernel": kernel, **r, "model_registers": want})
+    print(f"{'sm_%d' % arch:>5} {kernel:<22} {r['regs']:>4} {spills:>6} {r['smem']:>5}  "
+          f"(the latency model assumes {want} registers)")
+    if r["regs"] > want:
+        bad.append(f"{what}: {r['regs']} registers, the latency model assumes {want}")
+    if spills:
+        bad.append(f"{what}: {spills} bytes of spills to local memory")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nvcc", default=shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
@@ -222,49 +238,24 @@ def main():
                 bad.append(f"{what}: {r['smem']} bytes of static shared memory, the plan {static}")
             if by_regs < c["kLookupMinBlocks"]:
                 bad.append(f"{what}: {by_regs} blocks per multiprocessor, the plan {c['kLookupMinBlocks']}")
-        # The clustering kernels on Hopper (the latency model's devices, H100 and H200): what it assumes
-        # of their registers (pass_costs.h, kClusterKernelRegisters), and no spills.
+        # On Hopper (the latency models' devices, H100 and H200): the paper kernels at most the
+        # registers their latency model assumes (decode_math.h), the clustering kernels at most what
+        # the pass's assumes (pass_costs.h, kClusterKernelRegisters); no spills.
         if arch != 90:
             continue
-        # The paper kernels: at most the registers their latency model assumes (decode_math.h), no spills.
         paper = parse(report, key=lambda name: (lambda k: (k.group(1), int(k.group(2))) if k else None)(
             re.search(r"\d+(paperBinsKernel|paperDecodeKernel)ILi(\d+)ELi\d+E", name)))
         assumed_paper = paper_registers()
         for kind in ("paperBinsKernel", "paperDecodeKernel"):
             for i, g in enumerate((1, 2, 4, 8)):
-                what = f"sm_{arch} {kind}<{g}>"
-                if (kind, g) not in paper:
-                    bad.append(f"{what}: not found in ptxas' report")
-                    continue
-                r = paper[(kind, g)]
-                spills = r.get("spill_stores", 0) + r.get("spill_loads", 0)
-                want = assumed_paper[kind][i]
-                rows.append({"arch": arch, "kernel": kind, "group": g, **r, "model_registers": want})
-                print(f"{'sm_%d' % arch:>5} {kind + '<%d>' % g:<22} {r['regs']:>4} {spills:>6} {r['smem']:>5}  "
-                      f"(the latency model assumes {want} registers)")
-                if r["regs"] > want:
-                    bad.append(f"{what}: {r['regs']} registers, the latency model assumes {want}")
-                if spills:
-                    bad.append(f"{what}: {spills} bytes of spills to local memory")
+                check_assumed(arch, f"{kind}<{g}>", paper.get((kind, g)), assumed_paper[kind][i], rows, bad)
         cluster = parse(compile_report(a.nvcc, arch, CLUSTER_SOURCE),
                         key=lambda name: (lambda k: k.group(1) + (f"<{k.group(3)}>" if k.group(3) else "") if k else None)(
                             re.search(r"\d+(argmaxRowsKernel|tileSumsKernel|tileReduceKernel|sumArraysKernel|"
                                       r"clusterTotalsKernel|updateCentroidsKernel)(ILi(\d+)E)?", name)))
         assumed = cluster_registers()
         for kernel, field in cluster_instances():
-            what = f"sm_{arch} {kernel}"
-            if kernel not in cluster:
-                bad.append(f"{what}: not found in ptxas' report")
-                continue
-            r = cluster[kernel]
-            spills = r.get("spill_stores", 0) + r.get("spill_loads", 0)
-            rows.append({"arch": arch, "kernel": kernel, **r, "model_registers": assumed[field]})
-            print(f"{'sm_%d' % arch:>5} {kernel:<22} {r['regs']:>4} {spills:>6} {r['smem']:>5}  "
-                  f"(the latency model assumes {assumed[field]} registers)")
-            if r["regs"] > assumed[field]:
-                bad.append(f"{what}: {r['regs']} registers, the latency model assumes {assumed[field]}")
-            if spills:
-                bad.append(f"{what}: {spills} bytes of spills to local memory")
+            check_assumed(arch, kernel, cluster.get(kernel), assumed[field], rows, bad)
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
