@@ -178,13 +178,12 @@ inline bool lookupStagesCodes(int subspaces, int stages, int k, std::size_t shar
 
 // The stage-r code of a token whose codes are packed little-endian at `bits` bits each into
 // 32-bit words (PackedCodes' layout read as words).
-// `stride`: words apart (1 in PackedCodes; the thread count in the lookup kernel's staged codes).
-GSRQ_HD std::uint32_t codeAt(const std::uint32_t* words, int r, int bits, int stride = 1)
+GSRQ_HD std::uint32_t codeAt(const std::uint32_t* words, int r, int bits)
 {
     const int bit0 = r * bits, w = bit0 >> 5, off = bit0 & 31;
-    std::uint32_t v = words[w * stride] >> off;
+    std::uint32_t v = words[w] >> off;
     if (off + bits > 32)
-        v |= words[(w + 1) * stride] << (32 - off);
+        v |= words[w + 1] << (32 - off);
     return bits == 32 ? v : v & ((1u << bits) - 1u);
 }
 // A token's codes in stage order, each 32-bit word read once (codeAt reads one or two a code): the
