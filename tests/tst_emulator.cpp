@@ -115,6 +115,28 @@ __global__ void fullSharedKernel(float* out)
 
 // Reads its static shared array before writing it, then writes it: every block must read NaN,
 // also those that run after a block has written it.
+// One warp's mma.m16n8k8 (TF32): each lane loads its fragments from A (16 × 8, row-major), B (8 × 8,
+// row k, column n) and C (16 × 8) as the PTX ISA lays them out, and stores D in the same layout.
+__global__ void mmaKernel(const float* A, const float* B, const float* C, float* D)
+{
+    const int lane = int(threadIdx.x), g = lane / 4, t = lane % 4;
+    const auto bits = [](float v) {
+        std::uint32_t b;
+        std::memcpy(&b, &v, 4);
+        return b;
+    };
+    const std::uint32_t a[4] = {bits(A[g * 8 + t]), bits(A[(g + 8) * 8 + t]), bits(A[g * 8 + t + 4]),
+                                bits(A[(g + 8) * 8 + t + 4])};
+    const std::uint32_t b[2] = {bits(B[t * 8 + g]), bits(B[(t + 4) * 8 + g])};
+    const float c[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t], C[(g + 8) * 8 + 2 * t + 1]};
+    float d[4];
+    gsrq::emulator::mmaTf32(d, a, b, c);
+    D[g * 8 + 2 * t] = d[0];
+    D[g * 8 + 2 * t + 1] = d[1];
+    D[(g + 8) * 8 + 2 * t] = d[2];
+    D[(g + 8) * 8 + 2 * t + 1] = d[3];
+}
+
 __global__ void staticSharedKernel(float* out)
 {
     __shared__ float s[32];
@@ -352,6 +374,37 @@ private slots:
         QCOMPARE(counts[1].sharedRead, std::uint64_t(64 * 12));
         cudaFree(in);
         cudaFree(out);
+    }
+
+    void mmaFollowsThePtxLayout()
+    {
+        // D = A·B + C for the warp's m16n8k8 tile, each element placed as the PTX ISA's fragment
+        // layouts for .tf32 say. Small integers (exact in TF32, exact sums): any misplaced element
+        // or lane shows as a wrong entry, whatever the order of the sums.
+        Eigen::Matrix<float, 16, 8, Eigen::RowMajor> A, C;
+        Eigen::Matrix<float, 8, 8, Eigen::RowMajor> B;
+        for (int i = 0; i < 16; ++i)
+            for (int j = 0; j < 8; ++j) {
+                A(i, j) = float((i * 7 + j * 3) % 11 - 5);
+                C(i, j) = float((i + 2 * j) % 5);
+            }
+        for (int k = 0; k < 8; ++k)
+            for (int n = 0; n < 8; ++n)
+                B(k, n) = float((k * 5 + n * 2) % 9 - 4);
+        float *dA = deviceArray<float>(128), *dB = deviceArray<float>(64), *dC = deviceArray<float>(128),
+              *dD = deviceArray<float>(128);
+        cudaMemcpy(dA, A.data(), 128 * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(dB, B.data(), 64 * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(dC, C.data(), 128 * 4, cudaMemcpyHostToDevice);
+        launch(mmaKernel, dim3(1), dim3(32), 0, nullptr, dA, dB, dC, dD);
+        QCOMPARE(cudaGetLastError(), cudaSuccess);
+        const auto D = download(dD, 128);
+        const Eigen::Matrix<float, 16, 8, Eigen::RowMajor> ref = A * B + C;
+        for (int i = 0; i < 16; ++i)
+            for (int j = 0; j < 8; ++j)
+                QCOMPARE(D[std::size_t(i * 8 + j)], ref(i, j));
+        for (void* p : {static_cast<void*>(dA), static_cast<void*>(dB), static_cast<void*>(dC), static_cast<void*>(dD)})
+            cudaFree(p);
     }
 
     void sgemmMatchesItsDefinition()

@@ -20,6 +20,8 @@
 #include <QJsonObject>
 #include <QtTest>
 
+#include <cmath>
+#include <cstring>
 #include <numeric>
 
 #if defined(GSRQ_TEST_EMULATOR)
@@ -534,6 +536,226 @@ private slots:
         QVERIFY2(reseeded > 0, "the data must exercise the re-seeding");
     }
 
+    void fusedArgmaxFollowsTheScores()
+    {
+        QString why;
+        if (!test::haveCudaDevice(&why))
+            QSKIP(qPrintable(why));
+        // With TF32 the pass scores and takes the argmax in one tensor-core kernel. Its labels against
+        // the exact scores of the same TF32-rounded rows and codewords (double sums): a row's label
+        // may differ from the exact best only where FP32 sums of the D products (in the tensor
+        // cores' order) cannot tell them apart, |error| ≤ D·u·2Σ|x_j·c_j| + the subtraction's and
+        // ‖c‖²'s roundings, u = 2⁻²⁴, each bound doubled. Its row terms against the same pass by
+        // cuBLAS and the argmax kernel (the same TF32 operands, other sums: 1e-5 of the totals).
+        // Seeded synthetic Gaussian rows, weighted; the block at column 4 of D + 8 (its rows 16-byte
+        // aligned); 1,007 rows (a last tile of 15) in at most 3 blocks, so each warp takes several
+        // tiles; K = 72 (a last group of 8 codewords) and 256; D = 16, 48 (rows as they are) and 128
+        // (padded); K = 300 is not a multiple of 8 and takes the GEMM.
+        struct Case {
+            int D, K;
+            bool fusedExpected;
+        };
+        constexpr std::int64_t n = 1007;
+        const double u = std::ldexp(1.0, -24);
+        for (const Case& t : {Case{16, 72, true}, Case{48, 256, true}, Case{128, 256, true}, Case{16, 300, false}}) {
+            const QString name = QString("D=%1 K=%2").arg(t.D).arg(t.K);
+            const int f = t.D + 8, col0 = 4;
+            const MatrixRF X = synthesize(SynthKind::Gaussian, n, f, 11 + std::uint64_t(t.D));
+            MatrixRF C = synthesize(SynthKind::Gaussian, t.K, t.D, 21 + std::uint64_t(t.K));
+            // Equal codewords score equally: the lower index must win, within a lane's pair (0, 1)
+            // and across lanes, tiles and groups (5, K − 1), as on the CPU.
+            C.row(1) = C.row(0);
+            C.row(t.K - 1) = C.row(5);
+            std::vector<float> w(static_cast<std::size_t>(n));
+            for (std::size_t i = 0; i < w.size(); ++i)
+                w[i] = 0.25f + float(i % 11) / 4.0f;
+            std::vector<std::int32_t> labels[2];
+            AssignStats stats[2];
+            std::int64_t fusedPasses[2] = {0, 0};
+            for (int fused = 0; fused < 2; ++fused) {
+                gpu::CudaOptions o;
+                o.tf32 = true;
+                o.fusedArgmax = fused == 1;
+                o.fusedBlocks = 3;
+                auto g = gpu::makeCudaBackend(o);
+                g->bind(X.data(), n, f, w.data());
+                g->selectBlock(col0, t.D, 1e-8f);
+                g->assignPass(C, {true, true}, stats[fused]);
+                labels[fused].resize(std::size_t(n));
+                g->readLabels(labels[fused]);
+                fusedPasses[fused] = gpu::cudaStats(*g)->fusedPasses;
+            }
+            QCOMPARE(fusedPasses[0], std::int64_t(0));
+            QCOMPARE(fusedPasses[1], std::int64_t(t.fusedExpected ? 1 : 0));
+            const auto tf32 = [](float v) {
+                std::uint32_t b;
+                std::memcpy(&b, &v, 4);
+                b = (b + 0x1000u) & ~0x1fffu;
+                std::memcpy(&v, &b, 4);
+                return double(v);
+            };
+            int exact = 0;
+            for (std::int64_t i = 0; i < n; ++i) {
+                double best = -1e300;
+                std::vector<double> score(std::size_t(t.K)), bound(std::size_t(t.K));
+                for (int k = 0; k < t.K; ++k) {
+                    double dot = 0, mag = 0, n2 = 0;
+                    for (int j = 0; j < t.D; ++j) {
+                        const double p = tf32(X(i, col0 + j)) * tf32(C(k, j));
+                        dot += p;
+                        mag += std::abs(p);
+                        n2 += double(C(k, j)) * double(C(k, j));
+                    }
+                    score[std::size_t(k)] = 2 * dot - n2;
+                    bound[std::size_t(k)] = 2 * (t.D * u * 2 * mag + 4 * u * (2 * std::abs(dot) + n2));
+                    best = std::max(best, score[std::size_t(k)]);
+                }
+                int bestK = 0;
+                while (score[std::size_t(bestK)] != best)
+                    ++bestK;
+                const std::size_t l = std::size_t(labels[1][std::size_t(i)]);
+                QVERIFY2(l < std::size_t(t.K), qPrintable(name));
+                QVERIFY2(score[l] >= best - bound[l] - bound[std::size_t(bestK)],
+                         qPrintable(QString("%1: row %2 took %3 (%4), the best is %5 (%6)")
+                                        .arg(name)
+                                        .arg(i)
+                                        .arg(l)
+                                        .arg(score[l])
+                                        .arg(bestK)
+                                        .arg(best)));
+                exact += int(l) == bestK;
+                QVERIFY2(l != 1 && l != std::size_t(t.K - 1),
+                         qPrintable(QString("%1: row %2 took the higher of two equal codewords").arg(name).arg(i)));
+            }
+            // Gaussian scores have no near ties but by chance: nearly every row takes the exact best.
+            QVERIFY2(exact >= n - 5, qPrintable(QString("%1: %2 of %3 rows").arg(name).arg(exact).arg(n)));
+            const AssignStats &a = stats[0], &b = stats[1];
+            QVERIFY2(std::abs(b.weightedError - a.weightedError) <= 1e-5 * a.weightedSquaredNorm, qPrintable(name));
+            QCOMPARE(b.weightedSquaredNorm, a.weightedSquaredNorm); // the same float norms, the same sums
+            QCOMPARE(b.totalWeight, a.totalWeight);
+            QVERIFY2(std::abs(b.cosineSum - a.cosineSum) <= 1e-5 * double(n), qPrintable(name));
+            QVERIFY2(std::abs(b.gainErrorSum - a.gainErrorSum) <= 1e-5 * a.gainErrorSum, qPrintable(name));
+            QCOMPARE(b.cosineRows, a.cosineRows);
+            if (labels[0] == labels[1]) // the same labels: the same fixed-order sums
+                QVERIFY2(b.sumX == a.sumX, qPrintable(name));
+        }
+    }
+
+    void fusedTrainingFollowsTheCpu()
+    {
+        QString why;
+        if (!test::haveCudaDevice(&why))
+            QSKIP(qPrintable(why));
+        // Whole trainings with the fused kernel: a stage's subspaces as one batch (fused, members
+        // dropping out), resident and streamed rows, KM and GSKM, against the CPU's FP32 training on
+        // the same rows. TF32 scores move a near-tie row to its other codeword, and the trainings
+        // part from there: the NMSE, not the codes, is what must agree (within 1%:
+        // TF32 rounds every operand by up to 2⁻¹¹ of itself, and a training that parts at a near tie
+        // ends in a nearby local optimum; measured here 0.2–0.3%, printed below).
+        // The rows of independentClusteringsRunTogether, with 32-wide subspaces (the kernel's
+        // D is a multiple of 16), K = 32.
+        constexpr int n = 1600, D = 32, M = 4;
+        MatrixRF X(n, M * D);
+        for (int m = 0; m < M; ++m) {
+            const MatrixRF centres = synthesize(SynthKind::KvLike, 16, D, 31 + std::uint64_t(m));
+            const MatrixRF noise = synthesize(SynthKind::Gaussian, n, D, 41 + std::uint64_t(m));
+            const float scale =
+                (0.2f + 0.1f * float(m)) * centres.rowwise().norm().mean() / noise.rowwise().norm().mean();
+            for (int i = 0; i < n; ++i)
+                X.block(i, m * D, 1, D) = centres.row((i * (m + 3)) % 16) + scale * noise.row(i);
+        }
+        std::vector<float> w(n);
+        for (int i = 0; i < n; ++i)
+            w[std::size_t(i)] = 0.5f + float((i * 29) % 13) / 8.0f;
+        for (Method method : {Method::KMeans, Method::GainShape}) {
+            RqSettings s;
+            s.dim = D;
+            s.stages = 2;
+            s.k = 32;
+            s.method = method;
+            s.iterations = 25;
+            s.seed = 5;
+            auto c = makeCpuBackend(2);
+            const auto a = trainResidualQuantizer(X, w.data(), s, *c);
+            for (bool streamed : {false, true}) {
+                const QString name = QString("%1, %2").arg(methodName(method)).arg(streamed ? "streamed" : "resident");
+                gpu::CudaOptions o;
+                o.tf32 = true;
+                o.forceStreamed = streamed;
+                auto g = gpu::makeCudaBackend(o);
+                const auto b = trainResidualQuantizer(X, w.data(), s, *g);
+                const auto* stats = gpu::cudaStats(*g);
+                QVERIFY2(stats->fusedPasses > 0, qPrintable(name));
+                if (!streamed)
+                    QVERIFY2(stats->batchedPasses > 0, qPrintable(name));
+                qInfo("%s: NMSE %.6f (CPU, FP32 %.6f)", qPrintable(name), b.metrics.nmse, a.metrics.nmse);
+                QVERIFY2(std::abs(b.metrics.nmse - a.metrics.nmse) <= 0.01 * a.metrics.nmse, qPrintable(name));
+            }
+        }
+    }
+
+#if defined(GSRQ_TEST_EMULATOR)
+    void fusedPassBytesMatchTheModel()
+    {
+        if (!emulator::byteCountsBuilt())
+            QSKIP("this build's emulator has no byte counts (the AddressSanitizer build)");
+        // passBytesMatchTheModel's launches with the fused kernel in place of the GEMM and the argmax,
+        // alone and for two members together: 9,000 weighted rows, blocks of 32 columns (at 8, and
+        // 48 for the second member), K = 296 (the sums' two cluster ranges; a multiple of 8). The
+        // grid is the backend's on the emulator's geometry (132 SMs, 228 KiB each).
+        const std::int64_t n = 9000;
+        const int f = 96, d = 32, K = 296;
+        const int cols[2] = {8, 48};
+        const MatrixRF X = synthesize(SynthKind::Gaussian, n, f, 6);
+        std::vector<float> w(static_cast<std::size_t>(n));
+        for (std::size_t i = 0; i < w.size(); ++i)
+            w[i] = 0.5f + float(i % 7) / 4.0f;
+        int compared = 0;
+        for (int members : {1, 2})
+            for (bool gskm : {false, true}) {
+                gpu::CudaOptions o;
+                o.tf32 = true;
+                auto g = gpu::makeCudaBackend(o);
+                g->bind(X.data(), n, f, w.data());
+                g->selectBlocks(std::span<const int>(cols, std::size_t(members)), d, 1e-8f);
+                for (int b = 0; b < members; ++b) {
+                    g->focusMember(b);
+                    CentroidState state;
+                    state.centroids = X.middleRows(100 * b, K).middleCols(cols[b], d);
+                    if (gskm) {
+                        state.gs.gains = state.centroids.rowwise().norm().cast<double>();
+                        state.gs.shapes = state.centroids.cast<double>().rowwise().normalized();
+                    }
+                    g->loadCentroids(state);
+                }
+                gpu::ClusterPassCase pc{n, d, K, true, gskm, true, 256, true};
+                pc.members = members;
+                pc.fused = true;
+                pc.fusedBlocks = gpu::fusedArgmaxGrid(n, members, 132, gpu::fusedArgmaxBlocksPerSm(K, d, 228 * 1024));
+                const int both[2] = {0, 1};
+                std::vector<AssignStats> out(static_cast<std::size_t>(members));
+                emulator::startByteCounts();
+                if (members == 1)
+                    g->passHeld({gskm, true}, out[0]);
+                else
+                    g->passHeldBatch(std::span<const int>(both, 2), {gskm, true}, out);
+                auto launches = emulator::stopByteCounts();
+                emulator::startByteCounts();
+                if (members == 1)
+                    g->updateHeld({gskm ? update::Rule::GainShape : update::Rule::Mean, 1e-6, 0});
+                else
+                    g->updateHeldBatch(std::span<const int>(both, 2),
+                                       {gskm ? update::Rule::GainShape : update::Rule::Mean, 1e-6, 0});
+                const auto update = emulator::stopByteCounts();
+                launches.insert(launches.end(), update.begin(), update.end());
+                QCOMPARE(gpu::cudaStats(*g)->fusedPasses, std::int64_t(1));
+                compared += compareToModel(launches, pc, gskm ? "fused gskm" : "fused km");
+            }
+        // fused, tile sums and reduce, row totals, cluster totals, update: alone and batched, KM and GSKM.
+        QCOMPARE(compared, 4 * 6);
+    }
+#endif
+
 #if defined(GSRQ_TEST_EMULATOR)
     void passBytesMatchTheModel()
     {
@@ -632,15 +854,26 @@ private slots:
 
     void benchTrainModelsANamedDevice()
     {
-        // --model-device needs no device: the 1-BPA layer's pass as the backend would launch it
-        // (8 chunks of 32,768 rows: a GEMM and an argmax each; the sums and their reduction; the row
-        // and cluster totals; the update), and the layer's at most 8 blocks × 16 stages clusterings of
-        // 41 passes, 40 updates and GSKM's start.
+        // --model-device needs no device: the 1-BPA layer's pass as the backend would launch it (with
+        // --no-fused-argmax 8 chunks of 32,768 rows, a GEMM and an argmax each; with TF32 otherwise
+        // one fused launch; the sums and their reduction; the row and cluster totals; the update),
+        // and the layer's at most 8 blocks × 16 stages clusterings of 41 passes, 40 updates and
+        // GSKM's start.
+        const auto gemm = test::gsrqRun(
+            {"--no-db", "bench-train", "--model-device", "h200", "--tf32", "--no-fused-argmax", "--json"});
+        QVERIFY2(gemm.code == 0, gemm.err.constData());
+        const auto g = QJsonDocument::fromJson(gemm.out).object();
+        QCOMPARE(g["launches"].toArray().size(), 8 * 2 + 2 + 2 + 1);
+        QCOMPARE(g["scores"].toString(), QString("gemm+argmax"));
         const auto r = test::gsrqRun({"--no-db", "bench-train", "--model-device", "h200", "--tf32", "--json"});
         QVERIFY2(r.code == 0, r.err.constData());
         const auto j = QJsonDocument::fromJson(r.out).object();
         QVERIFY(j["modelled"].toBool());
-        QCOMPARE(j["launches"].toArray().size(), 8 * 2 + 2 + 2 + 1);
+        QCOMPARE(j["launches"].toArray().size(), 1 + 2 + 2 + 1);
+        QCOMPARE(j["scores"].toString(), QString("fused"));
+        QCOMPARE(j["launches"].toArray()[0].toObject()["launch"].toString(), QString("fused scores and argmax"));
+        // The fused launch replaces 16 that wrote and read the scores: the model's pass is shorter.
+        QVERIFY(j["pass_seconds"].toDouble() < g["pass_seconds"].toDouble());
         QCOMPARE(j["clusterings"].toInt(), 8 * 16);
         QCOMPARE(j["max_passes"].toInt(), 8 * 16 * 42);
         const double pass = j["pass_seconds"].toDouble(), update = j["update_seconds"].toDouble(),

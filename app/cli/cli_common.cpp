@@ -40,6 +40,8 @@ void addBackendOptions(CLI::App* cmd, BackendOptions& o)
     cmd->add_option("--backend", o.backend, "auto (the GPU when there is one), cpu or cuda")->capture_default_str();
     cmd->add_option("--device", o.device, "CUDA device index")->capture_default_str();
     cmd->add_flag("--tf32", o.tf32, "CUDA: TF32 tensor cores for the distance product (faster, less exact)");
+    cmd->add_flag("--no-fused-argmax", o.noFusedArgmax,
+                  "CUDA with --tf32: cuBLAS's GEMM and a separate argmax instead of the fused tensor-core kernel");
     cmd->add_option("--threads", o.threads, "CPU threads (default: all cores)");
     cmd->add_option("--exact-bounds", o.exactBounds,
                     "CPU: on (skip the distance work that cannot change a label; same labels and centroids) or off "
@@ -55,8 +57,8 @@ std::unique_ptr<ClusterBackend> openBackend(const BackendOptions& o, bool quiet)
         throwInvalid("--device ", o.device, ": must be ≥ 0");
     if (o.exactBounds != "on" && o.exactBounds != "off")
         throwInvalid("--exact-bounds ", o.exactBounds, ": expected on or off");
-    auto choice =
-        gpu::makeBackend({gpu::parseBackendKind(o.backend), o.device, o.threads, o.tf32, o.exactBounds == "on"});
+    auto choice = gpu::makeBackend(
+        {gpu::parseBackendKind(o.backend), o.device, o.threads, o.tf32, o.exactBounds == "on", !o.noFusedArgmax});
     if (!quiet && !choice.note.empty())
         std::fprintf(stderr, "%s\n", choice.note.c_str());
     return std::move(choice.backend);

@@ -23,6 +23,7 @@ struct BackendOptions {
     bool tf32 = false;
     std::string exactBounds = "on";
     int threads = 0;
+    bool noFusedArgmax = false;
 };
 void addBackendOptions(CLI::App* cmd, BackendOptions& o);
 // Makes the backend the flags ask for; auto's choice is printed on stderr unless quiet.

@@ -208,7 +208,7 @@ void printTrainingModel(const gpu::DeviceModel& m, const gpu::ClusterPassCase& c
         costs.sharedBytes = k.sharedBytes;
         costs.flops = k.flops;
         DecodeRates r = rates;
-        r.flops = k.library ? gemmRate : rates.flops;
+        r.flops = k.library || k.tensorCores ? gemmRate : rates.flops;
         return roofline(costs, r);
     };
     auto seconds = [&](const std::vector<gpu::KernelCost>& launches) {
@@ -236,10 +236,12 @@ void printTrainingModel(const gpu::DeviceModel& m, const gpu::ClusterPassCase& c
     gpu::ClusterPassCase batch = c;
     batch.members = std::min(subspaces, 16);
     const std::size_t sharedPerSm = m.sharedOptin + 1024;
+    // Every SM's shared memory at 128 bytes a cycle.
+    const double sharedRate = double(m.info.multiprocessors) * 128.0 * m.info.clockHz;
     const auto latency =
-        gpu::clusterPassLatency(batch, m.info.multiprocessors, sharedPerSm, m.copyBytesPerSecond, gemmRate);
+        gpu::clusterPassLatency(batch, m.info.multiprocessors, sharedPerSm, m.copyBytesPerSecond, gemmRate, sharedRate);
     const auto startLatency = c.shapeSums ? gpu::clusterPassLatency(start, m.info.multiprocessors, sharedPerSm,
-                                                                    m.copyBytesPerSecond, gemmRate)
+                                                                    m.copyBytesPerSecond, gemmRate, sharedRate)
                                           : gpu::ClusterPassLatency{};
     const std::int64_t stages = subspaces > 0 ? clusterings / subspaces : clusterings;
     const double batches = double(stages) * std::ceil(double(subspaces) / batch.members);
@@ -248,7 +250,8 @@ void printTrainingModel(const gpu::DeviceModel& m, const gpu::ClusterPassCase& c
         double(clusterings) * startLatency.passSeconds;
     // The same model with one clustering at a time, as the backend ran before it batched (the layer
     // the device runs so far have timed).
-    const auto single = gpu::clusterPassLatency(c, m.info.multiprocessors, sharedPerSm, m.copyBytesPerSecond, gemmRate);
+    const auto single =
+        gpu::clusterPassLatency(c, m.info.multiprocessors, sharedPerSm, m.copyBytesPerSecond, gemmRate, sharedRate);
     const double singleLayer = double(clusterings) * (double(iters + 1) * single.passSeconds +
                                                       double(iters) * single.updateSeconds + startLatency.passSeconds);
     if (json) {
@@ -269,6 +272,7 @@ void printTrainingModel(const gpu::DeviceModel& m, const gpu::ClusterPassCase& c
                    {"device", m.info.name},
                    {"hbm_source", m.source},
                    {"gemm", tf32 ? "tf32" : "fp32"},
+                   {"scores", c.fused ? "fused" : "gemm+argmax"},
                    {"launches", rows},
                    {"pass_seconds", passSeconds},
                    {"update_seconds", updateSeconds},
@@ -390,11 +394,17 @@ Command registerBenchTrain(CLI::App& root)
                         throwInvalid("--model-device '", o->modelDevice, "': one of ", gpu::deviceModelNames());
                     if (!o->saveData.empty())
                         throwInvalid("--save-data: with --model-device no data is made");
-                    printTrainingModel(
-                        *model,
-                        {o->rows, s.dim, s.k, *wmode != WeightMode::None, method == Method::GainShape, true, 256, true},
-                        std::int64_t(o->features / s.dim) * s.stages, s.iterations, o->backend.tf32, o->json,
-                        o->features / s.dim);
+                    gpu::ClusterPassCase c{o->rows, s.dim, s.k, *wmode != WeightMode::None, method == Method::GainShape,
+                                           true,    256,   true};
+                    // The backend's fused kernel where it would take the pass (TF32, the shape within its limits).
+                    c.fused = o->backend.tf32 && !o->backend.noFusedArgmax &&
+                              gpu::fusedArgmaxFits(s.k, s.dim, model->sharedOptin);
+                    if (c.fused)
+                        c.fusedBlocks =
+                            gpu::fusedArgmaxGrid(c.n, 1, model->info.multiprocessors,
+                                                 gpu::fusedArgmaxBlocksPerSm(s.k, s.dim, model->sharedOptin + 1024));
+                    printTrainingModel(*model, c, std::int64_t(o->features / s.dim) * s.stages, s.iterations,
+                                       o->backend.tf32, o->json, o->features / s.dim);
                     return;
                 }
                 auto backend = openBackend(o->backend, o->json || o->quiet);
@@ -493,6 +503,9 @@ Command registerBenchTrain(CLI::App& root)
                                {"iterations_timed", iterationsTimed},
                                {"passes_timed", passes.size()},
                                {"most_clusterings_per_pass", mostMembers},
+                               // Passes whose scores and argmax were one fused tensor-core launch.
+                               {"fused_passes",
+                                cuda ? nlohmann::ordered_json(cuda->fusedPasses - cuda0.fusedPasses) : nullptr},
                                {"assignment_flop_per_iteration", flopPerPass},
                                {"achieved_flops", achieved},
                                {"peak_fp32_flops", peak},

@@ -6,6 +6,19 @@
 
 namespace gsrq::gpu {
 
+namespace {
+
+CudaOptions cudaOptions(const BackendRequest& r)
+{
+    CudaOptions o;
+    o.device = r.device;
+    o.tf32 = r.tf32;
+    o.fusedArgmax = r.fusedArgmax;
+    return o;
+}
+
+} // namespace
+
 BackendKind parseBackendKind(const std::string& text)
 {
     if (text == "auto")
@@ -43,7 +56,7 @@ BackendChoice chooseBackend(const BackendRequest& r)
     if (r.kind == BackendKind::Cuda) {
         if (q.devices.empty())
             throwInvalid("--backend cuda: ", q.message.empty() ? std::string("no CUDA device") : q.message);
-        out.backend = makeCudaBackend({r.device, r.tf32});
+        out.backend = makeCudaBackend(cudaOptions(r));
         return out;
     }
     if (q.devices.empty()) {
@@ -52,7 +65,7 @@ BackendChoice chooseBackend(const BackendRequest& r)
         return out;
     }
     try {
-        out.backend = makeCudaBackend({r.device, r.tf32});
+        out.backend = makeCudaBackend(cudaOptions(r));
         out.note = cat("backend auto: using the GPU, ", out.backend->device());
     } catch (const Error& e) {
         if (e.kind() == ErrorKind::InvalidInput)

@@ -22,6 +22,9 @@ struct BackendRequest {
     bool tf32 = false; // CUDA: TF32 for the distance product
     // CPU: exact bounds skip the scores that cannot change a label (exact_bounds.h); off: score all
     bool exactBounds = true;
+    // CUDA with tf32: the scores and the argmax in one tensor-core kernel where the block's shape allows
+    // (cuda_backend.h); off: cuBLAS's GEMM and the argmax kernel (to compare the two)
+    bool fusedArgmax = true;
 };
 
 struct BackendChoice {

@@ -1,4 +1,5 @@
 #include "gpu/cluster/cluster_kernels.h"
+#include "gpu/cluster/row_terms.cuh"
 
 #include "core/cluster/update_rule.h"
 #include "gpu/device/launch.cuh"
@@ -25,12 +26,6 @@ __device__ inline double warpSum(double v)
     for (int off = kWarp / 2; off > 0; off /= 2)
         v += __shfl_down_sync(0xffffffffu, v, off);
     return v;
-}
-
-// The member a block of a batched launch takes (Members): active[z], or 0 for a single-block launch.
-__device__ inline int memberAt(const Members& members, unsigned z)
-{
-    return members.active ? members.active[z] : 0;
 }
 
 int rowBlocks(std::int64_t n)
@@ -65,21 +60,10 @@ static __global__ void argmaxRowsKernel(const float* __restrict__ S, int K, cons
     if (i >= m)
         return;
     const int b = memberAt(members, blockIdx.z);
-    const std::int64_t ro = std::int64_t(b) * members.rowStride;
+    const RowOutputs out =
+        memberRowOutputs(sq, labels, err, sqw, wt, changed, metrics, std::int64_t(b) * members.rowStride);
     S += std::int64_t(b) * members.scoreStride;
     cNorm += std::int64_t(b) * K;
-    sq += ro;
-    labels += ro;
-    err += ro;
-    sqw += ro;
-    wt += ro;
-    changed += ro;
-    if (metrics.gain) {
-        metrics.gain += ro;
-        metrics.cosine += ro;
-        metrics.cosineRow += ro;
-        metrics.squaredNorm += ro;
-    }
     const float* s = S + i * K;
     float best = -FLT_MAX;
     int label = K;
@@ -94,32 +78,13 @@ static __global__ void argmaxRowsKernel(const float* __restrict__ S, int K, cons
     for (int off = kWarp / 2; off > 0; off /= 2) {
         const float ov = __shfl_down_sync(0xffffffffu, best, off);
         const int ol = __shfl_down_sync(0xffffffffu, label, off);
-        if (ov > best || (ov == best && ol < label)) {
+        if (betterCandidate(ov, ol, best, label)) {
             best = ov;
             label = ol;
         }
     }
-    if (threadIdx.x != 0)
-        return;
-    if (label >= K)
-        label = 0; // only when every score is −inf or NaN; the data is checked finite before
-    const std::int64_t g = r0 + i;
-    const double wi = w ? double(w[g]) : 1.0;
-    const double n2 = double(sq[g]);
-    err[g] = wi * fmax(0.0, n2 - double(best));
-    sqw[g] = wi * n2;
-    wt[g] = wi;
-    changed[g] = labels[g] != label ? 1.0 : 0.0;
-    labels[g] = label;
-    if (metrics.gain) {
-        // x·c from the score: 2x·c − ‖c‖² = best.
-        const double nc2 = double(cNorm[label]);
-        const double nx = sqrt(n2), nc = sqrt(nc2);
-        metrics.gain[g] = fabs(nx - nc);
-        metrics.cosine[g] = nx > 0 && nc > 0 ? fmin(1.0, fmax(-1.0, 0.5 * (double(best) + nc2) / (nx * nc))) : 0.0;
-        metrics.cosineRow[g] = nx > 0 ? 1.0 : 0.0;
-        metrics.squaredNorm[g] = n2;
-    }
+    if (threadIdx.x == 0)
+        writeRowTerms(out, best, label, K, cNorm, w, r0 + i);
 }
 
 // Per-cluster sums without a sort. A block takes a fixed tile of rows, 32 columns of the block (one

@@ -53,6 +53,18 @@ cudaError_t launchArgmaxRows(const float* S, int K, const float* cNorm, std::int
                              double* wt, double* changed, RowMetricTerms metrics, cudaStream_t stream,
                              const Members& members = {});
 
+// The GEMM and the argmax in one launch on TF32 tensor cores (fused_argmax.cu; pass_costs.h says for
+// which D and K, fusedArgmaxFits): for rows r0 .. r0+m−1 (X: row r0's block of D columns, ld; 16-byte
+// aligned rows) against centroids C (K × D) with norms cNorm, the labels and terms launchArgmaxRows
+// writes, from scores x·c of TF32-rounded operands with FP32 sums (as cuBLAS's TF32 mode; the order
+// of the sums is the tensor cores'). blocks: per member, from fusedArgmaxGrid. Members as above;
+// the centroids move on by K × D a member, the rows by colStride columns.
+cudaError_t launchFusedScoreArgmax(const float* X, std::int64_t ld, int D, const float* C, int K, const float* cNorm,
+                                   std::int64_t r0, std::int64_t m, const float* sq, const float* w,
+                                   std::int32_t* labels, double* err, double* sqw, double* wt, double* changed,
+                                   RowMetricTerms metrics, int blocks, cudaStream_t stream,
+                                   const Members& members = {});
+
 // The tiles of rows the sums take and how many a launch takes: pass_costs.h (tileRowsFor,
 // tilesPerLaunch), where the cost model plans them alike.
 

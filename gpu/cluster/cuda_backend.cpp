@@ -31,6 +31,9 @@ CudaBackend::CudaBackend(const CudaOptions& o) : m_opt(o)
     check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
     m_device = cat(prop.name, " (device ", o.device, ")");
     m_sharedOptin = prop.sharedMemPerBlockOptin;
+    m_fusedDevice = o.tf32 && o.fusedArgmax && prop.major >= 8;
+    m_multiprocessors = prop.multiProcessorCount;
+    m_sharedPerSm = prop.sharedMemPerMultiprocessor;
     const Cublas& api = cublas();
     check(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking), "cudaStreamCreate");
     check(api.create(&m_handle), "cublasCreate");
@@ -401,7 +404,20 @@ void CudaBackend::runPass(const float* C, const float* cNorm, int K, const Assig
     float* const sq = m_sq.get() + rows;
     float* const inv = m_inv.get() + rows;
     std::int32_t* const labels = m_labels.get() + rows;
+    const bool fused = fusedFor(K, m_resident ? m_res.get() + col0() : m_stage.get(), m_resident ? m_f : D, 0);
+    if (fused) {
+        ++m_stats.fusedPasses;
+        if (m_resident) { // every row in one launch: there is no score block to keep in the L2
+            check(kernels::launchFusedScoreArgmax(m_res.get() + col0(), m_f, D, C, K, cNorm, 0, m_n, sq, wPtr(), labels,
+                                                  m_rowTerms[0].get() + rows, m_rowTerms[1].get() + rows,
+                                                  m_rowTerms[2].get() + rows, m_rowTerms[3].get() + rows, metricTerms,
+                                                  fusedBlocks(m_n, K, 1), m_stream),
+                  "fused scores and argmax");
+        }
+    }
     for (std::int64_t r0 = 0; r0 < m_n; r0 += m_chunk) {
+        if (fused && m_resident)
+            break;
         const std::int64_t m = std::min(m_chunk, m_n - r0);
         const float* xb;
         std::int64_t ld;
@@ -413,14 +429,22 @@ void CudaBackend::runPass(const float* C, const float* cNorm, int K, const Assig
             xb = m_stage.get();
             ld = D;
         }
-        // Column-major view: Sᵀ (K × m) = C (K × D, stored as Cᵀ D × K) · Xᵀ (D × m, ld).
-        check(cublas().sgemm(m_handle, CUBLAS_OP_T, CUBLAS_OP_N, K, int(m), D, &one, C, D, xb, int(ld), &zero,
-                             m_S.get(), K),
-              "SGEMM of rows and centroids");
-        check(kernels::launchArgmaxRows(m_S.get(), K, cNorm, r0, m, sq, wPtr(), labels, m_rowTerms[0].get() + rows,
-                                        m_rowTerms[1].get() + rows, m_rowTerms[2].get() + rows,
-                                        m_rowTerms[3].get() + rows, metricTerms, m_stream),
-              "argmax");
+        if (fused) {
+            check(kernels::launchFusedScoreArgmax(xb, ld, D, C, K, cNorm, r0, m, sq, wPtr(), labels,
+                                                  m_rowTerms[0].get() + rows, m_rowTerms[1].get() + rows,
+                                                  m_rowTerms[2].get() + rows, m_rowTerms[3].get() + rows, metricTerms,
+                                                  fusedBlocks(m, K, 1), m_stream),
+                  "fused scores and argmax");
+        } else {
+            // Column-major view: Sᵀ (K × m) = C (K × D, stored as Cᵀ D × K) · Xᵀ (D × m, ld).
+            check(cublas().sgemm(m_handle, CUBLAS_OP_T, CUBLAS_OP_N, K, int(m), D, &one, C, D, xb, int(ld), &zero,
+                                 m_S.get(), K),
+                  "SGEMM of rows and centroids");
+            check(kernels::launchArgmaxRows(m_S.get(), K, cNorm, r0, m, sq, wPtr(), labels, m_rowTerms[0].get() + rows,
+                                            m_rowTerms[1].get() + rows, m_rowTerms[2].get() + rows,
+                                            m_rowTerms[3].get() + rows, metricTerms, m_stream),
+                  "argmax");
+        }
         if (!m_resident) // the staged chunk is overwritten by the next
             check(kernels::launchAccumulate(xb, ld, r0, m, D, m_workK, m_tileRows, m_sharedOptin, labels, wPtr(), inv,
                                             sumX, what.shapeSums ? sumY : nullptr, wsum, count, m_partials.get(),
@@ -433,6 +457,18 @@ void CudaBackend::runPass(const float* C, const float* cNorm, int K, const Assig
                                         m_partials.get(), m_stream),
               "accumulating sums");
     sumRowTerms(what.rowMetrics ? kRowTerms : 4, b);
+}
+
+bool CudaBackend::fusedFor(int K, const float* x, std::int64_t ld, std::int64_t colStride) const
+{
+    return m_fusedDevice && fusedArgmaxFits(K, m_d, m_sharedOptin) && std::uintptr_t(x) % 16 == 0 && ld % 4 == 0 &&
+           colStride % 4 == 0;
+}
+
+int CudaBackend::fusedBlocks(std::int64_t m, int K, int members) const
+{
+    const int blocks = fusedArgmaxGrid(m, members, m_multiprocessors, fusedArgmaxBlocksPerSm(K, m_d, m_sharedPerSm));
+    return m_opt.fusedBlocks > 0 ? std::min(blocks, m_opt.fusedBlocks) : blocks;
 }
 
 // Member b's W and counts (K each) into h (2K doubles' room), enqueued.

@@ -36,6 +36,11 @@ struct CudaOptions {
     // Device memory the resident layout may use, as a fraction of what is free when bound.
     double memoryFraction = 0.85;
     bool forceStreamed = false; // keep the rows on the host even when they fit (tests)
+    // With tf32 on a device of compute capability 8.0 or later: each pass scores the rows and takes
+    // their argmax in one kernel on the tensor cores (launchFusedScoreArgmax), no score block written,
+    // where the block's width and K allow (pass_costs.h, fusedArgmaxFits); off: cuBLAS and the argmax.
+    bool fusedArgmax = true;
+    int fusedBlocks = 0; // blocks a member's fused launch takes at most (0: what the device holds; tests)
 };
 
 // Throws gsrq::Error(InvalidInput) for a device index that does not exist, Error(Runtime) for a
@@ -56,6 +61,8 @@ struct CudaBackendStats {
     // Passes that took several members at once (independent clusterings together), and the most members one took.
     std::int64_t batchedPasses = 0;
     int mostMembers = 0;
+    // Passes whose scores and argmax ran as one fused kernel (CudaOptions::fusedArgmax).
+    std::int64_t fusedPasses = 0;
     // Wall seconds of the calls outside the passes, by what they do (each from the call until its
     // results are on the host): binding the rows; selecting blocks (their row norms); a clustering's
     // start (sampled rows gathered, centroids loaded); reading results back (centroids, labels,

@@ -168,6 +168,7 @@ void CudaBackend::runPassBatch(std::span<const int> active, const AssignRequest&
     check(cudaMemsetAsync(m_wsum.get(), 0, B * K * sizeof(double), m_stream), "clearing sums");
     check(cudaMemsetAsync(m_count.get(), 0, B * K * sizeof(long long), m_stream), "clearing sums");
 
+    const bool fused = fusedFor(K, m_res.get() + m_cols[0], m_f, members.colStride);
     // The batched SGEMM's operands, chunk after chunk: member b's centroids, its block of the chunk's
     // rows and its score block; made again only when the members or the buffers change (a copy from
     // the host would otherwise wait on the update before every pass).
@@ -177,7 +178,7 @@ void CudaBackend::runPassBatch(std::span<const int> active, const AssignRequest&
                                        std::uintptr_t(m_S.get()),     std::uintptr_t(m_res.get()),
                                        std::uintptr_t(m_batchChunk),  std::uintptr_t(K)};
     key.insert(key.end(), active.begin(), active.end());
-    if (key != m_gemmKey) {
+    if (!fused && key != m_gemmKey) {
         std::vector<const float*> a(operands), x(operands);
         std::vector<float*> s(operands);
         for (std::int64_t c = 0; c < chunks; ++c)
@@ -201,7 +202,15 @@ void CudaBackend::runPassBatch(std::span<const int> active, const AssignRequest&
     if (what.rowMetrics)
         metricTerms = {m_rowTerms[4].get(), m_rowTerms[5].get(), m_rowTerms[6].get(), m_rowTerms[7].get()};
     const float one = 1.0f, zero = 0.0f;
-    for (std::int64_t c = 0; c < chunks; ++c) {
+    if (fused) { // every member's rows in one launch, no score block
+        ++m_stats.fusedPasses;
+        check(kernels::launchFusedScoreArgmax(m_res.get() + m_cols[0], m_f, D, m_heldC.get(), K, m_heldNorm.get(), 0,
+                                              m_n, m_sq.get(), wPtr(), m_labels.get(), m_rowTerms[0].get(),
+                                              m_rowTerms[1].get(), m_rowTerms[2].get(), m_rowTerms[3].get(),
+                                              metricTerms, fusedBlocks(m_n, K, count), m_stream, members),
+              "fused scores and argmax");
+    }
+    for (std::int64_t c = 0; !fused && c < chunks; ++c) {
         const std::int64_t r0 = c * m_batchChunk, m = std::min(m_batchChunk, m_n - r0);
         const std::size_t o = std::size_t(c) * std::size_t(count);
         // Per member, column-major: Sᵀ (K × m) = C (stored as Cᵀ, D × K) · Xᵀ (D × m, ld F).

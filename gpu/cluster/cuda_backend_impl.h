@@ -110,6 +110,10 @@ private:
     int col0() const { return m_cols[std::size_t(m_cur)]; }
 
     void runPass(const float* C, const float* cNorm, int K, const AssignRequest& what);
+    // Whether a pass scores with the fused kernel: rows x (ld; members colStride apart) 16-byte aligned,
+    // the shape within fusedArgmaxFits; and the blocks a member's launch takes for m rows.
+    bool fusedFor(int K, const float* x, std::int64_t ld, std::int64_t colStride) const;
+    int fusedBlocks(std::int64_t m, int K, int members) const;
     void copyClusterTotals(int K, int b, double* h);
     static void takeClusterTotals(int K, const double* h, AssignStats& out);
     static void takeScalars(const double* s, const AssignRequest& what, AssignStats& out);
@@ -141,6 +145,11 @@ private:
     std::int64_t m_chunk = 0, m_tileRows = 0, m_batchChunk = 0;
     int m_workK = 0;
     std::size_t m_sharedOptin = 0;
+    // The fused score-and-argmax kernel: usable on this device (sm_80+, tf32, asked for), and the
+    // device's geometry that sizes its grid.
+    bool m_fusedDevice = false;
+    int m_multiprocessors = 0;
+    std::size_t m_sharedPerSm = 0;
 
     DeviceArray<float> m_res, m_x, m_rec, m_w, m_sq, m_inv, m_stage, m_S, m_C, m_cNorm, m_rowsOut;
     // The members' held centroids of Lloyd's iterations and the rule's state (K × d or K a member).

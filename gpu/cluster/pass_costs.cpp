@@ -54,6 +54,25 @@ double tileShared(double rows, double T, double ranges, double K, double cols, b
 
 } // namespace
 
+int fusedArgmaxBlocksPerSm(int K, int D, std::size_t sharedPerSm)
+{
+    const int threads = 32 * kFusedArgmaxWarps;
+    const int byThreads = 2048 / threads;
+    const int registers = D <= 64 ? kClusterKernelRegisters.fusedNarrow : kClusterKernelRegisters.fusedWide;
+    const int byRegisters = 65536 / ((registers * 32 + 255) / 256 * 256 * (threads / 32));
+    const int byShared = int(sharedPerSm / (fusedArgmaxSharedBytes(K, D) + 1024));
+    return std::max(1, std::min({byThreads, byRegisters, byShared}));
+}
+
+int fusedArgmaxGrid(std::int64_t m, int members, int multiprocessors, int blocksPerSm)
+{
+    const std::int64_t needed =
+        ((m + kFusedArgmaxRows - 1) / kFusedArgmaxRows + kFusedArgmaxWarps - 1) / kFusedArgmaxWarps;
+    const std::int64_t slots = std::max<std::int64_t>(1, std::int64_t(std::max(1, multiprocessors)) *
+                                                             std::max(1, blocksPerSm) / std::max(1, members));
+    return int(std::max<std::int64_t>(1, std::min(needed, slots)));
+}
+
 std::vector<KernelCost> clusterPassCosts(const ClusterPassCase& c)
 {
     const double K = c.K, d = c.d, s = c.shapeSums ? 1 : 0, w = c.weighted ? 1 : 0;
@@ -63,7 +82,24 @@ std::vector<KernelCost> clusterPassCosts(const ClusterPassCase& c)
     const std::int64_t chunk = passChunkRows(c.n, c.K), tileRows = tileRowsFor(chunk);
     const std::int64_t scoreChunk = c.members > 1 ? passChunkRows(c.n, c.K * c.members) : chunk;
     std::vector<KernelCost> k;
-    for (std::int64_t r0 = 0; r0 < c.n; r0 += scoreChunk) {
+    if (c.fused) {
+        // A member's rows (its D columns), codebook and ‖c‖², ‖x‖² and last labels in; labels and the
+        // row terms out, as the argmax; the weights, every member's. In shared memory each block
+        // writes its copy of the codebook and ‖c‖²; each warp's tile of 16 rows (the last one's
+        // missing rows too) reads, per 8 codewords, a 16-byte fragment a lane for every 16 features
+        // and ‖c‖² of its lane's two codewords; the row metrics read ‖c‖² of the row's label.
+        const double m = double(c.n), tiles = std::ceil(m / kFusedArgmaxRows);
+        const double shared =
+            B * std::max(1, c.fusedBlocks) * (K * d * 4 + K * 4) +
+            B * (tiles * (K / 8) * (d / 16) * kWarp * 16 + tiles * (K / 8) * kWarp * 8 + (c.rowMetrics ? m * 4 : 0));
+        KernelCost f{"fused scores and argmax",
+                     B * (m * d * 4 + K * d * 4 + K * 4 + m * 4 * 2 + m * 4 + m * 32 * (c.rowMetrics ? 2 : 1)) +
+                         m * 4 * w + list,
+                     0, shared, B * 2 * m * K * d};
+        f.tensorCores = true;
+        k.push_back(f);
+    }
+    for (std::int64_t r0 = 0; !c.fused && r0 < c.n; r0 += scoreChunk) {
         const double m = double(std::min(scoreChunk, c.n - r0));
         k.push_back({c.members > 1 ? "SGEMM (cuBLAS, batched)" : "SGEMM (cuBLAS)",
                      B * (m * d * 4 + K * d * 4 + m * K * 4), 0, 0, B * 2 * m * K * d, true});
@@ -133,7 +169,7 @@ int residentBlocks(int threads, int registers, std::size_t shared, std::size_t s
 } // namespace
 
 ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocessors, std::size_t sharedPerSm,
-                                      double copyBytesPerSecond, double gemmFlops)
+                                      double copyBytesPerSecond, double gemmFlops, double sharedBytesPerSecond)
 {
     // The decode model's estimates (gpu/decode/roofline.h), the same for both.
     constexpr double launch = 3e-6, hbm = 0.7e-6, l2 = 0.3e-6, sharedOp = 30e-9;
@@ -175,7 +211,31 @@ ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocess
     // before them each warp reads the stage's labels, 32 at a time, and ballots (two accesses each).
     const double rowsPerWarpStage = double(kTileStageRows) / kTileSumWarps / ranges, ballots = kTileStageRows / 32.0;
     for (const auto& k : costs) {
-        if (k.library) {
+        if (k.tensorCores) {
+            // The grid as the backend sizes it on this device; the shared bytes of that grid.
+            const int perSm = fusedArgmaxBlocksPerSm(c.K, c.d, sharedPerSm);
+            ClusterPassCase g = c;
+            g.fusedBlocks = fusedArgmaxGrid(c.n, c.members, multiprocessors, perSm);
+            KernelCost cost = clusterPassCosts(g).front();
+            const double tiles = std::ceil(double(c.n) / kFusedArgmaxRows);
+            const double warpTiles = std::ceil(tiles / (double(g.fusedBlocks) * kFusedArgmaxWarps));
+            ClusterLaunchLatency l;
+            l.kernel = cost.kernel;
+            l.blocks = std::int64_t(g.fusedBlocks) * std::int64_t(B);
+            l.blocksPerSm = perSm;
+            l.waves = int(std::ceil(double(l.blocks) / double(std::max(1, multiprocessors * perSm))));
+            l.chain = hbm + warpTiles * hbm;
+            const double bytes = cost.hbmBytes / copyBytesPerSecond, flops = cost.flops / gemmFlops;
+            const double shared = sharedBytesPerSecond > 0 ? cost.sharedBytes / sharedBytesPerSecond : 0.0;
+            l.bandwidth = std::max({bytes, flops, shared});
+            l.bound = l.waves * l.chain >= l.bandwidth   ? "latency"
+                      : shared >= std::max(bytes, flops) ? "shared memory"
+                      : flops >= bytes                   ? "compute"
+                                                         : "bandwidth";
+            l.seconds = launch + std::max(l.bandwidth, l.waves * l.chain);
+            out.passSeconds += l.seconds;
+            out.launches.push_back(l);
+        } else if (k.library) {
             add(k, 0, 0, 0, 0, 0, true);
         } else if (k.kernel == "argmax") {
             const double m = double(std::min(scoreChunk, c.n - r0));

@@ -54,6 +54,35 @@ std::int64_t tilesPerLaunch(std::int64_t m, int d, int K, std::int64_t tileRows)
 // the L2 between the GEMM and the argmax; at least 256 rows; whole tiles unless it is all n rows.
 std::int64_t passChunkRows(std::int64_t n, int K);
 
+// The fused score-and-argmax kernel (TF32 tensor cores; fused_argmax.cu): a warp takes 16 rows at a
+// time, holding them in registers, and scores them against every codeword, 64 at a time, from the
+// block's copy of the codebook in shared memory (rounded to TF32, its rows kFusedArgmaxStride floats
+// apart so a quarter-warp's 16-byte loads fall in distinct banks), keeping each row's best; no score
+// leaves the registers. For blocks of width D a multiple of 16 up to 128 and K a multiple of 8 whose
+// codebook fits the block's shared memory; elsewhere the pass is the GEMM and the argmax.
+inline constexpr int kFusedArgmaxWarps = 8;
+inline constexpr int kFusedArgmaxRows = 16;      // a warp's rows at a time (the mma's M)
+inline constexpr int kFusedArgmaxCodewords = 64; // a warp's codewords at a time (8 tiles of the mma's N)
+constexpr int fusedArgmaxStride(int D)
+{
+    return D % 32 == 0 ? D + 16 : D;
+}
+constexpr std::size_t fusedArgmaxSharedBytes(int K, int D)
+{
+    return std::size_t(K) * std::size_t(fusedArgmaxStride(D) + 1) * sizeof(float);
+}
+constexpr bool fusedArgmaxFits(int K, int D, std::size_t sharedOptin)
+{
+    return D >= 16 && D <= 128 && D % 16 == 0 && K >= 8 && K % 8 == 0 && fusedArgmaxSharedBytes(K, D) <= sharedOptin;
+}
+
+// Blocks of the fused kernel an SM holds (its shared memory, 1 KiB reserved a block; its threads; the
+// registers ptxas gives it, kClusterKernelRegisters), and the blocks a member's launch takes for m
+// rows: one per kFusedArgmaxWarps tiles of 16 rows, at most the device's resident blocks shared among
+// the members (each block then takes tiles in turn).
+int fusedArgmaxBlocksPerSm(int K, int D, std::size_t sharedPerSm);
+int fusedArgmaxGrid(std::int64_t m, int members, int multiprocessors, int blocksPerSm);
+
 struct ClusterPassCase {
     std::int64_t n = 0; // rows bound
     int d = 0, K = 0;   // the block's width, the codewords
@@ -63,6 +92,10 @@ struct ClusterPassCase {
     // Clusterings of the same rows run together (a stage's subspaces): each launch takes every member,
     // whose block is d columns of its own; the weights and the launch's pointer table are read once.
     int members = 1;
+    // The scores and the argmax as one fused launch over all the rows (TF32, fusedArgmaxFits), whose
+    // grid takes fusedBlocks blocks a member (their copies of the codebook are its shared writes).
+    bool fused = false;
+    int fusedBlocks = 1;
 };
 
 // The launches of one pass on resident rows, in launch order: per chunk the SGEMM (cuBLAS) and the
@@ -107,11 +140,19 @@ struct ClusterPassLatency {
 // the decode_kernel_resources test, checks that the build stays within them).
 struct ClusterKernelRegisters {
     int argmax = 40, tileSums = 64, tileReduce = 32, rowTotals = 32, clusterTotals = 40, update = 64;
+    // The fused kernel's instances (fused_argmax.cu): D ≤ 64, built for two blocks an SM, and wider.
+    int fusedNarrow = 128, fusedWide = 216;
 };
 inline constexpr ClusterKernelRegisters kClusterKernelRegisters{};
+//   fused         the longer of its bytes at the copy rate, its flops at the GEMM rate, its shared
+//                 loads at the shared-memory rate (128 bytes a cycle an SM: a 16-byte load a lane
+//                 feeds two mma, so this bound is half the tensor cores' TF32 peak) and its waves of
+//                 a block's chain: the codebook staged (an HBM trip), then each warp's tiles one
+//                 after another, each an HBM trip for its rows (the products overlap other warps')
 // sharedPerSm: the device's shared memory per multiprocessor (228 KiB on Hopper); gemmFlops: the rate
-// of the distance GEMM (TF32's or FP32's peak).
+// of the distance GEMM (TF32's or FP32's peak); sharedBytesPerSecond: every SM's shared-memory
+// bandwidth together (for the fused kernel; 0: not counted).
 ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocessors, std::size_t sharedPerSm,
-                                      double copyBytesPerSecond, double gemmFlops);
+                                      double copyBytesPerSecond, double gemmFlops, double sharedBytesPerSecond = 0);
 
 } // namespace gsrq::gpu

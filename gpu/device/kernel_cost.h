@@ -15,7 +15,8 @@ struct KernelCost {
     double sharedBytes = 0; // bytes the threads load and store in shared memory (a warp's load of 4-byte
                             // words moves 128 of them, one shared-memory cycle's worth)
     double flops = 0;
-    bool library = false; // a library call (cuBLAS), which the emulator runs as host code: not counted there
+    bool library = false;     // a library call (cuBLAS), which the emulator runs as host code: not counted there
+    bool tensorCores = false; // its flops are tensor-core products (at the GEMM's rate, as a library GEMM's)
 };
 
 } // namespace gsrq::gpu

@@ -459,6 +459,17 @@ unsigned ballot(bool predicate, unsigned mask)
     return bits;
 }
 
+void gatherWarp(std::uint64_t value, std::uint64_t* all, unsigned mask)
+{
+    Scheduler& s = sched();
+    const Warp& w = s.warps[s.fibers[s.current].thread.warp];
+    const int p = w.parity; // the slots exchange() is about to fill with every lane's value
+    const unsigned live = w.liveMask;
+    exchange(value, int(s.fibers[s.current].thread.lane), mask);
+    for (int lane = 0; lane < 32; ++lane)
+        all[lane] = (live >> lane) & 1u ? w.slot[p][lane] : 0;
+}
+
 void runGrid(dim3 grid, dim3 block, std::size_t sharedBytes, cudaStream_t, const void* kernel, Body body, void* context)
 {
     std::lock_guard lock(launchMutex);

@@ -46,6 +46,9 @@ std::uint64_t exchange(std::uint64_t value, int srcLane, unsigned mask);
 // The lanes of the current warp each give a predicate and receive the mask of the lanes whose
 // predicate is true (a barrier of the warp's lanes, as exchange()).
 unsigned ballot(bool predicate, unsigned mask);
+// The lanes of the current warp each give `value` and receive every lane's in all[32] (a barrier of
+// the warp's lanes, as exchange(); lanes that have exited leave their entry 0).
+void gatherWarp(std::uint64_t value, std::uint64_t* all, unsigned mask);
 
 // Whether [p, p + bytes) lies in one live device allocation (p may be its end when bytes is 0).
 bool isDeviceRange(const void* p, std::size_t bytes);
@@ -111,6 +114,37 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t sharedBytes
 inline void* dynamicShared()
 {
     return detail::currentBlock->shared;
+}
+
+// The warp's mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (PTX ISA, "Matrix fragments for
+// mma.m16n8k8" with .tf32): d = A·B + c for A 16 × 8, B 8 × 8, every lane holding its fragments,
+// a[4] (A's rows g and g + 8 at columns t and t + 4, g = lane / 4, t = lane % 4, in the order
+// (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)), b[2] (B's rows t and t + 4 at column g) and c, d
+// (rows g and g + 8 at columns 2t and 2t + 1). The operands are TF32 bit patterns; the products are
+// exact in FP32 and added in k order, one rounding each (a device adds them in an order of its
+// own). Three exchanges of the warp's lanes, so it is a barrier of the warp as the instruction is.
+inline void mmaTf32(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2], const float (&c)[4])
+{
+    const unsigned mask = 0xffffffffu;
+    std::uint64_t lo[32], hi[32], bb[32];
+    detail::gatherWarp(std::uint64_t(a[0]) | std::uint64_t(a[1]) << 32, lo, mask);
+    detail::gatherWarp(std::uint64_t(a[2]) | std::uint64_t(a[3]) << 32, hi, mask);
+    detail::gatherWarp(std::uint64_t(b[0]) | std::uint64_t(b[1]) << 32, bb, mask);
+    const auto f = [](std::uint64_t bits, int half) {
+        return detail::fromBits<float>(std::uint32_t(bits >> (32 * half)));
+    };
+    // A[r][k]: lane 4 (r % 8) + k % 4; a0/a1 (lo) for k < 4, a2/a3 (hi) for k ≥ 4; row r ≥ 8 the upper half.
+    const auto A = [&](int r, int k) { return f((k < 4 ? lo : hi)[4 * (r % 8) + k % 4], r / 8); };
+    // B[k][n]: lane 4n + k % 4; b0 for k < 4, b1 for k ≥ 4.
+    const auto B = [&](int k, int n) { return f(bb[4 * n + k % 4], k / 4); };
+    const int g = int(detail::currentThread->lane) / 4, t = int(detail::currentThread->lane) % 4;
+    for (int i = 0; i < 4; ++i) {
+        const int r = g + 8 * (i / 2), n = 2 * t + i % 2;
+        float acc = c[i];
+        for (int k = 0; k < 8; ++k)
+            acc += A(r, k) * B(k, n);
+        d[i] = acc;
+    }
 }
 
 } // namespace gsrq::emulator

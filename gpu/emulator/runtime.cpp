@@ -237,6 +237,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device)
     prop->totalGlobalMem = gsrq::emulator::internal::memoryLimit();
     prop->sharedMemPerBlock = gsrq::emulator::internal::kSharedPerBlock;
     prop->sharedMemPerBlockOptin = gsrq::emulator::internal::sharedOptin();
+    // An H100's 228 KiB, or the opt-in limit and the 1 KiB a block reserves where a test lowers it.
+    prop->sharedMemPerMultiprocessor = std::min<std::size_t>(228 * 1024, prop->sharedMemPerBlockOptin + 1024);
     prop->major = 9;
     prop->minor = 0;
     prop->multiProcessorCount = 132; // an H100 SXM's, so launches are planned with its geometry

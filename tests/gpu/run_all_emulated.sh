@@ -31,7 +31,7 @@ optional = {"nvidia-smi.txt", "torch-layer-tf32.json", "torch-layer-fp32.json", 
 steps = list(csv.DictReader(open(os.path.join(out, "steps.tsv")), delimiter="\t"))
 names = [s["step"] for s in steps]
 for want in ("tst_gpu.txt", "tst_decode_gpu.txt", "train-sample-cpu.json", "train-sample-cuda.json",
-             "bench-train-tf32.json", "bench-train-fp32.json", "bench-decode-0.75.json", "bench-decode-0.5.json",
+             "bench-train-tf32.json", "bench-train-fp32.json", "bench-train-tf32-gemm.json", "bench-decode-0.75.json", "bench-decode-0.5.json",
              "bench-decode-1.json", "flashinfer-decode.json",
              "frontier-32-0.5.json", "frontier-32-0.75.json", "frontier-32-1.json",
              "ncu-decode.csv", "ncu-train.csv", "nmse-cpu.json", "nmse-cuda.json", "nmse-cuda-tf32.json",
@@ -43,8 +43,11 @@ summary = json.load(open(os.path.join(out, "gpu-summary.json")))
 assert "emulator" in (summary["device"] or "").lower(), summary["device"]
 train = summary["train"]
 for key in ("layer_seconds", "fp32_layer_seconds", "nmse_layer", "nmse_cuda", "nmse_cuda_tf32", "nmse_cpu",
-            "sample_nmse_cuda", "sample_nmse_cpu", "device_pass_seconds", "host_seconds"):
+            "sample_nmse_cuda", "sample_nmse_cpu", "device_pass_seconds", "host_seconds", "tf32_gemm_layer_seconds",
+            "fused_speedup_vs_gemm", "nmse_tf32_gemm_layer"):
     assert isinstance(train[key], float), f"summary train.{key} is {train[key]!r}"
+# The TF32 layer ran the fused kernel (the emulator is a compute capability 9.0 device).
+assert train["fused_passes"] and train["fused_passes"] > 0, train
 # The backends train the same seeded layer: NMSE within the 0.5% they must agree to.
 assert abs(train["sample_nmse_cuda"] - train["sample_nmse_cpu"]) <= 5e-3 * train["sample_nmse_cpu"], train
 assert abs(train["nmse_cuda"] - train["nmse_cpu"]) <= 5e-3 * train["nmse_cpu"], train

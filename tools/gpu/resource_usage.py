@@ -14,7 +14,8 @@ what the split planner (gpu/decode/roofline.cpp, fp16ResidentBlocks) assumes of 
   blocks of 128 threads, 4 of 256 (an instance under the cap may fit one more on sm_80, whose
   planned waves are then a floor).
 And of gpu/cluster/cluster_kernels.cu's pass and update kernels on sm_90, at most the registers the
-pass's latency model assumes for Hopper (gpu/cluster/pass_costs.h, ClusterKernelRegisters), no spills;
+pass's latency model assumes for Hopper (gpu/cluster/pass_costs.h, ClusterKernelRegisters), no spills,
+and so of gpu/cluster/fused_argmax.cu's fusedScoreArgmaxKernel<D> for every D it is built for;
 of the paper kernels (paperBinsKernel, paperDecodeKernel) on sm_90, at most the registers the paper
 path's latency model assumes (decode_math.h, kPaperBinsRegisters and kPaperSplitRegisters), no spills.
 And of gpu/decode/lookup_kernels.cu's lookupSplitKernel, what lookupResidentBlocks assumes: 256
@@ -37,6 +38,8 @@ SOURCE = os.path.join(ROOT, "gpu", "decode", "decode_kernels.cu")
 LOOKUP_SOURCE = os.path.join(ROOT, "gpu", "decode", "lookup_kernels.cu")
 MATH = os.path.join(ROOT, "gpu", "decode", "decode_math.h")
 CLUSTER_SOURCE = os.path.join(ROOT, "gpu", "cluster", "cluster_kernels.cu")
+FUSED_SOURCE = os.path.join(ROOT, "gpu", "cluster", "fused_argmax.cu")
+FUSED_WIDTHS = (16, 32, 48, 64, 80, 96, 112, 128)
 PASS_COSTS = os.path.join(ROOT, "gpu", "cluster", "pass_costs.h")
 # Each clustering kernel and its field of ClusterKernelRegisters.
 CLUSTER_KERNELS = {"argmaxRowsKernel": "argmax", "tileSumsKernel": "tileSums", "tileReduceKernel": "tileReduce",
@@ -60,7 +63,12 @@ def cluster_registers():
     m = re.search(r"struct ClusterKernelRegisters \{\s*int ([^;]+);", text)
     if not m:
         raise SystemExit(f"resource_usage.py: {PASS_COSTS} has no ClusterKernelRegisters")
-    return {k.strip(): int(v) for k, v in (x.split("=") for x in m.group(1).split(","))}
+    out = {k.strip(): int(v) for k, v in (x.split("=") for x in m.group(1).split(","))}
+    m = re.search(r"int fusedNarrow = (\d+), fusedWide = (\d+);", text)
+    if not m:
+        raise SystemExit(f"resource_usage.py: {PASS_COSTS} has no fusedNarrow, fusedWide")
+    out["fusedNarrow"], out["fusedWide"] = int(m.group(1)), int(m.group(2))
+    return out
 
 # Per architecture: registers and shared memory per multiprocessor, threads and blocks per multiprocessor.
 ARCH = {
@@ -256,6 +264,12 @@ def main():
         assumed = cluster_registers()
         for kernel, field in cluster_instances():
             check_assumed(arch, kernel, cluster.get(kernel), assumed[field], rows, bad)
+        fused = parse(compile_report(a.nvcc, arch, FUSED_SOURCE),
+                      key=lambda name: (lambda k: int(k.group(1)) if k else None)(
+                          re.search(r"fusedScoreArgmaxKernelILi(\d+)E", name)))
+        for d in FUSED_WIDTHS:
+            check_assumed(arch, f"fusedScoreArgmaxKernel<{d}>", fused.get(d),
+                          assumed["fusedNarrow" if d <= 64 else "fusedWide"], rows, bad)
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)

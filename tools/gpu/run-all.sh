@@ -98,6 +98,9 @@ layer=(--rows $rows --features $features --dim $dim --stages $stages --k $k --it
 step bench-train-tf32.json 300 "$gsrq" --no-db bench-train "${layer[@]}" --backend cuda --tf32 --json \
   --save-data "$work/layer"
 step bench-train-fp32.json 300 "$gsrq" --no-db bench-train "${layer[@]}" --backend cuda --json
+# The named baseline of the fused kernel, in the same run: TF32 scores by cuBLAS's GEMM and the argmax.
+step bench-train-tf32-gemm.json 300 "$gsrq" --no-db bench-train "${layer[@]}" --backend cuda --tf32 \
+  --no-fused-argmax --json
 torchlayer=("$root/tools/bench/torch_gskm.py" "$work/layer.x.npy" --layer --weights "$work/layer.w.npy" --dim $dim
   --stages $stages --k $k --iters $iters)
 step torch-layer-tf32.json 300 "$python" "${torchlayer[@]}" --tf32

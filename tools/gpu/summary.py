@@ -43,6 +43,7 @@ def main():
     check = load(out, "check-gpu.json")
     tf32 = load(out, "bench-train-tf32.json")
     fp32 = load(out, "bench-train-fp32.json")
+    tf32_gemm = load(out, "bench-train-tf32-gemm.json")
     torch_tf32 = load(out, "torch-layer-tf32.json")
     torch_fp32 = load(out, "torch-layer-fp32.json")
     commit = "unknown"
@@ -60,6 +61,12 @@ def main():
         "torch_layer_seconds": torch_s,
         "speedup_vs_torch": torch_s / layer_s if layer_s and torch_s else None,
         "fp32_layer_seconds": get(fp32, "layer_seconds"),
+        # TF32 with the fused score-and-argmax kernel against cuBLAS's GEMM and the argmax (same run).
+        "fused_passes": get(tf32, "fused_passes"),
+        "tf32_gemm_layer_seconds": get(tf32_gemm, "layer_seconds"),
+        "fused_speedup_vs_gemm": (get(tf32_gemm, "layer_seconds") / get(tf32, "layer_seconds")
+                                  if get(tf32, "layer_seconds") and get(tf32_gemm, "layer_seconds") else None),
+        "nmse_tf32_gemm_layer": get(tf32_gemm, "nmse"),
         "torch_fp32_layer_seconds": get(torch_fp32, "layer_seconds"),
         "assign_fraction_of_peak": get(ours, "fraction_of_peak"),
         "device_pass_seconds": get(ours, "device_pass_seconds"),

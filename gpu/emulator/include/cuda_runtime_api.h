@@ -79,6 +79,7 @@ struct cudaDeviceProp {
     std::size_t totalGlobalMem;
     std::size_t sharedMemPerBlock;
     std::size_t sharedMemPerBlockOptin;
+    std::size_t sharedMemPerMultiprocessor;
     int major, minor;
     int multiProcessorCount;
     int l2CacheSize;

@@ -1,0 +1,222 @@
+// The fused score-and-argmax kernel: TF32 tensor-core products of rows and codewords whose scores
+// never leave the registers (pass_costs.h, kFusedArgmax*; cluster_kernels.h, launchFusedScoreArgmax).
+#include "core/cluster/update_rule.h"
+#include "gpu/cluster/cluster_kernels.h"
+#include "gpu/cluster/row_terms.cuh"
+#include "gpu/device/launch.cuh"
+#include "gpu/device/mma.cuh"
+
+#include <algorithm>
+#include <cfloat>
+
+namespace gsrq::gpu::kernels {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kThreads = kWarp * kFusedArgmaxWarps;
+// Tiles of 8 codewords (the mma's N) a warp scores at once: kFusedArgmaxCodewords / 8, half that
+// for blocks of at most 64 columns, whose instances then keep to 128 registers (two blocks an SM)
+// without spilling. The shared loads are the same either way.
+template <int D> constexpr int kTilesAtOnce = D <= 64 ? kFusedArgmaxCodewords / 16 : kFusedArgmaxCodewords / 8;
+// fusedArgmaxStride(D) (pass_costs.h, host code) as a constant the device code can read.
+template <int D> constexpr int kStride = D % 32 == 0 ? D + 16 : D;
+static_assert(kStride<128> == fusedArgmaxStride(128) && kStride<48> == fusedArgmaxStride(48) &&
+              kStride<16> == fusedArgmaxStride(16) && kStride<64> == fusedArgmaxStride(64));
+
+// The feature order of the products: lane t of a row group holds features 16p + 4t .. 16p + 4t + 3
+// of its rows (one 16-byte load) and gives them to the k-steps 2p and 2p + 1 of the mma as its
+// columns t and t + 4; the codewords' fragments are loaded in the same order, so each product is
+// x·c over every feature, in an order of the tensor cores' own.
+template <int D> struct RowFragments {
+    float4 lo[D / 16]; // row g of the warp's 16
+    float4 hi[D / 16]; // row g + 8
+};
+
+template <int D>
+__device__ __forceinline__ void loadRows(RowFragments<D>& r, const float* __restrict__ X, std::int64_t ld,
+                                         std::int64_t i, std::int64_t m, int t)
+{
+    const bool okLo = i < m, okHi = i + 8 < m;
+    const float4* lo = reinterpret_cast<const float4*>(X + i * ld) + t;
+    const float4* hi = reinterpret_cast<const float4*>(X + (i + 8) * ld) + t;
+    const float4 zero{0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int p = 0; p < D / 16; ++p) {
+        r.lo[p] = okLo ? lo[4 * p] : zero;
+        r.hi[p] = okHi ? hi[4 * p] : zero;
+    }
+}
+
+// For rows i0 .. i0 + 15 of the chunk (X: row 0 of it, ld), each row's best codeword by
+// 2x·c − ‖c‖² (the first among equal scores) and its score, for the lanes of rows g and g + 8
+// after the reduction over the row group's 4 lanes.
+template <int D>
+__device__ __forceinline__ void scoreTile(const RowFragments<D>& r, const float* __restrict__ sC,
+                                          const float* __restrict__ sNorm, int K, int g, int t, float& bestLo,
+                                          int& labelLo, float& bestHi, int& labelHi)
+{
+    constexpr int stride4 = kStride<D> / 4;
+    const float4* c4 = reinterpret_cast<const float4*>(sC);
+    for (int n0 = 0; n0 < K; n0 += 8 * kTilesAtOnce<D>) {
+        const int left = (K - n0) / 8, tiles = left < kTilesAtOnce<D> ? left : kTilesAtOnce<D>;
+        float acc[kTilesAtOnce<D>][4];
+#pragma unroll
+        for (int j = 0; j < kTilesAtOnce<D>; ++j)
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+#pragma unroll
+        for (int p = 0; p < D / 16; ++p) {
+            const std::uint32_t a0[4] = {toTf32Bits(r.lo[p].x), toTf32Bits(r.hi[p].x), toTf32Bits(r.lo[p].y),
+                                         toTf32Bits(r.hi[p].y)};
+            const std::uint32_t a1[4] = {toTf32Bits(r.lo[p].z), toTf32Bits(r.hi[p].z), toTf32Bits(r.lo[p].w),
+                                         toTf32Bits(r.hi[p].w)};
+#pragma unroll
+            for (int j = 0; j < kTilesAtOnce<D>; ++j) {
+                if (j < tiles) {
+                    // Codeword n0 + 8j + g's features 16p + 4t .. + 3, already TF32.
+                    const float4 c = c4[(n0 + 8 * j + g) * stride4 + 4 * p + t];
+                    const std::uint32_t b0[2] = {floatBits(c.x), floatBits(c.y)};
+                    const std::uint32_t b1[2] = {floatBits(c.z), floatBits(c.w)};
+                    mmaTf32(acc[j], a0, b0);
+                    mmaTf32(acc[j], a1, b1);
+                }
+            }
+        }
+        // acc[j] holds rows g, g + 8 at codewords n0 + 8j + 2t and + 1: each lane's in increasing k.
+#pragma unroll
+        for (int j = 0; j < kTilesAtOnce<D>; ++j) {
+            if (j < tiles) {
+                const int k = n0 + 8 * j + 2 * t;
+                const float n2a = sNorm[k], n2b = sNorm[k + 1];
+                const float v0 = 2.0f * acc[j][0] - n2a, v1 = 2.0f * acc[j][1] - n2b;
+                const float v2 = 2.0f * acc[j][2] - n2a, v3 = 2.0f * acc[j][3] - n2b;
+                if (v0 > bestLo) {
+                    bestLo = v0;
+                    labelLo = k;
+                }
+                if (v1 > bestLo) {
+                    bestLo = v1;
+                    labelLo = k + 1;
+                }
+                if (v2 > bestHi) {
+                    bestHi = v2;
+                    labelHi = k;
+                }
+                if (v3 > bestHi) {
+                    bestHi = v3;
+                    labelHi = k + 1;
+                }
+            }
+        }
+    }
+    // The row group's 4 lanes (t) hold disjoint codewords: the best of the four, the lowest label
+    // among equal scores.
+#pragma unroll
+    for (int off = 1; off < 4; off *= 2) {
+        const float oLo = __shfl_xor_sync(0xffffffffu, bestLo, off);
+        const int lLo = __shfl_xor_sync(0xffffffffu, labelLo, off);
+        const float oHi = __shfl_xor_sync(0xffffffffu, bestHi, off);
+        const int lHi = __shfl_xor_sync(0xffffffffu, labelHi, off);
+        if (betterCandidate(oLo, lLo, bestLo, labelLo)) {
+            bestLo = oLo;
+            labelLo = lLo;
+        }
+        if (betterCandidate(oHi, lHi, bestHi, labelHi)) {
+            bestHi = oHi;
+            labelHi = lHi;
+        }
+    }
+}
+
+// A block stages its member's codebook (TF32) and ‖c‖² in shared memory once, then each warp takes
+// tiles of 16 rows, tile = its global warp index and then every gridDim.x × warps-th: no barrier
+// after the staging, so warps drift apart and one's loads overlap another's products.
+template <int D>
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1)
+    fusedScoreArgmaxKernel(const float* __restrict__ X, std::int64_t ld, const float* __restrict__ C, int K,
+                           const float* __restrict__ cNorm, std::int64_t r0, std::int64_t m,
+                           const float* __restrict__ sq, const float* __restrict__ w, std::int32_t* __restrict__ labels,
+                           double* __restrict__ err, double* __restrict__ sqw, double* __restrict__ wt,
+                           double* __restrict__ changed, RowMetricTerms metrics, Members members)
+{
+    constexpr int stride = kStride<D>;
+    const int b = memberAt(members, blockIdx.z);
+    const RowOutputs out =
+        memberRowOutputs(sq, labels, err, sqw, wt, changed, metrics, std::int64_t(b) * members.rowStride);
+    X += std::int64_t(b) * members.colStride;
+    C += std::int64_t(b) * K * D;
+    cNorm += std::int64_t(b) * K;
+
+    float* sC = dynamicShared<float>();
+    float* sNorm = sC + std::size_t(K) * stride;
+    const int tid = int(threadIdx.x);
+    for (int e = tid; e < K * D; e += kThreads)
+        sC[(e / D) * stride + e % D] = toTf32(C[e]);
+    for (int k = tid; k < K; k += kThreads)
+        sNorm[k] = cNorm[k];
+    __syncthreads();
+
+    const int warp = tid / kWarp, lane = tid % kWarp, g = lane / 4, t = lane % 4;
+    const std::int64_t tiles = (m + kFusedArgmaxRows - 1) / kFusedArgmaxRows;
+    const std::int64_t warps = std::int64_t(gridDim.x) * kFusedArgmaxWarps;
+    for (std::int64_t tile = std::int64_t(blockIdx.x) * kFusedArgmaxWarps + warp; tile < tiles; tile += warps) {
+        const std::int64_t i = tile * kFusedArgmaxRows + g;
+        RowFragments<D> r;
+        loadRows<D>(r, X, ld, i, m, t);
+        float bestLo = -FLT_MAX, bestHi = -FLT_MAX;
+        int labelLo = K, labelHi = K;
+        scoreTile<D>(r, sC, sNorm, K, g, t, bestLo, labelLo, bestHi, labelHi);
+        if (t == 0 && i < m)
+            writeRowTerms(out, bestLo, labelLo, K, sNorm, w, r0 + i);
+        if (t == 1 && i + 8 < m)
+            writeRowTerms(out, bestHi, labelHi, K, sNorm, w, r0 + i + 8);
+    }
+}
+
+template <int D>
+cudaError_t launchFused(const float* X, std::int64_t ld, const float* C, int K, const float* cNorm, std::int64_t r0,
+                        std::int64_t m, const float* sq, const float* w, std::int32_t* labels, double* err, double* sqw,
+                        double* wt, double* changed, RowMetricTerms metrics, int blocks, cudaStream_t stream,
+                        const Members& members)
+{
+    const std::size_t shared = fusedArgmaxSharedBytes(K, D);
+    if (shared > 48 * 1024) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(fusedScoreArgmaxKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+        if (e != cudaSuccess)
+            return e;
+    }
+    launch(fusedScoreArgmaxKernel<D>, dim3(unsigned(blocks), 1, unsigned(members.count)), dim3(kThreads), shared,
+           stream, X, ld, C, K, cNorm, r0, m, sq, w, labels, err, sqw, wt, changed, metrics, members);
+    return cudaGetLastError();
+}
+
+} // namespace
+
+cudaError_t launchFusedScoreArgmax(const float* X, std::int64_t ld, int D, const float* C, int K, const float* cNorm,
+                                   std::int64_t r0, std::int64_t m, const float* sq, const float* w,
+                                   std::int32_t* labels, double* err, double* sqw, double* wt, double* changed,
+                                   RowMetricTerms metrics, int blocks, cudaStream_t stream, const Members& members)
+{
+    if (m <= 0)
+        return cudaSuccess;
+    switch (D) {
+#define GSRQ_FUSED_CASE(d)                                                                                             \
+    case d:                                                                                                            \
+        return launchFused<d>(X, ld, C, K, cNorm, r0, m, sq, w, labels, err, sqw, wt, changed, metrics, blocks,        \
+                              stream, members);
+        GSRQ_FUSED_CASE(16)
+        GSRQ_FUSED_CASE(32)
+        GSRQ_FUSED_CASE(48)
+        GSRQ_FUSED_CASE(64)
+        GSRQ_FUSED_CASE(80)
+        GSRQ_FUSED_CASE(96)
+        GSRQ_FUSED_CASE(112)
+        GSRQ_FUSED_CASE(128)
+#undef GSRQ_FUSED_CASE
+    default:
+        return cudaErrorInvalidValue;
+    }
+}
+
+} // namespace gsrq::gpu::kernels
