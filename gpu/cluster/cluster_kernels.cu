@@ -88,8 +88,8 @@ static __global__ void argmaxRowsKernel(const float* __restrict__ S, int K, cons
 }
 
 // Per-cluster sums without a sort. A block takes a fixed tile of rows, 32 columns of the block (one
-// per lane) and a range of C clusters; warp w of its 16 owns the clusters k ≡ w (mod 16) of that range and keeps
-// their partial sums in shared memory, where no other warp writes. Rows are staged kStageRows at a
+// per lane) and a range of C clusters; warp w of its kTileSumWarps owns the clusters k ≡ w (mod kTileSumWarps) of that
+// range and keeps their partial sums in shared memory, where no other warp writes. Rows are staged kStageRows at a
 // time; each warp walks them in row order and adds the rows of its clusters, so every partial is
 // summed in one fixed order, with no atomics, whatever C is (C only sets how many ranges re-read the
 // rows: 256 where the device's shared memory holds them, fewer on smaller ones). The tiles' partials
@@ -137,12 +137,13 @@ __device__ __forceinline__ void fetchStage(const float* __restrict__ x, std::int
             column[u] = lane < cols ? p[u * step] : 0.0f;
 }
 
-// Grid (tiles of this launch, column groups, cluster ranges); block (32, 16). Partials of tile t of
+// Grid (tiles of this launch, column groups, cluster ranges); block (32, kTileSumWarps). Partials of tile t of
 // the launch: pX/pY [t][K][d], pW/pC [t][K] (pW and pC written by column group 0 only).
-// At most 64 registers (two blocks' worth): the blocks that take fewer clusters (smaller devices'
-// shared memory) still fit two to an SM; the pipelined stage fits without spills.
+// At most 64 registers (an SM's registers for 2,048 threads: two blocks of 16 warps, one of 32), so
+// the blocks that take fewer clusters (smaller devices' shared memory) fill an SM's threads; the
+// pipelined stage fits without spills.
 template <int C>
-__global__ void __launch_bounds__(kTileThreads, 2)
+__global__ void __launch_bounds__(kTileThreads, 65536 / (64 * kTileThreads))
     tileSumsKernel(const float* __restrict__ x, std::int64_t ld, std::int64_t r0, std::int64_t m, int d, int K,
                    std::int64_t tileRows, std::int64_t tile0, const std::int32_t* __restrict__ labels,
                    const float* __restrict__ w, const float* __restrict__ inv, bool shape, double* __restrict__ pX,

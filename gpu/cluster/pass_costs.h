@@ -21,7 +21,8 @@ inline constexpr std::int64_t kTileRows = 4096;
 // Warps of a block of the sums kernel: warp w owns the clusters k ≡ w (mod kTileSumWarps) of its range
 // and adds their rows one after another, so more warps means fewer rows on each warp's chain (the
 // sums are the same for any count: each cluster still has one owner, taking its rows in order).
-inline constexpr int kTileSumWarps = 16;
+// 32 warps: a block of 1,024 threads at 64 registers fills an SM's registers.
+inline constexpr int kTileSumWarps = 32;
 // Rows a block of the sums kernel stages at a time, and its dynamic shared memory for a range of
 // `clusters` clusters: the partial Sx (and Sy) of 32 columns, W and the counts, the staged columns,
 // and the staged rows' labels, weights and 1/‖x‖.
@@ -116,7 +117,7 @@ KernelCost centroidUpdateCost(const ClusterPassCase& c);
 //   argmax        a row a warp: its scores from the L2, then its inputs and outputs (an HBM trip)
 //   tile sums     per staged 128 rows the longer of an HBM trip (the next stage's loads, in flight
 //                 meanwhile) and the stage's work: its labels read and balloted, then each warp's share
-//                 of the rows in its block's cluster range (8 with one range and 16 warps) one after
+//                 of the rows in its block's cluster range (4 with one range and 32 warps) one after
 //                 another, each 4 shared accesses (6 with shape sums)
 //   tile reduce   each thread adds the tiles' partials one after another from the L2
 //   row totals    each of 1,024 threads adds n/1,024 rows, 4 loads in flight
