@@ -28,9 +28,10 @@ static_assert(kStride<128> == fusedArgmaxStride(128) && kStride<48> == fusedArgm
 // of its rows (one 16-byte load) and gives them to the k-steps 2p and 2p + 1 of the mma as its
 // columns t and t + 4; the codewords' fragments are loaded in the same order, so each product is
 // x·c over every feature, in an order of the tensor cores' own.
+// The rows are rounded to TF32 once, as they are loaded: a[2p] and a[2p + 1] are the mma's A
+// fragments of k-steps 2p and 2p + 1 (rows g and g + 8 at the lane's columns t and t + 4).
 template <int D> struct RowFragments {
-    float4 lo[D / 16]; // row g of the warp's 16
-    float4 hi[D / 16]; // row g + 8
+    std::uint32_t a[D / 8][4];
 };
 
 template <int D>
@@ -43,8 +44,15 @@ __device__ __forceinline__ void loadRows(RowFragments<D>& r, const float* __rest
     const float4 zero{0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int p = 0; p < D / 16; ++p) {
-        r.lo[p] = okLo ? lo[4 * p] : zero;
-        r.hi[p] = okHi ? hi[4 * p] : zero;
+        const float4 l = okLo ? lo[4 * p] : zero, h = okHi ? hi[4 * p] : zero;
+        r.a[2 * p][0] = toTf32Bits(l.x);
+        r.a[2 * p][1] = toTf32Bits(h.x);
+        r.a[2 * p][2] = toTf32Bits(l.y);
+        r.a[2 * p][3] = toTf32Bits(h.y);
+        r.a[2 * p + 1][0] = toTf32Bits(l.z);
+        r.a[2 * p + 1][1] = toTf32Bits(h.z);
+        r.a[2 * p + 1][2] = toTf32Bits(l.w);
+        r.a[2 * p + 1][3] = toTf32Bits(h.w);
     }
 }
 
@@ -66,10 +74,6 @@ __device__ __forceinline__ void scoreTile(const RowFragments<D>& r, const float*
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 #pragma unroll
         for (int p = 0; p < D / 16; ++p) {
-            const std::uint32_t a0[4] = {toTf32Bits(r.lo[p].x), toTf32Bits(r.hi[p].x), toTf32Bits(r.lo[p].y),
-                                         toTf32Bits(r.hi[p].y)};
-            const std::uint32_t a1[4] = {toTf32Bits(r.lo[p].z), toTf32Bits(r.hi[p].z), toTf32Bits(r.lo[p].w),
-                                         toTf32Bits(r.hi[p].w)};
 #pragma unroll
             for (int j = 0; j < kTilesAtOnce<D>; ++j) {
                 if (j < tiles) {
@@ -77,8 +81,8 @@ __device__ __forceinline__ void scoreTile(const RowFragments<D>& r, const float*
                     const float4 c = c4[(n0 + 8 * j + g) * stride4 + 4 * p + t];
                     const std::uint32_t b0[2] = {floatBits(c.x), floatBits(c.y)};
                     const std::uint32_t b1[2] = {floatBits(c.z), floatBits(c.w)};
-                    mmaTf32(acc[j], a0, b0);
-                    mmaTf32(acc[j], a1, b1);
+                    mmaTf32(acc[j], r.a[2 * p], b0);
+                    mmaTf32(acc[j], r.a[2 * p + 1], b1);
                 }
             }
         }

@@ -142,7 +142,7 @@ struct ClusterPassLatency {
 struct ClusterKernelRegisters {
     int argmax = 40, tileSums = 64, tileReduce = 32, rowTotals = 32, clusterTotals = 40, update = 64;
     // The fused kernel's instances (fused_argmax.cu): D ≤ 64, built for two blocks an SM, and wider.
-    int fusedNarrow = 128, fusedWide = 216;
+    int fusedNarrow = 128, fusedWide = 176;
 };
 inline constexpr ClusterKernelRegisters kClusterKernelRegisters{};
 //   fused         the longer of its bytes at the copy rate, its flops at the GEMM rate, its shared
