@@ -113,8 +113,6 @@ __global__ void fullSharedKernel(float* out)
     out[threadIdx.x] = s[threadIdx.x];
 }
 
-// Reads its static shared array before writing it, then writes it: every block must read NaN,
-// also those that run after a block has written it.
 // One warp's mma.m16n8k8 (TF32): each lane loads its fragments from A (16 × 8, row-major), B (8 × 8,
 // row k, column n) and C (16 × 8) as the PTX ISA lays them out, and stores D in the same layout.
 __global__ void mmaKernel(const float* A, const float* B, const float* C, float* D)
@@ -137,6 +135,8 @@ __global__ void mmaKernel(const float* A, const float* B, const float* C, float*
     D[(g + 8) * 8 + 2 * t + 1] = d[3];
 }
 
+// Reads its static shared array before writing it, then writes it: every block must read NaN,
+// also those that run after a block has written it.
 __global__ void staticSharedKernel(float* out)
 {
     __shared__ float s[32];

@@ -59,6 +59,8 @@ cudaError_t launchArgmaxRows(const float* S, int K, const float* cNorm, std::int
 // writes, from scores x·c of TF32-rounded operands with FP32 sums (as cuBLAS's TF32 mode; the order
 // of the sums is the tensor cores'). blocks: per member, from fusedArgmaxGrid. Members as above;
 // the centroids move on by K × D a member, the rows by colStride columns.
+// Whether the fused kernel's code for this device holds the tensor-core instructions (sm_80 or later).
+bool fusedArgmaxAvailable();
 cudaError_t launchFusedScoreArgmax(const float* X, std::int64_t ld, int D, const float* C, int K, const float* cNorm,
                                    std::int64_t r0, std::int64_t m, const float* sq, const float* w,
                                    std::int32_t* labels, double* err, double* sqw, double* wt, double* changed,

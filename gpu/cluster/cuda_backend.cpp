@@ -31,7 +31,7 @@ CudaBackend::CudaBackend(const CudaOptions& o) : m_opt(o)
     check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
     m_device = cat(prop.name, " (device ", o.device, ")");
     m_sharedOptin = prop.sharedMemPerBlockOptin;
-    m_fusedDevice = o.tf32 && o.fusedArgmax && prop.major >= 8;
+    m_fusedDevice = o.tf32 && o.fusedArgmax && prop.major >= 8 && kernels::fusedArgmaxAvailable();
     m_multiprocessors = prop.multiProcessorCount;
     m_sharedPerSm = prop.sharedMemPerMultiprocessor;
     const Cublas& api = cublas();

@@ -197,6 +197,18 @@ cudaError_t launchFused(const float* X, std::int64_t ld, const float* C, int K, 
 
 } // namespace
 
+bool fusedArgmaxAvailable()
+{
+#if defined(GSRQ_CUDA_EMULATOR)
+    return true; // the emulator runs mma.sync as the PTX ISA defines it
+#else
+    // The code the device runs must hold the mma (sm_80 PTX or later): a build for older
+    // architectures JIT-compiled on a newer device would reach the trap in its place.
+    cudaFuncAttributes a{};
+    return cudaFuncGetAttributes(&a, fusedScoreArgmaxKernel<128>) == cudaSuccess && a.ptxVersion >= 80;
+#endif
+}
+
 cudaError_t launchFusedScoreArgmax(const float* X, std::int64_t ld, int D, const float* C, int K, const float* cNorm,
                                    std::int64_t r0, std::int64_t m, const float* sq, const float* w,
                                    std::int32_t* labels, double* err, double* sqw, double* wt, double* changed,

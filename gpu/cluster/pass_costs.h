@@ -56,7 +56,7 @@ std::int64_t tilesPerLaunch(std::int64_t m, int d, int K, std::int64_t tileRows)
 std::int64_t passChunkRows(std::int64_t n, int K);
 
 // The fused score-and-argmax kernel (TF32 tensor cores; fused_argmax.cu): a warp takes 16 rows at a
-// time, holding them in registers, and scores them against every codeword, 64 at a time, from the
+// time, holding them in registers, and scores them against every codeword, 64 at a time (32 for D ≤ 64), from the
 // block's copy of the codebook in shared memory (rounded to TF32, its rows kFusedArgmaxStride floats
 // apart so a quarter-warp's 16-byte loads fall in distinct banks), keeping each row's best; no score
 // leaves the registers. For blocks of width D a multiple of 16 up to 128 and K a multiple of 8 whose
