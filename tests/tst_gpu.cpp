@@ -30,6 +30,25 @@
 
 using namespace gsrq;
 
+// Seeded synthetic rows of M subspaces of width D, each around 16 KV-like centres with Gaussian noise
+// of its own scale (0.2 to 0.5 of the centres' norm), so a stage's members converge after different
+// numbers of iterations; and weights (0.5 to 2).
+static MatrixRF memberRows(int n, int D, int M, std::vector<float>& w)
+{
+    MatrixRF X(n, M * D);
+    for (int m = 0; m < M; ++m) {
+        const MatrixRF centres = synthesize(SynthKind::KvLike, 16, D, 31 + std::uint64_t(m));
+        const MatrixRF noise = synthesize(SynthKind::Gaussian, n, D, 41 + std::uint64_t(m));
+        const float scale = (0.2f + 0.1f * float(m)) * centres.rowwise().norm().mean() / noise.rowwise().norm().mean();
+        for (int i = 0; i < n; ++i)
+            X.block(i, m * D, 1, D) = centres.row((i * (m + 3)) % 16) + scale * noise.row(i);
+    }
+    w.resize(std::size_t(n));
+    for (int i = 0; i < n; ++i)
+        w[std::size_t(i)] = 0.5f + float((i * 29) % 13) / 8.0f;
+    return X;
+}
+
 #if defined(GSRQ_TEST_EMULATOR)
 // The launches the emulator counted for a held pass and its update, each against pass_costs.h's term
 // for it (distinct bytes of device memory, every shared-memory load and store): exact. Returns the
@@ -463,18 +482,8 @@ private slots:
         // converge after different numbers of iterations and drop out of the batch at different times;
         // K = 32 against 16 centres empties clusters (re-seeding runs). Weighted rows.
         constexpr int n = 1600, D = 16, M = 4;
-        MatrixRF X(n, M * D);
-        for (int m = 0; m < M; ++m) {
-            const MatrixRF centres = synthesize(SynthKind::KvLike, 16, D, 31 + std::uint64_t(m));
-            const MatrixRF noise = synthesize(SynthKind::Gaussian, n, D, 41 + std::uint64_t(m));
-            const float scale =
-                (0.2f + 0.1f * float(m)) * centres.rowwise().norm().mean() / noise.rowwise().norm().mean();
-            for (int i = 0; i < n; ++i)
-                X.block(i, m * D, 1, D) = centres.row((i * (m + 3)) % 16) + scale * noise.row(i);
-        }
-        std::vector<float> w(n);
-        for (int i = 0; i < n; ++i)
-            w[std::size_t(i)] = 0.5f + float((i * 29) % 13) / 8.0f;
+        std::vector<float> w;
+        const MatrixRF X = memberRows(n, D, M, w);
         struct Case {
             Method method;
             double ema;
@@ -669,18 +678,8 @@ private slots:
         // The rows of independentClusteringsRunTogether, with 32-wide subspaces (the kernel's
         // D is a multiple of 16), K = 32.
         constexpr int n = 1600, D = 32, M = 4;
-        MatrixRF X(n, M * D);
-        for (int m = 0; m < M; ++m) {
-            const MatrixRF centres = synthesize(SynthKind::KvLike, 16, D, 31 + std::uint64_t(m));
-            const MatrixRF noise = synthesize(SynthKind::Gaussian, n, D, 41 + std::uint64_t(m));
-            const float scale =
-                (0.2f + 0.1f * float(m)) * centres.rowwise().norm().mean() / noise.rowwise().norm().mean();
-            for (int i = 0; i < n; ++i)
-                X.block(i, m * D, 1, D) = centres.row((i * (m + 3)) % 16) + scale * noise.row(i);
-        }
-        std::vector<float> w(n);
-        for (int i = 0; i < n; ++i)
-            w[std::size_t(i)] = 0.5f + float((i * 29) % 13) / 8.0f;
+        std::vector<float> w;
+        const MatrixRF X = memberRows(n, D, M, w);
         for (Method method : {Method::KMeans, Method::GainShape}) {
             RqSettings s;
             s.dim = D;
