@@ -405,20 +405,32 @@ void CudaBackend::runPass(const float* C, const float* cNorm, int K, const Assig
     float* const inv = m_inv.get() + rows;
     std::int32_t* const labels = m_labels.get() + rows;
     const bool fused = fusedFor(K, m_resident ? m_res.get() + col0() : m_stage.get(), m_resident ? m_f : D, 0);
-    if (fused) {
+    if (fused)
         ++m_stats.fusedPasses;
-        if (m_resident) { // every row in one launch: there is no score block to keep in the L2
-            check(kernels::launchFusedScoreArgmax(m_res.get() + col0(), m_f, D, C, K, cNorm, 0, m_n, sq, wPtr(), labels,
+    // Labels and row terms of rows r0 .. r0+m−1 (xb: row r0's block, ld): the fused kernel, or the GEMM
+    // and the argmax.
+    auto score = [&](const float* xb, std::int64_t ld, std::int64_t r0, std::int64_t m) {
+        if (fused) {
+            check(kernels::launchFusedScoreArgmax(xb, ld, D, C, K, cNorm, r0, m, sq, wPtr(), labels,
                                                   m_rowTerms[0].get() + rows, m_rowTerms[1].get() + rows,
                                                   m_rowTerms[2].get() + rows, m_rowTerms[3].get() + rows, metricTerms,
-                                                  fusedBlocks(m_n, K, 1), m_stream),
+                                                  fusedBlocks(m, K, 1), m_stream),
                   "fused scores and argmax");
+            return;
         }
-    }
-    for (std::int64_t r0 = 0; r0 < m_n; r0 += m_chunk) {
-        if (fused && m_resident)
-            break;
-        const std::int64_t m = std::min(m_chunk, m_n - r0);
+        // Column-major view: Sᵀ (K × m) = C (K × D, stored as Cᵀ D × K) · Xᵀ (D × m, ld).
+        check(cublas().sgemm(m_handle, CUBLAS_OP_T, CUBLAS_OP_N, K, int(m), D, &one, C, D, xb, int(ld), &zero,
+                             m_S.get(), K),
+              "SGEMM of rows and centroids");
+        check(kernels::launchArgmaxRows(m_S.get(), K, cNorm, r0, m, sq, wPtr(), labels, m_rowTerms[0].get() + rows,
+                                        m_rowTerms[1].get() + rows, m_rowTerms[2].get() + rows,
+                                        m_rowTerms[3].get() + rows, metricTerms, m_stream),
+              "argmax");
+    };
+    // Resident rows with the fused kernel: all of them in one launch (no score block to keep in the L2).
+    const std::int64_t step = fused && m_resident ? m_n : m_chunk;
+    for (std::int64_t r0 = 0; r0 < m_n; r0 += step) {
+        const std::int64_t m = std::min(step, m_n - r0);
         const float* xb;
         std::int64_t ld;
         if (m_resident) {
@@ -429,22 +441,7 @@ void CudaBackend::runPass(const float* C, const float* cNorm, int K, const Assig
             xb = m_stage.get();
             ld = D;
         }
-        if (fused) {
-            check(kernels::launchFusedScoreArgmax(xb, ld, D, C, K, cNorm, r0, m, sq, wPtr(), labels,
-                                                  m_rowTerms[0].get() + rows, m_rowTerms[1].get() + rows,
-                                                  m_rowTerms[2].get() + rows, m_rowTerms[3].get() + rows, metricTerms,
-                                                  fusedBlocks(m, K, 1), m_stream),
-                  "fused scores and argmax");
-        } else {
-            // Column-major view: Sᵀ (K × m) = C (K × D, stored as Cᵀ D × K) · Xᵀ (D × m, ld).
-            check(cublas().sgemm(m_handle, CUBLAS_OP_T, CUBLAS_OP_N, K, int(m), D, &one, C, D, xb, int(ld), &zero,
-                                 m_S.get(), K),
-                  "SGEMM of rows and centroids");
-            check(kernels::launchArgmaxRows(m_S.get(), K, cNorm, r0, m, sq, wPtr(), labels, m_rowTerms[0].get() + rows,
-                                            m_rowTerms[1].get() + rows, m_rowTerms[2].get() + rows,
-                                            m_rowTerms[3].get() + rows, metricTerms, m_stream),
-                  "argmax");
-        }
+        score(xb, ld, r0, m);
         if (!m_resident) // the staged chunk is overwritten by the next
             check(kernels::launchAccumulate(xb, ld, r0, m, D, m_workK, m_tileRows, m_sharedOptin, labels, wPtr(), inv,
                                             sumX, what.shapeSums ? sumY : nullptr, wsum, count, m_partials.get(),

@@ -52,16 +52,25 @@ double tileShared(double rows, double T, double ranges, double K, double cols, b
     return b;
 }
 
+// Blocks of `threads` threads resident on one SM: CUDA's occupancy rules (2,048 threads and 32 blocks
+// an SM, 64 Ki registers allocated per warp in units of 256, shared memory with 1 KiB reserved a block).
+int residentBlocks(int threads, int registers, std::size_t shared, std::size_t sharedPerSm)
+{
+    const int warps = (threads + 31) / 32;
+    const int perWarp = (registers * 32 + 255) / 256 * 256;
+    int blocks = std::min(2048 / threads, 32);
+    if (registers > 0)
+        blocks = std::min(blocks, 65536 / (perWarp * warps));
+    blocks = std::min<std::int64_t>(blocks, std::int64_t(sharedPerSm / (shared + 1024)));
+    return std::max(blocks, 0);
+}
+
 } // namespace
 
 int fusedArgmaxBlocksPerSm(int K, int D, std::size_t sharedPerSm)
 {
-    const int threads = 32 * kFusedArgmaxWarps;
-    const int byThreads = 2048 / threads;
     const int registers = D <= 64 ? kClusterKernelRegisters.fusedNarrow : kClusterKernelRegisters.fusedWide;
-    const int byRegisters = 65536 / ((registers * 32 + 255) / 256 * 256 * (threads / 32));
-    const int byShared = int(sharedPerSm / (fusedArgmaxSharedBytes(K, D) + 1024));
-    return std::max(1, std::min({byThreads, byRegisters, byShared}));
+    return std::max(1, residentBlocks(32 * kFusedArgmaxWarps, registers, fusedArgmaxSharedBytes(K, D), sharedPerSm));
 }
 
 int fusedArgmaxGrid(std::int64_t m, int members, int multiprocessors, int blocksPerSm)
@@ -150,23 +159,6 @@ KernelCost centroidUpdateCost(const ClusterPassCase& c)
     return {"centroid update", B * (km + gskm) + (c.members > 1 ? 4 * B : 0), 0, B * shared,
             B * K * d * (c.shapeSums ? 6 : 3)};
 }
-
-namespace {
-
-// Blocks of `threads` threads resident on one SM: CUDA's occupancy rules (2,048 threads and 32 blocks
-// an SM, 64 Ki registers allocated per warp in units of 256, shared memory with 1 KiB reserved a block).
-int residentBlocks(int threads, int registers, std::size_t shared, std::size_t sharedPerSm)
-{
-    const int warps = (threads + 31) / 32;
-    const int perWarp = (registers * 32 + 255) / 256 * 256;
-    int blocks = std::min(2048 / threads, 32);
-    if (registers > 0)
-        blocks = std::min(blocks, 65536 / (perWarp * warps));
-    blocks = std::min<std::int64_t>(blocks, std::int64_t(sharedPerSm / (shared + 1024)));
-    return std::max(blocks, 0);
-}
-
-} // namespace
 
 ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocessors, std::size_t sharedPerSm,
                                       double copyBytesPerSecond, double gemmFlops, double sharedBytesPerSecond)
