@@ -4,7 +4,8 @@
 # at --tiny shapes, then every step's exit status and the summary checked.
 #   run_all_emulated.sh SOURCE_DIR GSRQ_EMULATED TST_GPU_EMULATED TST_DECODE_GPU_EMULATED WORK_DIR
 # The suites only list their test functions here (ctest runs them whole as *_emulated); Nsight
-# Compute's steps run their commands through ncu_passthrough.sh (no profiler without a GPU); the steps
+# Compute's and Nsight Systems' steps run their commands through ncu_passthrough.sh and
+# nsys_passthrough.sh (no profiler without a GPU); the steps
 # that need NVIDIA's tools or PyTorch with CUDA (nvidia-smi, the torch baselines) may fail, and the
 # summary must then hold nulls for them; every other step must pass.
 set -euo pipefail
@@ -21,6 +22,7 @@ ln -s "$src/tools/bench/torch_gskm.py" "$src/tools/bench/torch_decode.py" "$bund
 echo "emulated build" >"$bundle/COMMIT"
 
 GSRQ_BUNDLE=$bundle GSRQ_SUITE_ARGS=-functions PYTHON=python3 NCU=$src/tests/gpu/ncu_passthrough.sh \
+  NSYS=$src/tests/gpu/nsys_passthrough.sh \
   bash "$src/tools/gpu/run-all.sh" "$work/out" --tiny --no-sanitizer --budget 1200
 
 python3 - "$work/out" <<'PY'
@@ -34,7 +36,7 @@ for want in ("tst_gpu.txt", "tst_decode_gpu.txt", "train-sample-cpu.json", "trai
              "bench-train-tf32.json", "bench-train-fp32.json", "bench-train-tf32-gemm.json", "bench-decode-0.75.json", "bench-decode-0.5.json",
              "bench-decode-1.json", "flashinfer-decode.json",
              "frontier-32-0.5.json", "frontier-32-0.75.json", "frontier-32-1.json",
-             "ncu-decode.csv", "ncu-train.csv", "nmse-cpu.json", "nmse-cuda.json", "nmse-cuda-tf32.json",
+             "ncu-decode.csv", "ncu-train.csv", "nsys-train.txt", "nmse-cpu.json", "nmse-cuda.json", "nmse-cuda-tf32.json",
              "gpu-summary.json"):
     assert want in names, f"run-all.sh did not run {want}: {names}"
 bad = [(s["step"], s["exit"]) for s in steps if s["step"] not in optional and s["exit"] != "0"]

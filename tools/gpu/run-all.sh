@@ -12,8 +12,8 @@
 # --tiny runs every step on shapes small enough for the CUDA emulator (the test suite runs it so,
 # against the emulated build, to prove the script and its command lines), and leaves out check-gpu,
 # whose checks the emulated suites run. GSRQ_SUITE_ARGS: arguments for both GPU suites (QtTest's,
-# e.g. the test functions to run). NCU and COMPUTE_SANITIZER: those tools, where not on the PATH or
-# in /usr/local/cuda/bin.
+# e.g. the test functions to run). NCU, NSYS and COMPUTE_SANITIZER: those tools, where not on the
+# PATH or in /usr/local/cuda/bin.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 usage="usage: tools/gpu/run-all.sh OUTDIR [--no-sanitizer] [--no-profile] [--quick | --tiny] [--budget SECONDS]"
@@ -167,6 +167,15 @@ small=(--rows $small_rows --features $features --dim $dim --stages $stages --k $
 step nmse-cpu.json 300 "$gsrq" --no-db bench-train "${small[@]}" --backend cpu --json
 step nmse-cuda.json 120 "$gsrq" --no-db bench-train "${small[@]}" --backend cuda --json
 step nmse-cuda-tf32.json 120 "$gsrq" --no-db bench-train "${small[@]}" --backend cuda --tf32 --json
+# The time outside the passes, call by call (after the NMSE steps, which the summary needs): every
+# CUDA API call of two stages of the layer under Nsight Systems (how many, their total and median
+# time: the synchronizations, copies and allocations between the kernels), beside the kernels' sums.
+nsys=${NSYS:-$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || true)}
+if [ $profile = 1 ] && [ -n "$nsys" ]; then
+  step nsys-train.txt 120 "$nsys" profile --stats=true --force-overwrite true -o "$work/nsys-train" \
+    "$gsrq" --no-db bench-train --rows $rows --features $features --dim $dim --stages 2 --k $k --iters $iters \
+    --weights grad-log --backend cuda --tf32
+fi
 deadline=0  # the summary runs whatever the budget left
 step gpu-summary.json 60 "$python" "$(dirname "$0")/summary.py" "$out"
 cat "$out/steps.tsv" >&2
