@@ -204,3 +204,40 @@ def test_tiny_model_runs_as_in_transformers():
     assert ours["fp32"] == pytest.approx(theirs["unquantized"], rel=1e-5)
     assert ours["kivi-4g8"] == pytest.approx(theirs["kivi-4g8"], rel=1e-5)
     assert ours["kivi-4g8"] != pytest.approx(ours["fp32"], rel=1e-4)
+
+
+def test_llamacpp_state_repeats_its_cells():
+    """tools/bench/llamacpp_decode.py --fill repeat: a sequence state of 3 cells, 2 layers (K and V rows
+    of 5 and 7 bytes), repeated to 8 cells: positions 0..7, each cell's sequence ids and rows those of
+    cell i mod 3, the header and each layer's type and row size kept; a state of another layout is
+    refused with what differs, not loaded."""
+    sys.path.insert(0, os.path.join(ROOT, "tools", "bench"))
+    from llamacpp_decode import repeat_state
+
+    def state(cells, layers, seq_ids=(0,), pos0=100, transposed=0):
+        out = b"HDR-8-B\0" + struct.pack("<II", 1, cells)
+        for i in range(cells):
+            out += struct.pack("<iI", pos0 + i, len(seq_ids)) + b"".join(struct.pack("<i", s) for s in seq_ids)
+        out += struct.pack("<II", transposed, layers)
+        for kv, row in (("k", 5), ("v", 7)):
+            for layer in range(layers):
+                out += struct.pack("<iQ", 8 if kv == "k" else 2, row)
+                out += b"".join(bytes([layer * 16 + i + (128 if kv == "v" else 0)]) * row for i in range(cells))
+        return out
+
+    got = repeat_state(state(3, 2, seq_ids=(0, 4)), 3, 8)
+    want = b"HDR-8-B\0" + struct.pack("<II", 1, 8)
+    for i in range(8):
+        want += struct.pack("<iI", i, 2) + struct.pack("<ii", 0, 4)
+    want += struct.pack("<II", 0, 2)
+    for kv, row in (("k", 5), ("v", 7)):
+        for layer in range(2):
+            want += struct.pack("<iQ", 8 if kv == "k" else 2, row)
+            want += b"".join(bytes([layer * 16 + i % 3 + (128 if kv == "v" else 0)]) * row for i in range(8))
+    assert got == want
+    assert repeat_state(state(3, 2), 3, 3)[16:] != state(3, 2)[16:]  # positions renumbered from 0
+    for bad, why in ((state(4, 2), "4 cells"), (state(3, 2, transposed=1), "transposed"),
+                     (state(3, 2)[:-3], "ends inside"), (state(3, 2) + b"xx", "2 bytes left over"),
+                     (b"short", "shorter")):
+        with pytest.raises(ValueError, match=why):
+            repeat_state(bad, 3, 8)
