@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 # the first, its steps timed, then filled on to the next (the timed tokens stay in the cache and count
 # toward it). By repeat, each context is loaded afresh from the prefilled cells, repeated to its length.
 CHILD = r"""
-import ctypes, json, struct, sys, time
+import ctypes, json, sys, time
 import llama_cpp
 path, contexts, steps, threads, kv = sys.argv[1], [int(c) for c in sys.argv[2].split(",")], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 fill, unit = sys.argv[7], int(sys.argv[8])
