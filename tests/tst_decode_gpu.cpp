@@ -106,6 +106,52 @@ private slots:
         QVERIFY2(worstPlain > 1e-3, qPrintable(QString::number(worstPlain)));
     }
 
+    void ropeWalkHoldsPastTwoToTheTwenty()
+    {
+        // The paper kernels' RoPE walk (RopeWalk, decode_kernels.cu): an exact rotation at every
+        // kRopeAnchorSteps-th token of a lane, then ropeCompose with the rotation of `stride`
+        // positions (the lanes' token distance: 16, 8, 4 at head_dim 64, 128, 256). The anchors and
+        // the stride's rotation are float roundings of the exact values, as sincospif gives them
+        // (within an ulp). Against a long-double reference at positions across 2^20, every
+        // frequency of both RoPE bases: within 1e-5 (the walk's 31 products add a few 2^-24 each,
+        // about 4e-6 at most, beside the anchor's 1.3e-6 rad). Walked 2^14 tokens with no anchor,
+        // the stride's rounded rotation alone drifts past that bound, so the test tells the two apart.
+        auto exact = [](std::int64_t pos, double f) {
+            const long double turns = (long double)pos * ((long double)f / (2.0L * 3.14159265358979323846264338L));
+            const long double a = 2.0L * 3.14159265358979323846264338L * (turns - std::nearbyintl(turns));
+            return std::pair{std::cos(a), std::sin(a)};
+        };
+        auto rounded = [](long double turns) {
+            const long double a = 2.0L * 3.14159265358979323846264338L * turns;
+            return gpu::RopeRotation{float(std::cos(a)), float(std::sin(a))};
+        };
+        double worst = 0, drift = 0;
+        for (double base : {10000.0, 500000.0})
+            for (double f : ropeInvFreq(base, 128)) {
+                const auto t = gpu::turnsPerPosition(f);
+                for (int stride : {16, 8, 4}) {
+                    const gpu::RopeRotation step = rounded(gpu::ropeTurns(float(stride), t.hi, t.lo));
+                    auto walk = [&](std::int64_t first, int tokens, int anchorEvery) {
+                        gpu::RopeRotation r;
+                        double err = 0;
+                        for (int i = 0; i < tokens; ++i) {
+                            const std::int64_t pos = first + std::int64_t(i) * stride;
+                            r = i % anchorEvery == 0 ? rounded(gpu::ropeTurns(float(pos), t.hi, t.lo))
+                                                     : gpu::ropeCompose(r, step);
+                            const auto [c, s] = exact(pos, f);
+                            err = std::max({err, double(std::fabs(r.c - c)), double(std::fabs(r.s - s))});
+                        }
+                        return err;
+                    };
+                    for (std::int64_t first : {(1LL << 20) - 3000, (1LL << 20) - 1, (1LL << 20) + 12345})
+                        worst = std::max(worst, walk(first, 8 * gpu::kRopeAnchorSteps, gpu::kRopeAnchorSteps));
+                    drift = std::max(drift, walk((1LL << 20) - 3000, 1 << 14, 1 << 14));
+                }
+            }
+        QVERIFY2(worst < 1e-5, qPrintable(QString::number(worst)));
+        QVERIFY2(drift > 1e-5, qPrintable(QString::number(drift)));
+    }
+
     void splitsCoverTheContext()
     {
         for (std::int64_t tokens : {1LL, 31LL, 32LL, 1000LL, 8192LL, 131072LL, 1000001LL})
@@ -251,7 +297,14 @@ private slots:
         QVERIFY(h200);
         const DecodeShape s{32, 8, 128};
         const auto plan = gpu::planSplits(32768, 1, 8, 132, gpu::kMinBinnedSplitTokens);
-        const gpu::DecodeCostCase c{s, 128, 12, 256, 32768, 1, plan.splits, true};
+        // 48 KiB of bins (4 heads × 12 stages × 256 codewords) and the static arrays fit 4 blocks in a
+        // multiprocessor's 228 KiB, with the RoPE walk's 8 KiB only 3: the bins kernel does not walk.
+        QVERIFY(!gpu::paperBinsWalk(4, 1, 12, 256, h200->sharedOptin));
+        QVERIFY(gpu::paperBinsWalk(4, 1, 8, 256, h200->sharedOptin)); // 32 KiB of bins: 4 blocks either way
+        const gpu::DecodeCostCase c{s, 128, 12, 256, 32768, 1, plan.splits, true, true, false};
+        gpu::DecodeCostCase walking = c;
+        walking.ropeWalk = true;
+        QCOMPARE(gpu::paperLatencyModel(walking, 132, h200->sharedOptin, h200->copyBytesPerSecond).blocksPerSm, 3);
         const auto m = gpu::paperLatencyModel(c, 132, h200->sharedOptin, h200->copyBytesPerSecond);
         QCOMPARE(m.launches, 2 * gpu::kLaunchSecondsEstimate);
         QCOMPARE(m.seconds, m.launches + m.split + m.combine);
@@ -515,6 +568,10 @@ private slots:
             // 20 bytes of codes per token and subspace, 2 subspaces: more than either path stages in
             // shared memory, so both read their codes where they lie.
             {"mha d64 D32 R17 codes read in place", {2, 2, 64}, 32, 17, 256, 1, 300, 0},
+            // Positions across 2^20: the paper kernels' RoPE walk runs past many anchors (a lane's
+            // 32-token walks), on the bins path and, at head_dim 256, the codeword path.
+            {"gqa4 d128 across 2^20", {8, 2, 128}, 128, 4, 256, 1, 2500, (1LL << 20) - 1200},
+            {"gqa8 d256 D64 R8 across 2^20 values by codewords", {8, 1, 256}, 64, 8, 256, 1, 1200, (1LL << 20) - 600},
         };
         QVERIFY(!gpu::lookupStagesCodes(2, 17, 256, 227 * 1024));
         QVERIFY(gpu::paperStagedWords(64, 2, 2, gpu::packedCodeBytes(17, 256)) > gpu::kPaperStageWords);
@@ -687,8 +744,10 @@ private slots:
                 // The lookup path stages its tokens' codes where they fit beside its tables and bins.
                 const std::size_t optin = sh.optinKib ? std::size_t(std::atoi(sh.optinKib)) * 1024 : 227 * 1024;
                 const bool staged = gpu::lookupStagesCodes(128 / sh.dim, stages, sh.k, optin);
+                const bool walk = gpu::paperBinsWalk(s.heads / s.kvHeads, 128 / sh.dim, stages, sh.k, optin);
                 const gpu::DecodeCostCase cc{
-                    s, sh.dim, stages, sh.k, sh.context, sh.batch, c.plan(path).splits, c.paperUsesBins(), staged};
+                    s,      sh.dim, stages, sh.k, sh.context, sh.batch, c.plan(path).splits, c.paperUsesBins(),
+                    staged, walk};
                 if (sh.splitsWanted && path != DecodePath::Fp16)
                     QVERIFY2(cc.splits > 1, sh.name);
                 if (sh.optinKib && path == DecodePath::Paper)

@@ -108,8 +108,10 @@ struct CudaDecodeCache::Impl {
     // per-split bins cost more than the split-K partials.
     kernels::DecodeDims plannedDims(bool bins) const
     {
-        return dimsWith(
+        kernels::DecodeDims d = dimsWith(
             planSplits(tokens, cfg.batch, cfg.shape.kvHeads, sms, bins ? kMinBinnedSplitTokens : kMinSplitTokens));
+        d.ropeWalk = !bins || paperBinsWalk(d.group(), d.subspacesPerHead(), d.stages, d.k, sharedOptin);
+        return d;
     }
     kernels::DecodeDims stepDims(DecodePath path) const
     {
@@ -736,11 +738,14 @@ DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& k
                 p.paperBins = path == DecodePath::Paper && c0.paperUsesBins();
                 const bool staged = lookupStagesCodes(s.headDim / keyBooks.dim, keyBooks.stages, keyBooks.k,
                                                       prop.sharedMemPerBlockOptin);
+                const bool walk = paperBinsWalk(s.heads / s.kvHeads, s.headDim / keyBooks.dim, keyBooks.stages,
+                                                keyBooks.k, prop.sharedMemPerBlockOptin);
                 p.costs = decodeCosts(path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits,
-                                             c0.paperUsesBins(), staged});
+                                             c0.paperUsesBins(), staged, walk});
                 p.roofline = roofline(p.costs, rep.rates);
                 p.rooflineFraction = p.roofline.seconds / p.seconds;
-                const DecodeCostCase lc{s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits, false};
+                const DecodeCostCase lc{s,     keyBooks.dim, keyBooks.stages, keyBooks.k, ctx,
+                                        batch, p.splits,     false,           true,       walk};
                 if (path == DecodePath::Fp16)
                     p.latencyModelSeconds = fp16LatencyModel(lc, prop.multiProcessorCount, prop.sharedMemPerBlockOptin,
                                                              rep.copyBytesPerSecond)

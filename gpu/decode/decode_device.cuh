@@ -155,10 +155,11 @@ template <int MaxPending> struct AsyncCopies {
 // fills it with NaN before each block, and its byte counters tell shared from global by it). On a
 // device the arrays are what they were: static shared memory of each kernel that calls the function.
 
-// The RoPE turns of half a head (head_dim / 2 ≤ 128 pairs).
+// The RoPE turns of half a head (head_dim / 2 ≤ 128 pairs), then the paper kernels' walk rotation
+// per pair, the advance between a lane's consecutive tokens (RopeWalk).
 static __device__ __forceinline__ float2* sharedTurns()
 {
-    __shared__ float2 turns[kMaxRopePairs];
+    __shared__ float2 turns[2 * kMaxRopePairs];
     return turns;
 }
 

@@ -444,22 +444,88 @@ __device__ __forceinline__ const std::uint32_t* paperCodeWords(const DecodeDims&
     return reinterpret_cast<const std::uint32_t*>(paperCodeBase(d, codes, s) + t * d.bytesPerToken);
 }
 
-// Rotate-half RoPE of the lane's 8 features at `position`: feature i < headDim/2 pairs with
-// i + headDim/2, held by the lane width/2 further on.
-__device__ __forceinline__ void rope8(float (&x)[kEpl], float position, int j0, int width, int half,
-                                      const float2* turns)
+// The rotations of pairs i0 .. i0 + 7 at `position`, exact (sincospif of the split-float turns).
+__device__ __forceinline__ void ropeAt(RopeRotation (&r)[kEpl], float position, int i0, const float2* turns)
+{
+#pragma unroll
+    for (int e = 0; e < kEpl; ++e) {
+        const float2 t = turns[i0 + e];
+        sincospif(2.f * ropeTurns(position, t.x, t.y), &r[e].s, &r[e].c);
+    }
+}
+
+// Rotate-half RoPE of the lane's 8 features by r: feature i < headDim/2 pairs with i + headDim/2,
+// held by the lane width/2 further on.
+__device__ __forceinline__ void rotate8(float (&x)[kEpl], const RopeRotation (&r)[kEpl], int j0, int width, int half)
 {
     const bool low = j0 < half;
-    const int i0 = low ? j0 : j0 - half;
 #pragma unroll
     for (int e = 0; e < kEpl; ++e) {
         const float other = __shfl_xor_sync(0xffffffffu, x[e], width / 2);
-        const float2 t = turns[i0 + e];
-        float sn, cs;
-        sincospif(2.f * ropeTurns(position, t.x, t.y), &sn, &cs);
-        x[e] = low ? x[e] * cs - other * sn : x[e] * cs + other * sn;
+        x[e] = low ? x[e] * r[e].c - other * r[e].s : x[e] * r[e].c + other * r[e].s;
     }
 }
+
+__device__ __forceinline__ int ropePair0(int j0, int half)
+{
+    return j0 < half ? j0 : j0 - half;
+}
+
+// RoPE of the lane's 8 features at `position` (the query's).
+__device__ __forceinline__ void rope8(float (&x)[kEpl], float position, int j0, int width, int half,
+                                      const float2* turns)
+{
+    RopeRotation r[kEpl];
+    ropeAt(r, position, ropePair0(j0, half), turns);
+    rotate8(x, r, j0, width, half);
+}
+
+// The paper kernels' RoPE tables in shared memory: the turns per position of each pair, then each
+// pair's rotation by `stride` positions, the distance between a lane's consecutive tokens. Every
+// thread of the block calls it, a barrier follows.
+__device__ __forceinline__ void loadRopeTables(const float2* turnsIn, float2* turns, int half, int stride)
+{
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const float2 t = turnsIn[i];
+        turns[i] = t;
+        float sn, cs;
+        sincospif(2.f * ropeTurns(float(stride), t.x, t.y), &sn, &cs);
+        turns[kMaxRopePairs + i] = float2{cs, sn};
+    }
+}
+
+// A lane's key rotations along its tokens, which lie `stride` positions apart (U a step, the next
+// step's first `stride` after this step's last): exact at every kRopeAnchorSteps-th token, walked
+// forward between (ropeCompose, decode_math.h), so a token costs 8 complex products where it
+// cost 8 sincospif. The rotations live in the thread's slots of dynamic shared memory
+// (kPaperRopeWalkBytes a block), read and written where a token is rotated: in registers they would
+// be held across the codeword gathers, and nvcc gives the kernels 10–40 more registers (fewer blocks
+// per multiprocessor).
+struct RopeWalk {
+    float2* slots; // kEpl of them, kThreads apart (word-consecutive over a warp)
+    int left = 0;
+    // Rotates x, the lane's features of its next token, at `position`.
+    __device__ __forceinline__ void rotateNext(float (&x)[kEpl], float position, int i0, const float2* turns, int j0,
+                                               int width, int half)
+    {
+        RopeRotation r[kEpl];
+        if (left == 0) {
+            ropeAt(r, position, i0, turns);
+            left = kRopeAnchorSteps;
+        } else {
+#pragma unroll
+            for (int e = 0; e < kEpl; ++e) {
+                const float2 p = slots[e * kThreads], a = turns[kMaxRopePairs + i0 + e];
+                r[e] = ropeCompose(RopeRotation{p.x, p.y}, RopeRotation{a.x, a.y});
+            }
+        }
+        --left;
+#pragma unroll
+        for (int e = 0; e < kEpl; ++e)
+            slots[e * kThreads] = float2{r[e].c, r[e].s};
+        rotate8(x, r, j0, width, half);
+    }
+};
 
 template <int G, int U>
 __global__ void __launch_bounds__(kThreads)
@@ -472,8 +538,8 @@ __global__ void __launch_bounds__(kThreads)
     const int width = d.headDim / kEpl, perWarp = 32 / width, half = d.headDim / 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane / width, j0 = (lane % width) * kEpl, group = d.group();
-    for (int i = threadIdx.x; i < half; i += blockDim.x)
-        turns[i] = turnsIn[i];
+    const int stride = kWarps * perWarp;
+    loadRopeTables(turnsIn, turns, half, stride);
     __syncthreads();
 
     // The lane's subspace and its codes' and codewords' base addresses.
@@ -500,9 +566,10 @@ __global__ void __launch_bounds__(kThreads)
 
     const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
     const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
-    const int stride = kWarps * perWarp;
     AsyncCopies<2 * kPaperStageWords / 32> copies;
     const bool staged = paperCodesStaged<U>(d);
+    const int i0 = ropePair0(j0, half);
+    RopeWalk walk{reinterpret_cast<float2*>(smem + paperSplitPartialBytes(G, d.headDim) / sizeof(float)) + threadIdx.x};
     std::int64_t tw = t0 + warp * perWarp;
     if (staged && tw < t1)
         stagePaperCodes<U>(d, kc, vc, t1, copies, 0, tw, stride);
@@ -515,10 +582,10 @@ __global__ void __launch_bounds__(kThreads)
         for (int u = 0; u < U; ++u) {
             const std::int64_t t = tw + sub + std::int64_t(u) * stride;
             ok[u] = t < t1;
-            const std::int64_t tc = ok[u] ? t : t1 - 1;
+            const std::int64_t tc = ok[u] ? t : t1 - 1; // a masked token's rotation is not used
             decode8(kx[u], paperCodeWords(d, staged, kc, cs, u, sub, 0, s, tc), kBook, d);
             decode8(vx[u], paperCodeWords(d, staged, vc, cs, u, sub, 1, s, tc), vBook, d);
-            rope8(kx[u], float(d.positionOffset + tc), j0, width, half, turns);
+            walk.rotateNext(kx[u], float(d.positionOffset + t), i0, turns, j0, width, half);
         }
         attendStep<G, U>(st, kx, vx, ok, width, group);
     }
@@ -533,7 +600,7 @@ __global__ void __launch_bounds__(kThreads)
 // (and the bins rescaled) only when a tile's maximum passes it by kRescaleMargin. Writes the split's
 // bins and (m, l) in the lookup path's layout: launchLookupCombine merges splits and multiplies the
 // bins by the value codebooks once per query.
-template <int G, int U>
+template <int G, int U, bool Walk>
 __global__ void __launch_bounds__(kThreads)
     paperBinsKernel(DecodeDims d, const float* q, const std::uint8_t* kc, const __half* kb, const std::uint8_t* vc,
                     const float2* turnsIn, float* weights, float* mOut, float* lOut)
@@ -548,8 +615,8 @@ __global__ void __launch_bounds__(kThreads)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane / width, li = lane % width, j0 = li * kEpl, group = d.group();
     const int S = d.subspacesPerHead(), R = d.stages, K = d.k, per = S * R * K;
-    for (int i = threadIdx.x; i < half; i += blockDim.x)
-        turns[i] = turnsIn[i];
+    const int stride = kWarps * perWarp;
+    loadRopeTables(turnsIn, turns, half, stride);
     for (int i = threadIdx.x; i < group * per; i += blockDim.x)
         W[i] = 0;
     __syncthreads();
@@ -581,7 +648,10 @@ __global__ void __launch_bounds__(kThreads)
 
     const std::int64_t t0 = std::int64_t(split) * d.tokensPerSplit;
     const std::int64_t t1 = min(d.tokens, t0 + d.tokensPerSplit);
-    const int stride = kWarps * perWarp;
+    const int i0 = ropePair0(j0, half);
+    // Walk: the keys' RoPE walked (d.ropeWalk, paperBinsWalk), else exact at every token. A template
+    // argument, not a branch: with both ways in one kernel nvcc gives it 30 more registers.
+    RopeWalk walk{reinterpret_cast<float2*>(W + std::size_t(group) * per) + threadIdx.x};
     // Groups of 8 hold 8 heads' queries, scores and sums in registers (250 of 255): their codes are
     // read where they lie, as staging them would spill (paperBinsStageCodes). A warp with no token
     // of a step that other warps still run reads a stage not refilled for it: its tokens are all
@@ -600,10 +670,13 @@ __global__ void __launch_bounds__(kThreads)
         for (int u = 0; u < U; ++u) {
             const std::int64_t t = tb + warp * perWarp + sub + std::int64_t(u) * stride;
             ok[u] = t < t1;
-            const std::int64_t tc = ok[u] ? t : t1 - 1;
+            const std::int64_t tc = ok[u] ? t : t1 - 1; // a masked token's rotation is not used
             float kx[kEpl];
             decode8(kx, paperCodeWords(d, staged, kc, cs, u, sub, 0, s, tc), kBook, d);
-            rope8(kx, float(d.positionOffset + tc), j0, width, half, turns);
+            if constexpr (Walk)
+                walk.rotateNext(kx, float(d.positionOffset + t), i0, turns, j0, width, half);
+            else
+                rope8(kx, float(d.positionOffset + t), j0, width, half, turns);
 #pragma unroll
             for (int h = 0; h < G; ++h) {
                 float p = 0;
@@ -742,7 +815,7 @@ namespace {
 // static arrays.
 std::size_t paperBinsDynamicBytes(const DecodeDims& d)
 {
-    return gpu::paperBinsDynamicBytes(d.group(), d.subspacesPerHead(), d.stages, d.k);
+    return gpu::paperBinsKernelDynamicBytes(d.group(), d.subspacesPerHead(), d.stages, d.k, d.ropeWalk);
 }
 
 } // namespace
@@ -751,7 +824,8 @@ std::size_t paperBinsSharedBytes(const DecodeDims& d)
 {
     std::size_t fixed = 0;
     withGroup(d.group(), [&]<int G>() {
-        fixed = staticShared(paperBinsKernel<G, (G >= 8 ? 1 : 2)>);
+        fixed = d.ropeWalk ? staticShared(paperBinsKernel<G, (G >= 8 ? 1 : 2), true>)
+                           : staticShared(paperBinsKernel<G, (G >= 8 ? 1 : 2), false>);
         return cudaSuccess;
     });
     return paperBinsDynamicBytes(d) + fixed;
@@ -764,7 +838,8 @@ cudaError_t launchPaperBins(const DecodeDims& d, const float* q, const std::uint
     const dim3 grid(unsigned(d.splits), unsigned(d.kvHeads), unsigned(d.batch));
     const std::size_t shm = paperBinsDynamicBytes(d);
     return withGroup(d.group(), [&]<int G>() {
-        auto* kernel = paperBinsKernel<G, (G >= 8 ? 1 : 2)>;
+        auto* kernel =
+            d.ropeWalk ? paperBinsKernel<G, (G >= 8 ? 1 : 2), true> : paperBinsKernel<G, (G >= 8 ? 1 : 2), false>;
         if (cudaError_t e = allowShared(kernel, shm); e != cudaSuccess)
             return e;
         launch(kernel, grid, kThreads, shm, stream, d, q, kc, reinterpret_cast<const __half*>(kb), vc,

@@ -29,6 +29,7 @@ struct DecodeDims {
     std::int64_t positionOffset = 0;
     bool stagedCodes = false; // the lookup split kernel stages its tokens' codes (lookupStagesCodes)
     bool chained = false;     // a step's launches after its first chained (launchChained: sm_90 and later)
+    bool ropeWalk = true;     // the paper bins kernel walks its keys' RoPE (paperBinsWalk); the split kernel always
     GSRQ_HD int subspacesPerHead() const { return headDim / dim; }
     GSRQ_HD int subspaces() const { return kvHeads * subspacesPerHead(); }
     GSRQ_HD int group() const { return heads / kvHeads; }

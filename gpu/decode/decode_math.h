@@ -3,6 +3,7 @@
 // compiles it __host__ __device__) and in the CPU tests, so what the kernels compute here is tested
 // without a GPU.
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -145,27 +146,67 @@ GSRQ_HD constexpr int paperStagedWords(int headDim, int unroll, int subspaces, i
 // then the split kernel that sums value codewords): what their latency model assumes of their
 // resident blocks (roofline.h, paperLatencyModel); tools/gpu/resource_usage.py holds the compiled
 // kernels to at most these.
-inline constexpr int kPaperBinsRegisters[4] = {72, 94, 128, 249};
-inline constexpr int kPaperSplitRegisters[4] = {119, 126, 167, 253};
-// Static (decode_device.cuh): the paper kernels' RoPE turns (float2 each) and staged codes (the bins
+inline constexpr int kPaperBinsRegisters[4] = {80, 96, 128, 250};
+inline constexpr int kPaperSplitRegisters[4] = {128, 128, 168, 255};
+// Static (decode_device.cuh): the paper kernels' RoPE turns and walk rotations, and staged codes (the bins
 // kernel stages none for groups of 8: its registers are full), the bins kernel's value per warp and
 // head and value per warp; the lookup split kernel's value per warp.
 inline constexpr std::size_t kPaperStagedCodeBytes = std::size_t(kDecodeWarps) * 2 * kPaperStageWords * 4;
+// The RoPE turns of half a head and the walk's rotation per pair (the advance from one of a lane's
+// tokens to its next): two float2 per pair.
+inline constexpr std::size_t kPaperRopeStaticBytes = std::size_t(kMaxRopePairs) * 2 * 2 * sizeof(float);
+// Dynamic, after each paper kernel's own: each thread's walked RoPE rotations, a float2 per pair of
+// its features (RopeWalk, decode_kernels.cu). Dynamic rather than static so that only the paper
+// kernels hold it (the CUDA emulator counts every static array for every kernel).
+inline constexpr std::size_t kPaperRopeWalkBytes =
+    std::size_t(kFeaturesPerLane) * kDecodeWarps * 32 * 2 * sizeof(float);
+// The paper bins kernel's dynamic shared memory: its bins, then the walk where it walks.
+inline std::size_t paperBinsKernelDynamicBytes(int group, int subspaces, int stages, int k, bool ropeWalk)
+{
+    return paperBinsDynamicBytes(group, subspaces, stages, k) + (ropeWalk ? kPaperRopeWalkBytes : 0);
+}
 GSRQ_HD constexpr bool paperBinsStageCodes(int compiledGroup)
 {
     return compiledGroup < 8;
 }
 GSRQ_HD constexpr std::size_t paperBinsStaticBytes(int compiledGroup)
 {
-    return kMaxRopePairs * 2 * sizeof(float) + kMaxBlockWarps * kMaxGroup * sizeof(float) +
-           kMaxBlockWarps * sizeof(float) + (paperBinsStageCodes(compiledGroup) ? kPaperStagedCodeBytes : 0);
+    return kPaperRopeStaticBytes + kMaxBlockWarps * kMaxGroup * sizeof(float) + kMaxBlockWarps * sizeof(float) +
+           (paperBinsStageCodes(compiledGroup) ? kPaperStagedCodeBytes : 0);
 }
-inline constexpr std::size_t kPaperSplitStaticBytes = kMaxRopePairs * 2 * sizeof(float) + kPaperStagedCodeBytes;
+inline constexpr std::size_t kPaperSplitStaticBytes = kPaperRopeStaticBytes + kPaperStagedCodeBytes;
+// The smallest compiled group (1, 2, 4, 8) that holds `group` query heads.
+GSRQ_HD constexpr int compiledGroupOf(int group)
+{
+    return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+}
+// Whether the paper bins kernel walks its keys' RoPE (kPaperRopeWalkBytes more shared memory a
+// block) or takes a sincospif per pair and token: it walks where its bins fit with the walk and the
+// walk costs no resident block on a device with `sharedOptin` bytes a block (sharedOptin + 1 KiB a
+// multiprocessor, as on sm_80 and sm_90), whose blocks registers (kPaperBinsRegisters) and threads
+// bound as well. The split kernel always walks: its partials are small.
+inline bool paperBinsWalk(int group, int subspaces, int stages, int k, std::size_t sharedOptin)
+{
+    const int G = compiledGroupOf(group), gi = G >= 8 ? 3 : G >= 4 ? 2 : G >= 2 ? 1 : 0;
+    const int regsPerWarp = (kPaperBinsRegisters[gi] * 32 + 255) / 256 * 256;
+    const std::size_t cap =
+        std::size_t(std::min(std::min(2048 / (kDecodeWarps * 32), 65536 / (regsPerWarp * kDecodeWarps)), 32));
+    const std::size_t base = paperBinsDynamicBytes(group, subspaces, stages, k) + paperBinsStaticBytes(G);
+    const std::size_t walked = base + kPaperRopeWalkBytes;
+    if (walked > sharedOptin)
+        return false;
+    auto blocks = [&](std::size_t bytes) { return std::min(cap, (sharedOptin + 1024) / (bytes + 1024)); };
+    return blocks(walked) >= blocks(base);
+}
 // The paper split kernel's dynamic shared memory: its token slots' partial states merged at the end
-// (slots = 4 warps × 256/headDim rows; group × (headDim + 2) floats each).
-GSRQ_HD constexpr std::size_t paperSplitDynamicBytes(int compiledGroup, int headDim)
+// (slots = 4 warps × 256/headDim rows; group × (headDim + 2) floats each), then the RoPE walk.
+GSRQ_HD constexpr std::size_t paperSplitPartialBytes(int compiledGroup, int headDim)
 {
     return std::size_t(kDecodeWarps * (256 / headDim)) * compiledGroup * (headDim + 2) * sizeof(float);
+}
+GSRQ_HD constexpr std::size_t paperSplitDynamicBytes(int compiledGroup, int headDim)
+{
+    return paperSplitPartialBytes(compiledGroup, headDim) + kPaperRopeWalkBytes;
 }
 inline constexpr std::size_t kLookupSplitStaticBytes = kMaxBlockWarps * sizeof(float);
 // Whether the lookup split kernel stages its tokens' codes on a device with `sharedOptin` bytes of
@@ -237,6 +278,23 @@ GSRQ_HD float ropeTurns(float position, float hi, float lo)
     float f = a - rintf(a);
     f += e + position * lo;
     return f - rintf(f);
+}
+
+// RoPE's rotation of one feature pair, (cos φ, sin φ). The paper kernels rotate each key at its
+// token's position. A sine and cosine per pair and token (sincospif of ropeTurns) cost some 30
+// instructions each; between exact anchors the kernels instead walk each pair's rotation forward by
+// a fixed number of positions, one complex product (4 FMA) with the rotation of that advance.
+// Each product rounds (a few 2^-24) and the advance's rotation is itself rounded to float, so the
+// error grows with the steps walked since the anchor: kRopeAnchorSteps bounds them (the test holds
+// the walk within 1e-5 of the exact rotation at positions past 2^20).
+struct RopeRotation {
+    float c = 1, s = 0;
+};
+inline constexpr int kRopeAnchorSteps = 32;
+// The rotation by a then by b (angles add).
+GSRQ_HD RopeRotation ropeCompose(RopeRotation a, RopeRotation b)
+{
+    return {fmaf(a.c, b.c, -a.s * b.s), fmaf(a.c, b.s, a.s * b.c)};
 }
 
 } // namespace gsrq::gpu

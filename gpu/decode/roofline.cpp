@@ -12,12 +12,6 @@ namespace gsrq::gpu {
 
 namespace {
 
-// The group size the kernels are compiled for (withGroup): 1, 2, 4 or 8.
-int compiledGroupOf(int group)
-{
-    return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
-}
-
 // A split's tokens when `tokens` are cut into `splits`: whole multiples of 32 (every kernel's tile
 // divides 32).
 std::int64_t splitLength(std::int64_t tokens, std::int64_t splits)
@@ -156,6 +150,20 @@ double tokenSlots(std::int64_t tokens, int splits, std::int64_t step)
     return slots;
 }
 
+// The paper kernels' RoPE anchors over all splits: a lane walks ceil(n / step) steps of `unroll`
+// tokens in a split of n tokens, exact at every kRopeAnchorSteps-th (RopeWalk, decode_kernels.cu).
+double ropeAnchors(std::int64_t tokens, int splits, std::int64_t step, int unroll)
+{
+    const std::int64_t per = splitLength(tokens, splits);
+    double anchors = 0;
+    for (int i = 0; i < splits; ++i) {
+        const std::int64_t n = std::clamp<std::int64_t>(tokens - std::int64_t(i) * per, 0, per);
+        const std::int64_t walked = (n + step - 1) / step * unroll;
+        anchors += double((walked + kRopeAnchorSteps - 1) / kRopeAnchorSteps);
+    }
+    return anchors;
+}
+
 // The 32-bit words codeAt reads for a token's R codes (a word, and the next where a code straddles
 // two), as the paper path's bins read them stage by stage.
 double codeWordsRead(int stages, int bits)
@@ -265,9 +273,13 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
     const bool codesStaged = paperStagedWords(int(hd), int(U), int(S), int(bpt)) <= kPaperStageWords &&
                              (!c.paperBins || paperBinsStageCodes(int(Gt)));
     const double stagedShared = codesStaged ? walked * (2.0 * S * bpt + (hd / kFeaturesPerLane) * bpt) : 0.0;
-    const double ropeShared = blocks * (turns + decodeThreads * Gt * kFeaturesPerLane * 8.0) // turns in, q's RoPE
-                              + walked * hd * 8.0 // each token slot's key RoPE: 8 features a lane, float2 each
-                              + stagedShared;
+    // Each token slot's key RoPE, 8 pairs a lane, a float2 each: walked, the lane's rotation and the
+    // stride's read and the new one written; at an anchor, the turns read and the rotation written.
+    // Not walking (the bins kernel where the walk would cost a resident block): the turns read.
+    const bool walk = !c.paperBins || c.ropeWalk;
+    const double anchorRows = pairs * slots * ropeAnchors(c.context, c.splits, std::int64_t(U * slots), int(U));
+    const double ropeShared = blocks * (2.0 * turns + decodeThreads * Gt * kFeaturesPerLane * 8.0) // tables, q's RoPE
+                              + (walk ? walked * hd * 24.0 - anchorRows * hd * 8.0 : walked * hd * 8.0) + stagedShared;
     const double keyFlops = tok * (S * R * D + 6.0 * hd + G * 2.0 * hd);
     if (c.paperBins) {
         const double tiles = walked / (U * slots);
@@ -376,9 +388,10 @@ PaperLatencyModel paperLatencyModel(const DecodeCostCase& c, int multiprocessors
     m.codesStaged = paperStagedWords(hd, U, S, bpt) <= kPaperStageWords && (!c.paperBins || paperBinsStageCodes(Gt));
     // Resident blocks: threads, registers (allocated per warp in units of 256), shared memory with
     // the 1 KiB the device reserves per block.
-    const std::size_t shared = (c.paperBins ? paperBinsDynamicBytes(group, S, R, K) + paperBinsStaticBytes(Gt)
-                                            : paperSplitDynamicBytes(Gt, hd) + kPaperSplitStaticBytes) +
-                               1024;
+    const std::size_t shared =
+        (c.paperBins ? paperBinsKernelDynamicBytes(group, S, R, K, c.ropeWalk) + paperBinsStaticBytes(Gt)
+                     : paperSplitDynamicBytes(Gt, hd) + kPaperSplitStaticBytes) +
+        1024;
     const int regsPerWarp = (regs * 32 + 255) / 256 * 256;
     m.blocksPerSm =
         std::min({2048 / threads, 65536 / (regsPerWarp * kDecodeWarps), int((sharedOptin + 1024) / shared), 32});
@@ -533,8 +546,10 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
                                    : planSplits(ctx, batch, o.shape.kvHeads, sms, kMinSplitTokens).splits;
                     p.paperBins = path == DecodePath::Paper && paperBins;
                     const bool staged = lookupStagesCodes(S, stages, k, model.sharedOptin);
-                    p.costs = decodeCosts(path, {o.shape, dim, stages, k, ctx, batch, p.splits, p.paperBins, staged});
-                    const DecodeCostCase lc{o.shape, dim, stages, k, ctx, batch, p.splits, false};
+                    const bool walk = paperBinsWalk(group, S, stages, k, model.sharedOptin);
+                    p.costs =
+                        decodeCosts(path, {o.shape, dim, stages, k, ctx, batch, p.splits, p.paperBins, staged, walk});
+                    const DecodeCostCase lc{o.shape, dim, stages, k, ctx, batch, p.splits, false, true, walk};
                     if (path == DecodePath::Fp16)
                         p.latencyModelSeconds =
                             fp16LatencyModel(lc, sms, model.sharedOptin, model.copyBytesPerSecond).seconds;

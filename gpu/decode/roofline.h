@@ -65,6 +65,7 @@ struct DecodeCostCase {
     int splits = 1;          // as planned for the path
     bool paperBins = true;   // paper path: values through per-codeword weights (else codewords summed)
     bool codesStaged = true; // lookup path: its tokens' codes staged where small enough (lookupStagesCodes)
+    bool ropeWalk = true;    // paper path with bins: keys' RoPE walked (paperBinsWalk), else sincospif a token
 };
 DecodeCosts decodeCosts(DecodePath path, const DecodeCostCase& c);
 

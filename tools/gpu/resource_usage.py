@@ -251,12 +251,16 @@ def main():
         # the pass's assumes (pass_costs.h, kClusterKernelRegisters); no spills.
         if arch != 90:
             continue
-        paper = parse(report, key=lambda name: (lambda k: (k.group(1), int(k.group(2))) if k else None)(
-            re.search(r"\d+(paperBinsKernel|paperDecodeKernel)ILi(\d+)ELi\d+E", name)))
+        # The bins kernel is built twice per group, walking the keys' RoPE or not (paperBinsWalk): both
+        # are held to the same registers.
+        paper = parse(report, key=lambda name: (lambda k: (k.group(1), int(k.group(2)), k.group(3)) if k else None)(
+            re.search(r"\d+(paperBinsKernel|paperDecodeKernel)ILi(\d+)ELi\d+E(?:Lb(\d)E)?", name)))
         assumed_paper = paper_registers()
-        for kind in ("paperBinsKernel", "paperDecodeKernel"):
+        for kind, walks in (("paperBinsKernel", ("1", "0")), ("paperDecodeKernel", (None,))):
             for i, g in enumerate((1, 2, 4, 8)):
-                check_assumed(arch, f"{kind}<{g}>", paper.get((kind, g)), assumed_paper[kind][i], rows, bad)
+                for w in walks:
+                    name = f"{kind}<{g}{'' if w is None else ', walk' if w == '1' else ', no walk'}>"
+                    check_assumed(arch, name, paper.get((kind, g, w)), assumed_paper[kind][i], rows, bad)
         cluster = parse(compile_report(a.nvcc, arch, CLUSTER_SOURCE),
                         key=lambda name: (lambda k: k.group(1) + (f"<{k.group(3)}>" if k.group(3) else "") if k else None)(
                             re.search(r"\d+(argmaxRowsKernel|tileSumsKernel|tileReduceKernel|sumArraysKernel|"
