@@ -173,6 +173,62 @@ private slots:
         QCOMPARE(p.splits * 8 >= 256, true);
     }
 
+    void paperSplitsShortenTheCriticalPath()
+    {
+        const auto* h200 = gpu::findDeviceModel("h200");
+        QVERIFY(h200);
+        const std::size_t optin = h200->sharedOptin;
+        // 32 query heads on 8 KV heads × 128, 0.75 BPA (R = 12, K = 256): the bins kernel at 128
+        // registers with 48 KiB of bins, 4 blocks a multiprocessor (it does not walk its RoPE there);
+        // the split kernel at 168 registers, 3.
+        const DecodeShape s{32, 8, 128};
+        QCOMPARE(gpu::paperResidentBlocks(s, 128, 12, 256, true, false, optin), 4);
+        QCOMPARE(gpu::paperResidentBlocks(s, 128, 12, 256, false, true, optin), 3);
+        // Batch 1, 32K tokens: 8 (sequence, KV head) pairs on 528 slots; every count up to 32 splits
+        // of 1,024 tokens is one wave, so 32, the shortest chains.
+        QCOMPARE(gpu::planPaperSplits(32768, 1, s, 128, 12, 256, true, 132, optin).splits, 32);
+        // Batch 8: 64 pairs; 8 splits are one wave of 4,096-token chains, 16 two waves of 2,048:
+        // a tie, and the fewer splits write and merge fewer bins.
+        QCOMPARE(gpu::planPaperSplits(32768, 8, s, 128, 12, 256, true, 132, optin).splits, 8);
+        // Over a grid, the plan's critical path is the shortest of every allowed split count, it
+        // covers the context with no split empty, and it keeps to the bounds.
+        auto whole = [](std::int64_t tokens, std::int64_t n) {
+            const std::int64_t per = (tokens + n * 32 - 1) / (n * 32) * 32;
+            return std::pair{(tokens + per - 1) / per, per};
+        };
+        for (bool bins : {true, false})
+            for (int heads : {8, 32, 64})
+                for (std::int64_t ctx : {300LL, 1024LL, 5000LL, 32768LL, 131072LL})
+                    for (int batch : {1, 3, 8, 32}) {
+                        const DecodeShape sh{heads, 8, 128};
+                        const bool walk = !bins || gpu::paperBinsWalk(heads / 8, 1, 12, 256, optin);
+                        const std::int64_t resident =
+                            132LL * gpu::paperResidentBlocks(sh, 128, 12, 256, bins, walk, optin);
+                        const auto p = gpu::planPaperSplits(ctx, batch, sh, 128, 12, 256, bins, 132, optin);
+                        const std::int64_t minTokens = bins ? gpu::kMinBinnedSplitTokens : gpu::kMinSplitTokens;
+                        QVERIFY(p.splits >= 1 && p.splits <= gpu::kPaperMaxSplits);
+                        QVERIFY(std::int64_t(p.splits) * p.tokensPerSplit >= ctx);
+                        QVERIFY(std::int64_t(p.splits - 1) * p.tokensPerSplit < ctx);
+                        if (p.splits > 1)
+                            QVERIFY(p.tokensPerSplit >= minTokens);
+                        const std::int64_t pairs = std::int64_t(batch) * 8;
+                        auto path = [&](std::int64_t splits, std::int64_t per) {
+                            return (pairs * splits + resident - 1) / resident * per;
+                        };
+                        const std::int64_t mine = path(p.splits, p.tokensPerSplit);
+                        for (std::int64_t n = 1; n <= std::min<std::int64_t>(ctx / minTokens, gpu::kPaperMaxSplits);
+                             ++n) {
+                            const auto [splits, per] = whole(ctx, n);
+                            QVERIFY2(mine <= path(splits, per),
+                                     qPrintable(QString("%1 tokens, batch %2: %3 splits against %4")
+                                                    .arg(ctx)
+                                                    .arg(batch)
+                                                    .arg(p.splits)
+                                                    .arg(splits)));
+                        }
+                    }
+    }
+
     void fp16SplitsFillTheDeviceInWholeWaves()
     {
         const std::size_t hopper = 227 * 1024;
@@ -482,8 +538,10 @@ private slots:
             else if (path == DecodePath::Lookup)
                 QCOMPARE(splits, gpu::planLookupSplits(ctx, 1, 32, 1, 16, 256, 132, h200->sharedOptin).splits);
             else
-                QCOMPARE(splits, gpu::planSplits(ctx, 1, 8, 132, 1024).splits);
-            const auto costs = gpu::decodeCosts(path, {{32, 8, 128}, 128, 16, 256, ctx, 1, splits, true});
+                QCOMPARE(splits,
+                         gpu::planPaperSplits(ctx, 1, {32, 8, 128}, 128, 16, 256, true, 132, h200->sharedOptin).splits);
+            const bool walk = gpu::paperBinsWalk(4, 1, 16, 256, h200->sharedOptin);
+            const auto costs = gpu::decodeCosts(path, {{32, 8, 128}, 128, 16, 256, ctx, 1, splits, true, true, walk});
             QCOMPARE(p["seconds_per_layer"].toDouble(), roofline(costs, rates).seconds);
             if (path == DecodePath::Fp16)
                 fp16 = p["seconds_per_layer"].toDouble();

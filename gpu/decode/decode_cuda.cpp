@@ -109,7 +109,7 @@ struct CudaDecodeCache::Impl {
     kernels::DecodeDims plannedDims(bool bins) const
     {
         kernels::DecodeDims d = dimsWith(
-            planSplits(tokens, cfg.batch, cfg.shape.kvHeads, sms, bins ? kMinBinnedSplitTokens : kMinSplitTokens));
+            planPaperSplits(tokens, cfg.batch, cfg.shape, dims.dim, dims.stages, dims.k, bins, sms, sharedOptin));
         d.ropeWalk = !bins || paperBinsWalk(d.group(), d.subspacesPerHead(), d.stages, d.k, sharedOptin);
         return d;
     }

@@ -81,6 +81,30 @@ SplitPlan planWaveSplits(std::int64_t tokens, std::int64_t pairs, std::int64_t s
     return wholeSplits(tokens, splits);
 }
 
+// Splits for kernels whose blocks are chains of dependent loads (latency-bound: the paper path by
+// its model): the count, in whole 32-token multiples, with the shortest critical path, waves × tokens
+// per split; the fewer splits on a tie. None under minTokens, at most maxSplits.
+SplitPlan planChainSplits(std::int64_t tokens, std::int64_t pairs, std::int64_t slots, std::int64_t minTokens,
+                          std::int64_t maxSplits)
+{
+    if (tokens <= 0)
+        return {1, 1};
+    pairs = std::max<std::int64_t>(1, pairs);
+    slots = std::max<std::int64_t>(1, slots);
+    const std::int64_t most = std::clamp<std::int64_t>(tokens / minTokens, 1, std::max<std::int64_t>(1, maxSplits));
+    SplitPlan best{};
+    std::int64_t bestPath = 0;
+    for (std::int64_t s = 1; s <= most; ++s) {
+        const SplitPlan p = wholeSplits(tokens, s);
+        const std::int64_t waves = (pairs * p.splits + slots - 1) / slots;
+        if (s == 1 || waves * p.tokensPerSplit < bestPath) {
+            bestPath = waves * p.tokensPerSplit;
+            best = p;
+        }
+    }
+    return best;
+}
+
 } // namespace
 
 SplitPlan planFp16Splits(std::int64_t tokens, int batch, int kvHeads, int headDim, int group, int multiprocessors,
@@ -110,9 +134,35 @@ int lookupResidentBlocks(int subspaces, int stages, int k, std::size_t sharedOpt
 SplitPlan planLookupSplits(std::int64_t tokens, int batch, int heads, int subspaces, int stages, int k,
                            int multiprocessors, std::size_t sharedOptin)
 {
-    return planWaveSplits(tokens, std::int64_t(batch) * heads,
-                          std::int64_t(multiprocessors) * lookupResidentBlocks(subspaces, stages, k, sharedOptin),
-                          kMinBinnedSplitTokens, kLookupMaxSplits);
+    return planChainSplits(tokens, std::int64_t(batch) * heads,
+                           std::int64_t(multiprocessors) * lookupResidentBlocks(subspaces, stages, k, sharedOptin),
+                           kMinBinnedSplitTokens, kLookupMaxSplits);
+}
+
+int paperResidentBlocks(const DecodeShape& shape, int dim, int stages, int k, bool bins, bool ropeWalk,
+                        std::size_t sharedOptin)
+{
+    const int hd = shape.headDim, group = shape.heads / std::max(1, shape.kvHeads), Gt = compiledGroupOf(group);
+    const int S = hd / std::max(1, dim), gi = Gt >= 8 ? 3 : Gt >= 4 ? 2 : Gt >= 2 ? 1 : 0;
+    const int regs = bins ? kPaperBinsRegisters[gi] : kPaperSplitRegisters[gi];
+    const std::size_t shared =
+        (bins ? paperBinsKernelDynamicBytes(group, S, stages, k, ropeWalk) + paperBinsStaticBytes(Gt)
+              : paperSplitDynamicBytes(Gt, hd) + kPaperSplitStaticBytes) +
+        1024;
+    const int regsPerWarp = (regs * 32 + 255) / 256 * 256;
+    return std::max(1, std::min({2048 / (kDecodeWarps * 32), 65536 / (regsPerWarp * kDecodeWarps),
+                                 int((sharedOptin + 1024) / shared), 32}));
+}
+
+SplitPlan planPaperSplits(std::int64_t tokens, int batch, const DecodeShape& shape, int dim, int stages, int k,
+                          bool bins, int multiprocessors, std::size_t sharedOptin)
+{
+    const int group = shape.heads / std::max(1, shape.kvHeads);
+    const bool walk = !bins || paperBinsWalk(group, shape.headDim / std::max(1, dim), stages, k, sharedOptin);
+    return planChainSplits(tokens, std::int64_t(batch) * shape.kvHeads,
+                           std::int64_t(multiprocessors) *
+                               paperResidentBlocks(shape, dim, stages, k, bins, walk, sharedOptin),
+                           bins ? kMinBinnedSplitTokens : kMinSplitTokens, kPaperMaxSplits);
 }
 
 std::string decodeShapeProblem(const DecodeShape& s, int dim, int stages, int k)
@@ -381,20 +431,10 @@ PaperLatencyModel paperLatencyModel(const DecodeCostCase& c, int multiprocessors
     PaperLatencyModel m;
     const int hd = c.shape.headDim, group = c.shape.heads / c.shape.kvHeads, Gt = compiledGroupOf(group);
     const int S = hd / c.dim, R = c.stages, K = c.k, U = Gt >= 8 ? 1 : 2;
-    const int gi = Gt >= 8 ? 3 : Gt >= 4 ? 2 : Gt >= 2 ? 1 : 0;
     const int bpt = PackedCodes::bytesFor(R, PackedCodes::bitsFor(K));
-    const int threads = kDecodeWarps * 32, rows = kDecodeWarps * (256 / hd), width = hd / kFeaturesPerLane;
-    const int regs = c.paperBins ? kPaperBinsRegisters[gi] : kPaperSplitRegisters[gi];
+    const int rows = kDecodeWarps * (256 / hd), width = hd / kFeaturesPerLane;
     m.codesStaged = paperStagedWords(hd, U, S, bpt) <= kPaperStageWords && (!c.paperBins || paperBinsStageCodes(Gt));
-    // Resident blocks: threads, registers (allocated per warp in units of 256), shared memory with
-    // the 1 KiB the device reserves per block.
-    const std::size_t shared =
-        (c.paperBins ? paperBinsKernelDynamicBytes(group, S, R, K, c.ropeWalk) + paperBinsStaticBytes(Gt)
-                     : paperSplitDynamicBytes(Gt, hd) + kPaperSplitStaticBytes) +
-        1024;
-    const int regsPerWarp = (regs * 32 + 255) / 256 * 256;
-    m.blocksPerSm =
-        std::min({2048 / threads, 65536 / (regsPerWarp * kDecodeWarps), int((sharedOptin + 1024) / shared), 32});
+    m.blocksPerSm = paperResidentBlocks(c.shape, c.dim, R, K, c.paperBins, c.ropeWalk, sharedOptin);
     const std::int64_t blocks = std::int64_t(c.batch) * c.shape.kvHeads * c.splits;
     const std::int64_t slots = std::max<std::int64_t>(1, std::int64_t(multiprocessors) * std::max(1, m.blocksPerSm));
     m.waves = int((blocks + slots - 1) / slots);
@@ -512,7 +552,7 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
     for (std::int64_t ctx : o.contexts)
         for (int batch : o.batches) {
             const int sms = model.info.multiprocessors;
-            const SplitPlan binned = planSplits(ctx, batch, o.shape.kvHeads, sms, kMinBinnedSplitTokens);
+            const SplitPlan binned = planPaperSplits(ctx, batch, o.shape, dim, stages, k, true, sms, model.sharedOptin);
             const SplitPlan lookupPlan =
                 planLookupSplits(ctx, batch, o.shape.heads, S, stages, k, sms, model.sharedOptin);
             // The shared memory the launches would ask for (decode_math.h), against the device's opt-in.
@@ -543,7 +583,8 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
                                    ? planFp16Splits(ctx, batch, o.shape.kvHeads, o.shape.headDim, group, sms,
                                                     model.sharedOptin)
                                          .splits
-                                   : planSplits(ctx, batch, o.shape.kvHeads, sms, kMinSplitTokens).splits;
+                                   : planPaperSplits(ctx, batch, o.shape, dim, stages, k, false, sms, model.sharedOptin)
+                                         .splits;
                     p.paperBins = path == DecodePath::Paper && paperBins;
                     const bool staged = lookupStagesCodes(S, stages, k, model.sharedOptin);
                     const bool walk = paperBinsWalk(group, S, stages, k, model.sharedOptin);

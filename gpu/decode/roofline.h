@@ -38,12 +38,28 @@ double fp16WaveEfficiency(const SplitPlan& plan, int batch, int kvHeads, int hea
                           std::size_t sharedOptin);
 // The lookup path's splits: a block per (split, query head, sequence), its resident blocks per
 // multiprocessor from its shared memory (one head's tables, bins and row maxima) and its
-// __launch_bounds__ (kLookupMinBlocks), then the same wave rule, none under kMinBinnedSplitTokens,
-// at most kLookupMaxSplits (each split's bins are written and merged).
+// __launch_bounds__ (kLookupMinBlocks), then the split count with the shortest critical path, as
+// for the paper path below (its threads walk their tokens one after another), none under
+// kMinBinnedSplitTokens, at most kLookupMaxSplits (each split's bins are written and merged).
 inline constexpr std::int64_t kLookupMaxSplits = 64;
 int lookupResidentBlocks(int subspaces, int stages, int k, std::size_t sharedOptin);
 SplitPlan planLookupSplits(std::int64_t tokens, int batch, int heads, int subspaces, int stages, int k,
                            int multiprocessors, std::size_t sharedOptin);
+// The paper path's kernels, the bins kernel (`bins`) or the split kernel that sums value codewords:
+// resident blocks per multiprocessor from their 128 threads, the registers nvcc gives them on sm_90
+// (kPaperBinsRegisters, kPaperSplitRegisters; allocated per warp in units of 256) and their shared
+// memory with the 1 KiB a block the device reserves (the bins kernel's with the RoPE walk where it
+// walks, `ropeWalk`). Their splits: each block is a chain of dependent codeword gathers (by the
+// latency model, paperLatencyModel, latency- not bandwidth-bound), so the count with the shortest
+// critical path over those blocks, waves × tokens per split (the fewer splits on a tie), rather
+// than the FP16 kernel's fewest splits at 85% wave efficiency, which would take fewer, longer
+// chains; none under kMinBinnedSplitTokens (bins) or kMinSplitTokens tokens, at most
+// kPaperMaxSplits (the split kernel's combine reads each split's partials one after another).
+inline constexpr std::int64_t kPaperMaxSplits = 64;
+int paperResidentBlocks(const DecodeShape& shape, int dim, int stages, int k, bool bins, bool ropeWalk,
+                        std::size_t sharedOptin);
+SplitPlan planPaperSplits(std::int64_t tokens, int batch, const DecodeShape& shape, int dim, int stages, int k,
+                          bool bins, int multiprocessors, std::size_t sharedOptin);
 // The shortest split: the split-K paths' (FP16, paper by codeword sums), and the binned paths' (lookup,
 // paper with bins), whose per-split bins cost more than the split-K partials.
 inline constexpr std::int64_t kMinSplitTokens = 256;
