@@ -152,27 +152,6 @@ private slots:
         QVERIFY2(drift > 1e-5, qPrintable(QString::number(drift)));
     }
 
-    void splitsCoverTheContext()
-    {
-        for (std::int64_t tokens : {1LL, 31LL, 32LL, 1000LL, 8192LL, 131072LL, 1000001LL})
-            for (int batch : {1, 8, 32})
-                for (std::int64_t minTokens : {256LL, 1024LL}) {
-                    const auto p = gpu::planSplits(tokens, batch, 8, 132, minTokens);
-                    QVERIFY(p.splits >= 1);
-                    QCOMPARE(p.tokensPerSplit % 32, 0LL);
-                    QVERIFY(std::int64_t(p.splits) * p.tokensPerSplit >= tokens);    // every token in a split
-                    QVERIFY(std::int64_t(p.splits - 1) * p.tokensPerSplit < tokens); // no split empty
-                    if (p.splits > 1)
-                        QVERIFY(p.tokensPerSplit >= minTokens);
-                    // Enough blocks for two per multiprocessor when the context allows it.
-                    if (tokens / minTokens >= (264 + batch * 8 - 1) / (batch * 8))
-                        QVERIFY(std::int64_t(p.splits) * batch * 8 >= 264 - 32 * batch * 8);
-                }
-        // Batch 1, 8 KV heads, 132 SMs, 32K tokens: 33 splits of 1024 → 264 blocks.
-        const auto p = gpu::planSplits(32768, 1, 8, 132, 256);
-        QCOMPARE(p.splits * 8 >= 256, true);
-    }
-
     void paperSplitsShortenTheCriticalPath()
     {
         const auto* h200 = gpu::findDeviceModel("h200");
@@ -191,42 +170,45 @@ private slots:
         // a tie, and the fewer splits write and merge fewer bins.
         QCOMPARE(gpu::planPaperSplits(32768, 8, s, 128, 12, 256, true, 132, optin).splits, 8);
         // Over a grid, the plan's critical path is the shortest of every allowed split count, it
-        // covers the context with no split empty, and it keeps to the bounds.
+        // covers the context with no split empty, and it keeps to the bounds: the paper path's plan
+        // (bins or codeword sums; groups 1, 4, 8) and the lookup path's (a block per query head).
         auto whole = [](std::int64_t tokens, std::int64_t n) {
             const std::int64_t per = (tokens + n * 32 - 1) / (n * 32) * 32;
             return std::pair{(tokens + per - 1) / per, per};
         };
-        for (bool bins : {true, false})
-            for (int heads : {8, 32, 64})
-                for (std::int64_t ctx : {300LL, 1024LL, 5000LL, 32768LL, 131072LL})
-                    for (int batch : {1, 3, 8, 32}) {
-                        const DecodeShape sh{heads, 8, 128};
+        auto holds = [&](const gpu::SplitPlan& p, std::int64_t ctx, std::int64_t pairs, std::int64_t resident,
+                         std::int64_t minTokens, std::int64_t maxSplits, const QString& what) {
+            QVERIFY2(p.splits >= 1 && p.splits <= maxSplits, qPrintable(what));
+            QVERIFY2(std::int64_t(p.splits) * p.tokensPerSplit >= ctx, qPrintable(what));
+            QVERIFY2(std::int64_t(p.splits - 1) * p.tokensPerSplit < ctx, qPrintable(what));
+            QVERIFY2(p.splits == 1 || p.tokensPerSplit >= minTokens, qPrintable(what));
+            auto path = [&](std::int64_t splits, std::int64_t per) {
+                return (pairs * splits + resident - 1) / resident * per;
+            };
+            const std::int64_t mine = path(p.splits, p.tokensPerSplit);
+            for (std::int64_t n = 1; n <= std::min<std::int64_t>(ctx / minTokens, maxSplits); ++n) {
+                const auto [splits, per] = whole(ctx, n);
+                QVERIFY2(mine <= path(splits, per),
+                         qPrintable(QString("%1: %2 splits against %3").arg(what).arg(p.splits).arg(splits)));
+            }
+        };
+        for (int heads : {8, 32, 64})
+            for (std::int64_t ctx : {300LL, 1024LL, 5000LL, 32768LL, 131072LL})
+                for (int batch : {1, 3, 8, 32}) {
+                    const DecodeShape sh{heads, 8, 128};
+                    const QString what = QString("%1 heads, %2 tokens, batch %3").arg(heads).arg(ctx).arg(batch);
+                    for (bool bins : {true, false}) {
                         const bool walk = !bins || gpu::paperBinsWalk(heads / 8, 1, 12, 256, optin);
-                        const std::int64_t resident =
-                            132LL * gpu::paperResidentBlocks(sh, 128, 12, 256, bins, walk, optin);
-                        const auto p = gpu::planPaperSplits(ctx, batch, sh, 128, 12, 256, bins, 132, optin);
-                        const std::int64_t minTokens = bins ? gpu::kMinBinnedSplitTokens : gpu::kMinSplitTokens;
-                        QVERIFY(p.splits >= 1 && p.splits <= gpu::kPaperMaxSplits);
-                        QVERIFY(std::int64_t(p.splits) * p.tokensPerSplit >= ctx);
-                        QVERIFY(std::int64_t(p.splits - 1) * p.tokensPerSplit < ctx);
-                        if (p.splits > 1)
-                            QVERIFY(p.tokensPerSplit >= minTokens);
-                        const std::int64_t pairs = std::int64_t(batch) * 8;
-                        auto path = [&](std::int64_t splits, std::int64_t per) {
-                            return (pairs * splits + resident - 1) / resident * per;
-                        };
-                        const std::int64_t mine = path(p.splits, p.tokensPerSplit);
-                        for (std::int64_t n = 1; n <= std::min<std::int64_t>(ctx / minTokens, gpu::kPaperMaxSplits);
-                             ++n) {
-                            const auto [splits, per] = whole(ctx, n);
-                            QVERIFY2(mine <= path(splits, per),
-                                     qPrintable(QString("%1 tokens, batch %2: %3 splits against %4")
-                                                    .arg(ctx)
-                                                    .arg(batch)
-                                                    .arg(p.splits)
-                                                    .arg(splits)));
-                        }
+                        holds(gpu::planPaperSplits(ctx, batch, sh, 128, 12, 256, bins, 132, optin), ctx,
+                              std::int64_t(batch) * 8,
+                              132LL * gpu::paperResidentBlocks(sh, 128, 12, 256, bins, walk, optin),
+                              bins ? gpu::kMinBinnedSplitTokens : gpu::kMinSplitTokens, gpu::kPaperMaxSplits,
+                              what + (bins ? ", paper with bins" : ", paper"));
                     }
+                    holds(gpu::planLookupSplits(ctx, batch, heads, 1, 12, 256, 132, optin), ctx,
+                          std::int64_t(batch) * heads, 132LL * gpu::lookupResidentBlocks(1, 12, 256, optin),
+                          gpu::kMinBinnedSplitTokens, gpu::kLookupMaxSplits, what + ", lookup");
+                }
     }
 
     void fp16SplitsFillTheDeviceInWholeWaves()
@@ -352,7 +334,7 @@ private slots:
         const auto* h200 = gpu::findDeviceModel("h200");
         QVERIFY(h200);
         const DecodeShape s{32, 8, 128};
-        const auto plan = gpu::planSplits(32768, 1, 8, 132, gpu::kMinBinnedSplitTokens);
+        const auto plan = gpu::planPaperSplits(32768, 1, s, 128, 12, 256, true, 132, h200->sharedOptin);
         // 48 KiB of bins (4 heads × 12 stages × 256 codewords) and the static arrays fit 4 blocks in a
         // multiprocessor's 228 KiB, with the RoPE walk's 8 KiB only 3: the bins kernel does not walk.
         QVERIFY(!gpu::paperBinsWalk(4, 1, 12, 256, h200->sharedOptin));
@@ -771,15 +753,19 @@ private slots:
             const char* name;
             int dim, k, batch;
             std::int64_t context;
-            const char* optinKib; // the emulated device's shared memory per block; null: Hopper's
-            bool splitsWanted;    // the binned paths must split the context here
+            const char* optinKib;                      // the emulated device's shared memory per block; null: Hopper's
+            bool splitsWanted;                         // the binned paths must split the context here
+            bool binsWanted = true, walkWanted = true; // the paper path's values by bins; its bins kernel walks
         };
         const Shape shapes[] = {
             {"D = 128, K = 256, batch 2", 128, 256, 2, 1024, nullptr, false},
             {"D = 64, K = 16, batch 1, split", 64, 16, 1, 2048, nullptr, true},
             // Bins of 2 subspaces × 8 stages × 256 codewords × 4 heads pass 48 KiB: the paper path sums
             // codewords instead; the lookup path's one head's tables and bins (32 KiB) fit.
-            {"D = 64, K = 256, 48 KiB of shared memory", 64, 256, 2, 1024, "48", false},
+            {"D = 64, K = 256, 48 KiB of shared memory", 64, 256, 2, 1024, "48", false, false},
+            // 32 KiB of bins: 2 blocks of the bins kernel in 80 KiB, 1 with the RoPE walk's 8 KiB, so
+            // it rotates every key exactly (the byte model's other RoPE term).
+            {"D = 128, K = 256, 80 KiB of shared memory", 128, 256, 2, 1024, "80", false, true, false},
         };
         const DecodeShape s{8, 2, 128};
         const int stages = 8;
@@ -808,8 +794,10 @@ private slots:
                     staged, walk};
                 if (sh.splitsWanted && path != DecodePath::Fp16)
                     QVERIFY2(cc.splits > 1, sh.name);
-                if (sh.optinKib && path == DecodePath::Paper)
-                    QVERIFY2(!cc.paperBins, sh.name);
+                if (path == DecodePath::Paper) {
+                    QVERIFY2(cc.paperBins == sh.binsWanted, sh.name);
+                    QVERIFY2(!cc.paperBins || walk == sh.walkWanted, sh.name);
+                }
                 emulator::startByteCounts();
                 c.enqueue(path);
                 c.synchronize();
@@ -848,7 +836,7 @@ private slots:
             qunsetenv("GSRQ_EMULATOR_SHARED_OPTIN_KIB");
         }
         // fp16 (1 launch), paper (2 with bins, 2 without) and lookup (3) in each shape.
-        QCOMPARE(compared, 1 * 3 + 2 * 2 + 2 + 3 * 3);
+        QCOMPARE(compared, 1 * 4 + 2 * 3 + 2 + 3 * 4);
     }
 #endif
 };

@@ -651,7 +651,7 @@ __global__ void __launch_bounds__(kThreads)
     const int i0 = ropePair0(j0, half);
     // Walk: the keys' RoPE walked (d.ropeWalk, paperBinsWalk), else exact at every token. A template
     // argument, not a branch: with both ways in one kernel nvcc gives it 30 more registers.
-    RopeWalk walk{reinterpret_cast<float2*>(W + std::size_t(group) * per) + threadIdx.x};
+    [[maybe_unused]] RopeWalk walk{reinterpret_cast<float2*>(W + std::size_t(group) * per) + threadIdx.x};
     // Groups of 8 hold 8 heads' queries, scores and sums in registers (250 of 255): their codes are
     // read where they lie, as staging them would spill (paperBinsStageCodes). A warp with no token
     // of a step that other warps still run reads a stage not refilled for it: its tokens are all

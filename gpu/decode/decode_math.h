@@ -146,7 +146,8 @@ GSRQ_HD constexpr int paperStagedWords(int headDim, int unroll, int subspaces, i
 // then the split kernel that sums value codewords): what their latency model assumes of their
 // resident blocks (roofline.h, paperLatencyModel); tools/gpu/resource_usage.py holds the compiled
 // kernels to at most these.
-inline constexpr int kPaperBinsRegisters[4] = {80, 96, 128, 250};
+inline constexpr int kPaperBinsRegisters[4] = {72, 94, 128, 247};     // the bins kernel that does not walk
+inline constexpr int kPaperBinsWalkRegisters[4] = {80, 96, 128, 250}; // and the one that walks its RoPE
 inline constexpr int kPaperSplitRegisters[4] = {128, 128, 168, 255};
 // Static (decode_device.cuh): the paper kernels' RoPE turns and walk rotations, and staged codes (the bins
 // kernel stages none for groups of 8: its registers are full), the bins kernel's value per warp and
@@ -183,20 +184,23 @@ GSRQ_HD constexpr int compiledGroupOf(int group)
 // Whether the paper bins kernel walks its keys' RoPE (kPaperRopeWalkBytes more shared memory a
 // block) or takes a sincospif per pair and token: it walks where its bins fit with the walk and the
 // walk costs no resident block on a device with `sharedOptin` bytes a block (sharedOptin + 1 KiB a
-// multiprocessor, as on sm_80 and sm_90), whose blocks registers (kPaperBinsRegisters) and threads
-// bound as well. The split kernel always walks: its partials are small.
+// multiprocessor, as on sm_80 and sm_90), whose blocks registers (kPaperBinsRegisters, and
+// kPaperBinsWalkRegisters walking) and threads bound as well. The split kernel always walks: its partials are small.
 inline bool paperBinsWalk(int group, int subspaces, int stages, int k, std::size_t sharedOptin)
 {
     const int G = compiledGroupOf(group), gi = G >= 8 ? 3 : G >= 4 ? 2 : G >= 2 ? 1 : 0;
-    const int regsPerWarp = (kPaperBinsRegisters[gi] * 32 + 255) / 256 * 256;
-    const std::size_t cap =
-        std::size_t(std::min(std::min(2048 / (kDecodeWarps * 32), 65536 / (regsPerWarp * kDecodeWarps)), 32));
+    auto byRegisters = [](int regs) {
+        const int regsPerWarp = (regs * 32 + 255) / 256 * 256;
+        return std::size_t(std::min(std::min(2048 / (kDecodeWarps * 32), 65536 / (regsPerWarp * kDecodeWarps)), 32));
+    };
     const std::size_t base = paperBinsDynamicBytes(group, subspaces, stages, k) + paperBinsStaticBytes(G);
     const std::size_t walked = base + kPaperRopeWalkBytes;
     if (walked > sharedOptin)
         return false;
-    auto blocks = [&](std::size_t bytes) { return std::min(cap, (sharedOptin + 1024) / (bytes + 1024)); };
-    return blocks(walked) >= blocks(base);
+    auto blocks = [&](std::size_t bytes, int regs) {
+        return std::min(byRegisters(regs), (sharedOptin + 1024) / (bytes + 1024));
+    };
+    return blocks(walked, kPaperBinsWalkRegisters[gi]) >= blocks(base, kPaperBinsRegisters[gi]);
 }
 // The paper split kernel's dynamic shared memory: its token slots' partial states merged at the end
 // (slots = 4 warps × 256/headDim rows; group × (headDim + 2) floats each), then the RoPE walk.

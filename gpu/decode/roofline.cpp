@@ -38,17 +38,6 @@ double waveEfficiency(std::int64_t blocks, std::int64_t slots)
 
 } // namespace
 
-SplitPlan planSplits(std::int64_t tokens, int batch, int kvHeads, int multiprocessors, std::int64_t minTokens)
-{
-    if (tokens <= 0)
-        return {1, 1};
-    const std::int64_t heads = std::max<std::int64_t>(1, std::int64_t(batch) * kvHeads);
-    const std::int64_t wanted = std::max<std::int64_t>(1, (2 * std::int64_t(multiprocessors) + heads - 1) / heads);
-    const std::int64_t most = std::max<std::int64_t>(1, tokens / std::max<std::int64_t>(1, minTokens));
-    // Whole multiples of 32 tokens per split (a block's step), then drop splits left empty.
-    return wholeSplits(tokens, std::min(wanted, most));
-}
-
 int fp16ResidentBlocks(int headDim, int group, std::size_t sharedOptin)
 {
     return fp16BlocksPerSm(fp16DecodeLayout(headDim, compiledGroupOf(group)).threads, sharedOptin + 1024);
@@ -144,7 +133,9 @@ int paperResidentBlocks(const DecodeShape& shape, int dim, int stages, int k, bo
 {
     const int hd = shape.headDim, group = shape.heads / std::max(1, shape.kvHeads), Gt = compiledGroupOf(group);
     const int S = hd / std::max(1, dim), gi = Gt >= 8 ? 3 : Gt >= 4 ? 2 : Gt >= 2 ? 1 : 0;
-    const int regs = bins ? kPaperBinsRegisters[gi] : kPaperSplitRegisters[gi];
+    const int regs = !bins      ? kPaperSplitRegisters[gi]
+                     : ropeWalk ? kPaperBinsWalkRegisters[gi]
+                                : kPaperBinsRegisters[gi];
     const std::size_t shared =
         (bins ? paperBinsKernelDynamicBytes(group, S, stages, k, ropeWalk) + paperBinsStaticBytes(Gt)
               : paperSplitDynamicBytes(Gt, hd) + kPaperSplitStaticBytes) +
@@ -186,7 +177,7 @@ std::string decodeShapeProblem(const DecodeShape& s, int dim, int stages, int k)
 
 namespace {
 
-// Token slots the split blocks of one (sequence, KV head) walk: each split's tokens (planSplits'
+// Token slots the split blocks of one (sequence, KV head) walk: each split's tokens (the planners'
 // whole multiples of 32 per split) rounded up to the kernel's step, as its lanes past the split's end
 // still load (a clamped token) in the step's last round.
 double tokenSlots(std::int64_t tokens, int splits, std::int64_t step)

@@ -17,14 +17,12 @@
 
 namespace gsrq::gpu {
 
-// How a context is cut for split-K decode: enough blocks (batch × kvHeads × splits) for about two
-// per multiprocessor, but no split under minTokens (each split pays a fixed cost: the lookup
-// path's tables, the partials written and combined).
+// How a context is cut for split-K decode: `splits` blocks a (sequence, KV head) or query head, each
+// over tokensPerSplit tokens (a whole multiple of 32), none empty. The planners below choose it.
 struct SplitPlan {
     int splits = 1;
     std::int64_t tokensPerSplit = 0;
 };
-SplitPlan planSplits(std::int64_t tokens, int batch, int kvHeads, int multiprocessors, std::int64_t minTokens);
 // The FP16 kernel's splits: its resident blocks per multiprocessor from its layout (fp16BlocksPerSm:
 // threads, registers at the kernel's cap, shared memory; a multiprocessor's shared memory is the
 // per-block opt-in plus the 1 KiB the device reserves per block, on sm_80 to sm_90), then, as
@@ -47,7 +45,8 @@ SplitPlan planLookupSplits(std::int64_t tokens, int batch, int heads, int subspa
                            int multiprocessors, std::size_t sharedOptin);
 // The paper path's kernels, the bins kernel (`bins`) or the split kernel that sums value codewords:
 // resident blocks per multiprocessor from their 128 threads, the registers nvcc gives them on sm_90
-// (kPaperBinsRegisters, kPaperSplitRegisters; allocated per warp in units of 256) and their shared
+// (kPaperBinsRegisters or kPaperBinsWalkRegisters, kPaperSplitRegisters; allocated per warp in
+// units of 256) and their shared
 // memory with the 1 KiB a block the device reserves (the bins kernel's with the RoPE walk where it
 // walks, `ropeWalk`). Their splits: each block is a chain of dependent codeword gathers (by the
 // latency model, paperLatencyModel, latency- not bandwidth-bound), so the count with the shortest

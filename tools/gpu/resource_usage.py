@@ -17,7 +17,8 @@ And of gpu/cluster/cluster_kernels.cu's pass and update kernels on sm_90, at mos
 pass's latency model assumes for Hopper (gpu/cluster/pass_costs.h, ClusterKernelRegisters), no spills,
 and so of gpu/cluster/fused_argmax.cu's fusedScoreArgmaxKernel<D> for every D it is built for;
 of the paper kernels (paperBinsKernel, paperDecodeKernel) on sm_90, at most the registers the paper
-path's latency model assumes (decode_math.h, kPaperBinsRegisters and kPaperSplitRegisters), no spills.
+path's latency model assumes (decode_math.h, kPaperBinsRegisters, kPaperBinsWalkRegisters and
+kPaperSplitRegisters), no spills.
 And of gpu/decode/lookup_kernels.cu's lookupSplitKernel, what lookupResidentBlocks assumes: 256
 threads at no more registers than kLookupMinBlocks (4) blocks allow, no spills, and its static shared
 memory kLookupSplitStaticBytes (a float per warp of kMaxBlockWarps).
@@ -92,10 +93,12 @@ def constants():
 
 
 def paper_registers():
-    """decode_math.h's kPaperBinsRegisters and kPaperSplitRegisters, by compiled group 1, 2, 4, 8."""
+    """decode_math.h's kPaperBinsRegisters, kPaperBinsWalkRegisters and kPaperSplitRegisters, by compiled group
+    1, 2, 4, 8."""
     text = open(MATH, encoding="utf-8").read()
     out = {}
-    for kind, name in (("paperBinsKernel", "kPaperBinsRegisters"), ("paperDecodeKernel", "kPaperSplitRegisters")):
+    for kind, name in (("paperBinsKernel", "kPaperBinsRegisters"), ("paperBinsWalk", "kPaperBinsWalkRegisters"),
+                       ("paperDecodeKernel", "kPaperSplitRegisters")):
         m = re.search(r"%s\[4\] = \{([\d, ]+)\};" % name, text)
         if not m:
             raise SystemExit(f"resource_usage.py: {MATH} has no {name}")
@@ -251,8 +254,8 @@ def main():
         # the pass's assumes (pass_costs.h, kClusterKernelRegisters); no spills.
         if arch != 90:
             continue
-        # The bins kernel is built twice per group, walking the keys' RoPE or not (paperBinsWalk): both
-        # are held to the same registers.
+        # The bins kernel is built twice per group, walking the keys' RoPE or not (paperBinsWalk), each
+        # held to its own registers.
         paper = parse(report, key=lambda name: (lambda k: (k.group(1), int(k.group(2)), k.group(3)) if k else None)(
             re.search(r"\d+(paperBinsKernel|paperDecodeKernel)ILi(\d+)ELi\d+E(?:Lb(\d)E)?", name)))
         assumed_paper = paper_registers()
@@ -260,7 +263,8 @@ def main():
             for i, g in enumerate((1, 2, 4, 8)):
                 for w in walks:
                     name = f"{kind}<{g}{'' if w is None else ', walk' if w == '1' else ', no walk'}>"
-                    check_assumed(arch, name, paper.get((kind, g, w)), assumed_paper[kind][i], rows, bad)
+                    want = assumed_paper["paperBinsWalk" if w == "1" else kind][i]
+                    check_assumed(arch, name, paper.get((kind, g, w)), want, rows, bad)
         cluster = parse(compile_report(a.nvcc, arch, CLUSTER_SOURCE),
                         key=lambda name: (lambda k: k.group(1) + (f"<{k.group(3)}>" if k.group(3) else "") if k else None)(
                             re.search(r"\d+(argmaxRowsKernel|tileSumsKernel|tileReduceKernel|sumArraysKernel|"
