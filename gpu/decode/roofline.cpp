@@ -70,9 +70,10 @@ SplitPlan planWaveSplits(std::int64_t tokens, std::int64_t pairs, std::int64_t s
     return wholeSplits(tokens, splits);
 }
 
-// Splits for kernels whose blocks are chains of dependent loads (latency-bound: the paper path by
-// its model): the count, in whole 32-token multiples, with the shortest critical path, waves × tokens
-// per split; the fewer splits on a tie. None under minTokens, at most maxSplits.
+// Splits for kernels whose blocks are chains (latency-bound by their models: the paper kernels'
+// dependent codeword gathers, the lookup threads' tokens one after another): the count, in whole
+// 32-token multiples, with the shortest critical path, waves × tokens per split; the fewer splits
+// on a tie. None under minTokens, at most maxSplits.
 SplitPlan planChainSplits(std::int64_t tokens, std::int64_t pairs, std::int64_t slots, std::int64_t minTokens,
                           std::int64_t maxSplits)
 {
