@@ -157,7 +157,7 @@ inline constexpr std::size_t kPaperStagedCodeBytes = std::size_t(kDecodeWarps) *
 // tokens to its next): two float2 per pair.
 inline constexpr std::size_t kPaperRopeStaticBytes = std::size_t(kMaxRopePairs) * 2 * 2 * sizeof(float);
 // Dynamic, after each paper kernel's own: each thread's walked RoPE rotations, a float2 per pair of
-// its features (RopeWalk, decode_kernels.cu). Dynamic rather than static so that only the paper
+// its features (RopeWalk, paper_rope.cuh). Dynamic rather than static so that only the paper
 // kernels hold it (the CUDA emulator counts every static array for every kernel).
 inline constexpr std::size_t kPaperRopeWalkBytes =
     std::size_t(kFeaturesPerLane) * kDecodeWarps * 32 * 2 * sizeof(float);

@@ -193,7 +193,7 @@ double tokenSlots(std::int64_t tokens, int splits, std::int64_t step)
 }
 
 // The paper kernels' RoPE anchors over all splits: a lane walks ceil(n / step) steps of `unroll`
-// tokens in a split of n tokens, exact at every kRopeAnchorSteps-th (RopeWalk, decode_kernels.cu).
+// tokens in a split of n tokens, exact at every kRopeAnchorSteps-th (RopeWalk, paper_rope.cuh).
 double ropeAnchors(std::int64_t tokens, int splits, std::int64_t step, int unroll)
 {
     const std::int64_t per = splitLength(tokens, splits);
