@@ -108,7 +108,7 @@ private slots:
 
     void ropeWalkHoldsPastTwoToTheTwenty()
     {
-        // The paper kernels' RoPE walk (RopeWalk, decode_kernels.cu): an exact rotation at every
+        // The paper kernels' RoPE walk (RopeWalk, paper_rope.cuh): an exact rotation at every
         // kRopeAnchorSteps-th token of a lane, then ropeCompose with the rotation of `stride`
         // positions (the lanes' token distance: 16, 8, 4 at head_dim 64, 128, 256). The anchors and
         // the stride's rotation are float roundings of the exact values, as sincospif gives them
