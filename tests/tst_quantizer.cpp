@@ -313,6 +313,19 @@ void TestQuantizer::trainingCodesAreTheGreedyEncoding()
     const auto r = trainResidualQuantizer(X, nullptr, s, *be);
     const Codes again = encode(X, r.codebooks, 1, *be);
     QCOMPARE(int((again.array() != r.codes.array()).count()), 0);
+    // 1,000 rows: the codes are gathered 64 rows at a time, so the last tile is partial; every column
+    // must hold its own clustering's labels (a column swapped or shifted would not match the encoding).
+    QVERIFY((r.codes.array() > 0).count() > 0);
+
+    // Cancelled in the second stage: the first stage's codes are kept and the rest are zeros (the
+    // encoding of one stage), none half-written.
+    const auto cancelled =
+        trainResidualQuantizer(X, nullptr, s, *be, [](const ProgressEvent& e) { return e.stage < 1; });
+    QVERIFY(cancelled.cancelled);
+    const Codes oneStage = encode(X, cancelled.codebooks, 1, *be, 1);
+    QCOMPARE(int((oneStage.array() != cancelled.codes.array()).count()), 0);
+    QVERIFY((oneStage.col(0).array() > 0).count() > 0);
+    QCOMPARE(int((oneStage.col(1).array() != 0).count()), 0);
 }
 
 void TestQuantizer::exportImportReconstructsIdentically()

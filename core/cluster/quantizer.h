@@ -166,4 +166,8 @@ double weightedObjective(const RowsRef& X, const float* weights, const Codes& co
 Codes encode(const RowsRef& X, const Codebooks& cb, int beam, ClusterBackend& backend, int stages = -1);
 MatrixRF decode(const Codes& codes, const Codebooks& cb, int stages = -1);
 
+// The rows in the codebooks' feature order (column j of the result is X's column cb.order[j]);
+// cb.order must be set.
+MatrixRF inBookOrder(const RowsRef& X, const Codebooks& cb);
+
 } // namespace gsrq
