@@ -557,14 +557,15 @@ private slots:
         // ‖c‖²'s roundings, u = 2⁻²⁴, each bound doubled. Its row terms against the same pass by
         // cuBLAS and the argmax kernel (the same TF32 operands, other sums: 1e-5 of the totals).
         // Seeded synthetic Gaussian rows, weighted; the block at column 4 of D + 8 (its rows 16-byte
-        // aligned); 1,007 rows (a last tile of 15) in at most 3 blocks, so each warp takes several
-        // tiles; K = 72 (a last group of 8 codewords) and 256; D = 16, 48 (rows as they are) and 128
-        // (padded); K = 300 is not a multiple of 8 and takes the GEMM.
+        // aligned); 1,015 rows in at most 3 blocks, so each warp takes several tiles (a last tile of
+        // 7 rows at D ≤ 64, whose tiles are 16 rows; of 23 at D = 128, whose tiles are two row groups
+        // of 16: the second group partial); K = 72 (a last group of 8 codewords) and 256; D = 16, 48
+        // (rows as they are) and 128 (padded); K = 300 is not a multiple of 8 and takes the GEMM.
         struct Case {
             int D, K;
             bool fusedExpected;
         };
-        constexpr std::int64_t n = 1007;
+        constexpr std::int64_t n = 1015;
         const double u = std::ldexp(1.0, -24);
         for (const Case& t : {Case{16, 72, true}, Case{48, 256, true}, Case{128, 256, true}, Case{16, 300, false}}) {
             const QString name = QString("D=%1 K=%2").arg(t.D).arg(t.K);
@@ -714,18 +715,23 @@ private slots:
             QSKIP("this build's emulator has no byte counts (the AddressSanitizer build)");
         // passBytesMatchTheModel's launches with the fused kernel in place of the GEMM and the argmax,
         // alone and for two members together: 9,000 weighted rows, blocks of 32 columns (at 8, and
-        // 48 for the second member), K = 296 (the sums' two cluster ranges; a multiple of 8). The
-        // grid is the backend's on the emulator's geometry (132 SMs, 228 KiB each).
+        // 48 for the second member), K = 296 (the sums' two cluster ranges; a multiple of 8); and a
+        // block of 128 columns alone, whose warps take tiles of two row groups (9,000 rows: a last
+        // tile of 8). The grid is the backend's on the emulator's geometry (132 SMs, 228 KiB each).
         const std::int64_t n = 9000;
-        const int f = 96, d = 32, K = 296;
+        const int f = 144, K = 296;
         const int cols[2] = {8, 48};
         const MatrixRF X = synthesize(SynthKind::Gaussian, n, f, 6);
         std::vector<float> w(static_cast<std::size_t>(n));
         for (std::size_t i = 0; i < w.size(); ++i)
             w[i] = 0.5f + float(i % 7) / 4.0f;
         int compared = 0;
-        for (int members : {1, 2})
+        struct Case {
+            int members, d;
+        };
+        for (const Case& c : {Case{1, 32}, Case{2, 32}, Case { 1, 128 }})
             for (bool gskm : {false, true}) {
+                const int members = c.members, d = c.d;
                 gpu::CudaOptions o;
                 o.tf32 = true;
                 auto g = gpu::makeCudaBackend(o);
@@ -744,7 +750,8 @@ private slots:
                 gpu::ClusterPassCase pc{n, d, K, true, gskm, true, 256, true};
                 pc.members = members;
                 pc.fused = true;
-                pc.fusedBlocks = gpu::fusedArgmaxGrid(n, members, 132, gpu::fusedArgmaxBlocksPerSm(K, d, 228 * 1024));
+                pc.fusedBlocks =
+                    gpu::fusedArgmaxGrid(n, d, members, 132, gpu::fusedArgmaxBlocksPerSm(K, d, 228 * 1024));
                 const int both[2] = {0, 1};
                 std::vector<AssignStats> out(static_cast<std::size_t>(members));
                 emulator::startByteCounts();
@@ -764,8 +771,8 @@ private slots:
                 QCOMPARE(gpu::cudaStats(*g)->fusedPasses, std::int64_t(1));
                 compared += compareToModel(launches, pc, gskm ? "fused gskm" : "fused km");
             }
-        // fused, tile sums and reduce, row totals, cluster totals, update: alone and batched, KM and GSKM.
-        QCOMPARE(compared, 4 * 6);
+        // fused, tile sums and reduce, row totals, cluster totals, update: three cases, KM and GSKM.
+        QCOMPARE(compared, 6 * 6);
     }
 #endif
 

@@ -401,7 +401,7 @@ Command registerBenchTrain(CLI::App& root)
                               gpu::fusedArgmaxFits(s.k, s.dim, model->sharedOptin);
                     if (c.fused)
                         c.fusedBlocks =
-                            gpu::fusedArgmaxGrid(c.n, 1, model->info.multiprocessors,
+                            gpu::fusedArgmaxGrid(c.n, s.dim, 1, model->info.multiprocessors,
                                                  gpu::fusedArgmaxBlocksPerSm(s.k, s.dim, model->sharedOptin + 1024));
                     printTrainingModel(*model, c, std::int64_t(o->features / s.dim) * s.stages, s.iterations,
                                        o->backend.tf32, o->json, o->features / s.dim);

@@ -464,7 +464,8 @@ bool CudaBackend::fusedFor(int K, const float* x, std::int64_t ld, std::int64_t 
 
 int CudaBackend::fusedBlocks(std::int64_t m, int K, int members) const
 {
-    const int blocks = fusedArgmaxGrid(m, members, m_multiprocessors, fusedArgmaxBlocksPerSm(K, m_d, m_sharedPerSm));
+    const int blocks =
+        fusedArgmaxGrid(m, m_d, members, m_multiprocessors, fusedArgmaxBlocksPerSm(K, m_d, m_sharedPerSm));
     return m_opt.fusedBlocks > 0 ? std::min(blocks, m_opt.fusedBlocks) : blocks;
 }
 

@@ -15,10 +15,12 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int kThreads = kWarp * kFusedArgmaxWarps;
-// Tiles of 8 codewords (the mma's N) a warp scores at once: kFusedArgmaxCodewords / 8, half that
-// for blocks of at most 64 columns, whose instances then keep to 128 registers (two blocks an SM)
-// without spilling. The shared loads are the same either way.
-template <int D> constexpr int kTilesAtOnce = D <= 64 ? kFusedArgmaxCodewords / 16 : kFusedArgmaxCodewords / 8;
+// Tiles of 8 codewords (the mma's N) a warp scores at once.
+constexpr int kTilesAtOnce = kFusedArgmaxCodewords / 8;
+// Row groups of 16 (the mma's M) a warp holds: fusedArgmaxRows(D) / 16. Each codeword fragment read
+// from shared memory feeds two mma per row group, so two groups halve the shared reads per product;
+// blocks of at most 64 columns keep one, and to 128 registers (two blocks an SM) without spilling.
+template <int D> constexpr int kRowGroups = fusedArgmaxRows(D) / 16;
 // fusedArgmaxStride(D) (pass_costs.h, host code) as a constant the device code can read.
 template <int D> constexpr int kStride = D % 32 == 0 ? D + 16 : D;
 static_assert(kStride<128> == fusedArgmaxStride(128) && kStride<48> == fusedArgmaxStride(48) &&
@@ -56,85 +58,85 @@ __device__ __forceinline__ void loadRows(RowFragments<D>& r, const float* __rest
     }
 }
 
-// For rows i0 .. i0 + 15 of the chunk (X: row 0 of it, ld), each row's best codeword by
-// 2x·c − ‖c‖² (the first among equal scores) and its score, for the lanes of rows g and g + 8
-// after the reduction over the row group's 4 lanes.
+// For a warp's rows (row group q: rows 16q + g and 16q + g + 8 of its tile), each row's best codeword
+// by 2x·c − ‖c‖² (the first among equal scores) and its score, for the lanes of rows g and g + 8 of
+// each group after the reduction over the row group's 4 lanes.
 template <int D>
-__device__ __forceinline__ void scoreTile(const RowFragments<D>& r, const float* __restrict__ sC,
-                                          const float* __restrict__ sNorm, int K, int g, int t, float& bestLo,
-                                          int& labelLo, float& bestHi, int& labelHi)
+__device__ __forceinline__ void scoreTile(const RowFragments<D> (&r)[kRowGroups<D>], const float* __restrict__ sC,
+                                          const float* __restrict__ sNorm, int K, int g, int t,
+                                          float (&best)[kRowGroups<D>][2], int (&label)[kRowGroups<D>][2])
 {
-    constexpr int stride4 = kStride<D> / 4;
+    constexpr int stride4 = kStride<D> / 4, G = kRowGroups<D>;
     const float4* c4 = reinterpret_cast<const float4*>(sC);
-    for (int n0 = 0; n0 < K; n0 += 8 * kTilesAtOnce<D>) {
-        const int left = (K - n0) / 8, tiles = left < kTilesAtOnce<D> ? left : kTilesAtOnce<D>;
-        float acc[kTilesAtOnce<D>][4];
+    for (int n0 = 0; n0 < K; n0 += 8 * kTilesAtOnce) {
+        const int left = (K - n0) / 8, tiles = left < kTilesAtOnce ? left : kTilesAtOnce;
+        float acc[G][kTilesAtOnce][4];
 #pragma unroll
-        for (int j = 0; j < kTilesAtOnce<D>; ++j)
-            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+        for (int q = 0; q < G; ++q)
+#pragma unroll
+            for (int j = 0; j < kTilesAtOnce; ++j)
+                acc[q][j][0] = acc[q][j][1] = acc[q][j][2] = acc[q][j][3] = 0.f;
 #pragma unroll
         for (int p = 0; p < D / 16; ++p) {
 #pragma unroll
-            for (int j = 0; j < kTilesAtOnce<D>; ++j) {
+            for (int j = 0; j < kTilesAtOnce; ++j) {
                 if (j < tiles) {
-                    // Codeword n0 + 8j + g's features 16p + 4t .. + 3, already TF32.
+                    // Codeword n0 + 8j + g's features 16p + 4t .. + 3, already TF32, for every row group.
                     const float4 c = c4[(n0 + 8 * j + g) * stride4 + 4 * p + t];
                     const std::uint32_t b0[2] = {floatBits(c.x), floatBits(c.y)};
                     const std::uint32_t b1[2] = {floatBits(c.z), floatBits(c.w)};
-                    mmaTf32(acc[j], r.a[2 * p], b0);
-                    mmaTf32(acc[j], r.a[2 * p + 1], b1);
+#pragma unroll
+                    for (int q = 0; q < G; ++q) {
+                        mmaTf32(acc[q][j], r[q].a[2 * p], b0);
+                        mmaTf32(acc[q][j], r[q].a[2 * p + 1], b1);
+                    }
                 }
             }
         }
-        // acc[j] holds rows g, g + 8 at codewords n0 + 8j + 2t and + 1: each lane's in increasing k.
+        // acc[q][j] holds group q's rows g, g + 8 at codewords n0 + 8j + 2t and + 1: each lane's in
+        // increasing k.
 #pragma unroll
-        for (int j = 0; j < kTilesAtOnce<D>; ++j) {
+        for (int j = 0; j < kTilesAtOnce; ++j) {
             if (j < tiles) {
                 const int k = n0 + 8 * j + 2 * t;
                 const float n2a = sNorm[k], n2b = sNorm[k + 1];
-                const float v0 = 2.0f * acc[j][0] - n2a, v1 = 2.0f * acc[j][1] - n2b;
-                const float v2 = 2.0f * acc[j][2] - n2a, v3 = 2.0f * acc[j][3] - n2b;
-                if (v0 > bestLo) {
-                    bestLo = v0;
-                    labelLo = k;
-                }
-                if (v1 > bestLo) {
-                    bestLo = v1;
-                    labelLo = k + 1;
-                }
-                if (v2 > bestHi) {
-                    bestHi = v2;
-                    labelHi = k;
-                }
-                if (v3 > bestHi) {
-                    bestHi = v3;
-                    labelHi = k + 1;
-                }
+#pragma unroll
+                for (int q = 0; q < G; ++q)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const float v0 = 2.0f * acc[q][j][2 * h] - n2a, v1 = 2.0f * acc[q][j][2 * h + 1] - n2b;
+                        if (v0 > best[q][h]) {
+                            best[q][h] = v0;
+                            label[q][h] = k;
+                        }
+                        if (v1 > best[q][h]) {
+                            best[q][h] = v1;
+                            label[q][h] = k + 1;
+                        }
+                    }
             }
         }
     }
     // The row group's 4 lanes (t) hold disjoint codewords: the best of the four, the lowest label
     // among equal scores.
 #pragma unroll
-    for (int off = 1; off < 4; off *= 2) {
-        const float oLo = __shfl_xor_sync(0xffffffffu, bestLo, off);
-        const int lLo = __shfl_xor_sync(0xffffffffu, labelLo, off);
-        const float oHi = __shfl_xor_sync(0xffffffffu, bestHi, off);
-        const int lHi = __shfl_xor_sync(0xffffffffu, labelHi, off);
-        if (betterCandidate(oLo, lLo, bestLo, labelLo)) {
-            bestLo = oLo;
-            labelLo = lLo;
-        }
-        if (betterCandidate(oHi, lHi, bestHi, labelHi)) {
-            bestHi = oHi;
-            labelHi = lHi;
-        }
-    }
+    for (int off = 1; off < 4; off *= 2)
+#pragma unroll
+        for (int q = 0; q < G; ++q)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float o = __shfl_xor_sync(0xffffffffu, best[q][h], off);
+                const int l = __shfl_xor_sync(0xffffffffu, label[q][h], off);
+                if (betterCandidate(o, l, best[q][h], label[q][h])) {
+                    best[q][h] = o;
+                    label[q][h] = l;
+                }
+            }
 }
 
 // A block stages its member's codebook (TF32) and ‖c‖² in shared memory once, then each warp takes
-// tiles of 16 rows, tile = its global warp index and then every gridDim.x × warps-th: no barrier
-// after the staging, so warps drift apart and one's loads overlap another's products.
+// tiles of fusedArgmaxRows(D) rows, tile = its global warp index and then every gridDim.x × warps-th:
+// no barrier after the staging, so warps drift apart and one's loads overlap another's products.
 template <int D>
 __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1)
     fusedScoreArgmaxKernel(const float* __restrict__ X, std::int64_t ld, const float* __restrict__ C, int K,
@@ -160,20 +162,29 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1)
         sNorm[k] = cNorm[k];
     __syncthreads();
 
+    constexpr int G = kRowGroups<D>, rows = 16 * G; // fusedArgmaxRows(D)
     const int warp = tid / kWarp, lane = tid % kWarp, g = lane / 4, t = lane % 4;
-    const std::int64_t tiles = (m + kFusedArgmaxRows - 1) / kFusedArgmaxRows;
+    const std::int64_t tiles = (m + rows - 1) / rows;
     const std::int64_t warps = std::int64_t(gridDim.x) * kFusedArgmaxWarps;
     for (std::int64_t tile = std::int64_t(blockIdx.x) * kFusedArgmaxWarps + warp; tile < tiles; tile += warps) {
-        const std::int64_t i = tile * kFusedArgmaxRows + g;
-        RowFragments<D> r;
-        loadRows<D>(r, X, ld, i, m, t);
-        float bestLo = -FLT_MAX, bestHi = -FLT_MAX;
-        int labelLo = K, labelHi = K;
-        scoreTile<D>(r, sC, sNorm, K, g, t, bestLo, labelLo, bestHi, labelHi);
-        if (t == 0 && i < m)
-            writeRowTerms(out, bestLo, labelLo, K, sNorm, w, r0 + i);
-        if (t == 1 && i + 8 < m)
-            writeRowTerms(out, bestHi, labelHi, K, sNorm, w, r0 + i + 8);
+        const std::int64_t i = tile * rows + g;
+        RowFragments<D> r[G];
+        float best[G][2];
+        int label[G][2];
+#pragma unroll
+        for (int q = 0; q < G; ++q) {
+            loadRows<D>(r[q], X, ld, i + 16 * q, m, t);
+            best[q][0] = best[q][1] = -FLT_MAX;
+            label[q][0] = label[q][1] = K;
+        }
+        scoreTile<D>(r, sC, sNorm, K, g, t, best, label);
+        // Lane t = h of the row group writes its row g + 8h of each group.
+#pragma unroll
+        for (int q = 0; q < G; ++q)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                if (t == h && i + 16 * q + 8 * h < m)
+                    writeRowTerms(out, best[q][h], label[q][h], K, sNorm, w, r0 + i + 16 * q + 8 * h);
     }
 }
 

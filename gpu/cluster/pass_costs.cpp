@@ -73,10 +73,10 @@ int fusedArgmaxBlocksPerSm(int K, int D, std::size_t sharedPerSm)
     return std::max(1, residentBlocks(32 * kFusedArgmaxWarps, registers, fusedArgmaxSharedBytes(K, D), sharedPerSm));
 }
 
-int fusedArgmaxGrid(std::int64_t m, int members, int multiprocessors, int blocksPerSm)
+int fusedArgmaxGrid(std::int64_t m, int D, int members, int multiprocessors, int blocksPerSm)
 {
-    const std::int64_t needed =
-        ((m + kFusedArgmaxRows - 1) / kFusedArgmaxRows + kFusedArgmaxWarps - 1) / kFusedArgmaxWarps;
+    const int rows = fusedArgmaxRows(D);
+    const std::int64_t needed = ((m + rows - 1) / rows + kFusedArgmaxWarps - 1) / kFusedArgmaxWarps;
     const std::int64_t slots = std::max<std::int64_t>(1, std::int64_t(std::max(1, multiprocessors)) *
                                                              std::max(1, blocksPerSm) / std::max(1, members));
     return int(std::max<std::int64_t>(1, std::min(needed, slots)));
@@ -94,10 +94,10 @@ std::vector<KernelCost> clusterPassCosts(const ClusterPassCase& c)
     if (c.fused) {
         // A member's rows (its D columns), codebook and ‖c‖², ‖x‖² and last labels in; labels and the
         // row terms out, as the argmax; the weights, every member's. In shared memory each block
-        // writes its copy of the codebook and ‖c‖²; each warp's tile of 16 rows (the last one's
-        // missing rows too) reads, per 8 codewords, a 16-byte fragment a lane for every 16 features
-        // and ‖c‖² of its lane's two codewords; the row metrics read ‖c‖² of the row's label.
-        const double m = double(c.n), tiles = std::ceil(m / kFusedArgmaxRows);
+        // writes its copy of the codebook and ‖c‖²; each warp's tile of fusedArgmaxRows(d) rows (the
+        // last one's missing rows too) reads, per 8 codewords, a 16-byte fragment a lane for every 16
+        // features and ‖c‖² of its lane's two codewords; the row metrics read ‖c‖² of the row's label.
+        const double m = double(c.n), tiles = std::ceil(m / fusedArgmaxRows(c.d));
         const double shared =
             B * std::max(1, c.fusedBlocks) * (K * d * 4 + K * 4) +
             B * (tiles * (K / 8) * (d / 16) * kWarp * 16 + tiles * (K / 8) * kWarp * 8 + (c.rowMetrics ? m * 4 : 0));
@@ -207,9 +207,9 @@ ClusterPassLatency clusterPassLatency(const ClusterPassCase& c, int multiprocess
             // The grid as the backend sizes it on this device; the shared bytes of that grid.
             const int perSm = fusedArgmaxBlocksPerSm(c.K, c.d, sharedPerSm);
             ClusterPassCase g = c;
-            g.fusedBlocks = fusedArgmaxGrid(c.n, c.members, multiprocessors, perSm);
+            g.fusedBlocks = fusedArgmaxGrid(c.n, c.d, c.members, multiprocessors, perSm);
             KernelCost cost = clusterPassCosts(g).front();
-            const double tiles = std::ceil(double(c.n) / kFusedArgmaxRows);
+            const double tiles = std::ceil(double(c.n) / fusedArgmaxRows(c.d));
             const double warpTiles = std::ceil(tiles / (double(g.fusedBlocks) * kFusedArgmaxWarps));
             ClusterLaunchLatency l;
             l.kernel = cost.kernel;

@@ -55,15 +55,22 @@ std::int64_t tilesPerLaunch(std::int64_t m, int d, int K, std::int64_t tileRows)
 // the L2 between the GEMM and the argmax; at least 256 rows; whole tiles unless it is all n rows.
 std::int64_t passChunkRows(std::int64_t n, int K);
 
-// The fused score-and-argmax kernel (TF32 tensor cores; fused_argmax.cu): a warp takes 16 rows at a
-// time, holding them in registers, and scores them against every codeword, 64 at a time (32 for D ≤ 64), from the
-// block's copy of the codebook in shared memory (rounded to TF32, its rows kFusedArgmaxStride floats
-// apart so a quarter-warp's 16-byte loads fall in distinct banks), keeping each row's best; no score
-// leaves the registers. For blocks of width D a multiple of 16 up to 128 and K a multiple of 8 whose
-// codebook fits the block's shared memory; elsewhere the pass is the GEMM and the argmax.
+// The fused score-and-argmax kernel (TF32 tensor cores; fused_argmax.cu): a warp takes
+// fusedArgmaxRows(D) rows at a time, holding them in registers, and scores them against every
+// codeword, 32 at a time, from the block's copy of the codebook in shared memory (rounded to TF32, its
+// rows kFusedArgmaxStride floats apart so a quarter-warp's 16-byte loads fall in distinct banks),
+// keeping each row's best; no score leaves the registers. For blocks of width D a multiple of 16 up
+// to 128 and K a multiple of 8 whose codebook fits the block's shared memory; elsewhere the pass is
+// the GEMM and the argmax.
 inline constexpr int kFusedArgmaxWarps = 8;
-inline constexpr int kFusedArgmaxRows = 16;      // a warp's rows at a time (the mma's M)
-inline constexpr int kFusedArgmaxCodewords = 64; // a warp's codewords at a time (8 tiles of the mma's N)
+inline constexpr int kFusedArgmaxCodewords = 32; // a warp's codewords at a time (4 tiles of the mma's N)
+// A warp's rows at a time: two of the mma's row groups of 16 past 64 columns, so each codeword
+// fragment read from shared memory feeds four mma instead of two (half the shared reads a row); one
+// group for narrower blocks, which keep to 128 registers for two blocks an SM.
+constexpr int fusedArgmaxRows(int D)
+{
+    return D > 64 ? 32 : 16;
+}
 constexpr int fusedArgmaxStride(int D)
 {
     return D % 32 == 0 ? D + 16 : D;
@@ -79,10 +86,10 @@ constexpr bool fusedArgmaxFits(int K, int D, std::size_t sharedOptin)
 
 // Blocks of the fused kernel an SM holds (its shared memory, 1 KiB reserved a block; its threads; the
 // registers ptxas gives it, kClusterKernelRegisters), and the blocks a member's launch takes for m
-// rows: one per kFusedArgmaxWarps tiles of 16 rows, at most the device's resident blocks shared among
-// the members (each block then takes tiles in turn).
+// rows of D columns: one per kFusedArgmaxWarps tiles of fusedArgmaxRows(D) rows, at most the device's
+// resident blocks shared among the members (each block then takes tiles in turn).
 int fusedArgmaxBlocksPerSm(int K, int D, std::size_t sharedPerSm);
-int fusedArgmaxGrid(std::int64_t m, int members, int multiprocessors, int blocksPerSm);
+int fusedArgmaxGrid(std::int64_t m, int D, int members, int multiprocessors, int blocksPerSm);
 
 struct ClusterPassCase {
     std::int64_t n = 0; // rows bound
@@ -142,7 +149,7 @@ struct ClusterPassLatency {
 struct ClusterKernelRegisters {
     int argmax = 40, tileSums = 64, tileReduce = 32, rowTotals = 32, clusterTotals = 40, update = 64;
     // The fused kernel's instances (fused_argmax.cu): D ≤ 64, built for two blocks an SM, and wider.
-    int fusedNarrow = 128, fusedWide = 176;
+    int fusedNarrow = 128, fusedWide = 232;
 };
 inline constexpr ClusterKernelRegisters kClusterKernelRegisters{};
 //   fused         the longer of its bytes at the copy rate, its flops at the GEMM rate, its shared
