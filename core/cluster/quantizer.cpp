@@ -136,6 +136,17 @@ Eigen::Map<const MatrixRF> Codebooks::book(int m, int r) const
 
 namespace {
 
+// OpenMP's team for host work given a backend's hostThreads() (0: OpenMP's default; 1 without OpenMP).
+int hostTeam(int threads)
+{
+#ifdef _OPENMP
+    return threads > 0 ? threads : omp_get_max_threads();
+#else
+    (void)threads;
+    return 1;
+#endif
+}
+
 // The beam states of N rows in one subspace, side by side (row i's arrays at rows i·B..i·B+B−1): the
 // cur best partial codes (stages before the next), their residuals and squared errors.
 struct SubspaceBeams {
@@ -167,12 +178,7 @@ struct SubspaceBeams {
         const int keep = int(std::min<std::int64_t>(B, std::int64_t(cur) * K));
         constexpr Eigen::Index kChunk = 64;
         const Eigen::Index chunks = (N + kChunk - 1) / kChunk;
-#ifdef _OPENMP
-        const int team = threads > 0 ? threads : omp_get_max_threads();
-#else
-        const int team = 1;
-        (void)threads;
-#endif
+        const int team = hostTeam(threads);
 #pragma omp parallel num_threads(team)
         {
             MatrixRF beamsOf, S, next(keep, D);
@@ -271,12 +277,7 @@ Codes codesFromColumns(const std::vector<std::vector<std::int32_t>>& columns, Ei
     Codes codes(rows, C);
     constexpr Eigen::Index kTile = 64;
     const Eigen::Index tiles = (rows + kTile - 1) / kTile;
-#ifdef _OPENMP
-    const int team = threads > 0 ? threads : omp_get_max_threads();
-#else
-    const int team = 1;
-    (void)threads;
-#endif
+    const int team = hostTeam(threads);
 #pragma omp parallel num_threads(team)
     {
         std::vector<std::int32_t> tile(std::size_t(C * kTile));
