@@ -557,9 +557,9 @@ private slots:
         // ‖c‖²'s roundings, u = 2⁻²⁴, each bound doubled. Its row terms against the same pass by
         // cuBLAS and the argmax kernel (the same TF32 operands, other sums: 1e-5 of the totals).
         // Seeded synthetic Gaussian rows, weighted; the block at column 4 of D + 8 (its rows 16-byte
-        // aligned); 1,015 rows in at most 3 blocks, so each warp takes several tiles (a last tile of
-        // 7 rows at D ≤ 64, whose tiles are 16 rows; of 23 at D = 128, whose tiles are two row groups
-        // of 16: the second group partial); K = 72 (a last group of 8 codewords) and 256; D = 16, 48
+        // aligned); 1,015 rows in at most 3 blocks (24 warps), so warps take several tiles (64 tiles
+        // of 16 rows at D ≤ 64, the last of 7; at D = 128, 32 tiles of two row groups of 16, so 8
+        // warps take two, and the last tile has 23 rows: its second group partial); K = 72 (a last group of 8 codewords) and 256; D = 16, 48
         // (rows as they are) and 128 (padded); K = 300 is not a multiple of 8 and takes the GEMM.
         struct Case {
             int D, K;
