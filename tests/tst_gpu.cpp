@@ -559,8 +559,9 @@ private slots:
         // Seeded synthetic Gaussian rows, weighted; the block at column 4 of D + 8 (its rows 16-byte
         // aligned); 1,015 rows in at most 3 blocks (24 warps), so warps take several tiles (64 tiles
         // of 16 rows at D ≤ 64, the last of 7; at D = 128, 32 tiles of two row groups of 16, so 8
-        // warps take two, and the last tile has 23 rows: its second group partial); K = 72 (a last group of 8 codewords) and 256; D = 16, 48
-        // (rows as they are) and 128 (padded); K = 300 is not a multiple of 8 and takes the GEMM.
+        // warps take two, and the last tile has 23 rows: its second group partial); K = 72 (a last
+        // group of 8 codewords) and 256; D = 16, 48 (rows as they are) and 128 (padded); K = 300 is
+        // not a multiple of 8 and takes the GEMM.
         struct Case {
             int D, K;
             bool fusedExpected;
