@@ -74,7 +74,8 @@ struct CudaDecodeCache::Impl {
     DeviceArray<std::uint16_t> kbh, vbh, k16, v16;
     DeviceArray<float> kb32T, vb32T, kn, vn, turns, q, out, acc, pm, pl, tables, weights, stageK, stageV, stageOut;
     DeviceArray<std::int32_t> codesOut;
-    DeviceArray<unsigned> done; // finished blocks per (sequence, KV head) of a one-launch merge, zero between steps
+    DeviceArray<unsigned> done;  // finished blocks per (sequence, KV head) of a one-launch merge, zero between steps
+    DeviceArray<unsigned> order; // the lookup step's tickets and per-pair counts, zero between steps
     std::int64_t tokens = 0, positionOffset = 0;
     bool haveQuery = false;
 
@@ -222,6 +223,10 @@ CudaDecodeCache::CudaDecodeCache(const DecodeCacheConfig& config, const Codebook
     const std::size_t pairs = std::size_t(config.batch) * s.kvHeads;
     m->done.ensure(pairs, "block counters", m->device);
     check(cudaMemset(m->done.get(), 0, pairs * sizeof(unsigned)), "cudaMemset");
+    // The lookup step's block tickets and its tables' and splits' counts per (sequence, KV head).
+    const std::size_t counters = kernels::lookupOrderCounters(d);
+    m->order.ensure(counters, "block order counters", m->device);
+    check(cudaMemset(m->order.get(), 0, counters * sizeof(unsigned)), "cudaMemset");
     const auto inv = ropeInvFreq(config.ropeTheta, s.headDim);
     std::vector<float> turns;
     for (double f : inv) {
@@ -463,9 +468,8 @@ void CudaDecodeCache::enqueue(DecodePath path)
         m->weights.ensure(bh * d.splits * per, "lookup weights", m->device);
         m->pm.ensure(bh * d.splits, "split maxima", m->device);
         m->pl.ensure(bh * d.splits, "split sums", m->device);
-        check(kernels::launchLookupTables(d, m->q.get(), m->kbh.get(), m->tables.get(), m->stream), "lookup tables");
-        check(kernels::launchLookupSplit(d, m->tables.get(), m->kc.get(), m->vc.get(), m->weights.get(), m->pm.get(),
-                                         m->pl.get(), m->stream),
+        check(kernels::launchLookupStep(d, m->q.get(), m->kbh.get(), m->tables.get(), m->kc.get(), m->vc.get(),
+                                        m->weights.get(), m->pm.get(), m->pl.get(), m->order.get(), m->stream),
               "lookup decode");
         m->stageOut.ensure(kernels::lookupStagePartialFloats(d), "per-stage outputs", m->device);
         check(kernels::launchLookupCombine(d, m->weights.get(), m->pm.get(), m->pl.get(), m->vbh.get(),

@@ -10,6 +10,16 @@
 
 #include <cstdint>
 #include <cstring>
+#if defined(GSRQ_CUDA_EMULATOR)
+#include <string>
+#endif
+
+// A device function kept out of line (nvcc's __noinline__; the emulator compiles it as it likes).
+#if defined(GSRQ_CUDA_EMULATOR)
+#define GSRQ_NOINLINE
+#else
+#define GSRQ_NOINLINE __noinline__
+#endif
 
 namespace gsrq::gpu::kernels::detail {
 
@@ -182,6 +192,62 @@ static __device__ __forceinline__ float* sharedWarpHeadValues()
 {
     __shared__ float perWarpHead[kMaxBlockWarps * kMaxGroup];
     return perWarpHead;
+}
+
+// ---- blocks of one launch that wait on earlier blocks of it ------------------------------------
+// A block's place in the launch is the ticket it draws, not its blockIdx: hardware dispatches blocks
+// in no promised order, but a ticket is only drawn by a block that is running, so every block with an
+// earlier ticket is resident or finished. A block that waits only on earlier tickets, which wait on
+// nothing, is never stuck (the decoupled look-back's guarantee of progress).
+
+// The block's ticket in [0, blocks), the same in every thread (`scratch`: a word of shared memory).
+// The block that draws the last puts the counter back to zero for the next launch.
+__device__ __forceinline__ unsigned drawBlockTicket(unsigned* counter, unsigned blocks, float* scratch)
+{
+    auto* word = reinterpret_cast<unsigned*>(scratch);
+    if (threadIdx.x == 0) {
+        const unsigned t = atomicAdd(counter, 1u);
+        if (t == blocks - 1)
+            *counter = 0; // every block has drawn
+        *word = t;
+    }
+    __syncthreads();
+    return *word;
+}
+
+// After the block's writes: counts the block done, its writes made visible to the device first (the
+// barrier orders every thread's writes before thread 0's fence, which releases them with the count).
+__device__ __forceinline__ void countBlockDone(unsigned* counter)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(counter, 1u);
+    }
+}
+
+// One thread waits until `counter` reaches `target` (an acquire at device scope: the counted blocks'
+// writes are visible after it); a barrier then shows them to the block, read through the L2. In the
+// emulator, which runs blocks one after another, the earlier blocks have finished, so the count is
+// exactly the target: one short could never come (the launch fails instead of hanging), and one past
+// it was left by an earlier launch that did not put it back to zero.
+__device__ __forceinline__ void waitForCount(const unsigned* counter, unsigned target)
+{
+#if defined(GSRQ_CUDA_EMULATOR)
+    if (*counter != target)
+        emulator::detail::abandonLaunch(
+            std::string(*counter < target ? "a block waits on a count no earlier block reached"
+                                          : "a block's count was not put back to zero by the launch before") +
+            " (" + std::to_string(*counter) + ", waiting for " + std::to_string(target) + ")");
+#else
+    for (;;) {
+        unsigned seen;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+        if (seen >= target)
+            return;
+        __nanosleep(100);
+    }
+#endif
 }
 
 // ---- weights binned by value codeword (the lookup path, and the paper path with bins) ----------

@@ -27,7 +27,7 @@ struct DecodeDims {
     int splits = 1;
     std::int64_t tokensPerSplit = 0;
     std::int64_t positionOffset = 0;
-    bool stagedCodes = false; // the lookup split kernel stages its tokens' codes (lookupStagesCodes)
+    bool stagedCodes = false; // the lookup step's split blocks stage their codes (lookupStagesCodes)
     bool chained = false;     // a step's launches after its first chained (launchChained: sm_90 and later)
     bool ropeWalk = true;     // the paper bins kernel walks its keys' RoPE (paperBinsWalk); the split kernel always
     GSRQ_HD int subspacesPerHead() const { return headDim / dim; }
@@ -85,29 +85,29 @@ cudaError_t launchPaperBins(const DecodeDims& d, const float* q, const std::uint
 // Combines split partials into outputs [B][H][headDim].
 cudaError_t launchCombine(const DecodeDims& d, const SplitPartials& part, float* out, cudaStream_t stream);
 
-// Lookup path, step 1: tables [B][H][S][R][K] = (q_h,s · codeword) · scale · log2 e, for keys
-// stored after RoPE (q as given: already rotated).
-cudaError_t launchLookupTables(const DecodeDims& d, const float* q, const std::uint16_t* keyBooks16, float* tables,
-                               cudaStream_t stream);
-
-// Whether the lookup path's split and combine kernels, as loaded for the current device, were
+// Whether the lookup path's step and combine kernels, as loaded for the current device, were
 // compiled for sm_90 or later (their PTX), so that their grid-dependency waits are in them and their
 // launches may be chained (launchChained); the caller checks the device's own compute capability.
 bool lookupLaunchesChainable();
 
-// Shared memory a block of the lookup split kernel holds (bytes, its static arrays included); callers
+// Shared memory a block of the lookup step kernel holds (bytes, its static arrays included); callers
 // check it against the device's opt-in limit.
 std::size_t lookupSharedBytes(const DecodeDims& d);
 
-// Lookup path, step 2: per split, scores as sums of table entries, and the softmax weight each
-// value codeword collects: weights [B][H][splits][S][R][K], m and l [B][H][splits].
-cudaError_t launchLookupSplit(const DecodeDims& d, const float* tables, const std::uint8_t* keyCodes,
-                              const std::uint8_t* valueCodes, float* weights, float* m, float* l, cudaStream_t stream);
+// Lookup path, step 1, one launch: tables [B][H][S][R][K] = (q_h,s · codeword) · scale · log2 e, for
+// keys stored after RoPE (q as given: already rotated); then per split, scores as sums of table
+// entries, and the softmax weight each value codeword collects: weights [B][H][splits][S][R][K], m
+// and l [B][H][splits]. The split blocks wait for their tables inside the launch; order holds
+// lookupOrderCounters(d) counters, zero before the first launch, which every launch leaves zero again.
+std::size_t lookupOrderCounters(const DecodeDims& d);
+cudaError_t launchLookupStep(const DecodeDims& d, const float* q, const std::uint16_t* keyBooks16, float* tables,
+                             const std::uint8_t* keyCodes, const std::uint8_t* valueCodes, float* weights, float* m,
+                             float* l, unsigned* order, cudaStream_t stream);
 
-// Likewise for the lookup combine kernel.
+// Shared memory a block of the lookup combine kernel holds, as lookupSharedBytes.
 std::size_t lookupCombineSharedBytes(const DecodeDims& d);
 
-// Lookup path, step 3: merges the splits' weights, then out = Σ_s,r,k W·codeword / l. One block per
+// Lookup path, step 2: merges the splits' weights, then out = Σ_s,r,k W·codeword / l. One block per
 // (sequence, KV head, subspace, stage), so the group's heads share each codebook read and a batch of
 // one still fills the device; their partial outputs (stagePartials, lookupStagePartialFloats) are
 // then added in stage order by the last of them to finish (one launch). done: batch × kvHeads

@@ -95,18 +95,18 @@ GSRQ_HD constexpr int packedCodeBytes(int stages, int k)
         ++bits;
     return ((stages * bits + 7) / 8 + 3) / 4 * 4;
 }
-// The lookup split kernel stages each thread's next token's codes (keys, then values, of the head's
-// S subspaces) in its own slots of shared memory while it weighs the current token: kLookupCodeStages
-// slots a thread, word-major (word i of every thread together, so a warp's reads fall in distinct
-// banks). Only where they take at most kLookupStagedBytes a token; else the kernel reads each code
-// word from global memory as it needs it. 0: not staged.
+// Each thread of the lookup step's split blocks stages its next token's codes (keys, then values, of
+// the head's S subspaces) in its own slots of shared memory while it weighs the current token:
+// kLookupCodeStages slots a thread, word-major (word i of every thread together, so a warp's reads
+// fall in distinct banks). Only where they take at most kLookupStagedBytes a token; else it reads
+// each code word from global memory as it needs it. 0: not staged.
 inline constexpr int kLookupCodeStages = 2;
 inline constexpr int kLookupStagedBytes = 32; // to 1 bit per activation at D = 128
 GSRQ_HD constexpr int lookupStagedBytes(int subspaces, int bytesPerToken)
 {
     return 2 * subspaces * bytesPerToken <= kLookupStagedBytes ? 2 * subspaces * bytesPerToken : 0;
 }
-// The lookup split kernel, a block per query head: its tables and bins, S·R·K floats each, the
+// A split block of the lookup step, one per query head and split: its tables and bins, S·R·K floats each, the
 // tables' S·R row maxima, then the staged codes where `staged`.
 inline std::size_t lookupSplitDynamicBytes(int subspaces, int stages, int k, bool staged)
 {
@@ -114,6 +114,17 @@ inline std::size_t lookupSplitDynamicBytes(int subspaces, int stages, int k, boo
            (staged ? std::size_t(kLookupSplitThreads) * kLookupCodeStages *
                          std::size_t(lookupStagedBytes(subspaces, packedCodeBytes(stages, k)))
                    : 0);
+}
+// The lookup step's table blocks read each codeword once for up to kLookupTableHeads of the group's
+// heads (their accumulators in registers).
+inline constexpr int kLookupTableHeads = 4;
+// The lookup step's blocks (lookupStepKernel: the tables' blocks and the splits' in one launch) ask
+// for the larger of the split's and a table block's group × D scaled query floats.
+inline std::size_t lookupStepDynamicBytes(int group, int dim, int subspaces, int stages, int k, bool staged)
+{
+    const std::size_t queries = std::size_t(group) * dim * sizeof(float);
+    const std::size_t split = lookupSplitDynamicBytes(subspaces, stages, k, staged);
+    return split > queries ? split : queries;
 }
 // Its blocks per multiprocessor asked of the compiler (__launch_bounds__: at most 64 registers for
 // 256 threads), and the unified maximum's margin (base 2) before a split weighs again.
@@ -151,7 +162,7 @@ inline constexpr int kPaperBinsWalkRegisters[4] = {80, 96, 128, 250}; // and the
 inline constexpr int kPaperSplitRegisters[4] = {128, 128, 168, 255};
 // Static (decode_device.cuh): the paper kernels' RoPE turns and walk rotations, and staged codes (the bins
 // kernel stages none for groups of 8: its registers are full), the bins kernel's value per warp and
-// head and value per warp; the lookup split kernel's value per warp.
+// head and value per warp; the lookup step's split blocks' value per warp.
 inline constexpr std::size_t kPaperStagedCodeBytes = std::size_t(kDecodeWarps) * 2 * kPaperStageWords * 4;
 // The RoPE turns of half a head and the walk's rotation per pair (the advance from one of a lane's
 // tokens to its next): two float2 per pair.
@@ -213,7 +224,7 @@ GSRQ_HD constexpr std::size_t paperSplitDynamicBytes(int compiledGroup, int head
     return paperSplitPartialBytes(compiledGroup, headDim) + kPaperRopeWalkBytes;
 }
 inline constexpr std::size_t kLookupSplitStaticBytes = kMaxBlockWarps * sizeof(float);
-// Whether the lookup split kernel stages its tokens' codes on a device with `sharedOptin` bytes of
+// Whether the lookup step's split blocks stage their tokens' codes on a device with `sharedOptin` bytes of
 // shared memory per block: where they are small enough and the block with them still fits.
 inline bool lookupStagesCodes(int subspaces, int stages, int k, std::size_t sharedOptin)
 {

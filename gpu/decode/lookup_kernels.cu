@@ -17,70 +17,110 @@ namespace {
 
 using namespace detail;
 
-// grid (B·G, S·R), threads over k: T[b][h][s][r][k] for the group's heads, sharing each codeword read.
-__global__ void lookupTablesKernel(DecodeDims d, const float* q, const __half* kb, float* tables)
+// The tables of sequence b, KV head g, subspace s and stage r: T[b][h][s][r][k] for the group's heads,
+// threads over k, each codeword read once for up to kLookupTableHeads heads (a group of 8 reads it twice,
+// the second time from the L1 or the L2); the scaled queries in `qs` (group × D floats of shared
+// memory). Kept within the split blocks' 64 registers (lookupStepKernel's cap), as nvcc 13 builds it:
+// kLookupTableHeads accumulators rather than kMaxGroup, and a call rather than inlined code, taking its
+// dimensions as values (a reference to the kernel's DecodeDims would copy them to local memory).
+__device__ GSRQ_NOINLINE void lookupTables(int heads, int headDim, int D, int group, int S, int stages, int K, int b,
+                                           int g, int s, int r, const float* q, const __half* kb, float* tables,
+                                           float* qs)
 {
-    __shared__ float qs[kMaxGroup][256]; // D ≤ 256
-    gridDependencyTrigger();             // the split kernel's blocks may start (they wait for the tables)
-    const int bg = blockIdx.x, b = bg / d.kvHeads, g = bg % d.kvHeads;
-    const int sr = blockIdx.y, s = sr / d.stages, r = sr % d.stages;
-    const int S = d.subspacesPerHead(), m = g * S + s, group = d.group(), D = d.dim;
-    const float scale = kLog2e / sqrtf(float(d.headDim));
+    const int m = g * S + s;
+    const float scale = kLog2e / sqrtf(float(headDim));
     for (int i = threadIdx.x; i < group * D; i += blockDim.x) {
         const int h = i / D, j = i % D;
-        qs[h][j] = q[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + s * D + j] * scale;
+        qs[h * D + j] = q[(std::int64_t(b) * heads + g * group + h) * headDim + s * D + j] * scale;
     }
     __syncthreads();
-    const __half* C = kb + (std::int64_t(m) * d.stages + r) * d.k * D;
-    for (int k = threadIdx.x; k < d.k; k += blockDim.x) {
-        float acc[kMaxGroup] = {};
+    const __half* C = kb + (std::int64_t(m) * stages + r) * K * D;
+    for (int k = threadIdx.x; k < K; k += blockDim.x)
+        for (int h0 = 0; h0 < group; h0 += kLookupTableHeads) {
+            float acc[kLookupTableHeads] = {};
 #pragma unroll 4
-        for (int j = 0; j < D; j += kEpl) { // 4 of the codeword's 16-byte loads in flight
-            float c[kEpl] = {};
-            addHalf8(c, load16(C + std::int64_t(k) * D + j));
+            for (int j = 0; j < D; j += kEpl) { // 4 of the codeword's 16-byte loads in flight
+                float c[kEpl] = {};
+                addHalf8(c, load16(C + std::int64_t(k) * D + j));
 #pragma unroll
-            for (int h = 0; h < kMaxGroup; ++h)
-                if (h < group)
+                for (int h = 0; h < kLookupTableHeads; ++h)
+                    if (h0 + h < group)
 #pragma unroll
-                    for (int e = 0; e < kEpl; ++e)
-                        acc[h] += qs[h][j + e] * c[e];
+                        for (int e = 0; e < kEpl; ++e)
+                            acc[h] += qs[(h0 + h) * D + j + e] * c[e];
+            }
+#pragma unroll
+            for (int h = 0; h < kLookupTableHeads; ++h)
+                if (h0 + h < group)
+                    tables[(((std::int64_t(b) * heads + g * group + h0 + h) * S + s) * stages + r) * K + k] = acc[h];
         }
-        for (int h = 0; h < group; ++h)
-            tables[(((std::int64_t(b) * d.heads + g * group + h) * S + s) * d.stages + r) * d.k + k] = acc[h];
-    }
 }
 
 constexpr int kLookupThreads = kLookupSplitThreads;
+static_assert(kTablesThreads == kLookupThreads, "the tables and the splits are blocks of one launch");
 
-// Grid (splits, query heads, B): one query head's split, so a block holds one head's tables and bins
-// (S·R·K floats each, then S·R row maxima) and several blocks fit on a multiprocessor. The softmax
-// reference is known before the token loop (FlashDecoding++'s unified maximum): the sum over the
-// table's rows of each row's largest entry bounds every score exactly (a score sums one entry per row,
-// in the same order, and rounding is monotone), so each thread weighs its tokens with no barrier and
-// no rescale. Where the split's largest score falls more than kUnifiedMaxMargin below the bound
-// (2^−64: weights could underflow next to the split's largest), the loop runs again against that
-// largest score, now known exactly.
+// One launch (grid: B·G·S·R table blocks, then B·H·splits split blocks), its blocks ordered by the
+// ticket each draws (drawBlockTicket), not by blockIdx: the first tickets make the tables, one block
+// per (sequence, KV head, subspace, stage), and count them done per (sequence, KV head); the rest
+// each take one query head's split, wait until its (sequence, KV head)'s tables are all counted, and
+// read them through the L2. A split block waits only on blocks with earlier tickets, which are
+// resident or finished and wait on nothing, so the wait always ends (the decoupled look-back's
+// argument), and it costs a counter's round trip where a second launch cost a launch.
+//
+// A split block holds one head's tables and bins (S·R·K floats each, then S·R row maxima), so several
+// blocks fit on a multiprocessor. The softmax reference is known before the token loop
+// (FlashDecoding++'s unified maximum): the sum over the table's rows of each row's largest entry
+// bounds every score exactly (a score sums one entry per row, in the same order, and rounding is
+// monotone), so each thread weighs its tokens with no barrier and no rescale. Where the split's
+// largest score falls more than kUnifiedMaxMargin below the bound (2^−64: weights could underflow
+// next to the split's largest), the loop runs again against that largest score, now known exactly.
+//
+// order: the ticket counter, then per (sequence, KV head) its table blocks done and its split blocks
+// past their wait; the last of those split blocks and the block with the last ticket put them back to
+// zero, so every launch leaves them zero for the next.
 __global__ void __launch_bounds__(kLookupThreads, kLookupMinBlocks)
-    lookupSplitKernel(DecodeDims d, const float* tablesIn, const std::uint8_t* kc, const std::uint8_t* vc,
-                      float* weights, float* mOut, float* lOut)
+    lookupStepKernel(DecodeDims d, const float* q, const __half* kb, float* tablesOut, const std::uint8_t* kc,
+                     const std::uint8_t* vc, float* weights, float* mOut, float* lOut, unsigned* order)
 {
     float* smem = dynamicShared<float>();
     float* const red = sharedWarpValues();
     static_assert(kLookupThreads / 32 <= kMaxBlockWarps);
-    const int split = blockIdx.x, hq = blockIdx.y, b = blockIdx.z, g = hq / d.group();
     const int S = d.subspacesPerHead(), M = d.subspaces(), R = d.stages, K = d.k;
+    const int pairs = d.batch * d.kvHeads, tableBlocks = pairs * S * R;
+    const unsigned blocks = unsigned(tableBlocks) + unsigned(d.batch) * d.heads * d.splits;
+    const unsigned ticket = drawBlockTicket(order, blocks, red);
+    unsigned* const tablesDone = order + 1;
+    unsigned* const splitsPast = tablesDone + pairs;
+    gridDependencyTrigger(); // the combine's blocks may start (they wait for this launch)
+    if (ticket < unsigned(tableBlocks)) {
+        const int bg = int(ticket) / (S * R), sr = int(ticket) % (S * R);
+        lookupTables(d.heads, d.headDim, d.dim, d.group(), S, R, K, bg / d.kvHeads, bg % d.kvHeads, sr / R, sr % R, q,
+                     kb, tablesOut, smem);
+        countBlockDone(&tablesDone[bg]);
+        return;
+    }
+    const unsigned item = ticket - unsigned(tableBlocks);
+    const int split = int(item % unsigned(d.splits)), hq = int(item / unsigned(d.splits)) % d.heads;
+    const int b = int(item / (unsigned(d.splits) * unsigned(d.heads))), g = hq / d.group();
+    const int bg = b * d.kvHeads + g;
     const int rows = S * R, per = rows * K; // table entries of the head
     float* T = smem;
     float* W = T + per;
     float* rowMax = W + per;
     const std::int64_t o = std::int64_t(b) * d.heads + hq;
-    const float* tSrc = tablesIn + o * per;
-    gridDependencyTrigger(); // the combine's blocks may start (they wait for this launch)
+    const float* tSrc = tablesOut + o * per;
     for (int i = threadIdx.x; i < per; i += blockDim.x)
         W[i] = 0;
-    gridDependencyWait(); // the tables kernel's tables are written (the codes were, before it started)
+    if (threadIdx.x == 0) {
+        waitForCount(&tablesDone[bg], unsigned(S * R)); // this (sequence, KV head)'s tables are written
+        if (atomicAdd(&splitsPast[bg], 1u) == unsigned(d.group() * d.splits - 1)) {
+            tablesDone[bg] = 0; // every split block of the pair has passed its wait
+            splitsPast[bg] = 0;
+        }
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < per; i += blockDim.x)
-        T[i] = tSrc[i];
+        T[i] = __ldcg(tSrc + i); // through the L2: written by other blocks of this launch
     __syncthreads();
     const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
     for (int row = warp; row < rows; row += kLookupThreads / 32) {
@@ -212,8 +252,10 @@ static_assert(kCombineThreads / 32 >= kMaxGroup, "splitScales takes a warp per h
 // group's heads (8 splits' loads in flight), then multiplies them with the stage's codewords:
 // part[b][g][s][r][h][D] (unscaled by the softmax sum). Thread (j, p) sums codewords k ≡ p mod parts
 // for features 4j..4j+3 (one 8-byte load each, 4 in flight); parts reduce in order after. Shared:
-// group × (splits + 1 + K) floats, then parts × group × D for the reduction.
-__global__ void __launch_bounds__(kCombineThreads)
+// group × (splits + 1 + K) floats, then parts × group × D for the reduction. Its launch bounds name
+// one block a multiprocessor: with the block size alone nvcc 13 held it to 64 registers and spilled
+// (12 bytes stored, 32 loaded on sm_90); it takes 72 there, still 3 blocks a multiprocessor.
+__global__ void __launch_bounds__(kCombineThreads, 1)
     lookupStageKernel(DecodeDims d, const float* weights, const float* mIn, const float* lIn, const __half* vb,
                       float* part, unsigned* done, float* outFinal)
 {
@@ -222,7 +264,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     const int sr = blockIdx.y, S = d.subspacesPerHead(), R = d.stages, K = d.k, D = d.dim;
     const int s = sr / R, r = sr % R, per = S * R * K;
     const int parts = stageParts(D), lanes = D / kStageFeatures;
-    gridDependencyWait();            // the split kernel's bins, maxima and sums are written
+    gridDependencyWait();            // the split blocks' bins, maxima and sums are written
     float* f = smem;                 // group × splits
     float* L = f + group * d.splits; // group
     float* Wk = L + group;           // group × K merged weights of this stage
@@ -303,7 +345,7 @@ __global__ void __launch_bounds__(kCombineThreads)
 // static arrays.
 std::size_t lookupDynamicBytes(const DecodeDims& d)
 {
-    return lookupSplitDynamicBytes(d.subspacesPerHead(), d.stages, d.k, d.stagedCodes);
+    return lookupStepDynamicBytes(d.group(), d.dim, d.subspacesPerHead(), d.stages, d.k, d.stagedCodes);
 }
 
 std::size_t lookupCombineDynamicBytes(const DecodeDims& d)
@@ -316,35 +358,35 @@ std::size_t lookupCombineDynamicBytes(const DecodeDims& d)
 
 using detail::withGroup;
 
-cudaError_t launchLookupTables(const DecodeDims& d, const float* q, const std::uint16_t* kb, float* tables,
-                               cudaStream_t stream)
-{
-    const dim3 grid(unsigned(d.batch * d.kvHeads), unsigned(d.subspacesPerHead() * d.stages));
-    launch(lookupTablesKernel, grid, kTablesThreads, 0, stream, d, q, reinterpret_cast<const __half*>(kb), tables);
-    return cudaGetLastError();
-}
-
 bool lookupLaunchesChainable()
 {
-    cudaFuncAttributes split{}, combine{};
-    return cudaFuncGetAttributes(&split, lookupSplitKernel) == cudaSuccess &&
-           cudaFuncGetAttributes(&combine, lookupStageKernel) == cudaSuccess && split.ptxVersion >= 90 &&
+    cudaFuncAttributes step{}, combine{};
+    return cudaFuncGetAttributes(&step, lookupStepKernel) == cudaSuccess &&
+           cudaFuncGetAttributes(&combine, lookupStageKernel) == cudaSuccess && step.ptxVersion >= 90 &&
            combine.ptxVersion >= 90;
 }
 
 std::size_t lookupSharedBytes(const DecodeDims& d)
 {
-    return lookupDynamicBytes(d) + staticShared(lookupSplitKernel);
+    return lookupDynamicBytes(d) + staticShared(lookupStepKernel);
 }
 
-cudaError_t launchLookupSplit(const DecodeDims& d, const float* tables, const std::uint8_t* kc, const std::uint8_t* vc,
-                              float* weights, float* m, float* l, cudaStream_t stream)
+std::size_t lookupOrderCounters(const DecodeDims& d)
 {
-    const dim3 grid(unsigned(d.splits), unsigned(d.heads), unsigned(d.batch));
+    return 1 + 2 * std::size_t(d.batch) * d.kvHeads;
+}
+
+cudaError_t launchLookupStep(const DecodeDims& d, const float* q, const std::uint16_t* kb, float* tables,
+                             const std::uint8_t* kc, const std::uint8_t* vc, float* weights, float* m, float* l,
+                             unsigned* order, cudaStream_t stream)
+{
+    const unsigned blocks = unsigned(d.batch * d.kvHeads * d.subspacesPerHead() * d.stages) +
+                            unsigned(d.batch) * unsigned(d.heads) * unsigned(d.splits);
     const std::size_t shm = lookupDynamicBytes(d);
-    if (cudaError_t e = allowShared(lookupSplitKernel, shm); e != cudaSuccess)
+    if (cudaError_t e = allowShared(lookupStepKernel, shm); e != cudaSuccess)
         return e;
-    launchChained(d.chained, lookupSplitKernel, grid, kLookupThreads, shm, stream, d, tables, kc, vc, weights, m, l);
+    launch(lookupStepKernel, dim3(blocks), kLookupThreads, shm, stream, d, q, reinterpret_cast<const __half*>(kb),
+           tables, kc, vc, weights, m, l, order);
     return cudaGetLastError();
 }
 

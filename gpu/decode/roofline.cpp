@@ -283,24 +283,34 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
         return k;
     }
     if (path == DecodePath::Lookup) {
-        k.push_back({"lookup tables", books + q + hq * per * 4.0, (c.batch - 1.0) * books,
-                     pairs * S * R * (G * D * 4.0 + K * G * D * 4.0), hq * per * D * 2.0});
-        // A block per (split, query head, sequence): one head's tables copied in and bins cleared, the
-        // tables' row maxima (each entry read, a maximum per row written and read by every thread),
-        // per token of its split one table entry per row read and one bin per row read and written
-        // (the atomic), one block maximum and one block sum, the bins read out. Assumes no split
-        // weighs again (its largest score within 2^64 of the bound: the seeded steps here).
+        // One launch (lookup_kernels.cu): every block draws its ticket (an atomic on one counter, the
+        // ticket written to shared memory once and read by all its threads). The first pairs·S·R
+        // blocks make the tables, a stage's K codewords for the group's heads (the scaled queries
+        // written to shared memory and read per codeword), and count themselves done per (sequence,
+        // KV head). A block per (split, query head, sequence) then waits for its pair's count, counts
+        // itself past it, reads its head's tables (written in this launch: their bytes count as
+        // written and as read, as when two launches passed them), clears its bins, the tables' row maxima (each entry
+        // read, a maximum per row written and read by every thread), per token of its split one table entry per row
+        // read and one bin per row read and written (the atomic), one block maximum and one block sum, the bins read
+        // out. Assumes no split weighs again (its largest score within 2^64 of the bound: the seeded steps here).
+        const double tableBlocks = pairs * S * R;
         const double warps = kLookupSplitThreads / 32.0, threads = kLookupSplitThreads, rows = S * R;
         const double blocks = hq * P;
         // Where a token's codes are staged (decode_math.h), each query head's block copies them into
         // shared memory (4 bytes a copy) and reads each word once there (CodeStream).
         const bool staged = c.codesStaged && lookupStagedBytes(int(S), int(bpt)) > 0;
         const double stagedPerToken = staged ? 2.0 * (2.0 * S * bpt) : 0.0;
-        const double shared = blocks * (2.0 * per * 4.0 + per * 4.0 + rows * 4.0 + threads * rows * 4.0 +
-                                        2.0 * (warps * 4.0 + threads * warps * 4.0) + per * 4.0) +
-                              tok * G * (rows * 12.0 + stagedPerToken);
-        k.push_back({"lookup split", hq * per * 4.0 + 2.0 * codes + hq * P * per * 4.0 + hq * P * 8.0, 0, shared,
-                     tok * S * R * G * 2.0});
+        const double tickets = (tableBlocks + blocks) * (4.0 + threads * 4.0);
+        const double tablesShared = tableBlocks * (G * D * 4.0 + K * G * D * 4.0);
+        const double splitShared = blocks * (2.0 * per * 4.0 + per * 4.0 + rows * 4.0 + threads * rows * 4.0 +
+                                             2.0 * (warps * 4.0 + threads * warps * 4.0) + per * 4.0) +
+                                   tok * G * (rows * 12.0 + stagedPerToken);
+        // The ticket counter, and per pair the tables' and the splits' counts: each read and written.
+        const double counters = 8.0 + pairs * 16.0;
+        k.push_back({"lookup step",
+                     books + q + 2.0 * hq * per * 4.0 + 2.0 * codes + hq * P * per * 4.0 + hq * P * 8.0 + counters,
+                     (c.batch - 1.0) * books, tickets + tablesShared + splitShared,
+                     hq * per * D * 2.0 + tok * S * R * G * 2.0});
         stageAndOut(k);
         return k;
     }
@@ -393,8 +403,17 @@ LookupLatencyModel lookupLatencyModel(const DecodeCostCase& c, int multiprocesso
     m.waves = int((blocks + slots - 1) / slots);
     const std::int64_t per32 = splitLength(c.context, c.splits);
     m.tokensPerThread = (std::min(per32, c.context) + kLookupSplitThreads - 1) / kLookupSplitThreads;
-    m.launches = 3 * kLaunchSecondsEstimate;
-    m.tables = kHbmLatencyEstimate + std::ceil(c.dim / double(kFeaturesPerLane) / 4.0) * kL2LatencyEstimate;
+    m.launches = 2 * kLaunchSecondsEstimate;
+    // The table blocks' waves (they draw the first tickets, so they take the slots first), each
+    // block's chain an HBM latency, then per codeword of a thread and up to kLookupTableHeads heads
+    // its D/8 loads 4 at a time; then the split blocks' wait on their count (a round trip to the L2).
+    const std::int64_t tableBlocks = std::int64_t(c.batch) * c.shape.kvHeads * S * R;
+    const double tableWaves = double((tableBlocks + slots - 1) / slots);
+    const double passes =
+        std::ceil(double(K) / kTablesThreads) * std::ceil(double(c.shape.heads / c.shape.kvHeads) / kLookupTableHeads);
+    m.tables = tableWaves * (kHbmLatencyEstimate +
+                             passes * std::ceil(c.dim / double(kFeaturesPerLane) / 4.0) * kL2LatencyEstimate) +
+               kL2LatencyEstimate;
     const double setup = kHbmLatencyEstimate + std::ceil(per / kLookupSplitThreads / 8.0) * kL2LatencyEstimate;
     // A token's work: its S·R table reads and bin atomics. Staged, the next token's codes are in
     // flight while this one is weighed, so a token waits only for what of the HBM latency its
@@ -407,7 +426,7 @@ LookupLatencyModel lookupLatencyModel(const DecodeCostCase& c, int multiprocesso
             : n * (kHbmLatencyEstimate + work);
     const double chain = setup + walk;
     const auto kernels = decodeKernelCosts(DecodePath::Lookup, c);
-    const double splitBytes = kernels.size() > 1 ? kernels[1].hbmBytes : 0;
+    const double splitBytes = kernels.empty() ? 0 : kernels[0].hbmBytes;
     m.split = std::max(m.waves * chain, copyBytesPerSecond > 0 ? splitBytes / copyBytesPerSecond : 0.0);
     const double parts = stageParts(c.dim), P = c.splits;
     m.combine = (2.0 * std::ceil(P / 32.0) + std::ceil(P / 8.0) + std::ceil(K / parts / 4.0) + std::ceil(R / 4.0)) *

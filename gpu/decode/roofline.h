@@ -110,18 +110,20 @@ inline constexpr double kL2LatencyEstimate = 0.3e-6;
 Fp16LatencyModel fp16LatencyModel(const DecodeCostCase& c, int multiprocessors, std::size_t sharedOptin,
                                   double copyBytesPerSecond);
 
-// The same kind of latency model for the lookup path's three launches (estimates, with the FP16
-// model's constants and a shared-memory read or atomic on a thread's path of 30 ns): the tables
-// (an HBM latency and a thread's D/8 codeword loads from the L2, 4 in flight); the split kernel's
-// waves, each block copying its tables in (a load of 8 per thread in flight at a time) and then
-// walking its tokens a thread at a time, each token's S·R table reads and bin atomics in a chain,
-// and its codes' HBM latency too where they are not staged (where they are, the next token's codes
-// are in flight during this one's work), or the step's bytes at the copy rate if longer; the
-// combine, whose warps read the splits' maxima and sums 32 splits at a time (twice), whose threads
-// merge the splits' weights 8 at a time and read their K/parts codewords 4 at a time, and whose
-// last block adds the R stages 4 at a time.
+// The same kind of latency model for the lookup path's two launches (estimates, with the FP16
+// model's constants and a shared-memory read or atomic on a thread's path of 30 ns): in the step
+// launch, the table blocks' waves (each an HBM latency and a thread's D/8 codeword loads from the L2,
+// 4 in flight, per codeword and kLookupTableHeads heads) and the split blocks' wait for their count
+// (an L2 round trip); the split blocks' waves,
+// each block copying its tables in (a load of 8 per thread in flight at a time) and then walking its
+// tokens a thread at a time, each token's S·R table reads and bin atomics in a chain, and its codes'
+// HBM latency too where they are not staged (where they are, the next token's codes are in flight
+// during this one's work), or the step's bytes at the copy rate if longer; the combine, whose warps
+// read the splits' maxima and sums 32 splits at a time (twice), whose threads merge the splits'
+// weights 8 at a time and read their K/parts codewords 4 at a time, and whose last block adds the R
+// stages 4 at a time.
 struct LookupLatencyModel {
-    double seconds = 0; // 3 launches + tables + split + combine
+    double seconds = 0; // 2 launches + tables + split + combine
     double launches = 0, tables = 0, split = 0, combine = 0;
     int waves = 0, blocksPerSm = 0;
     std::int64_t tokensPerThread = 0;

@@ -566,6 +566,11 @@ void failLaunch(std::string why)
     fail(cudaErrorInvalidValue, std::move(why));
 }
 
+void abandonLaunch(std::string why)
+{
+    abandonBlock(std::move(why));
+}
+
 } // namespace detail
 
 cudaError_t setFuncAttribute(const void* kernel, cudaFuncAttribute attr, int value)

@@ -54,6 +54,9 @@ void gatherWarp(std::uint64_t value, std::uint64_t* all, unsigned mask);
 bool isDeviceRange(const void* p, std::size_t bytes);
 // Fails the coming launch (cudaErrorInvalidValue, with the reason).
 void failLaunch(std::string why);
+// From a kernel: stops the current block and fails its launch with the reason (as a barrier that
+// no thread can pass does).
+[[noreturn]] void abandonLaunch(std::string why);
 
 template <class T> bool deviceParameter(const T& v)
 {

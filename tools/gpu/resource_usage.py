@@ -19,9 +19,11 @@ and so of gpu/cluster/fused_argmax.cu's fusedScoreArgmaxKernel<D> for every D it
 of the paper kernels (paperBinsKernel, paperDecodeKernel) on sm_90, at most the registers the paper
 path's latency model assumes (decode_math.h, kPaperBinsRegisters, kPaperBinsWalkRegisters and
 kPaperSplitRegisters), no spills.
-And of gpu/decode/lookup_kernels.cu's lookupSplitKernel, what lookupResidentBlocks assumes: 256
-threads at no more registers than kLookupMinBlocks (4) blocks allow, no spills, and its static shared
-memory kLookupSplitStaticBytes (a float per warp of kMaxBlockWarps).
+And of gpu/decode/lookup_kernels.cu's lookupStepKernel (the tables' and the splits' blocks of one
+launch), what lookupResidentBlocks assumes: 256 threads at no more registers than kLookupMinBlocks (4)
+blocks allow, no spills or stack frame (nor in lookupTables, the table blocks' call), and its static
+shared memory kLookupSplitStaticBytes (a float per warp of kMaxBlockWarps); and no spills in its
+combine, lookupStageKernel.
 Prints a table; exit 0 when every instance meets the plan, 1 when one does not, 2 on bad input.
 """
 
@@ -226,25 +228,41 @@ def main():
             if blocks < plan:
                 bad.append(f"{what}: {blocks} blocks per multiprocessor, the plan {plan}")
         lookup = parse(compile_report(a.nvcc, arch, LOOKUP_SOURCE),
-                       key=lambda name: "lookupSplitKernel" if "17lookupSplitKernel" in name else None)
-        what = f"sm_{arch} lookupSplitKernel"
-        if "lookupSplitKernel" not in lookup:
+                       key=lambda name: "lookupStepKernel" if "16lookupStepKernel" in name else
+                       "lookupTables" if "12lookupTables" in name else
+                       "lookupStageKernel" if "17lookupStageKernel" in name else None)
+        stage = lookup.get("lookupStageKernel")
+        if stage is None:
+            bad.append(f"sm_{arch} lookupStageKernel: not found in ptxas' report")
+        elif stage.get("spill_stores", 0) + stage.get("spill_loads", 0):
+            bad.append(f"sm_{arch} lookupStageKernel: "
+                       f"{stage.get('spill_stores', 0) + stage.get('spill_loads', 0)} bytes of spills")
+        # The table blocks' code, called rather than inlined: within the kernel's registers, nothing
+        # to local memory (no spills, no stack frame for the call).
+        tables = lookup.get("lookupTables")
+        if tables is None:
+            bad.append(f"sm_{arch} lookupTables: not found in ptxas' report")
+        elif tables.get("spill_stores", 0) + tables.get("spill_loads", 0) + tables.get("stack", 0):
+            bad.append(f"sm_{arch} lookupTables: {tables.get('stack', 0)} bytes of stack frame, "
+                       f"{tables.get('spill_stores', 0) + tables.get('spill_loads', 0)} bytes of spills")
+        what = f"sm_{arch} lookupStepKernel"
+        if "lookupStepKernel" not in lookup:
             bad.append(f"{what}: not found in ptxas' report")
         else:
-            r = lookup["lookupSplitKernel"]
+            r = lookup["lookupStepKernel"]
             threads = c["kLookupSplitThreads"]
             cap = 65536 // (threads * c["kLookupMinBlocks"])
             spills = r.get("spill_stores", 0) + r.get("spill_loads", 0)
             static = c["kMaxBlockWarps"] * 4
             by_regs = resident_blocks(arch, threads, r["regs"], 0)
-            rows.append({"arch": arch, "kernel": "lookupSplitKernel", "threads": threads, **r,
+            rows.append({"arch": arch, "kernel": "lookupStepKernel", "threads": threads, **r,
                          "blocks_per_sm_by_registers": by_regs, "planned_blocks_per_sm": c["kLookupMinBlocks"]})
-            print(f"{'sm_%d' % arch:>5} lookupSplitKernel {threads:>7} {r['regs']:>4} {spills:>6} {r['smem']:>5} "
+            print(f"{'sm_%d' % arch:>5} lookupStepKernel {threads:>7} {r['regs']:>4} {spills:>6} {r['smem']:>5} "
                   f"{by_regs:>9} {c['kLookupMinBlocks']:>7}  (blocks by threads and registers; shared memory by shape)")
             if r["regs"] > cap:
                 bad.append(f"{what}: {r['regs']} registers, {c['kLookupMinBlocks']} blocks of {threads} allow {cap}")
-            if spills:
-                bad.append(f"{what}: {spills} bytes of spills to local memory")
+            if spills or r.get("stack", 0):
+                bad.append(f"{what}: {spills} bytes of spills, {r.get('stack', 0)} bytes of stack frame")
             if r["smem"] != static:
                 bad.append(f"{what}: {r['smem']} bytes of static shared memory, the plan {static}")
             if by_regs < c["kLookupMinBlocks"]:
