@@ -289,10 +289,11 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
         // written to shared memory and read per codeword), and count themselves done per (sequence,
         // KV head). A block per (split, query head, sequence) then waits for its pair's count, counts
         // itself past it, reads its head's tables (written in this launch: their bytes count as
-        // written and as read, as when two launches passed them), clears its bins, the tables' row maxima (each entry
-        // read, a maximum per row written and read by every thread), per token of its split one table entry per row
-        // read and one bin per row read and written (the atomic), one block maximum and one block sum, the bins read
-        // out. Assumes no split weighs again (its largest score within 2^64 of the bound: the seeded steps here).
+        // written and as read, as when two launches passed them), clears its bins, the tables' row
+        // maxima (each entry read, a maximum per row written and read by every thread), per token of
+        // its split one table entry per row read and one bin per row read and written (the atomic),
+        // one block maximum and one block sum, the bins read out. Assumes no split weighs again (its
+        // largest score within 2^64 of the bound: the seeded steps here).
         const double tableBlocks = pairs * S * R;
         const double warps = kLookupSplitThreads / 32.0, threads = kLookupSplitThreads, rows = S * R;
         const double blocks = hq * P;
