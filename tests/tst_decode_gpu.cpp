@@ -205,8 +205,8 @@ private slots:
                               bins ? gpu::kMinBinnedSplitTokens : gpu::kMinSplitTokens, gpu::kPaperMaxSplits,
                               what + (bins ? ", paper with bins" : ", paper"));
                     }
-                    holds(gpu::planLookupSplits(ctx, batch, heads, 1, 12, 256, 132, optin), ctx,
-                          std::int64_t(batch) * heads, 132LL * gpu::lookupResidentBlocks(1, 12, 256, optin),
+                    holds(gpu::planLookupSplits(ctx, batch, heads, heads / 8, 1, 12, 256, 132, optin), ctx,
+                          std::int64_t(batch) * heads, 132LL * gpu::lookupResidentBlocks(heads / 8, 1, 12, 256, optin),
                           gpu::kMinBinnedSplitTokens, gpu::kLookupMaxSplits, what + ", lookup");
                 }
     }
@@ -288,18 +288,18 @@ private slots:
         QVERIFY(m32.bandwidth > 31e-6 && m32.bandwidth < 33e-6);
     }
 
-    // The lookup path's latency model (estimates): two launches, its terms as documented, and split
+    // The lookup path's latency model (estimates): one launch, its terms as documented, and split
     // blocks whose chain grows with the tokens each thread walks.
     void lookupLatencyModelComposesItsTerms()
     {
         const auto* h200 = gpu::findDeviceModel("h200");
         QVERIFY(h200);
         const DecodeShape s{32, 8, 128};
-        const auto plan = gpu::planLookupSplits(32768, 1, 32, 1, 12, 256, 132, h200->sharedOptin);
+        const auto plan = gpu::planLookupSplits(32768, 1, 32, 4, 1, 12, 256, 132, h200->sharedOptin);
         const gpu::DecodeCostCase c{s, 128, 12, 256, 32768, 1, plan.splits, false};
         const auto m = gpu::lookupLatencyModel(c, 132, h200->sharedOptin, h200->copyBytesPerSecond);
         QCOMPARE(m.blocksPerSm, 4);
-        QCOMPARE(m.launches, 2 * gpu::kLaunchSecondsEstimate); // the tables and splits, then the combine
+        QCOMPARE(m.launches, gpu::kLaunchSecondsEstimate); // tables, splits and combine in one launch
         // The table blocks: an HBM latency and 16 codeword loads 4 at a time; then the split blocks'
         // wait on their count, an L2 round trip.
         QVERIFY(std::abs(m.tables - (gpu::kHbmLatencyEstimate + 5 * gpu::kL2LatencyEstimate)) < 1e-12);
@@ -316,8 +316,10 @@ private slots:
         // loads) and the first token's codes.
         const double setup = gpu::kHbmLatencyEstimate + 2 * gpu::kL2LatencyEstimate;
         QVERIFY(std::abs(m.split - (setup + gpu::kHbmLatencyEstimate + n * work)) < 1e-12);
-        // The combine: its splits' scales by warps, 32 at a time, and their weights 8 at a time.
-        QVERIFY(m.combine >= (2.0 + std::ceil(plan.splits / 8.0)) * gpu::kL2LatencyEstimate);
+        // The combine: its wait on the splits' count, the splits' scales by warps, 32 at a time, their
+        // weights 8 at a time, 32 codewords a thread 4 at a time, the 12 stages 4 at a time.
+        QVERIFY(std::abs(m.combine - (gpu::kHbmLatencyEstimate + (1 + 2 + std::ceil(plan.splits / 8.0) + 8 + 3) *
+                                                                     gpu::kL2LatencyEstimate)) < 1e-12);
         gpu::DecodeCostCase twice = c;
         twice.context = 65536;
         QVERIFY(gpu::lookupLatencyModel(twice, 132, h200->sharedOptin, h200->copyBytesPerSecond).split > m.split);
@@ -434,14 +436,16 @@ private slots:
         // blocks' fixed costs (tables in, bins cleared, the row maxima, one block maximum and sum,
         // bins read out) are 1.5% of it at 32K tokens. The same launch makes the tables: per KV head
         // and stage, the group's 4 scaled queries written to shared memory and read for each of the
-        // 256 codewords; and each block's ticket is written once and read by its 256 threads.
+        // 256 codewords; the combine's blocks as the paper path's combine launch; and each block's
+        // ticket is written once and read by its 256 threads.
         const auto kernels = gpu::decodeKernelCosts(DecodePath::Lookup, c);
-        QCOMPARE(int(kernels.size()), 2); // the tables and splits, then the stage combine that adds the stages
+        QCOMPARE(int(kernels.size()), 1); // tables, splits and the combine that adds the stages: one launch
         QCOMPARE(kernels[0].kernel, std::string("lookup step"));
         const double loop = pairs * 4 * (12 * 4.0 * 3 + 24 + 24);
         const double tables = 8 * 12 * (4 * 128 * 4.0 + 256 * 4 * 128 * 4.0);
-        const double tickets = (8 * 12 + 32) * (4 + 256 * 4.0);
-        const double rest = kernels[0].sharedBytes - tables - tickets;
+        const double tickets = (8 * 12 + 32 + 8 * 12) * (4 + 256 * 4.0);
+        const double combine = gpu::decodeKernelCosts(DecodePath::Paper, c).back().sharedBytes;
+        const double rest = kernels[0].sharedBytes - tables - tickets - combine;
         QVERIFY(rest >= loop && rest <= 1.02 * loop);
         const auto lookup = gpu::decodeCosts(DecodePath::Lookup, c);
 
@@ -526,7 +530,7 @@ private slots:
             if (path == DecodePath::Fp16)
                 QCOMPARE(splits, gpu::planFp16Splits(ctx, 1, 8, 128, 4, 132, h200->sharedOptin).splits);
             else if (path == DecodePath::Lookup)
-                QCOMPARE(splits, gpu::planLookupSplits(ctx, 1, 32, 1, 16, 256, 132, h200->sharedOptin).splits);
+                QCOMPARE(splits, gpu::planLookupSplits(ctx, 1, 32, 4, 1, 16, 256, 132, h200->sharedOptin).splits);
             else
                 QCOMPARE(splits,
                          gpu::planPaperSplits(ctx, 1, {32, 8, 128}, 128, 16, 256, true, 132, h200->sharedOptin).splits);
@@ -843,8 +847,8 @@ private slots:
             }
             qunsetenv("GSRQ_EMULATOR_SHARED_OPTIN_KIB");
         }
-        // fp16 (1 launch), paper (2 with bins, 2 without) and lookup (2) in each shape.
-        QCOMPARE(compared, 1 * 4 + 2 * 3 + 2 + 2 * 4);
+        // fp16 (1 launch), paper (2 with bins, 2 without) and lookup (1) in each shape.
+        QCOMPARE(compared, 1 * 4 + 2 * 3 + 2 + 1 * 4);
     }
 #endif
 };

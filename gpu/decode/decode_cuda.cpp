@@ -120,8 +120,8 @@ struct CudaDecodeCache::Impl {
             return dimsWith(planFp16Splits(tokens, cfg.batch, cfg.shape.kvHeads, cfg.shape.headDim,
                                            cfg.shape.heads / cfg.shape.kvHeads, sms, sharedOptin));
         if (path == DecodePath::Lookup)
-            return dimsWith(planLookupSplits(tokens, cfg.batch, cfg.shape.heads, dims.subspacesPerHead(), dims.stages,
-                                             dims.k, sms, sharedOptin));
+            return dimsWith(planLookupSplits(tokens, cfg.batch, cfg.shape.heads, cfg.shape.heads / cfg.shape.kvHeads,
+                                             dims.subspacesPerHead(), dims.stages, dims.k, sms, sharedOptin));
         return plannedDims(path == DecodePath::Paper && paperBinsFit());
     }
     // The paper path takes values through per-codeword weights when its bins and the combine's merged
@@ -223,7 +223,7 @@ CudaDecodeCache::CudaDecodeCache(const DecodeCacheConfig& config, const Codebook
     const std::size_t pairs = std::size_t(config.batch) * s.kvHeads;
     m->done.ensure(pairs, "block counters", m->device);
     check(cudaMemset(m->done.get(), 0, pairs * sizeof(unsigned)), "cudaMemset");
-    // The lookup step's block tickets and its tables' and splits' counts per (sequence, KV head).
+    // The lookup step's block tickets and its phases' counts per (sequence, KV head).
     const std::size_t counters = kernels::lookupOrderCounters(d);
     m->order.ensure(counters, "block order counters", m->device);
     check(cudaMemset(m->order.get(), 0, counters * sizeof(unsigned)), "cudaMemset");
@@ -443,9 +443,9 @@ std::string CudaDecodeCache::pathProblem(DecodePath path) const
                    kMaxRopePosition);
     if (path == DecodePath::Lookup) {
         const auto d = m->stepDims(path);
-        const std::size_t need = std::max(kernels::lookupSharedBytes(d), kernels::lookupCombineSharedBytes(d));
+        const std::size_t need = kernels::lookupSharedBytes(d);
         if (need > m->sharedOptin)
-            return cat("the lookup path's tables need ", need / 1024, " KiB of shared memory per block; ", m->device,
+            return cat("the lookup path's blocks need ", need / 1024, " KiB of shared memory per block; ", m->device,
                        " gives ", m->sharedOptin / 1024, " KiB");
     }
     return {};
@@ -468,13 +468,11 @@ void CudaDecodeCache::enqueue(DecodePath path)
         m->weights.ensure(bh * d.splits * per, "lookup weights", m->device);
         m->pm.ensure(bh * d.splits, "split maxima", m->device);
         m->pl.ensure(bh * d.splits, "split sums", m->device);
-        check(kernels::launchLookupStep(d, m->q.get(), m->kbh.get(), m->tables.get(), m->kc.get(), m->vc.get(),
-                                        m->weights.get(), m->pm.get(), m->pl.get(), m->order.get(), m->stream),
-              "lookup decode");
         m->stageOut.ensure(kernels::lookupStagePartialFloats(d), "per-stage outputs", m->device);
-        check(kernels::launchLookupCombine(d, m->weights.get(), m->pm.get(), m->pl.get(), m->vbh.get(),
-                                           m->stageOut.get(), m->done.get(), m->out.get(), m->stream),
-              "lookup combine");
+        check(kernels::launchLookupStep(d, m->q.get(), m->kbh.get(), m->tables.get(), m->kc.get(), m->vc.get(),
+                                        m->weights.get(), m->pm.get(), m->pl.get(), m->vbh.get(), m->stageOut.get(),
+                                        m->done.get(), m->out.get(), m->order.get(), m->stream),
+              "lookup decode");
         return;
     }
     if (path == DecodePath::Paper && m->paperBinsFit()) {

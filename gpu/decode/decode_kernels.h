@@ -85,33 +85,39 @@ cudaError_t launchPaperBins(const DecodeDims& d, const float* q, const std::uint
 // Combines split partials into outputs [B][H][headDim].
 cudaError_t launchCombine(const DecodeDims& d, const SplitPartials& part, float* out, cudaStream_t stream);
 
-// Whether the lookup path's step and combine kernels, as loaded for the current device, were
-// compiled for sm_90 or later (their PTX), so that their grid-dependency waits are in them and their
-// launches may be chained (launchChained); the caller checks the device's own compute capability.
+// Whether the stage combine (launchLookupCombine), as loaded for the current device, was compiled
+// for sm_90 or later (its PTX), so that its grid-dependency wait is in it and its launch may be
+// chained (launchChained) to the paper bins kernel's; the caller checks the device's own compute
+// capability.
 bool lookupLaunchesChainable();
 
 // Shared memory a block of the lookup step kernel holds (bytes, its static arrays included); callers
 // check it against the device's opt-in limit.
 std::size_t lookupSharedBytes(const DecodeDims& d);
 
-// Lookup path, step 1, one launch: tables [B][H][S][R][K] = (q_h,s · codeword) · scale · log2 e, for
-// keys stored after RoPE (q as given: already rotated); then per split, scores as sums of table
+// The lookup path's step, one launch: tables [B][H][S][R][K] = (q_h,s · codeword) · scale · log2 e,
+// for keys stored after RoPE (q as given: already rotated); per split, scores as sums of table
 // entries, and the softmax weight each value codeword collects: weights [B][H][splits][S][R][K], m
-// and l [B][H][splits]. The split blocks wait for their tables inside the launch; order holds
-// lookupOrderCounters(d) counters, zero before the first launch, which every launch leaves zero again.
+// and l [B][H][splits]; then the splits' weights merged and out = Σ_s,r,k W·codeword / l, per
+// (sequence, KV head, subspace, stage) into stagePartials (lookupStagePartialFloats), added in stage
+// order by the last of them. Each phase's blocks wait for the blocks of the phase before inside the
+// launch. order holds lookupOrderCounters(d) counters and done batch × kvHeads, zero before the
+// first launch, which every launch leaves zero again.
 std::size_t lookupOrderCounters(const DecodeDims& d);
 cudaError_t launchLookupStep(const DecodeDims& d, const float* q, const std::uint16_t* keyBooks16, float* tables,
                              const std::uint8_t* keyCodes, const std::uint8_t* valueCodes, float* weights, float* m,
-                             float* l, unsigned* order, cudaStream_t stream);
+                             float* l, const std::uint16_t* valueBooks16, float* stagePartials, unsigned* done,
+                             float* out, unsigned* order, cudaStream_t stream);
 
-// Shared memory a block of the lookup combine kernel holds, as lookupSharedBytes.
+// Shared memory a block of the stage combine holds, as lookupSharedBytes.
 std::size_t lookupCombineSharedBytes(const DecodeDims& d);
 
-// Lookup path, step 2: merges the splits' weights, then out = Σ_s,r,k W·codeword / l. One block per
-// (sequence, KV head, subspace, stage), so the group's heads share each codebook read and a batch of
-// one still fills the device; their partial outputs (stagePartials, lookupStagePartialFloats) are
-// then added in stage order by the last of them to finish (one launch). done: batch × kvHeads
-// counters, zero before the first launch, which every launch leaves zero again.
+// The paper path with bins, step 2: merges the splits' weights, then out = Σ_s,r,k W·codeword / l,
+// as the lookup step's combine blocks do. One block per (sequence, KV head, subspace, stage), so the
+// group's heads share each codebook read and a batch of one still fills the device; their partial
+// outputs (stagePartials, lookupStagePartialFloats) are then added in stage order by the last of
+// them to finish (one launch). done: batch × kvHeads counters, zero before the first launch, which
+// every launch leaves zero again.
 std::size_t lookupStagePartialFloats(const DecodeDims& d);
 cudaError_t launchLookupCombine(const DecodeDims& d, const float* weights, const float* m, const float* l,
                                 const std::uint16_t* valueBooks16, float* stagePartials, unsigned* done, float* out,

@@ -118,14 +118,6 @@ inline std::size_t lookupSplitDynamicBytes(int subspaces, int stages, int k, boo
 // The lookup step's table blocks read each codeword once for up to kLookupTableHeads of the group's
 // heads (their accumulators in registers).
 inline constexpr int kLookupTableHeads = 4;
-// The lookup step's blocks (lookupStepKernel: the tables' blocks and the splits' in one launch) ask
-// for the larger of the split's and a table block's group × D scaled query floats.
-inline std::size_t lookupStepDynamicBytes(int group, int dim, int subspaces, int stages, int k, bool staged)
-{
-    const std::size_t queries = std::size_t(group) * dim * sizeof(float);
-    const std::size_t split = lookupSplitDynamicBytes(subspaces, stages, k, staged);
-    return split > queries ? split : queries;
-}
 // Its blocks per multiprocessor asked of the compiler (__launch_bounds__: at most 64 registers for
 // 256 threads), and the unified maximum's margin (base 2) before a split weighs again.
 inline constexpr int kLookupMinBlocks = 4;
@@ -212,6 +204,16 @@ inline bool paperBinsWalk(int group, int subspaces, int stages, int k, std::size
         return std::min(byRegisters(regs), (sharedOptin + 1024) / (bytes + 1024));
     };
     return blocks(walked, kPaperBinsWalkRegisters[gi]) >= blocks(base, kPaperBinsRegisters[gi]);
+}
+// The lookup step's blocks (lookupStepKernel: the tables', the splits' and the combine's blocks of
+// one launch) ask for the largest of a split block's, a table block's group × D scaled queries and a
+// combine block's.
+inline std::size_t lookupStepDynamicBytes(int group, int splits, int dim, int subspaces, int stages, int k, bool staged)
+{
+    const std::size_t queries = std::size_t(group) * dim * sizeof(float);
+    const std::size_t split = lookupSplitDynamicBytes(subspaces, stages, k, staged);
+    const std::size_t combine = lookupCombineDynamicBytes(group, splits, k, dim);
+    return std::max({queries, split, combine});
 }
 // The paper split kernel's dynamic shared memory: its token slots' partial states merged at the end
 // (slots = 4 warps × 256/headDim rows; group × (headDim + 2) floats each), then the RoPE walk.

@@ -59,13 +59,157 @@ __device__ GSRQ_NOINLINE void lookupTables(int heads, int headDim, int D, int gr
 constexpr int kLookupThreads = kLookupSplitThreads;
 static_assert(kTablesThreads == kLookupThreads, "the tables and the splits are blocks of one launch");
 
-// One launch (grid: B·G·S·R table blocks, then B·H·splits split blocks), its blocks ordered by the
-// ticket each draws (drawBlockTicket), not by blockIdx: the first tickets make the tables, one block
-// per (sequence, KV head, subspace, stage), and count them done per (sequence, KV head); the rest
-// each take one query head's split, wait until its (sequence, KV head)'s tables are all counted, and
-// read them through the L2. A split block waits only on blocks with earlier tickets, which are
-// resident or finished and wait on nothing, so the wait always ends (the decoupled look-back's
-// argument), and it costs a counter's round trip where a second launch cost a launch.
+// The splits' scale factors of the group's heads (f = 2^(m_split − max), 0 for an empty split) into
+// f[h·splits + s], and their softmax sums L[h] = Σ f·l. Warp h takes head h's splits, 32 at a time
+// (its lanes' loads together, through the L2: the split blocks may be of the same launch), and
+// reduces the maximum and the sum by shuffles.
+__device__ __forceinline__ void splitScales(int heads, int group, int splits, int b, int g, const float* mIn,
+                                            const float* lIn, float* f, float* L)
+{
+    const int h = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+    if (h >= group)
+        return;
+    const std::int64_t o = (std::int64_t(b) * heads + g * group + h) * splits;
+    float Mx = -INFINITY;
+    for (int s = lane; s < splits; s += 32)
+        Mx = fmaxf(Mx, __ldcg(mIn + o + s));
+    for (int off = 16; off > 0; off /= 2)
+        Mx = fmaxf(Mx, __shfl_xor_sync(0xffffffffu, Mx, off));
+    float l = 0;
+    for (int s = lane; s < splits; s += 32) {
+        const float m = __ldcg(mIn + o + s);
+        const float w = m == -INFINITY ? 0.f : exp2f(m - Mx);
+        f[h * splits + s] = w;
+        l += w * __ldcg(lIn + o + s);
+    }
+    for (int off = 16; off > 0; off /= 2)
+        l += __shfl_xor_sync(0xffffffffu, l, off);
+    if (lane == 0)
+        L[h] = l;
+}
+
+// The codeword loads a combine thread keeps in flight: 4 (what the latency model assumes for Hopper),
+// 2 before sm_90, where nvcc 13 spills 4 under the lookup step's 64 registers (8 bytes stored, 52
+// loaded on sm_80).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr int kStageLoadsInFlight = 2;
+#else
+constexpr int kStageLoadsInFlight = 4;
+#endif
+
+constexpr int kCombineThreads = kStageThreads;
+static_assert(kCombineThreads / 32 >= kMaxGroup, "splitScales takes a warp per head of the group");
+static_assert(kCombineThreads == kLookupThreads, "the combine's blocks are blocks of the lookup step too");
+
+// One (sequence, KV head bg, subspace s, stage r = sr)'s share of the outputs: it merges the splits'
+// weights of that stage's K codewords for the group's heads (8 splits' loads in flight), then
+// multiplies them with the stage's codewords: part[b][g][s][r][h][D] (unscaled by the softmax sum).
+// Thread (j, p) sums codewords k ≡ p mod parts for features 4j..4j+3 (one 8-byte load each,
+// kStageLoadsInFlight in flight) for up to kLookupTableHeads heads at a time (a group of 8 reads each codeword twice);
+// parts reduce in order after. Shared: group × (splits + 1 + K) floats, then parts × group × D for
+// the reduction, then the last-block flag. The last of the pair's S·R blocks to finish adds the
+// stages in order and divides by the softmax sums; it puts `done[bg]` and `alsoReset` (where given)
+// back to zero. Called, not inlined, with its dimensions as values, for the lookup step's 64
+// registers (lookupTables says why).
+__device__ GSRQ_NOINLINE void stageCombine(int heads, int kvHeads, int headDim, int D, int S, int R, int K, int splits,
+                                           int bg, int sr, const float* weights, const float* mIn, const float* lIn,
+                                           const __half* vb, float* part, unsigned* done, unsigned* alsoReset,
+                                           float* outFinal, float* smem)
+{
+    const int b = bg / kvHeads, g = bg % kvHeads, group = heads / kvHeads;
+    const int s = sr / R, r = sr % R, per = S * R * K;
+    const int parts = stageParts(D), lanes = D / kStageFeatures;
+    float* f = smem;               // group × splits
+    float* L = f + group * splits; // group
+    float* Wk = L + group;         // group × K merged weights of this stage
+    float* red = Wk + group * K;   // parts × group × D
+    splitScales(heads, group, splits, b, g, mIn, lIn, f, L);
+    __syncthreads();
+    for (int i = threadIdx.x; i < group * K; i += blockDim.x) {
+        const int h = i / K, k = i % K;
+        const std::int64_t o = (std::int64_t(b) * heads + g * group + h) * splits;
+        float a = 0;
+#pragma unroll 8
+        for (int t = 0; t < splits; ++t)
+            a += f[h * splits + t] * __ldcg(weights + (o + t) * per + sr * K + k);
+        Wk[i] = a;
+    }
+    __syncthreads();
+    const int j = int(threadIdx.x) % lanes, p = int(threadIdx.x) / lanes;
+    if (p < parts) {
+        const __half* C = vb + ((std::int64_t(g * S + s) * R + r) * K) * D + j * kStageFeatures;
+        for (int h0 = 0; h0 < group; h0 += kLookupTableHeads) {
+            float acc[kLookupTableHeads][kStageFeatures] = {};
+#pragma unroll kStageLoadsInFlight
+            for (int k = p; k < K; k += parts) {
+                const uint2 raw = __ldg(reinterpret_cast<const uint2*>(C + std::int64_t(k) * D));
+                __half2 lo, hi;
+                memcpy(&lo, &raw.x, sizeof lo); // bit casts (register moves)
+                memcpy(&hi, &raw.y, sizeof hi);
+                const float2 c01 = __half22float2(lo), c23 = __half22float2(hi);
+                const float c[kStageFeatures] = {c01.x, c01.y, c23.x, c23.y};
+#pragma unroll
+                for (int h = 0; h < kLookupTableHeads; ++h)
+                    if (h0 + h < group) {
+                        const float w = Wk[(h0 + h) * K + k];
+#pragma unroll
+                        for (int e = 0; e < kStageFeatures; ++e)
+                            acc[h][e] += w * c[e];
+                    }
+            }
+#pragma unroll
+            for (int h = 0; h < kLookupTableHeads; ++h)
+                if (h0 + h < group)
+#pragma unroll
+                    for (int e = 0; e < kStageFeatures; ++e)
+                        red[(p * group + h0 + h) * D + j * kStageFeatures + e] = acc[h][e];
+        }
+    }
+    __syncthreads();
+    float* out = part + ((std::int64_t(bg) * S + s) * R + r) * group * D;
+    for (int i = threadIdx.x; i < group * D; i += blockDim.x) {
+        float a = 0;
+        for (int q = 0; q < parts; ++q)
+            a += red[q * group * D + i];
+        out[i] = a;
+    }
+    // The last of the (sequence, KV head)'s S·R blocks to finish adds the stages in order (4 loads in
+    // flight), read through the L2, and divides by the softmax sums (an atomic count, left at zero
+    // for the next step).
+    int* lastFlag = reinterpret_cast<int*>(red + parts * group * D);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        *lastFlag = atomicAdd(&done[bg], 1u) == unsigned(S * R - 1);
+    __syncthreads();
+    if (!*lastFlag)
+        return;
+    for (int i = threadIdx.x; i < group * headDim; i += blockDim.x) {
+        const int h = i / headDim, jd = i % headDim, ss = jd / D, jj = jd % D;
+        const float* pp = part + ((std::int64_t(bg) * S + ss) * R) * group * D + h * D + jj;
+        float a = 0;
+#pragma unroll 4
+        for (int rr = 0; rr < R; ++rr)
+            a += __ldcg(pp + std::int64_t(rr) * group * D);
+        outFinal[(std::int64_t(b) * heads + g * group + h) * headDim + jd] = a / L[h];
+    }
+    if (threadIdx.x == 0) {
+        done[bg] = 0;
+        if (alsoReset)
+            *alsoReset = 0;
+    }
+}
+
+// The whole step in one launch (grid: B·G·S·R table blocks, B·H·splits split blocks, B·G·S·R combine
+// blocks), its blocks ordered by the ticket each draws (drawBlockTicket), not by blockIdx. The first
+// tickets make the tables, one block per (sequence, KV head, subspace, stage), and count themselves
+// done per (sequence, KV head); the next each take one query head's split, wait until its pair's
+// tables are all counted, read them through the L2, and count themselves done when their weights
+// are written; the last each take one (sequence, KV head, subspace, stage) of the combine, wait until
+// all the pair's splits are counted, and merge them (stageCombine). A block waits only on blocks with
+// earlier tickets, which are resident or finished and wait only on earlier ones still, down to the
+// table blocks, which wait on nothing: every wait ends (the decoupled look-back's argument), and each
+// costs a counter's round trip where a launch of its own cost a launch.
 //
 // A split block holds one head's tables and bins (S·R·K floats each, then S·R row maxima), so several
 // blocks fit on a multiprocessor. The softmax reference is known before the token loop
@@ -75,28 +219,41 @@ static_assert(kTablesThreads == kLookupThreads, "the tables and the splits are b
 // largest score falls more than kUnifiedMaxMargin below the bound (2^−64: weights could underflow
 // next to the split's largest), the loop runs again against that largest score, now known exactly.
 //
-// order: the ticket counter, then per (sequence, KV head) its table blocks done and its split blocks
-// past their wait; the last of those split blocks and the block with the last ticket put them back to
+// order (lookupOrderCounters): the ticket counter, then per (sequence, KV head) its table blocks done,
+// its split blocks past their wait and its split blocks done. The block that draws the last ticket,
+// the last split block of a pair past its wait and the last combine block of a pair put them back to
 // zero, so every launch leaves them zero for the next.
 __global__ void __launch_bounds__(kLookupThreads, kLookupMinBlocks)
     lookupStepKernel(DecodeDims d, const float* q, const __half* kb, float* tablesOut, const std::uint8_t* kc,
-                     const std::uint8_t* vc, float* weights, float* mOut, float* lOut, unsigned* order)
+                     const std::uint8_t* vc, float* weights, float* mOut, float* lOut, const __half* vb, float* part,
+                     unsigned* done, float* outFinal, unsigned* order)
 {
     float* smem = dynamicShared<float>();
     float* const red = sharedWarpValues();
     static_assert(kLookupThreads / 32 <= kMaxBlockWarps);
     const int S = d.subspacesPerHead(), M = d.subspaces(), R = d.stages, K = d.k;
     const int pairs = d.batch * d.kvHeads, tableBlocks = pairs * S * R;
-    const unsigned blocks = unsigned(tableBlocks) + unsigned(d.batch) * d.heads * d.splits;
+    const unsigned splitBlocks = unsigned(d.batch) * unsigned(d.heads) * unsigned(d.splits);
+    const unsigned blocks = 2 * unsigned(tableBlocks) + splitBlocks;
     const unsigned ticket = drawBlockTicket(order, blocks, red);
     unsigned* const tablesDone = order + 1;
     unsigned* const splitsPast = tablesDone + pairs;
-    gridDependencyTrigger(); // the combine's blocks may start (they wait for this launch)
+    unsigned* const splitsDone = splitsPast + pairs;
     if (ticket < unsigned(tableBlocks)) {
         const int bg = int(ticket) / (S * R), sr = int(ticket) % (S * R);
         lookupTables(d.heads, d.headDim, d.dim, d.group(), S, R, K, bg / d.kvHeads, bg % d.kvHeads, sr / R, sr % R, q,
                      kb, tablesOut, smem);
         countBlockDone(&tablesDone[bg]);
+        return;
+    }
+    if (ticket >= unsigned(tableBlocks) + splitBlocks) {
+        const unsigned item = ticket - unsigned(tableBlocks) - splitBlocks;
+        const int bg = int(item) / (S * R);
+        if (threadIdx.x == 0)
+            waitForCount(&splitsDone[bg], unsigned(d.group() * d.splits)); // the pair's weights are written
+        __syncthreads();
+        stageCombine(d.heads, d.kvHeads, d.headDim, d.dim, S, R, K, d.splits, bg, int(item) % (S * R), weights, mOut,
+                     lOut, vb, part, done, &splitsDone[bg], outFinal, smem);
         return;
     }
     const unsigned item = ticket - unsigned(tableBlocks);
@@ -215,137 +372,27 @@ __global__ void __launch_bounds__(kLookupThreads, kLookupMinBlocks)
         mOut[os] = ref;
         lOut[os] = l;
     }
+    countBlockDone(&splitsDone[bg]);
 }
 
-// The splits' scale factors of the group's heads (f = 2^(m_split − max), 0 for an empty split) into
-// f[h·splits + s], and their softmax sums L[h] = Σ f·l. Warp h takes head h's splits, 32 at a time
-// (its lanes' loads together), and reduces the maximum and the sum by shuffles.
-__device__ void splitScales(const DecodeDims& d, int b, int g, const float* mIn, const float* lIn, float* f, float* L)
-{
-    const int group = d.group(), h = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-    if (h >= group)
-        return;
-    const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits;
-    float Mx = -INFINITY;
-    for (int s = lane; s < d.splits; s += 32)
-        Mx = fmaxf(Mx, mIn[o + s]);
-    for (int off = 16; off > 0; off /= 2)
-        Mx = fmaxf(Mx, __shfl_xor_sync(0xffffffffu, Mx, off));
-    float l = 0;
-    for (int s = lane; s < d.splits; s += 32) {
-        const float m = mIn[o + s];
-        const float w = m == -INFINITY ? 0.f : exp2f(m - Mx);
-        f[h * d.splits + s] = w;
-        l += w * lIn[o + s];
-    }
-    for (int off = 16; off > 0; off /= 2)
-        l += __shfl_xor_sync(0xffffffffu, l, off);
-    if (lane == 0)
-        L[h] = l;
-}
-
-constexpr int kCombineThreads = kStageThreads;
-static_assert(kCombineThreads / 32 >= kMaxGroup, "splitScales takes a warp per head of the group");
-
-// Grid (B·G, S·R): one block per (sequence, KV head, subspace s, stage r), so the work spreads over
-// the device at batch 1 too. It merges the splits' weights of that stage's K codewords for the
-// group's heads (8 splits' loads in flight), then multiplies them with the stage's codewords:
-// part[b][g][s][r][h][D] (unscaled by the softmax sum). Thread (j, p) sums codewords k ≡ p mod parts
-// for features 4j..4j+3 (one 8-byte load each, 4 in flight); parts reduce in order after. Shared:
-// group × (splits + 1 + K) floats, then parts × group × D for the reduction. Its launch bounds name
-// one block a multiprocessor: with the block size alone nvcc 13 held it to 64 registers and spilled
-// (12 bytes stored, 32 loaded on sm_90); it takes 72 there, still 3 blocks a multiprocessor.
+// The paper path's combine (its bins kernel writes the splits' weights as the lookup step's split
+// blocks do): grid (B·G, S·R), one block per (sequence, KV head, subspace s, stage r), so the work
+// spreads over the device at batch 1 too. Its launch bounds name one block a multiprocessor: with
+// the block size alone nvcc 13 held it to 64 registers and spilled.
 __global__ void __launch_bounds__(kCombineThreads, 1)
     lookupStageKernel(DecodeDims d, const float* weights, const float* mIn, const float* lIn, const __half* vb,
                       float* part, unsigned* done, float* outFinal)
 {
-    float* smem = dynamicShared<float>();
-    const int bg = blockIdx.x, b = bg / d.kvHeads, g = bg % d.kvHeads, group = d.group();
-    const int sr = blockIdx.y, S = d.subspacesPerHead(), R = d.stages, K = d.k, D = d.dim;
-    const int s = sr / R, r = sr % R, per = S * R * K;
-    const int parts = stageParts(D), lanes = D / kStageFeatures;
-    gridDependencyWait();            // the split blocks' bins, maxima and sums are written
-    float* f = smem;                 // group × splits
-    float* L = f + group * d.splits; // group
-    float* Wk = L + group;           // group × K merged weights of this stage
-    float* red = Wk + group * K;     // parts × group × D
-    splitScales(d, b, g, mIn, lIn, f, L);
-    __syncthreads();
-    for (int i = threadIdx.x; i < group * K; i += blockDim.x) {
-        const int h = i / K, k = i % K;
-        const std::int64_t o = (std::int64_t(b) * d.heads + g * group + h) * d.splits;
-        float a = 0;
-#pragma unroll 8
-        for (int t = 0; t < d.splits; ++t)
-            a += f[h * d.splits + t] * weights[(o + t) * per + sr * K + k];
-        Wk[i] = a;
-    }
-    __syncthreads();
-    const int j = int(threadIdx.x) % lanes, p = int(threadIdx.x) / lanes;
-    if (p < parts) {
-        float acc[kMaxGroup][kStageFeatures] = {};
-        const __half* C = vb + ((std::int64_t(g * S + s) * R + r) * K) * D + j * kStageFeatures;
-#pragma unroll 4
-        for (int k = p; k < K; k += parts) {
-            const uint2 raw = __ldg(reinterpret_cast<const uint2*>(C + std::int64_t(k) * D));
-            __half2 lo, hi;
-            memcpy(&lo, &raw.x, sizeof lo); // bit casts (register moves)
-            memcpy(&hi, &raw.y, sizeof hi);
-            const float2 c01 = __half22float2(lo), c23 = __half22float2(hi);
-            const float c[kStageFeatures] = {c01.x, c01.y, c23.x, c23.y};
-#pragma unroll
-            for (int h = 0; h < kMaxGroup; ++h)
-                if (h < group) {
-                    const float w = Wk[h * K + k];
-#pragma unroll
-                    for (int e = 0; e < kStageFeatures; ++e)
-                        acc[h][e] += w * c[e];
-                }
-        }
-#pragma unroll
-        for (int h = 0; h < kMaxGroup; ++h)
-            if (h < group)
-#pragma unroll
-                for (int e = 0; e < kStageFeatures; ++e)
-                    red[(p * group + h) * D + j * kStageFeatures + e] = acc[h][e];
-    }
-    __syncthreads();
-    float* out = part + ((std::int64_t(bg) * S + s) * R + r) * group * D;
-    for (int i = threadIdx.x; i < group * D; i += blockDim.x) {
-        float a = 0;
-        for (int q = 0; q < parts; ++q)
-            a += red[q * group * D + i];
-        out[i] = a;
-    }
-    // The last of the (sequence, KV head)'s S·R blocks to finish adds the stages in order (4 loads in
-    // flight), read through the L2, and divides by the softmax sums (an atomic count, left at zero
-    // for the next step).
-    int* lastFlag = reinterpret_cast<int*>(red + parts * group * D);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        *lastFlag = atomicAdd(&done[bg], 1u) == unsigned(S * R - 1);
-    __syncthreads();
-    if (!*lastFlag)
-        return;
-    for (int i = threadIdx.x; i < group * d.headDim; i += blockDim.x) {
-        const int h = i / d.headDim, j = i % d.headDim, ss = j / D, jj = j % D;
-        const float* p = part + ((std::int64_t(bg) * S + ss) * R) * group * D + h * D + jj;
-        float a = 0;
-#pragma unroll 4
-        for (int rr = 0; rr < R; ++rr)
-            a += __ldcg(p + std::int64_t(rr) * group * D);
-        outFinal[(std::int64_t(b) * d.heads + g * group + h) * d.headDim + j] = a / L[h];
-    }
-    if (threadIdx.x == 0)
-        done[bg] = 0;
+    gridDependencyWait(); // the bins kernel's bins, maxima and sums are written
+    stageCombine(d.heads, d.kvHeads, d.headDim, d.dim, d.subspacesPerHead(), d.stages, d.k, d.splits, int(blockIdx.x),
+                 int(blockIdx.y), weights, mIn, lIn, vb, part, done, nullptr, outFinal, dynamicShared<float>());
 }
 
 // The dynamic shared memory each launch asks for (decode_math.h); the *SharedBytes functions add the
 // static arrays.
 std::size_t lookupDynamicBytes(const DecodeDims& d)
 {
-    return lookupStepDynamicBytes(d.group(), d.dim, d.subspacesPerHead(), d.stages, d.k, d.stagedCodes);
+    return lookupStepDynamicBytes(d.group(), d.splits, d.dim, d.subspacesPerHead(), d.stages, d.k, d.stagedCodes);
 }
 
 std::size_t lookupCombineDynamicBytes(const DecodeDims& d)
@@ -360,10 +407,8 @@ using detail::withGroup;
 
 bool lookupLaunchesChainable()
 {
-    cudaFuncAttributes step{}, combine{};
-    return cudaFuncGetAttributes(&step, lookupStepKernel) == cudaSuccess &&
-           cudaFuncGetAttributes(&combine, lookupStageKernel) == cudaSuccess && step.ptxVersion >= 90 &&
-           combine.ptxVersion >= 90;
+    cudaFuncAttributes combine{};
+    return cudaFuncGetAttributes(&combine, lookupStageKernel) == cudaSuccess && combine.ptxVersion >= 90;
 }
 
 std::size_t lookupSharedBytes(const DecodeDims& d)
@@ -373,20 +418,21 @@ std::size_t lookupSharedBytes(const DecodeDims& d)
 
 std::size_t lookupOrderCounters(const DecodeDims& d)
 {
-    return 1 + 2 * std::size_t(d.batch) * d.kvHeads;
+    return 1 + 3 * std::size_t(d.batch) * d.kvHeads;
 }
 
 cudaError_t launchLookupStep(const DecodeDims& d, const float* q, const std::uint16_t* kb, float* tables,
                              const std::uint8_t* kc, const std::uint8_t* vc, float* weights, float* m, float* l,
-                             unsigned* order, cudaStream_t stream)
+                             const std::uint16_t* vb, float* stagePartials, unsigned* done, float* out, unsigned* order,
+                             cudaStream_t stream)
 {
-    const unsigned blocks = unsigned(d.batch * d.kvHeads * d.subspacesPerHead() * d.stages) +
+    const unsigned blocks = 2 * unsigned(d.batch * d.kvHeads * d.subspacesPerHead() * d.stages) +
                             unsigned(d.batch) * unsigned(d.heads) * unsigned(d.splits);
     const std::size_t shm = lookupDynamicBytes(d);
     if (cudaError_t e = allowShared(lookupStepKernel, shm); e != cudaSuccess)
         return e;
     launch(lookupStepKernel, dim3(blocks), kLookupThreads, shm, stream, d, q, reinterpret_cast<const __half*>(kb),
-           tables, kc, vc, weights, m, l, order);
+           tables, kc, vc, weights, m, l, reinterpret_cast<const __half*>(vb), stagePartials, done, out, order);
     return cudaGetLastError();
 }
 

@@ -112,20 +112,26 @@ double fp16WaveEfficiency(const SplitPlan& plan, int batch, int kvHeads, int hea
                           std::int64_t(multiprocessors) * fp16ResidentBlocks(headDim, group, sharedOptin));
 }
 
-int lookupResidentBlocks(int subspaces, int stages, int k, std::size_t sharedOptin)
+// The lookup step's blocks all ask for the largest of its roles' shared memory
+// (lookupStepDynamicBytes): the split blocks', or the combine blocks' for the group at the most
+// splits the planner gives (their parts × group × D reduction is group × 4 KiB for any D below
+// 1,024: parts = 4·kStageThreads / D), which bounds the table blocks' scaled queries too.
+int lookupResidentBlocks(int group, int subspaces, int stages, int k, std::size_t sharedOptin)
 {
-    const std::size_t block =
-        lookupSplitDynamicBytes(subspaces, stages, k, lookupStagesCodes(subspaces, stages, k, sharedOptin)) +
-        kLookupSplitStaticBytes + 1024;
+    const std::size_t split =
+        lookupSplitDynamicBytes(subspaces, stages, k, lookupStagesCodes(subspaces, stages, k, sharedOptin));
+    const std::size_t combine = lookupCombineDynamicBytes(group, int(kLookupMaxSplits), k, 128);
+    const std::size_t block = std::max(split, combine) + kLookupSplitStaticBytes + 1024;
     const int byShared = int((sharedOptin + 1024) / block);
     return std::min({2048 / kLookupSplitThreads, kLookupMinBlocks, byShared});
 }
 
-SplitPlan planLookupSplits(std::int64_t tokens, int batch, int heads, int subspaces, int stages, int k,
+SplitPlan planLookupSplits(std::int64_t tokens, int batch, int heads, int group, int subspaces, int stages, int k,
                            int multiprocessors, std::size_t sharedOptin)
 {
     return planChainSplits(tokens, std::int64_t(batch) * heads,
-                           std::int64_t(multiprocessors) * lookupResidentBlocks(subspaces, stages, k, sharedOptin),
+                           std::int64_t(multiprocessors) *
+                               lookupResidentBlocks(group, subspaces, stages, k, sharedOptin),
                            kMinBinnedSplitTokens, kLookupMaxSplits);
 }
 
@@ -306,13 +312,22 @@ std::vector<KernelCost> decodeKernelCosts(DecodePath path, const DecodeCostCase&
         const double splitShared = blocks * (2.0 * per * 4.0 + per * 4.0 + rows * 4.0 + threads * rows * 4.0 +
                                              2.0 * (warps * 4.0 + threads * warps * 4.0) + per * 4.0) +
                                    tok * G * (rows * 12.0 + stagedPerToken);
-        // The ticket counter, and per pair the tables' and the splits' counts: each read and written.
-        const double counters = 8.0 + pairs * 16.0;
+        // The ticket counter, and per pair the tables' count, the splits' past their wait and the
+        // splits' done: each read and written.
+        const double counters = 8.0 + pairs * 24.0;
+        // Then the combine's blocks, as the paper path's combine launch (stageAndOut), each with its
+        // ticket; their bytes are the same distinct bytes of the same launch (the weights, maxima and
+        // sums written by the split blocks and read by them count as written and as read).
+        std::vector<KernelCost> combine;
+        stageAndOut(combine);
+        const KernelCost& st = combine.front();
+        const double combineTickets = tableBlocks * (4.0 + threads * 4.0);
         k.push_back({"lookup step",
-                     books + q + 2.0 * hq * per * 4.0 + 2.0 * codes + hq * P * per * 4.0 + hq * P * 8.0 + counters,
-                     (c.batch - 1.0) * books, tickets + tablesShared + splitShared,
-                     hq * per * D * 2.0 + tok * S * R * G * 2.0});
-        stageAndOut(k);
+                     books + q + 2.0 * hq * per * 4.0 + 2.0 * codes + hq * P * per * 4.0 + hq * P * 8.0 + counters +
+                         st.hbmBytes,
+                     (c.batch - 1.0) * books + st.l2Bytes,
+                     tickets + tablesShared + splitShared + combineTickets + st.sharedBytes,
+                     hq * per * D * 2.0 + tok * S * R * G * 2.0 + st.flops});
         return k;
     }
     // The paper path: the key's codewords gathered per token (each codeword's first read from HBM, the
@@ -398,13 +413,13 @@ LookupLatencyModel lookupLatencyModel(const DecodeCostCase& c, int multiprocesso
     LookupLatencyModel m;
     const int S = c.shape.headDim / c.dim, R = c.stages, K = c.k;
     const double rows = double(S) * R, per = rows * K;
-    m.blocksPerSm = lookupResidentBlocks(S, R, K, sharedOptin);
+    m.blocksPerSm = lookupResidentBlocks(c.shape.heads / c.shape.kvHeads, S, R, K, sharedOptin);
     const std::int64_t blocks = std::int64_t(c.batch) * c.shape.heads * c.splits;
     const std::int64_t slots = std::max<std::int64_t>(1, std::int64_t(multiprocessors) * std::max(1, m.blocksPerSm));
     m.waves = int((blocks + slots - 1) / slots);
     const std::int64_t per32 = splitLength(c.context, c.splits);
     m.tokensPerThread = (std::min(per32, c.context) + kLookupSplitThreads - 1) / kLookupSplitThreads;
-    m.launches = 2 * kLaunchSecondsEstimate;
+    m.launches = kLaunchSecondsEstimate; // the step is one launch
     // The table blocks' waves (they draw the first tickets, so they take the slots first), each
     // block's chain an HBM latency, then per codeword of a thread and up to kLookupTableHeads heads
     // its D/8 loads 4 at a time; then the split blocks' wait on their count (a round trip to the L2).
@@ -427,12 +442,20 @@ LookupLatencyModel lookupLatencyModel(const DecodeCostCase& c, int multiprocesso
             : n * (kHbmLatencyEstimate + work);
     const double chain = setup + walk;
     const auto kernels = decodeKernelCosts(DecodePath::Lookup, c);
-    const double splitBytes = kernels.empty() ? 0 : kernels[0].hbmBytes;
-    m.split = std::max(m.waves * chain, copyBytesPerSecond > 0 ? splitBytes / copyBytesPerSecond : 0.0);
+    const double stepBytes = kernels.empty() ? 0 : kernels[0].hbmBytes;
     const double parts = stageParts(c.dim), P = c.splits;
-    m.combine = (2.0 * std::ceil(P / 32.0) + std::ceil(P / 8.0) + std::ceil(K / parts / 4.0) + std::ceil(R / 4.0)) *
+    // The combine blocks wait on their pair's count of finished splits (an L2 round trip), then as
+    // the stage combine: its codeword loads kStageLoadsInFlight (4 on Hopper) at a time, a pass per
+    // kLookupTableHeads of the group's heads.
+    const double headPasses = std::ceil(double(c.shape.heads / c.shape.kvHeads) / kLookupTableHeads);
+    m.combine = (1.0 + 2.0 * std::ceil(P / 32.0) + std::ceil(P / 8.0) + headPasses * std::ceil(K / parts / 4.0) +
+                 std::ceil(R / 4.0)) *
                     kL2LatencyEstimate +
                 kHbmLatencyEstimate;
+    // The split blocks' waves, or, if longer, what of the step's bytes at the copy rate the tables
+    // and the combine do not already account for.
+    const double floor = copyBytesPerSecond > 0 ? stepBytes / copyBytesPerSecond - m.tables - m.combine : 0.0;
+    m.split = std::max(m.waves * chain, floor);
     m.seconds = m.launches + m.tables + m.split + m.combine;
     return m;
 }
@@ -468,7 +491,9 @@ PaperLatencyModel paperLatencyModel(const DecodeCostCase& c, int multiprocessors
     m.launches = 2 * kLaunchSecondsEstimate;
     if (c.paperBins) {
         const double parts = stageParts(c.dim), P = c.splits;
-        m.combine = (2.0 * std::ceil(P / 32.0) + std::ceil(P / 8.0) + std::ceil(K / parts / 4.0) + std::ceil(R / 4.0)) *
+        const double headPasses = std::ceil(double(group) / kLookupTableHeads);
+        m.combine = (2.0 * std::ceil(P / 32.0) + std::ceil(P / 8.0) + headPasses * std::ceil(K / parts / 4.0) +
+                     std::ceil(R / 4.0)) *
                         kL2LatencyEstimate +
                     kHbmLatencyEstimate;
     } else {
@@ -566,12 +591,11 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
             const int sms = model.info.multiprocessors;
             const SplitPlan binned = planPaperSplits(ctx, batch, o.shape, dim, stages, k, true, sms, model.sharedOptin);
             const SplitPlan lookupPlan =
-                planLookupSplits(ctx, batch, o.shape.heads, S, stages, k, sms, model.sharedOptin);
+                planLookupSplits(ctx, batch, o.shape.heads, group, S, stages, k, sms, model.sharedOptin);
             // The shared memory the launches would ask for (decode_math.h), against the device's opt-in.
             const std::size_t combine = lookupCombineDynamicBytes(group, binned.splits, k, dim);
             const std::size_t lookupSplit =
-                std::max(lookupSplitDynamicBytes(S, stages, k, false) + kLookupSplitStaticBytes,
-                         lookupCombineDynamicBytes(group, lookupPlan.splits, k, dim));
+                lookupStepDynamicBytes(group, lookupPlan.splits, dim, S, stages, k, false) + kLookupSplitStaticBytes;
             const bool paperBins =
                 std::max(paperBinsDynamicBytes(group, S, stages, k) + paperBinsStaticBytes(compiledGroupOf(group)),
                          combine) <= model.sharedOptin;
@@ -584,7 +608,7 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
                 if (const auto why = decodeShapeProblem(o.shape, dim, stages, k); !why.empty()) {
                     p.skipped = why;
                 } else if (path == DecodePath::Lookup && lookupSplit > model.sharedOptin) {
-                    p.skipped = cat("the lookup path's tables and bins need ", lookupSplit / 1024,
+                    p.skipped = cat("the lookup path's blocks need ", lookupSplit / 1024,
                                     " KiB of shared memory per block; the ", model.info.name, " has ",
                                     model.sharedOptin / 1024);
                 } else {

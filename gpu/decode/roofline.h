@@ -35,13 +35,14 @@ int fp16ResidentBlocks(int headDim, int group, std::size_t sharedOptin); // per 
 double fp16WaveEfficiency(const SplitPlan& plan, int batch, int kvHeads, int headDim, int group, int multiprocessors,
                           std::size_t sharedOptin);
 // The lookup path's splits: a block per (split, query head, sequence), its resident blocks per
-// multiprocessor from its shared memory (one head's tables, bins and row maxima) and its
-// __launch_bounds__ (kLookupMinBlocks), then the split count with the shortest critical path, as
+// multiprocessor from the step's shared memory (one head's tables, bins and row maxima, or the
+// combine blocks' for the GQA group and at most kLookupMaxSplits splits) and its __launch_bounds__
+// (kLookupMinBlocks), then the split count with the shortest critical path, as
 // for the paper path below (its threads walk their tokens one after another), none under
 // kMinBinnedSplitTokens, at most kLookupMaxSplits (each split's bins are written and merged).
 inline constexpr std::int64_t kLookupMaxSplits = 64;
-int lookupResidentBlocks(int subspaces, int stages, int k, std::size_t sharedOptin);
-SplitPlan planLookupSplits(std::int64_t tokens, int batch, int heads, int subspaces, int stages, int k,
+int lookupResidentBlocks(int group, int subspaces, int stages, int k, std::size_t sharedOptin);
+SplitPlan planLookupSplits(std::int64_t tokens, int batch, int heads, int group, int subspaces, int stages, int k,
                            int multiprocessors, std::size_t sharedOptin);
 // The paper path's kernels, the bins kernel (`bins`) or the split kernel that sums value codewords:
 // resident blocks per multiprocessor from their 128 threads, the registers nvcc gives them on sm_90
@@ -110,20 +111,20 @@ inline constexpr double kL2LatencyEstimate = 0.3e-6;
 Fp16LatencyModel fp16LatencyModel(const DecodeCostCase& c, int multiprocessors, std::size_t sharedOptin,
                                   double copyBytesPerSecond);
 
-// The same kind of latency model for the lookup path's two launches (estimates, with the FP16
-// model's constants and a shared-memory read or atomic on a thread's path of 30 ns): in the step
-// launch, the table blocks' waves (each an HBM latency and a thread's D/8 codeword loads from the L2,
-// 4 in flight, per codeword and kLookupTableHeads heads) and the split blocks' wait for their count
-// (an L2 round trip); the split blocks' waves,
-// each block copying its tables in (a load of 8 per thread in flight at a time) and then walking its
-// tokens a thread at a time, each token's S·R table reads and bin atomics in a chain, and its codes'
-// HBM latency too where they are not staged (where they are, the next token's codes are in flight
-// during this one's work), or the step's bytes at the copy rate if longer; the combine, whose warps
-// read the splits' maxima and sums 32 splits at a time (twice), whose threads merge the splits'
-// weights 8 at a time and read their K/parts codewords 4 at a time, and whose last block adds the R
-// stages 4 at a time.
+// The same kind of latency model for the lookup path's one launch (estimates, with the FP16 model's
+// constants and a shared-memory read or atomic on a thread's path of 30 ns): the table blocks' waves
+// (each an HBM latency and a thread's D/8 codeword loads from the L2, 4 in flight, per codeword and
+// kLookupTableHeads heads) and the split blocks' wait for their count (an L2 round trip); the split
+// blocks' waves, each block copying its tables in (a load of 8 per thread in flight at a time) and
+// then walking its tokens a thread at a time, each token's S·R table reads and bin atomics in a
+// chain, and its codes' HBM latency too where they are not staged (where they are, the next token's
+// codes are in flight during this one's work), or if longer the step's bytes at the copy rate less
+// the table and combine terms; the combine blocks' wait for their count (an L2 round trip), then
+// their warps reading the splits' maxima and sums 32 splits at a time (twice), their threads merging
+// the splits' weights 8 at a time and reading their K/parts codewords 4 at a time per
+// kLookupTableHeads heads, and the last block adding the R stages 4 at a time.
 struct LookupLatencyModel {
-    double seconds = 0; // 2 launches + tables + split + combine
+    double seconds = 0; // 1 launch + tables + split + combine
     double launches = 0, tables = 0, split = 0, combine = 0;
     int waves = 0, blocksPerSm = 0;
     std::int64_t tokensPerThread = 0;

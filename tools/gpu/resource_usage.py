@@ -19,11 +19,11 @@ and so of gpu/cluster/fused_argmax.cu's fusedScoreArgmaxKernel<D> for every D it
 of the paper kernels (paperBinsKernel, paperDecodeKernel) on sm_90, at most the registers the paper
 path's latency model assumes (decode_math.h, kPaperBinsRegisters, kPaperBinsWalkRegisters and
 kPaperSplitRegisters), no spills.
-And of gpu/decode/lookup_kernels.cu's lookupStepKernel (the tables' and the splits' blocks of one
-launch), what lookupResidentBlocks assumes: 256 threads at no more registers than kLookupMinBlocks (4)
-blocks allow, no spills or stack frame (nor in lookupTables, the table blocks' call), and its static
-shared memory kLookupSplitStaticBytes (a float per warp of kMaxBlockWarps); and no spills in its
-combine, lookupStageKernel.
+And of gpu/decode/lookup_kernels.cu's lookupStepKernel (the tables', the splits' and the combine's
+blocks of one launch), what lookupResidentBlocks assumes: 256 threads at no more registers than
+kLookupMinBlocks (4) blocks allow, no spills or stack frame (nor in lookupTables and stageCombine,
+the table and combine blocks' calls), and its static shared memory kLookupSplitStaticBytes (a float
+per warp of kMaxBlockWarps); and no spills in the paper path's combine, lookupStageKernel.
 Prints a table; exit 0 when every instance meets the plan, 1 when one does not, 2 on bad input.
 """
 
@@ -166,6 +166,28 @@ def parse(report, key=lambda name: (lambda k: (int(k.group(1)), int(k.group(2)))
     return out
 
 
+def called_functions(report, names):
+    """(name, problem) for every copy of the device functions whose mangled names contain one of
+    `names`: problem is "" where ptxas gave it no stack frame and no spills."""
+    out = []
+    lines = report.splitlines()
+    for i, line in enumerate(lines):
+        m = re.search(r"Function properties for (\S+)", line)
+        if not m or not any(n in m.group(1) for n in names):
+            continue
+        name = next(n for n in names if n in m.group(1)).lstrip("0123456789")
+        frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
+                          lines[i + 1] if i + 1 < len(lines) else "")
+        if not frame:
+            out.append((name, "no stack and spill line in ptxas' report"))
+        elif any(int(x) for x in frame.groups()):
+            out.append((name, f"{frame.group(1)} bytes of stack frame, "
+                              f"{int(frame.group(2)) + int(frame.group(3))} bytes of spills"))
+        else:
+            out.append((name, ""))
+    return out
+
+
 def check_assumed(arch, kernel, r, want, rows, bad):
     """One kernel's ptxas report r (None: not in it) against the registers a latency model assumes."""
     what = f"sm_{arch} {kernel}"
@@ -227,24 +249,24 @@ def main():
                 bad.append(f"{what}: {r['smem']} bytes of static shared memory, the plan has none")
             if blocks < plan:
                 bad.append(f"{what}: {blocks} blocks per multiprocessor, the plan {plan}")
-        lookup = parse(compile_report(a.nvcc, arch, LOOKUP_SOURCE),
+        lookup_report = compile_report(a.nvcc, arch, LOOKUP_SOURCE)
+        lookup = parse(lookup_report,
                        key=lambda name: "lookupStepKernel" if "16lookupStepKernel" in name else
-                       "lookupTables" if "12lookupTables" in name else
                        "lookupStageKernel" if "17lookupStageKernel" in name else None)
+        # The step's roles, called rather than inlined (the table blocks' and the combine blocks'),
+        # every copy ptxas makes of them: nothing to local memory, no spills and no stack frame.
+        for name, frame in called_functions(lookup_report, ("12lookupTables", "12stageCombine")):
+            if frame:
+                bad.append(f"sm_{arch} {name}: {frame}")
+        for name in ("lookupTables", "stageCombine"):
+            if f"12{name}" not in lookup_report:
+                bad.append(f"sm_{arch} {name}: not found in ptxas' report")
         stage = lookup.get("lookupStageKernel")
         if stage is None:
             bad.append(f"sm_{arch} lookupStageKernel: not found in ptxas' report")
         elif stage.get("spill_stores", 0) + stage.get("spill_loads", 0):
             bad.append(f"sm_{arch} lookupStageKernel: "
                        f"{stage.get('spill_stores', 0) + stage.get('spill_loads', 0)} bytes of spills")
-        # The table blocks' code, called rather than inlined: within the kernel's registers, nothing
-        # to local memory (no spills, no stack frame for the call).
-        tables = lookup.get("lookupTables")
-        if tables is None:
-            bad.append(f"sm_{arch} lookupTables: not found in ptxas' report")
-        elif tables.get("spill_stores", 0) + tables.get("spill_loads", 0) + tables.get("stack", 0):
-            bad.append(f"sm_{arch} lookupTables: {tables.get('stack', 0)} bytes of stack frame, "
-                       f"{tables.get('spill_stores', 0) + tables.get('spill_loads', 0)} bytes of spills")
         what = f"sm_{arch} lookupStepKernel"
         if "lookupStepKernel" not in lookup:
             bad.append(f"{what}: not found in ptxas' report")
