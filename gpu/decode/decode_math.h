@@ -106,8 +106,8 @@ GSRQ_HD constexpr int lookupStagedBytes(int subspaces, int bytesPerToken)
 {
     return 2 * subspaces * bytesPerToken <= kLookupStagedBytes ? 2 * subspaces * bytesPerToken : 0;
 }
-// A split block of the lookup step, one per query head and split: its tables and bins, S·R·K floats each, the
-// tables' S·R row maxima, then the staged codes where `staged`.
+// A split block of the lookup step, one per query head and split: its tables and bins, S·R·K floats
+// each, the tables' S·R row maxima, then the staged codes where `staged`.
 inline std::size_t lookupSplitDynamicBytes(int subspaces, int stages, int k, bool staged)
 {
     return 2 * paperBinsDynamicBytes(1, subspaces, stages, k) + std::size_t(subspaces) * stages * sizeof(float) +
@@ -226,8 +226,8 @@ GSRQ_HD constexpr std::size_t paperSplitDynamicBytes(int compiledGroup, int head
     return paperSplitPartialBytes(compiledGroup, headDim) + kPaperRopeWalkBytes;
 }
 inline constexpr std::size_t kLookupSplitStaticBytes = kMaxBlockWarps * sizeof(float);
-// Whether the lookup step's split blocks stage their tokens' codes on a device with `sharedOptin` bytes of
-// shared memory per block: where they are small enough and the block with them still fits.
+// Whether the lookup step's split blocks stage their tokens' codes on a device with `sharedOptin`
+// bytes of shared memory per block: where they are small enough and the block with them still fits.
 inline bool lookupStagesCodes(int subspaces, int stages, int k, std::size_t sharedOptin)
 {
     return lookupStagedBytes(subspaces, packedCodeBytes(stages, k)) > 0 &&

@@ -105,16 +105,15 @@ static_assert(kCombineThreads == kLookupThreads, "the combine's blocks are block
 // weights of that stage's K codewords for the group's heads (8 splits' loads in flight), then
 // multiplies them with the stage's codewords: part[b][g][s][r][h][D] (unscaled by the softmax sum).
 // Thread (j, p) sums codewords k ≡ p mod parts for features 4j..4j+3 (one 8-byte load each,
-// kStageLoadsInFlight in flight) for up to kLookupTableHeads heads at a time (a group of 8 reads each codeword twice);
-// parts reduce in order after. Shared: group × (splits + 1 + K) floats, then parts × group × D for
-// the reduction, then the last-block flag. The last of the pair's S·R blocks to finish adds the
-// stages in order and divides by the softmax sums; it puts `done[bg]` and `alsoReset` (where given)
-// back to zero. Called, not inlined, with its dimensions as values, for the lookup step's 64
-// registers (lookupTables says why).
-__device__ GSRQ_NOINLINE void stageCombine(int heads, int kvHeads, int headDim, int D, int S, int R, int K, int splits,
+// kStageLoadsInFlight in flight) for up to kLookupTableHeads heads at a time (a group of 8 reads each
+// codeword twice); parts reduce in order after. Shared: group × (splits + 1 + K) floats, then parts ×
+// group × D for the reduction, then the last-block flag. The last of the pair's S·R blocks to finish
+// adds the stages in order, divides by the softmax sums, puts `done[bg]` back to zero and returns
+// true (in every thread); the others return false. Called, not inlined, with its dimensions as
+// values, for the lookup step's 64 registers (lookupTables says why).
+__device__ GSRQ_NOINLINE bool stageCombine(int heads, int kvHeads, int headDim, int D, int S, int R, int K, int splits,
                                            int bg, int sr, const float* weights, const float* mIn, const float* lIn,
-                                           const __half* vb, float* part, unsigned* done, unsigned* alsoReset,
-                                           float* outFinal, float* smem)
+                                           const __half* vb, float* part, unsigned* done, float* outFinal, float* smem)
 {
     const int b = bg / kvHeads, g = bg % kvHeads, group = heads / kvHeads;
     const int s = sr / R, r = sr % R, per = S * R * K;
@@ -183,7 +182,7 @@ __device__ GSRQ_NOINLINE void stageCombine(int heads, int kvHeads, int headDim, 
         *lastFlag = atomicAdd(&done[bg], 1u) == unsigned(S * R - 1);
     __syncthreads();
     if (!*lastFlag)
-        return;
+        return false;
     for (int i = threadIdx.x; i < group * headDim; i += blockDim.x) {
         const int h = i / headDim, jd = i % headDim, ss = jd / D, jj = jd % D;
         const float* pp = part + ((std::int64_t(bg) * S + ss) * R) * group * D + h * D + jj;
@@ -193,11 +192,9 @@ __device__ GSRQ_NOINLINE void stageCombine(int heads, int kvHeads, int headDim, 
             a += __ldcg(pp + std::int64_t(rr) * group * D);
         outFinal[(std::int64_t(b) * heads + g * group + h) * headDim + jd] = a / L[h];
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0)
         done[bg] = 0;
-        if (alsoReset)
-            *alsoReset = 0;
-    }
+    return true;
 }
 
 // The whole step in one launch (grid: B·G·S·R table blocks, B·H·splits split blocks, B·G·S·R combine
@@ -252,8 +249,10 @@ __global__ void __launch_bounds__(kLookupThreads, kLookupMinBlocks)
         if (threadIdx.x == 0)
             waitForCount(&splitsDone[bg], unsigned(d.group() * d.splits)); // the pair's weights are written
         __syncthreads();
-        stageCombine(d.heads, d.kvHeads, d.headDim, d.dim, S, R, K, d.splits, bg, int(item) % (S * R), weights, mOut,
-                     lOut, vb, part, done, &splitsDone[bg], outFinal, smem);
+        const bool last = stageCombine(d.heads, d.kvHeads, d.headDim, d.dim, S, R, K, d.splits, bg, int(item) % (S * R),
+                                       weights, mOut, lOut, vb, part, done, outFinal, smem);
+        if (last && threadIdx.x == 0)
+            splitsDone[bg] = 0; // every combine block of the pair has passed its wait
         return;
     }
     const unsigned item = ticket - unsigned(tableBlocks);
@@ -385,7 +384,7 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
 {
     gridDependencyWait(); // the bins kernel's bins, maxima and sums are written
     stageCombine(d.heads, d.kvHeads, d.headDim, d.dim, d.subspacesPerHead(), d.stages, d.k, d.splits, int(blockIdx.x),
-                 int(blockIdx.y), weights, mIn, lIn, vb, part, done, nullptr, outFinal, dynamicShared<float>());
+                 int(blockIdx.y), weights, mIn, lIn, vb, part, done, outFinal, dynamicShared<float>());
 }
 
 // The dynamic shared memory each launch asks for (decode_math.h); the *SharedBytes functions add the

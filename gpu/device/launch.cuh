@@ -29,9 +29,9 @@ inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t shar
 }
 
 // Enqueues the launch as a programmatic dependent of the stream's previous one where `chained`
-// (Hopper and later: the CUDA programming guide's programmatic dependent launch): its blocks may start
-// once every block of that launch has started or called gridDependencyTrigger(), and must call
-// gridDependencyWait() before they read what it wrote. Elsewhere (and in the emulator, which runs
+// (Hopper and later: the CUDA programming guide's programmatic dependent launch): its launch is
+// prepared while that one runs, its blocks start as that one's finish (none of ours signals earlier),
+// and they must call gridDependencyWait() before they read what it wrote. Elsewhere (and in the emulator, which runs
 // launches one after another) an ordinary launch. The status is cudaGetLastError()'s, as above.
 template <class... P>
 inline void launchChained(bool chained, void (*kernel)(P...), dim3 grid, dim3 block, std::size_t sharedBytes,
@@ -60,19 +60,12 @@ inline void launchChained(bool chained, void (*kernel)(P...), dim3 grid, dim3 bl
 }
 
 // In a launch made by launchChained: waits until the launch it depends on has finished and its
-// writes are visible (griddepcontrol.wait); lets the stream's next chained launch start its blocks
-// (griddepcontrol.launch_dependents). Both do nothing before sm_90, in an ordinary launch, and in
+// writes are visible (griddepcontrol.wait). Does nothing before sm_90, in an ordinary launch, and in
 // the emulator.
 __device__ __forceinline__ void gridDependencyWait()
 {
 #if !defined(GSRQ_CUDA_EMULATOR) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void gridDependencyTrigger()
-{
-#if !defined(GSRQ_CUDA_EMULATOR) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 
