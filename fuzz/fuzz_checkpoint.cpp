@@ -2,15 +2,15 @@
 #include "fuzz_input.h"
 
 #include "core/base/error.h"
-#include "core/lm/llama2c.h"
+#include "core/lm/llama2c_model.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
 {
     using namespace gsrq::fuzz;
     const auto path = writeInput("model.bin", {reinterpret_cast<const char*>(data), size});
     try {
-        const auto model = gsrq::Llama2cModel::load(path);
-        gsrq::Llama2cModel::Cache cache;
+        const auto model = gsrq::loadLlama2cModel(path);
+        gsrq::TransformerModel::Cache cache;
         const std::int32_t token = 0;
         (void)model.forward({&token, 1}, cache);
     } catch (const gsrq::Error&) {

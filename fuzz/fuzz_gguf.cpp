@@ -8,7 +8,6 @@
 #include "core/io/gguf.h"
 #include "core/lm/gguf_model.h"
 #include "core/lm/gguf_tokenizer.h"
-#include "core/lm/llama2c.h"
 
 #include <vector>
 
@@ -29,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         } catch (const gsrq::Error&) {
         }
         try { // the forward pass's weights: every tensor checked against the hyperparameters first
-            (void)gsrq::Llama2cModel::loadGguf(path);
+            (void)gsrq::loadGgufModel(f);
         } catch (const gsrq::Error&) {
         }
         std::vector<float> values;

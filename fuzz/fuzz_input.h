@@ -1,6 +1,6 @@
 #pragma once
 // Shared by the fuzz targets: inputs reach the readers as files, through the same entry points the
-// CLI and the app call (KvDump::open, readCodebookFile, Llama2cModel::load, ...), in a scratch
+// CLI and the app call (KvDump::open, readCodebookFile, loadLlama2cModel, ...), in a scratch
 // directory of this process (on /dev/shm when it exists). Errors the readers raise (gsrq::Error) are
 // the expected outcome of bad input; anything else escapes and the fuzzer reports it.
 

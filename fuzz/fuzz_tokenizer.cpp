@@ -3,7 +3,7 @@
 #include "fuzz_input.h"
 
 #include "core/base/error.h"
-#include "core/lm/llama2c.h"
+#include "core/lm/llama2c_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size)
 {

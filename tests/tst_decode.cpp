@@ -3,6 +3,7 @@
 // against naive attention on decoded keys and values; GQA mapping; RoPE far past 64K positions.
 
 #include "core/base/error.h"
+#include "core/decode/decode_sweep.h"
 #include "core/lm/decode_cache.h"
 #include "test_util.h"
 
@@ -155,6 +156,104 @@ private slots:
             QVERIFY2(std::abs(far - near) <= 1e-8 * q.norm() * k.norm(), qPrintable(QString::number(base)));
             QVERIFY(std::abs(ropeRow(k, 128, base, inv).norm() - k.norm()) <= 1e-12 * k.norm());
         }
+    }
+
+    // One decode step's bytes, the one definition every backend's points carry: FP16 rows, or the codes
+    // of keys and values plus both codebooks once; and the FP32 queries in and outputs out.
+    void layerBytesAreTheCacheBooksAndIo()
+    {
+        const DecodeStepCase c{{32, 8, 128}, 128, 16, 256, 32768, 4};
+        const auto cb = cacheBytes(32768 * 4, c.shape, 128, 16, 256);
+        const auto fp16 = layerBytes(DecodePath::Fp16, c), lookup = layerBytes(DecodePath::Lookup, c);
+        QCOMPARE(fp16.cache, cb.fp16);
+        QCOMPARE(fp16.codebooks, 0.0);
+        QCOMPARE(fp16.io, 2.0 * 4 * 32 * 128 * 4);
+        QCOMPARE(lookup.cache, cb.codes);
+        QCOMPARE(lookup.codebooks, cb.codebooks);
+        QCOMPARE(layerBytes(DecodePath::Paper, c).total(), lookup.total());
+        QCOMPARE(fp16.total(), fp16.cache + fp16.io);
+    }
+
+    // The driver: batches outside, contexts inside; a cell's skip reason on every path; a failed check
+    // reported at once and not timed; bytes from layerBytes; speed-ups paired by repetition or as the
+    // ratio of medians, as the backend says; the roofline fraction from the backend's model.
+    void sweepDriverWalksTheGridAndFillsEachPoint()
+    {
+        struct Fake final : DecodeSweepBackend {
+            bool paired = true;
+            std::vector<std::pair<int, std::int64_t>> cells;
+            std::string prepare(int batch, std::int64_t ctx) override
+            {
+                cells.emplace_back(batch, ctx);
+                return ctx == 64 ? "too long for this machine" : "";
+            }
+            bool check(DecodeBenchPoint& p) override
+            {
+                if (p.path != DecodePath::Paper)
+                    return true;
+                p.skipped = "failed verification";
+                return false;
+            }
+            // FP16 takes 4, 4, 8 and every other path 1, 8, 2 (per repetition): medians 4 and 2.
+            std::vector<std::vector<double>> time(const std::vector<DecodeBenchPoint>& points,
+                                                  const std::function<bool()>&) override
+            {
+                std::vector<std::vector<double>> t;
+                for (const auto& p : points)
+                    t.push_back(p.path == DecodePath::Fp16 ? std::vector<double>{4, 4, 8}
+                                                           : std::vector<double>{1, 8, 2});
+                return t;
+            }
+            void model(DecodeBenchPoint& p) override { p.roofline.seconds = 1; }
+            bool pairsRepetitions() const override { return paired; }
+        } fake;
+        DecodeBenchOptions o;
+        o.shape = {8, 2, 64};
+        o.batches = {1, 2};
+        o.contexts = {16, 64};
+        o.paths = {DecodePath::Fp16, DecodePath::Paper, DecodePath::Lookup};
+        DecodeBenchReport rep;
+        rep.dim = 64;
+        rep.stages = 4;
+        rep.k = 256;
+        int seen = 0;
+        runDecodeSweep(o, rep, fake, [&](const DecodeBenchPoint&) { ++seen; }, {});
+        QCOMPARE(fake.cells, (std::vector<std::pair<int, std::int64_t>>{{1, 16}, {1, 64}, {2, 16}, {2, 64}}));
+        QCOMPARE(rep.points.size(), std::size_t(12));
+        QCOMPARE(seen, 12);
+        // Cell (1, 16): the failed check first (reported at once), then the timed ones.
+        QCOMPARE(rep.points[0].path, DecodePath::Paper);
+        QCOMPARE(rep.points[0].seconds, 0.0);
+        const auto& f = rep.points[1];
+        const auto& l = rep.points[2];
+        QCOMPARE(f.path, DecodePath::Fp16);
+        QCOMPARE(l.path, DecodePath::Lookup);
+        QCOMPARE(f.seconds, 4.0);
+        QCOMPARE(l.seconds, 2.0);
+        QCOMPARE(f.minSeconds, 4.0);
+        QCOMPARE(l.maxSeconds, 8.0);
+        QCOMPARE(f.speedupVsFp16, 1.0);
+        // Paired: the median of 4/1, 4/8, 8/2 = 4, 0.5, 4 → 4; the ratio of medians would be 2.
+        QCOMPARE(l.speedupVsFp16, 4.0);
+        const DecodeStepCase c{o.shape, 64, 4, 256, 16, 1};
+        QCOMPARE(f.bytes, layerBytes(DecodePath::Fp16, c).total());
+        QCOMPARE(l.bytes, layerBytes(DecodePath::Lookup, c).total());
+        QCOMPARE(l.bytesPerSecond, l.bytes / 2.0);
+        QCOMPARE(l.rooflineFraction, 0.5);
+        // Cell (1, 64): skipped on every path, with the backend's reason.
+        for (int i = 3; i < 6; ++i)
+            QCOMPARE(rep.points[std::size_t(i)].skipped, std::string("too long for this machine"));
+        // Ratio of medians where the backend does not pair repetitions.
+        fake.paired = false;
+        DecodeBenchReport rep2 = rep;
+        rep2.points.clear();
+        runDecodeSweep(o, rep2, fake, {}, {});
+        QCOMPARE(rep2.points[2].speedupVsFp16, 2.0);
+        // A stop before the first cell leaves the report empty.
+        DecodeBenchReport rep3 = rep2;
+        rep3.points.clear();
+        runDecodeSweep(o, rep3, fake, {}, [] { return true; });
+        QVERIFY(rep3.points.empty());
     }
 
     void cacheBytesOfOneBpa()

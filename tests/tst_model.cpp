@@ -8,10 +8,16 @@
 #include "core/cluster/codebook_file.h"
 #include "core/decode/cpu_decode.h"
 #include "core/decode/generate.h"
+#include "core/jobs/codebook_perplexity.h"
 #include "core/jobs/run_records.h"
-#include "core/lm/llama2c.h"
+#include "core/lm/gguf_model.h"
+#include "core/lm/gguf_tokenizer.h"
+#include "core/lm/llama2c_model.h"
+#include "core/lm/llama2c_tokenizer.h"
+#include "core/lm/open_model.h"
 #include "core/lm/perplexity.h"
 #include "core/lm/quant_matvec.h"
+#include "core/lm/sequences.h"
 #include "test_util.h"
 
 #include <QJsonArray>
@@ -65,6 +71,7 @@ private slots:
     void badCheckpointsAreRefused();
     void reflowJoinsParagraphs();
     void tokenizerMergesByScore();
+    void openModelGivesModelAndVocabulary();
     void exactCodebooksLeavePerplexityUnchanged();
     void postRopeCodebooksRoundTrip();
     void cliReportsAndRefuses();
@@ -80,7 +87,7 @@ private:
 
 void TestModel::loadsTheBundledModel()
 {
-    const auto m = Llama2cModel::load(modelPath());
+    const auto m = loadLlama2cModel(modelPath());
     const auto& c = m.config();
     QCOMPARE(c.dim, 64);
     QCOMPARE(c.hidden, 172);
@@ -99,11 +106,11 @@ void TestModel::loadsTheBundledModel()
 // whole sequence at once (float rounding of different GEMM shapes: 1e-4 of the logits' scale).
 void TestModel::incrementalEqualsWholeSequence()
 {
-    const auto m = Llama2cModel::load(modelPath());
+    const auto m = loadLlama2cModel(modelPath());
     const auto tok = Llama2cTokenizer::load(tokenizerPath(), 512);
     auto ids = tok.encode("Once upon a time, there was a little girl named Lily.");
     ids.insert(ids.begin(), Llama2cTokenizer::kBos);
-    Llama2cModel::Cache whole, step;
+    TransformerModel::Cache whole, step;
     const MatrixRF all = m.forward(ids, whole);
     QCOMPARE(whole.length, int(ids.size()));
     for (std::size_t t = 0; t < ids.size(); ++t) {
@@ -124,7 +131,7 @@ void TestModel::badCheckpointsAreRefused()
         const auto path = test::pathIn(m_dir, "bad.bin");
         writeBytes(path, bytes);
         try {
-            Llama2cModel::load(path);
+            loadLlama2cModel(path);
             QFAIL("a bad checkpoint must be refused");
         } catch (const Error& e) {
             QCOMPARE(e.kind(), ErrorKind::InvalidInput);
@@ -196,11 +203,75 @@ void TestModel::tokenizerMergesByScore()
     }
 }
 
+// One entry opens either format once and hands back the model with its vocabulary behind the one
+// interface: what the format-specific loaders give, id for id and logit for logit.
+void TestModel::openModelGivesModelAndVocabulary()
+{
+    const std::string text = "Once upon a time, there was a little girl named Lily.";
+    const auto opened = openModel(modelPath(), tokenizerPath());
+    QCOMPARE(opened.format, ModelFormat::Llama2c);
+    QVERIFY(opened.tokenizer);
+    QCOMPARE(opened.tokenizer->name(), std::string("llama2.c"));
+    QCOMPARE(opened.tokenizer->bos(), std::optional<std::int32_t>(Llama2cTokenizer::kBos));
+    const auto direct = Llama2cTokenizer::load(tokenizerPath(), 512);
+    QCOMPARE(opened.tokenizer->encode(text), direct.encode(text));
+    QCOMPARE(opened.tokenizer->piece(Llama2cTokenizer::kBos), direct.piece(Llama2cTokenizer::kBos));
+    // The model's own samples need no vocabulary, and are those of the loader's model.
+    const auto bare = openModel(modelPath());
+    QVERIFY(!bare.tokenizer);
+    SequenceSource samples;
+    samples.generate = true;
+    samples.seqLen = 16;
+    samples.sequences = 2;
+    samples.seed = 5;
+    QCOMPARE(modelSequences(bare, samples).sequences, generateSequences(loadLlama2cModel(modelPath()), 16, 2, 5));
+    // A text needs the vocabulary: the message names what is missing.
+    SequenceSource fromText;
+    fromText.text = test::sourcePath("tests/data/make_tiny_gguf.py").toStdString();
+    fromText.seqLen = 8;
+    fromText.sequences = 1;
+    try {
+        modelSequences(bare, fromText);
+        QFAIL("a llama2.c model without its tokenizer read a text");
+    } catch (const Error& e) {
+        QCOMPARE(e.kind(), ErrorKind::InvalidInput);
+        QVERIFY(std::string(e.what()).find("needs its tokenizer") != std::string::npos);
+    }
+
+    const std::string gguf = test::sourcePath("tests/data/tiny-llama.gguf").toStdString();
+    const auto g = openModel(gguf, "ignored: a GGUF model brings its own vocabulary");
+    QCOMPARE(g.format, ModelFormat::Gguf);
+    QVERIFY(g.tokenizer);
+    const auto file = GgufFile::open(gguf);
+    const auto bpe = BpeTokenizer::fromGguf(file);
+    QCOMPARE(g.tokenizer->encode("hello world"), bpe.encode("hello world"));
+    QCOMPARE(g.tokenizer->bos(), bpe.bos());
+    QCOMPARE(g.tokenizer->size(), bpe.size());
+    // The same weights as the GGUF loader's: the logits of a few tokens agree exactly.
+    const auto loaded = loadGgufModel(file);
+    const std::vector<std::int32_t> ids{1, 2, 3};
+    TransformerModel::Cache a, b;
+    QCOMPARE(g.model.forward(ids, a), loaded.forward(ids, b));
+    // Its sequences start with its own BOS, and a GGUF model is measured on a text, not samples.
+    fromText.sequences = 2;
+    const auto seqs = modelSequences(g, fromText);
+    QCOMPARE(seqs.sequences.size(), std::size_t(2));
+    QCOMPARE(seqs.sequences[0].front(), *bpe.bos());
+    QVERIFY(seqs.textTokens >= 14);
+    try {
+        modelSequences(g, samples);
+        QFAIL("a GGUF model generated its perplexity's samples");
+    } catch (const Error& e) {
+        QCOMPARE(e.kind(), ErrorKind::InvalidInput);
+        QVERIFY(std::string(e.what()).find("measured on a text") != std::string::npos);
+    }
+}
+
 // Codebooks whose codewords include every row exactly (K = the rows, one stage) reconstruct the
 // cache without loss: the perplexity is the FP32 one (to 1e-9: the same floats in the same order).
 void TestModel::exactCodebooksLeavePerplexityUnchanged()
 {
-    const auto m = Llama2cModel::load(modelPath());
+    const auto m = loadLlama2cModel(modelPath());
     const auto seqs = generateSequences(m, 24, 2, 7);
     QCOMPARE(seqs.size(), size_t(2));
     QCOMPARE(seqs[0].front(), Llama2cTokenizer::kBos);
@@ -212,7 +283,7 @@ void TestModel::exactCodebooksLeavePerplexityUnchanged()
     // Record every layer's keys and values of the two sequences, then make them the codebooks.
     std::vector<MatrixRF> keys(5), values(5);
     for (const auto& s : seqs) {
-        Llama2cModel::Cache c;
+        TransformerModel::Cache c;
         m.forward(s, c, [&](int l, MatrixRF& k, MatrixRF& v, const std::vector<std::int64_t>&) {
             auto& K = keys[std::size_t(l)];
             auto& V = values[std::size_t(l)];
@@ -249,6 +320,43 @@ void TestModel::exactCodebooksLeavePerplexityUnchanged()
     const double one = perplexity(m, seqs, codebookHook(coarse, "coarse", m.config(), {4}, *backend)).perplexity();
     QVERIFY2(all > one && one > fp32, qPrintable(QString("fp32 %1, layer 4 %2, all %3").arg(fp32).arg(one).arg(all)));
 
+    // The one perplexity job (core/jobs/codebook_perplexity.h) gives the same figures: FP32 first, then
+    // each file over its layers, and with --per-layer each of them alone after it; the exact file
+    // costs its nominal 32 bits plus its codewords over these 48 cached tokens.
+    CodebookPerplexitySettings cs;
+    cs.perLayer = true;
+    const auto job = runCodebookPerplexity(m, seqs, {{"exact", file}, {"coarse", coarse}}, cs, *backend);
+    QVERIFY(!job.cancelled);
+    QCOMPARE(job.rows.size(), std::size_t(1 + 2 * (1 + 5)));
+    QCOMPARE(job.rows[0].codebooks, std::string("FP32"));
+    QCOMPARE(job.fp32(), fp32); // the same forward passes, the same floats
+    QCOMPARE(job.rows[1].codebooks, std::string("exact"));
+    QCOMPARE(job.rows[1].layers, std::string("0,1,2,3,4"));
+    QVERIFY(std::abs(job.rows[1].perplexity - fp32) <= 1e-9 * fp32);
+    QCOMPARE(job.rows[1].bpa, 32.0);
+    // Each layer's codewords: one 32-wide F16 codeword per cached row (48 rows), over 48 tokens × 32.
+    QVERIFY(std::abs(job.rows[1].effectiveBpa - (32 + 16.0 * 48 * 32 / (48.0 * 32))) < 1e-9);
+    QCOMPARE(job.rows[7].codebooks, std::string("coarse"));
+    QCOMPARE(job.rows[7].perplexity, all);
+    QVERIFY(job.rows[12].perLayer && job.rows[12].layers == "4");
+    QCOMPARE(job.rows[12].perplexity, one);
+    QVERIFY(!job.single()); // two files: no one perplexity in the summary
+    QCOMPARE(codebookPerplexityMetrics(job).size(), std::size_t(1 + 2 * 3 + 2 * 5)); // a file: ppl, bits, effective
+    QCOMPARE(codebookPerplexitySeries(job).size(), std::size_t(2 * 2));
+    const auto solo = runCodebookPerplexity(m, seqs, {{"exact", file}}, {}, *backend);
+    QCOMPARE(codebookPerplexitySummary(solo).value("perplexity", 0.0), solo.rows[1].perplexity);
+    // Cancelled after FP32: the FP32 row kept, nothing else measured.
+    int events = 0;
+    const auto stopped = runCodebookPerplexity(m, seqs, {{"exact", file}}, {}, *backend,
+                                               [&](const ProgressEvent&) { return events++ < 1; });
+    QVERIFY(stopped.cancelled);
+    QCOMPARE(stopped.rows.size(), std::size_t(1));
+    // A file with none of the layers asked for is refused, naming it.
+    CodebookPerplexitySettings layer9;
+    layer9.layers = {9};
+    layer9.layersText = "9";
+    QVERIFY_THROWS_EXCEPTION(Error, runCodebookPerplexity(m, seqs, {{"exact", file}}, layer9, *backend));
+
     // Codebooks of another width are refused, naming the file and the tensor.
     CodebookFile wide = file;
     wide.entries[0].codebooks.allocate(16, 1, 1, 1);
@@ -265,11 +373,11 @@ void TestModel::exactCodebooksLeavePerplexityUnchanged()
 // rounding of rotating there and back (1e-5 relative).
 void TestModel::postRopeCodebooksRoundTrip()
 {
-    const auto m = Llama2cModel::load(modelPath());
+    const auto m = loadLlama2cModel(modelPath());
     const auto seqs = generateSequences(m, 16, 1, 3);
     const double fp32 = perplexity(m, seqs).perplexity();
     std::vector<MatrixRF> keys(5);
-    Llama2cModel::Cache c;
+    TransformerModel::Cache c;
     m.forward(seqs[0], c);
     CodebookFile file;
     file.metadata = {{"key_rope", "post"}, {"beam", "1"}};
@@ -306,7 +414,7 @@ void TestModel::cliReportsAndRefuses()
     // The same sequences as token ids (one per line): the same perplexity, no tokenizer needed. The
     // sampled sequences are regenerated from the same seed through the engine.
     {
-        const auto m = Llama2cModel::load(modelPath());
+        const auto m = loadLlama2cModel(modelPath());
         const auto seqs = generateSequences(m, 32, 2, 0);
         QTemporaryDir dir;
         const QString ids = dir.filePath("ids.txt");
@@ -460,7 +568,7 @@ namespace {
 
 // Seeded random codebooks for every layer's keys and values of a model: D = 8, R = 2, K = 16 (the
 // decode paths' smallest shapes), marked as trained on keys after RoPE.
-CodebookFile randomBooks(const Llama2cConfig& cfg, bool post)
+CodebookFile randomBooks(const ModelConfig& cfg, bool post)
 {
     CodebookFile f;
     f.metadata = {{"key_rope", post ? "post" : "pre"},
@@ -491,17 +599,17 @@ CodebookFile randomBooks(const Llama2cConfig& cfg, bool post)
 // rounding 2^-11), so the logits agree to about 1e-3 of their scale (held to 1e-2).
 void TestModel::ggufDecodeStepsMatchTheForwardPass()
 {
-    const auto model = Llama2cModel::loadGguf(test::sourcePath("tests/data/tiny-llama.gguf").toStdString());
+    const auto model = loadGgufModel(GgufFile::open(test::sourcePath("tests/data/tiny-llama.gguf").toStdString()));
     const auto& cfg = model.config();
     QCOMPARE(cfg.architecture, std::string("llama"));
     QVERIFY(cfg.pairing == RopePairing::RotateHalf);
     std::vector<std::int32_t> seq;
     for (int i = 0; i < 41; ++i)
         seq.push_back(std::int32_t((i * 37 + 11) % cfg.vocab));
-    Llama2cModel::Cache whole;
+    TransformerModel::Cache whole;
     const MatrixRF ref = model.forward(seq, whole);
     const std::vector<std::int32_t> prefill(seq.begin(), seq.end() - 1);
-    Llama2cModel::Cache pc;
+    TransformerModel::Cache pc;
     model.forward(prefill, pc);
     const auto books = randomBooks(cfg, true);
     std::vector<std::unique_ptr<CpuDecodeCache>> caches;
@@ -535,7 +643,7 @@ void TestModel::ggufDecodeStepsMatchTheForwardPass()
 void TestModel::generateReportsLatencyPerPath()
 {
     const QString gguf = test::sourcePath("tests/data/tiny-llama.gguf"), text = test::sourcePath("README.md");
-    const auto model = Llama2cModel::loadGguf(gguf.toStdString());
+    const auto model = loadGgufModel(GgufFile::open(gguf.toStdString()));
     QTemporaryDir dir;
     const QString post = dir.filePath("post.safetensors"), pre = dir.filePath("pre.safetensors");
     writeCodebookFile(post.toStdString(), randomBooks(model.config(), true), DType::F32);
@@ -688,10 +796,10 @@ void TestModel::quantMatVecEqualsTheDequantizedProduct()
 // largest logit allows a few ulps through two layers of products of 32 and 64 terms.
 void TestModel::decodeStepReadsTheWeightBlocks()
 {
-    const auto model = Llama2cModel::loadGguf(test::sourcePath("tests/data/tiny-llama-q.gguf").toStdString());
+    const auto model = loadGgufModel(GgufFile::open(test::sourcePath("tests/data/tiny-llama-q.gguf").toStdString()));
     QCOMPARE(QString::fromStdString(model.weightBlocksNote()),
              QString("Q4_0, Q4_1, Q8_0 blocks for 15 of 15 matrices"));
-    QVERIFY(Llama2cModel::loadGguf(test::sourcePath("tests/data/tiny-llama.gguf").toStdString())
+    QVERIFY(loadGgufModel(GgufFile::open(test::sourcePath("tests/data/tiny-llama.gguf").toStdString()))
                 .weightBlocksNote()
                 .empty()); // F32 and F16 only: the FP32 step
     // The attention's stand-in uses q, k and v (the model's 2 query heads share its 1 KV head), so all
@@ -703,8 +811,8 @@ void TestModel::decodeStepReadsTheWeightBlocks()
         return out;
     };
     for (const std::int32_t token : {5, 120, 290}) {
-        const Eigen::RowVectorXf a = model.decodeStep(token, 7, attend, Llama2cModel::StepWeights::Blocks);
-        const Eigen::RowVectorXf b = model.decodeStep(token, 7, attend, Llama2cModel::StepWeights::Fp32);
+        const Eigen::RowVectorXf a = model.decodeStep(token, 7, attend, TransformerModel::StepWeights::Blocks);
+        const Eigen::RowVectorXf b = model.decodeStep(token, 7, attend, TransformerModel::StepWeights::Fp32);
         QCOMPARE(a.size(), b.size());
         const float scale = b.cwiseAbs().maxCoeff();
         QVERIFY(scale > 0);

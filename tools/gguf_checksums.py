@@ -19,7 +19,8 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from gsrqtools import models
+from gsrqtools.paths import default_gsrq
 
 
 def python_checksums(path):
@@ -65,15 +66,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("gguf", nargs="?", help="a GGUF file")
     ap.add_argument("--model", help="a model of tools/python/models.json, fetched into the cache")
-    ap.add_argument("--gsrq", default=os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq")))
+    ap.add_argument("--gsrq", default=default_gsrq())
     a = ap.parse_args(argv)
     path = a.gguf
     if a.model:
-        sys.path.insert(0, os.path.join(ROOT, "tools"))
-        import fetch_model
         try:
-            path = fetch_model.model_path(a.model)
-        except fetch_model.InputError as e:
+            path = models.model_path(a.model)
+        except models.InputError as e:
             print(e, file=sys.stderr)
             return 2
     if not path or not os.path.isfile(path):

@@ -22,8 +22,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+from gsrqtools import models, texts
+from gsrqtools.paths import ROOT, default_gsrq
 
 # Synthetic multilingual lines, written for this check (not taken from anywhere).
 WORLD = [
@@ -46,7 +46,6 @@ WORLD = [
 
 def corpus(specials):
     """[(part name, text)], each part on its own, together over 100,000 characters."""
-    import texts
     prose = open(texts.prepare("devil")[1], encoding="utf-8").read()[:45000]
     code = ""
     for path in sorted(glob.glob(os.path.join(ROOT, "tools", "*.py"))):
@@ -95,14 +94,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("gguf", nargs="?")
     ap.add_argument("--model", help="a model of tools/python/models.json, fetched into the cache")
-    ap.add_argument("--gsrq", default=os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq")))
+    ap.add_argument("--gsrq", default=default_gsrq())
     a = ap.parse_args(argv)
     path = a.gguf
     if a.model:
-        import fetch_model
         try:
-            path = fetch_model.model_path(a.model)
-        except fetch_model.InputError as e:
+            path = models.model_path(a.model)
+        except models.InputError as e:
             print(e, file=sys.stderr)
             return 2
     if not path or not os.path.isfile(path):

@@ -40,8 +40,9 @@ import traceback
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+from gsrqtools import hf, texts
+from gsrqtools.kvhooks import producers
+from gsrqtools.paths import ROOT, default_gsrq
 
 # Small configs with each family's distinguishing features. Random weights; 3 layers so that a
 # "middle" layer exists and Gemma's alternating local/global pattern shows both kinds.
@@ -207,8 +208,7 @@ def text_config(model):
 
 def producer_of_key(attn, heads, hd):
     """(module, offset) whose output holds the pre-RoPE keys, as the exporter reads them."""
-    import dump_kv
-    p = dump_kv.producers(attn)
+    p = producers(attn)
     if "qkv" in p:
         return p["qkv"], heads * hd
     return p["key"], 0
@@ -238,11 +238,10 @@ def summed_loss(model, ids, layer, token, feature, delta, torch):
     loss upcasts logits with .float(), which would make it float32), with the pre-RoPE key element
     [token, feature] of `layer` moved by delta. A per-head norm's output may hold tokens or heads
     first: the token axis is the one of length len(ids) (the checks use more tokens than heads)."""
-    import dump_kv
     cfg = text_config(model)
     heads = cfg.num_attention_heads
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    _, layers = dump_kv.decoder(model)
+    _, layers = hf.decoder(model)
     module, offset = producer_of_key(layers[layer].self_attn, heads, hd)
     T = len(ids)
 
@@ -354,7 +353,7 @@ def check_family(family, args, rep, transformers, tokenizers, torch, gsrq, work)
             if dtype == "f32" and device == "cpu":
                 # The stored post-RoPE keys of the first sequence against the model's own KV cache
                 # (a sliding-window layer keeps only its last tokens: those are compared).
-                seqs0, _ = __import__("dump_kv").tokenize(tok, text, samples, seq_len)
+                seqs0, _ = hf.tokenize(tok, text, samples, seq_len)
                 with torch.no_grad():
                     out0 = model(input_ids=torch.tensor([seqs0[0]]), use_cache=True)
                     cache = out0.cache if getattr(out0, "cache", None) is not None else out0.past_key_values
@@ -379,7 +378,7 @@ def check_family(family, args, rep, transformers, tokenizers, torch, gsrq, work)
                     kw["experts_implementation"] = "eager"  # grouped matmuls have no float64 kernel
                 m64 = transformers.AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager",
                                                                         **kw).eval()
-                seqs, _ = __import__("dump_kv").tokenize(tok, text, samples, seq_len)
+                seqs, _ = hf.tokenize(tok, text, samples, seq_len)
                 worst_fd = 0.0
                 for l in range(layers):
                     gl = t[f"layers.{l}.key_grad"].reshape(n, -1)
@@ -474,7 +473,6 @@ def check_model(path, args, rep, transformers, torch, gsrq, work):
     `gsrq info` and `gsrq compare` on it. Memory: the dump runs first in its own process; the model is
     then loaded once in FP32 for the cache check and turned into float64 in place for the finite
     differences, so the peak is the larger of the dump's and the float64 model's."""
-    import dump_kv
     label = os.path.basename(os.path.normpath(path))
     samples, seq_len = (2, 64) if args.quick else (2, 128)
     out = os.path.join(work, "real-f32")
@@ -485,7 +483,7 @@ def check_model(path, args, rep, transformers, torch, gsrq, work):
         return
     t, meta = read_dump(out)
     a = argparse.Namespace(model=path, device="cpu", model_dtype="f32", seq_len=seq_len, no_grad=True)
-    model, tok, _, _ = dump_kv.load_model(a, seq_len=seq_len, backward=False)
+    model, tok, _, _ = hf.load_model(a, seq_len=seq_len, backward=False)
     cfg = text_config(model)
     heads, kvh = cfg.num_attention_heads, cfg.num_key_value_heads
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
@@ -514,7 +512,7 @@ def check_model(path, args, rep, transformers, torch, gsrq, work):
             f"{want_theta:g}")
     # float32 products of cos/sin at positions up to seq_len, on activations of real magnitude.
     rep.add(label, "cpu", "f32", "post-RoPE = RoPE(pre) per layer", worst <= 1e-5, f"{worst:.2e}", "1e-5")
-    seqs, _ = dump_kv.tokenize(tok, args.text, samples, seq_len)
+    seqs, _ = hf.tokenize(tok, args.text, samples, seq_len)
     with torch.no_grad():
         out0 = model(input_ids=torch.tensor([seqs[0]]), use_cache=True)
         cache = out0.cache if getattr(out0, "cache", None) is not None else out0.past_key_values
@@ -558,7 +556,7 @@ def check_model(path, args, rep, transformers, torch, gsrq, work):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="directory for hf-check.json and hf-check.md")
-    ap.add_argument("--gsrq", default=os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq")),
+    ap.add_argument("--gsrq", default=default_gsrq(),
                     help="the gsrq binary for info and compare (skipped where it is missing)")
     ap.add_argument("--families", default=",".join(FAMILIES), help="comma-separated; default: all")
     ap.add_argument("--devices", default="cpu,cuda")
@@ -600,7 +598,6 @@ def main(argv=None):
     try:
         if args.model:
             if not args.text:
-                import texts
                 args.text = texts.prepare("devil")[0]
             log(f"{args.model}:")
             try:

@@ -44,14 +44,11 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-import dump_kv  # noqa: E402
-import fetch_model  # noqa: E402
-import hf_ppl  # noqa: E402
-import texts  # noqa: E402
-
-InputError = dump_kv.InputError
+import dump_kv
+import hf_ppl
+from gsrqtools import hf, kivi, models, texts
+from gsrqtools.hf import InputError
+from gsrqtools.paths import cache_root, default_gsrq
 BUDGETS = {
     "quick": dict(seq_len=256, calib_samples=8, eval_samples=2, eval_sequences=2, iters=8,
                   methods="fp32,kivi-2,km-rq@1,gsrq@1"),
@@ -83,7 +80,7 @@ def parse_method(name):
     if name == "fp32":
         return {"name": name, "kind": "fp32"}
     if name.startswith("kivi-"):
-        hf_ppl.parse_kivi(name)
+        kivi.parse_kivi(name)
         return {"name": name, "kind": "kivi"}
     m = re.fullmatch(r"cq-(\d+)c(\d+)b", name)
     if m:
@@ -166,7 +163,7 @@ def dump(a, loaded, text, samples, grad, out, what):
     d = dump_kv.parse_args(args)
     try:
         rc = dump_kv.run(d, loaded=loaded)
-    except dump_kv.InputError:
+    except InputError:
         raise
     if rc not in (0, None):
         raise RuntimeError(f"{what}: tools/dump_kv.py exited {rc}")
@@ -218,7 +215,7 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: the model's device; with cuda, gsrq trains "
                                                    "on its CUDA backend too")
     ap.add_argument("--out", help="directory for dumps, codebooks and the table (default: the cache's tables/)")
-    ap.add_argument("--gsrq", default=os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq")))
+    ap.add_argument("--gsrq", default=default_gsrq())
     ap.add_argument("--no-db", action="store_true", help="record nothing in the run store")
     a = ap.parse_args(argv)
     try:
@@ -253,20 +250,20 @@ def main(argv=None):
                     raise InputError(f"{flag} {p}: no such file")
             calib_text, eval_text, text_title = a.calib, a.eval, f"{a.calib} / {a.eval}"
             text_name = os.path.splitext(os.path.basename(a.eval))[0]
-        models = fetch_model.load_manifest()
+        manifest = models.load_manifest()
         title = a.model
         name = a.model
-        if a.model in models:
-            name, title = a.model, models[a.model]["title"]
-            d = os.path.join(fetch_model.cache_root(), "models", name)
+        if a.model in manifest:
+            name, title = a.model, manifest[a.model]["title"]
+            d = os.path.join(cache_root(), "models", name)
             try:
-                a.model = fetch_model.cached(models[name], d, False) or fetch_model.fetch(name, models[name], d, log)
-            except fetch_model.InputError as e:
+                a.model = models.cached(manifest[name], d, False) or models.fetch(name, manifest[name], d, log)
+            except models.InputError as e:
                 raise InputError(str(e))
         else:
             name = os.path.basename(os.path.normpath(a.model))
         seconds["fetch"] = time.time() - t
-        out = a.out or os.path.join(fetch_model.cache_root(), "tables", f"{name}-{text_name}")
+        out = a.out or os.path.join(cache_root(), "tables", f"{name}-{text_name}")
         os.makedirs(out, exist_ok=True)
 
         log(f"loading {a.model}")
@@ -277,9 +274,9 @@ def main(argv=None):
             pass
         t = time.time()
         a.no_grad, a.model_dtype = False, "f32"
-        loaded = dump_kv.load_model(a, seq_len=a.seq_len, backward=True)
+        loaded = hf.load_model(a, seq_len=a.seq_len, backward=True)
         seconds["load"] = time.time() - t
-        info = dump_kv.describe(loaded[0])
+        info = hf.describe(loaded[0])
         log(f"{info['model_type']}: {info['num_layers']} layers, {info['heads']} heads on {info['kv_heads']} KV heads "
             f"of head_dim {info['head_dim']}")
 

@@ -23,7 +23,8 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from gsrqtools.paths import ROOT
+from gsrqtools.texts import reflow
 # Bits per activation = stages · log2(K) / D.
 RATES = {"1": ("--dim", "128", "--stages", "16", "--k", "256"), "0.5": ("--dim", "128", "--stages", "8", "--k", "256")}
 
@@ -101,11 +102,9 @@ def main(argv=None):
     if a.train_text:
         train_dump = os.path.join(a.work, "train-dump")
         if not os.path.isdir(train_dump):
-            sys.path.insert(0, os.path.join(ROOT, "tools"))
-            import hf_ppl
             flowed = os.path.join(a.work, "train-flowed.txt")  # as the model was trained
             with open(a.train_text, encoding="utf-8") as f, open(flowed, "w", encoding="utf-8") as g:
-                g.write(hf_ppl.reflow(f.read()))
+                g.write(reflow(f.read()))
             r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "dump_kv.py"), "--model",
                                 os.path.join(a.sample, "model"), "--text", flowed, "--samples", "16",
                                 "--seq-len", "512", "--out", train_dump, "--device", "cpu", "--dtype", "f32",

@@ -23,8 +23,8 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+from gsrqtools.paths import ROOT
+from gsrqtools.texts import reflow
 
 # 7.3 M parameters: 29 MB as float32, small enough to commit in both formats.
 MODEL = dict(hidden_size=512, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
@@ -85,7 +85,6 @@ def main(argv=None):
         print(f"train_sample.py: needs torch, transformers and tokenizers ({e}); see tools/hf_env.sh",
               file=sys.stderr)
         return 2
-    import hf_ppl
     import llama2c_convert
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -98,7 +97,7 @@ def main(argv=None):
     flowed = {}
     for name, path in (("train", train_txt), ("heldout", held_txt)):
         with open(path, encoding="utf-8") as f:
-            flowed[name] = hf_ppl.reflow(f.read())
+            flowed[name] = reflow(f.read())
         with open(os.path.join(a.out, f"{name}.txt"), "w", encoding="utf-8") as f:
             f.write(flowed[name] + "\n")
     t0 = time.time()

@@ -10,7 +10,8 @@
 #include "core/decode/cpu_decode.h"
 #include "core/decode/generate.h"
 #include "core/jobs/run_records.h"
-#include "core/lm/perplexity.h"
+#include "core/lm/open_model.h"
+#include "core/lm/sequences.h"
 #include "recording.h"
 
 #include <cstdio>
@@ -69,20 +70,20 @@ Command registerGenerate(CLI::App& root)
                     throwInvalid("--prefill ", o->prefill, ": at least 2 tokens");
                 if (o->weights != "blocks" && o->weights != "fp32")
                     throwInvalid("--weights '", o->weights, "': blocks or fp32");
-                g.weights = o->weights == "fp32" ? Llama2cModel::StepWeights::Fp32 : Llama2cModel::StepWeights::Blocks;
+                g.weights =
+                    o->weights == "fp32" ? TransformerModel::StepWeights::Fp32 : TransformerModel::StepWeights::Blocks;
                 g.steps = o->steps;
                 g.threads = o->threads;
                 const auto books = readCodebookFile(o->codebooks);
-                PerplexitySetup setup;
-                try {
-                    setup = perplexitySetup(o->model, o->tokenizer, o->text, o->prefill, 1, 0);
-                } catch (const Error& e) { // its messages name --seq-len and --sequences, which are --prefill here
-                    if (e.kind() == ErrorKind::InvalidInput && std::string(e.what()).find("--seq") != std::string::npos)
-                        throwInvalid("--prefill ", o->prefill, ": ", e.what());
-                    throw;
-                }
-                const auto& model = setup.model;
-                const auto& prefill = setup.sequences.front();
+                SequenceSource src;
+                src.text = o->text;
+                src.generate = o->text.empty();
+                src.seqLen = o->prefill;
+                src.sequences = 1;
+                src.lengthFlag = "--prefill";
+                const auto setup = openWithSequences(o->model, o->tokenizer, src);
+                const auto& model = setup.opened.model;
+                const auto& prefill = setup.seqs.sequences.front();
                 for (auto n : g.contexts)
                     if (n + g.steps + 1 > model.config().maxSeq)
                         throwInvalid("--context ", n, ": with ", g.steps, " steps it passes the model's ",

@@ -2,7 +2,7 @@
 #include "commands.h"
 #include "core/base/error.h"
 #include "core/io/kv_dump.h"
-#include "core/lm/llama2c.h"
+#include "core/lm/open_model.h"
 #include "gpu/device/device.h"
 
 #include <cstdio>
@@ -25,7 +25,7 @@ Command registerInfo(CLI::App& root)
     cmd->add_flag("--checksums", o->checksums,
                   "GGUF: the SHA-256 of each tensor's dequantized FP32 values (little-endian, storage order)");
     return {cmd, [o] {
-                if (isGgufModel(o->path)) {
+                if (modelFormatOf(o->path) == ModelFormat::Gguf) {
                     printGgufInfo(o->path, o->json, o->checksums);
                     return;
                 }

@@ -8,7 +8,8 @@
 #include "core/io/gguf.h"
 #include "core/lm/gguf_model.h"
 #include "core/lm/gguf_tokenizer.h"
-#include "core/lm/llama2c.h"
+#include "core/lm/open_model.h"
+#include "core/lm/sequences.h"
 
 #include <cstdio>
 #include <fstream>
@@ -136,7 +137,7 @@ Command registerTokenize(CLI::App& root)
     cmd->add_option("--text", o->text, "UTF-8 text file")->required();
     cmd->add_flag("--reflow", o->reflow, "Re-flow the text first, as gsrq ppl reads it (one paragraph per line)");
     return {cmd, [o] {
-                if (!isGgufModel(o->model))
+                if (modelFormatOf(o->model) != ModelFormat::Gguf)
                     throwInvalid(o->model, ": not a GGUF model");
                 const BpeTokenizer tok = BpeTokenizer::fromGguf(GgufFile::open(o->model));
                 std::ifstream f(o->text, std::ios::binary);

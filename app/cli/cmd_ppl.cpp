@@ -4,13 +4,14 @@
 #include "core/base/version.h"
 #include "core/cluster/cluster_backend.h"
 #include "core/io/kv_dump.h"
+#include "core/jobs/codebook_perplexity.h"
 #include "core/jobs/method_table.h"
 #include "core/jobs/run_records.h"
-#include "core/lm/perplexity.h"
+#include "core/lm/open_model.h"
+#include "core/lm/sequences.h"
 #include "progress_bar.h"
 #include "recording.h"
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
@@ -31,57 +32,60 @@ std::vector<int> parseLayers(const std::string& text, int layers)
     return {set.begin(), set.end()};
 }
 
-// The sequences a ppl run measures: --token-ids as given; a GGUF model's text through its own
-// vocabulary; a llama2.c model's text (or its own samples) through its tokenizer.
-template <class Opts>
-std::vector<std::vector<std::int32_t>> pplSequences(const Opts& o, const Llama2cModel& model, std::int64_t* textTokens)
+// The model and the sequences a ppl run measures: --token-ids as given; the text (or, for a
+// llama2.c model, its own samples) through the model's own vocabulary.
+struct PplInput {
+    OpenedModel opened;
+    ModelSequences seqs;
+};
+
+template <class Opts> PplInput pplInput(const Opts& o)
 {
-    const auto& cfg = model.config();
-    *textTokens = 0;
-    if (!o.tokenIds.empty()) {
-        if (!o.text.empty() || o.generate)
-            throwInvalid("--token-ids: not with --text or --generate");
-        auto seqs = tokenIdSequences(o.tokenIds, cfg);
-        for (const auto& q : seqs)
-            *textTokens += std::int64_t(q.size());
-        return seqs;
-    }
-    if (o.text.empty() && !o.generate)
+    if (!o.tokenIds.empty() && (!o.text.empty() || o.generate))
+        throwInvalid("--token-ids: not with --text or --generate");
+    if (o.tokenIds.empty() && o.text.empty() && !o.generate)
         throwInvalid("ppl: give --text FILE, --generate or --token-ids FILE");
-    if (cfg.architecture != "llama2.c") {
-        if (o.generate)
-            throwInvalid("--generate: llama2.c models only (a GGUF model's perplexity takes --text or --token-ids)");
-        if (!o.tokenizer.empty())
-            throwInvalid("--tokenizer: a GGUF model brings its own vocabulary");
-        return ggufTextSequences(model, o.model, o.text, o.seqLen, o.sequences, textTokens);
-    }
-    if (o.tokenizer.empty())
+    const bool gguf = modelFormatOf(o.model) == ModelFormat::Gguf;
+    if (gguf && o.tokenIds.empty() && o.generate)
+        throwInvalid("--generate: llama2.c models only (a GGUF model's perplexity takes --text or --token-ids)");
+    if (gguf && !o.tokenizer.empty())
+        throwInvalid("--tokenizer: a GGUF model brings its own vocabulary");
+    if (!gguf && o.tokenIds.empty() && o.tokenizer.empty())
         throwInvalid("--tokenizer: a llama2.c model needs its tokenizer (.bin) for --text and --generate");
-    const auto tok = Llama2cTokenizer::load(o.tokenizer, cfg.vocab);
-    return perplexitySequences(model, tok, o.generate ? std::string() : o.text, o.seqLen, o.sequences, o.seed,
-                               textTokens);
+    PplInput in{openModel(o.model, o.tokenIds.empty() ? o.tokenizer : std::string()), {}};
+    if (!o.tokenIds.empty()) {
+        in.seqs.sequences = tokenIdSequences(o.tokenIds, in.opened.model.config());
+        for (const auto& q : in.seqs.sequences)
+            in.seqs.textTokens += std::int64_t(q.size());
+        return in;
+    }
+    SequenceSource src;
+    src.text = o.generate ? std::string() : o.text;
+    src.generate = o.generate;
+    src.seed = o.seed;
+    src.seqLen = o.seqLen;
+    src.sequences = o.sequences;
+    in.seqs = modelSequences(in.opened, src);
+    return in;
 }
 
-// Predictions (each token after the first) and tokens cached over the sequences.
-std::int64_t predictedTokens(const std::vector<std::vector<std::int32_t>>& seqs)
+// The JSON envelope of every ppl run; the caller adds its results.
+nlohmann::ordered_json pplJson(CliRun& run, const nlohmann::ordered_json& settings, const ModelSequences& seqs)
 {
-    std::int64_t n = 0;
-    for (const auto& q : seqs)
-        n += std::int64_t(q.size()) - 1;
-    return n;
+    nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "ppl"}};
+    if (run)
+        j["run_id"] = run->id();
+    j["settings"] = settings;
+    j["text_tokens"] = seqs.textTokens;
+    j["predicted_tokens"] = predictedTokens(seqs.sequences);
+    return j;
 }
 
-std::int64_t cachedTokens(const std::vector<std::vector<std::int32_t>>& seqs)
+// The header line of every ppl run's table.
+template <class Opts> std::string pplSource(const Opts& o, const ModelSequences& seqs)
 {
-    return predictedTokens(seqs) + std::int64_t(seqs.size());
-}
-
-int longest(const std::vector<std::vector<std::int32_t>>& seqs)
-{
-    std::size_t n = 0;
-    for (const auto& q : seqs)
-        n = std::max(n, q.size());
-    return int(n);
+    return o.generate ? cat("sampled from the model, seed ", o.seed)
+                      : cat(o.tokenIds.empty() ? o.text : o.tokenIds, ", ", seqs.textTokens, " tokens");
 }
 
 // What every ppl run records of its options (the table adds its methods and training).
@@ -115,10 +119,10 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
     ts.layers = o.layers;
     ts.iterations = o.iterations;
     ts.seed = o.trainSeed;
-    const auto model = loadLanguageModel(o.model);
+    const auto in = pplInput(o);
+    const auto& model = in.opened.model;
     const auto& cfg = model.config();
-    std::int64_t textTokens = 0;
-    const auto seqs = pplSequences(o, model, &textTokens);
+    const auto& seqs = in.seqs.sequences;
     parseLayers(o.layers, cfg.layers);
     validateMethods(ts.methods, cfg);
     auto backend = openBackend(o.backend, true);
@@ -148,7 +152,6 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
         }
         run.done(methodTableSummary(r).dump());
         const double fp32 = r.rows.front().perplexity;
-        const std::int64_t predicted = predictedTokens(seqs);
         if (o.json) {
             nlohmann::ordered_json rs = nlohmann::ordered_json::array();
             for (const auto& row : r.rows) {
@@ -164,24 +167,17 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
                 j["settings"] = row.settings;
                 rs.push_back(j);
             }
-            nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "ppl"}};
-            if (run)
-                j["run_id"] = run->id();
-            j["settings"] = settings;
-            j["text_tokens"] = textTokens;
-            j["predicted_tokens"] = predicted;
+            auto j = pplJson(run, settings, in.seqs);
             j["methods"] = rs;
             j["notes"] = r.notes;
             printJson(j);
             return;
         }
-        std::printf(
-            "%s: dim %d, %d layers, %d heads, %d KV heads × %d; %zu sequences × %d tokens (%s), %lld "
-            "predictions; keys and values quantized: %s\n\n",
-            o.model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, cfg.headDim(), seqs.size(), longest(seqs),
-            o.generate ? cat("sampled from the model, seed ", o.seed).c_str()
-                       : cat(o.tokenIds.empty() ? o.text : o.tokenIds, ", ", textTokens, " tokens").c_str(),
-            static_cast<long long>(predicted), o.layers.empty() ? "every layer" : ("layers " + o.layers).c_str());
+        std::printf("%s: dim %d, %d layers, %d heads, %d KV heads × %d; %zu sequences × %d tokens (%s), %lld "
+                    "predictions; keys and values quantized: %s\n\n",
+                    o.model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, cfg.headDim(), seqs.size(),
+                    longestSequence(seqs), pplSource(o, in.seqs).c_str(), static_cast<long long>(predictedTokens(seqs)),
+                    o.layers.empty() ? "every layer" : ("layers " + o.layers).c_str());
         int width = 6;
         for (const auto& row : r.rows)
             width = std::max(width, int(row.name.size()));
@@ -254,129 +250,81 @@ Command registerPerplexity(CLI::App& root)
     addBackendOptions(cmd, o->backend);
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     cmd->add_flag("--quiet,-q", o->quiet, "No progress bar");
-    return {
-        cmd, [o, iters, trainSeed] {
-            if (!o->methods.empty()) {
-                runMethodTableCommand(*o);
-                return;
-            }
-            if (!o->trainDump.empty())
-                throwInvalid("--train-dump: only with --methods");
-            for (const auto* opt : {iters, trainSeed})
-                if (opt->count())
-                    throwInvalid(opt->get_name(), ": only with --methods");
-            const auto model = loadLanguageModel(o->model);
-            const auto& cfg = model.config();
-            std::int64_t textTokens = 0;
-            const auto seqs = pplSequences(*o, model, &textTokens);
-            const auto layers = parseLayers(o->layers, cfg.layers);
-            std::vector<CodebookFile> files;
-            for (const auto& p : o->codebooks)
-                files.push_back(readCodebookFile(p));
-            auto backend = openBackend(o->backend, true);
-
-            PplRunSettings ps = pplSettingsOf(*o);
-            for (const auto& f : files)
-                ps.codebookSettings.push_back(f.metadata);
-            const auto settings = pplRunSettings(ps);
-            CliRun run("ppl", settings.dump(), o->model, {o->model}, backend->name(), backend->device());
-            run.guard([&] {
-                struct Row {
-                    std::string codebooks, method, layers;
-                    double bpa = std::nan(""), effective = std::nan(""), ppl = 0;
-                    bool perLayer = false; // a --per-layer row
-                };
-                std::vector<Row> rows;
-                const auto t0 = std::chrono::steady_clock::now();
-                const double fp32 = perplexity(model, seqs).perplexity();
-                const double fp32Seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                rows.push_back({"FP32", "-", "-", 32, 32, fp32});
-                for (std::size_t i = 0; i < files.size(); ++i) {
-                    const auto& f = files[i];
-                    const auto quantized = quantizedLayers(f, layers);
-                    if (quantized.empty())
-                        throwInvalid(o->codebooks[i], ": has no codebooks for layers.L.key or layers.L.value",
-                                     layers.empty() ? std::string() : " of --layers " + o->layers);
-                    // Codewords stored once, spread over the cache they serve: this run's tokens.
-                    const auto cost = codebookCost(f, quantized, cachedTokens(seqs), cfg.kvDim());
-                    const auto layerList = [&](const std::vector<int>& ls) {
-                        std::string s;
-                        for (auto l : ls)
-                            s += (s.empty() ? "" : ",") + std::to_string(l);
-                        return s;
-                    };
-                    const auto hook = codebookHook(f, o->codebooks[i], cfg, layers, *backend);
-                    rows.push_back({o->codebooks[i], cost.method, layerList(quantized), cost.bpa, cost.effectiveBpa,
-                                    perplexity(model, seqs, hook).perplexity()});
-                    if (o->perLayer && quantized.size() > 1)
-                        for (int l : quantized) {
-                            const auto one = codebookHook(f, o->codebooks[i], cfg, {l}, *backend);
-                            rows.push_back({o->codebooks[i], cost.method, std::to_string(l), cost.bpa,
-                                            cost.effectiveBpa, perplexity(model, seqs, one).perplexity(), true});
-                        }
-                }
-                if (run) {
-                    std::vector<MetricRow> ms;
-                    std::vector<SeriesPoint> series;
-                    for (const auto& r : rows) {
-                        if (r.codebooks != "FP32" && !r.perLayer) { // one point per file: all its layers
-                            for (auto& m : pplMetrics(r.method, r.codebooks, r.layers, r.ppl, r.bpa, r.effective))
-                                ms.push_back(std::move(m));
-                            for (auto& p : perplexitySeries(r.method, r.bpa, r.ppl, fp32))
-                                series.push_back(std::move(p));
-                        } else {
-                            ms.push_back(pplMetric(r.method, r.codebooks, r.layers, r.ppl));
-                        }
-                    }
-                    run->recordMetrics(ms);
-                    run->recordSeries(series);
-                }
-                std::optional<double> one; // the perplexity with the codebooks, where one file was measured
-                if (files.size() == 1)
-                    for (const auto& r : rows)
-                        if (r.codebooks != "FP32" && !r.perLayer)
-                            one = r.ppl;
-                run.done(pplRunSummary(fp32, one).dump());
-                const std::int64_t predicted = predictedTokens(seqs);
-                if (o->json) {
-                    nlohmann::ordered_json rs = nlohmann::ordered_json::array();
-                    for (const auto& r : rows)
-                        rs.push_back({{"codebooks", r.codebooks},
-                                      {"method", r.method},
-                                      {"layers", r.layers},
-                                      {"bpa", r.bpa},
-                                      {"effective_bpa", r.effective},
-                                      {"perplexity", r.ppl},
-                                      {"delta", r.ppl - fp32},
-                                      {"delta_percent", 100 * (r.ppl - fp32) / fp32}});
-                    nlohmann::ordered_json j = {{"tool", "gsrq"}, {"version", kVersion}, {"command", "ppl"}};
-                    if (run)
-                        j["run_id"] = run->id();
-                    j["settings"] = settings;
-                    j["text_tokens"] = textTokens;
-                    j["predicted_tokens"] = predicted;
-                    j["fp32_seconds"] = fp32Seconds; // the FP32 forward passes over every sequence
-                    j["results"] = rs;
-                    printJson(j);
+    return {cmd, [o, iters, trainSeed] {
+                if (!o->methods.empty()) {
+                    runMethodTableCommand(*o);
                     return;
                 }
-                std::printf("%s: dim %d, %d layers, %d heads, %d KV heads; %zu sequences × %d tokens (%s), "
-                            "%lld predictions\n\n",
-                            o->model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, seqs.size(), longest(seqs),
-                            o->generate
-                                ? cat("sampled from the model, seed ", o->seed).c_str()
-                                : cat(o->tokenIds.empty() ? o->text : o->tokenIds, ", ", textTokens, " tokens").c_str(),
-                            static_cast<long long>(predicted));
-                std::printf("  %-32s %-6s %-10s %6s %9s %11s %9s %8s\n", "codebooks", "method", "layers", "bits",
-                            "eff. bits", "perplexity", "Δ", "Δ%");
-                for (const auto& r : rows)
-                    std::printf("  %-32s %-6s %-10s %6.3g %9.4g %11.4f %+9.4f %+7.2f%%\n", r.codebooks.c_str(),
-                                r.method.c_str(), r.layers.c_str(), r.bpa, r.effective, r.ppl, r.ppl - fp32,
-                                100 * (r.ppl - fp32) / fp32);
-                if (run)
-                    std::printf("\nrecorded as run %lld\n", static_cast<long long>(run->id()));
-            });
-        }};
+                if (!o->trainDump.empty())
+                    throwInvalid("--train-dump: only with --methods");
+                for (const auto* opt : {iters, trainSeed})
+                    if (opt->count())
+                        throwInvalid(opt->get_name(), ": only with --methods");
+                const auto in = pplInput(*o);
+                const auto& model = in.opened.model;
+                const auto& cfg = model.config();
+                const auto& seqs = in.seqs.sequences;
+                CodebookPerplexitySettings cs;
+                cs.layers = parseLayers(o->layers, cfg.layers);
+                cs.layersText = o->layers;
+                cs.perLayer = o->perLayer;
+                std::vector<LabelledCodebooks> files;
+                for (const auto& p : o->codebooks)
+                    files.push_back({p, readCodebookFile(p)});
+                auto backend = openBackend(o->backend, true);
+
+                PplRunSettings ps = pplSettingsOf(*o);
+                for (const auto& f : files)
+                    ps.codebookSettings.push_back(f.file.metadata);
+                const auto settings = pplRunSettings(ps);
+                CliRun run("ppl", settings.dump(), o->model, {o->model}, backend->name(), backend->device());
+                run.guard([&] {
+                    ProgressBar bar(!o->json && !o->quiet && !files.empty());
+                    const auto r = runCodebookPerplexity(model, seqs, files, cs, *backend, [&](const ProgressEvent& e) {
+                        bar.update(e.fraction, e.what);
+                        return !stopRequested();
+                    });
+                    bar.finish();
+                    if (r.cancelled)
+                        run.cancelled(codebookPerplexitySummary(r).dump());
+                    if (run) {
+                        run->recordMetrics(codebookPerplexityMetrics(r));
+                        run->recordSeries(codebookPerplexitySeries(r));
+                    }
+                    run.done(codebookPerplexitySummary(r).dump());
+                    const double fp32 = r.fp32();
+                    if (o->json) {
+                        nlohmann::ordered_json rs = nlohmann::ordered_json::array();
+                        for (const auto& row : r.rows)
+                            rs.push_back({{"codebooks", row.codebooks},
+                                          {"method", row.method},
+                                          {"layers", row.layers},
+                                          {"bpa", row.bpa},
+                                          {"effective_bpa", row.effectiveBpa},
+                                          {"perplexity", row.perplexity},
+                                          {"delta", row.perplexity - fp32},
+                                          {"delta_percent", 100 * (row.perplexity - fp32) / fp32}});
+                        auto j = pplJson(run, settings, in.seqs);
+                        j["fp32_seconds"] = r.fp32Seconds; // the FP32 forward passes over every sequence
+                        j["results"] = rs;
+                        printJson(j);
+                        return;
+                    }
+                    std::printf("%s: dim %d, %d layers, %d heads, %d KV heads; %zu sequences × %d tokens (%s), "
+                                "%lld predictions\n\n",
+                                o->model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, seqs.size(),
+                                longestSequence(seqs), pplSource(*o, in.seqs).c_str(),
+                                static_cast<long long>(predictedTokens(seqs)));
+                    std::printf("  %-32s %-6s %-10s %6s %9s %11s %9s %8s\n", "codebooks", "method", "layers", "bits",
+                                "eff. bits", "perplexity", "Δ", "Δ%");
+                    for (const auto& row : r.rows)
+                        std::printf("  %-32s %-6s %-10s %6.3g %9.4g %11.4f %+9.4f %+7.2f%%\n", row.codebooks.c_str(),
+                                    row.method.c_str(), row.layers.c_str(), row.bpa, row.effectiveBpa, row.perplexity,
+                                    row.perplexity - fp32, 100 * (row.perplexity - fp32) / fp32);
+                    if (run)
+                        std::printf("\nrecorded as run %lld\n", static_cast<long long>(run->id()));
+                });
+            }};
 }
 
 } // namespace gsrq::cli

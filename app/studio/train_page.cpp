@@ -3,10 +3,11 @@
 #include "core/base/error.h"
 #include "core/cluster/codebook_file.h"
 #include "core/cluster/quantizer.h"
+#include "core/jobs/codebook_perplexity.h"
 #include "core/jobs/method_table.h"
 #include "core/jobs/result_json.h"
 #include "core/jobs/run_records.h"
-#include "core/lm/perplexity.h"
+#include "core/lm/sequences.h"
 #include "perplexity_chart.h"
 #include "views/chart_panel.h"
 #include "views/metrics_table_model.h"
@@ -406,16 +407,19 @@ void TrainPage::evaluatePerplexity()
     m_ctx.runner().start(tr("perplexity"), [=, this](const JobRunner::Context& job) {
         try {
             constexpr int kSeqLen = 256, kSequences = 16;
-            const auto setup = perplexitySetup(modelPath.toStdString(), tokPath.toStdString(), textPath.toStdString(),
-                                               kSeqLen, kSequences, /*seed=*/0);
-            const auto& model = setup.model;
-            const auto& seqs = setup.sequences;
+            SequenceSource src;
+            src.text = textPath.toStdString();
+            src.generate = textPath.isEmpty();
+            src.seqLen = kSeqLen;
+            src.sequences = kSequences;
+            const auto setup = openWithSequences(modelPath.toStdString(), tokPath.toStdString(), src);
+            const auto& model = setup.opened.model;
+            const auto& seqs = setup.seqs.sequences;
             auto backend = gpu::makeBackend(backendRequest).backend;
-            const auto cost = codebookCost(last->file, quantizedLayers(last->file, {}),
-                                           std::int64_t(kSeqLen) * kSequences, model.config().kvDim());
-            const double fp32 = perplexity(model, seqs).perplexity();
-            const auto hook = codebookHook(last->file, "the trained codebooks", model.config(), {}, *backend);
-            const double ppl = perplexity(model, seqs, hook).perplexity();
+            const auto r = runCodebookPerplexity(model, seqs, {{"trained codebooks", last->file}}, {}, *backend);
+            const double fp32 = r.fp32();
+            const auto& measured = r.rows.back();
+            const double ppl = measured.perplexity;
 
             RunInfo info;
             info.kind = "ppl";
@@ -432,20 +436,15 @@ void TrainPage::evaluatePerplexity()
             info.settingsJson = pplRunSettings(ps).dump();
             WorkerRecording rec(storePath, info, "", job, &m_ctx, {modelPath.toStdString()});
             if (rec) {
-                std::string layers; // as gsrq ppl labels them: the layers the codebooks quantize
-                for (int l : quantizedLayers(last->file, {}))
-                    layers += cat(layers.empty() ? "" : ",", l);
-                auto rows = pplMetrics(cost.method, "trained codebooks", layers, ppl, cost.bpa, cost.effectiveBpa);
-                rows.insert(rows.begin(), pplMetric("-", "FP32", "-", fp32));
-                rec->recordMetrics(rows);
-                rec->recordSeries(perplexitySeries(cost.method, cost.bpa, ppl, fp32));
+                rec->recordMetrics(codebookPerplexityMetrics(r));
+                rec->recordSeries(codebookPerplexitySeries(r));
             }
-            rec.finish(RunStatus::Done, pplRunSummary(fp32, ppl).dump());
+            rec.finish(RunStatus::Done, codebookPerplexitySummary(r).dump());
             const QString text =
                 tr("FP32 %1; with these %2 codebooks at %3 BPA %4 (%5%6%); %7 sequences × %8 tokens of %9%10")
                     .arg(fp32, 0, 'f', 3)
-                    .arg(QString::fromStdString(cost.method))
-                    .arg(cost.bpa, 0, 'g', 3)
+                    .arg(QString::fromStdString(measured.method))
+                    .arg(measured.bpa, 0, 'g', 3)
                     .arg(ppl, 0, 'f', 3)
                     .arg(ppl >= fp32 ? "+" : "")
                     .arg(100 * (ppl - fp32) / fp32, 0, 'f', 1)
@@ -530,10 +529,14 @@ void TrainPage::compareMethods()
     m_ctx.runner().start(tr("method comparison"), [=, this](const JobRunner::Context& job) {
         try {
             constexpr int kSeqLen = 256, kSequences = 16;
-            const auto setup = perplexitySetup(modelPath.toStdString(), tokPath.toStdString(), textPath.toStdString(),
-                                               kSeqLen, kSequences, /*seed=*/0);
-            const auto& model = setup.model;
-            const auto& seqs = setup.sequences;
+            SequenceSource src;
+            src.text = textPath.toStdString();
+            src.generate = textPath.isEmpty();
+            src.seqLen = kSeqLen;
+            src.sequences = kSequences;
+            const auto setup = openWithSequences(modelPath.toStdString(), tokPath.toStdString(), src);
+            const auto& model = setup.opened.model;
+            const auto& seqs = setup.seqs.sequences;
             // The open dump serves the table (its layers, the trained methods' rows) only when it is of
             // this model: another model's keys (a GGUF model beside the bundled sample) have another
             // width or layers this model lacks.

@@ -7,6 +7,7 @@
 #include "core/base/stats.h"
 #include "core/decode/cpu_decode.h"
 #include "core/decode/cpu_kernels.h"
+#include "core/decode/decode_sweep.h"
 #include "core/lm/rope.h"
 
 #include <omp.h>
@@ -221,19 +222,15 @@ DecodeRates cpuDecodeRates(const CpuRates& c)
 DecodeCosts cpuDecodeCosts(DecodePath path, const CpuDecodeCostCase& c)
 {
     const double d = c.shape.headDim, G = double(c.shape.heads) / c.shape.kvHeads, D = c.dim, R = c.stages, K = c.k;
-    const double S = d / D;                                                        // subspaces per KV head
-    const double bpt = PackedCodes::bytesFor(c.stages, PackedCodes::bitsFor(c.k)); // per token and subspace
-    const double tokens = double(c.batch) * c.shape.kvHeads * double(c.context);   // (sequence, KV head, token)
+    const double S = d / D;                                                      // subspaces per KV head
+    const double tokens = double(c.batch) * c.shape.kvHeads * double(c.context); // (sequence, KV head, token)
     const double heads = double(c.batch) * c.shape.heads;
-    const double io = heads * d * 4.0 * 2.0; // FP32 queries in, outputs out
     DecodeCosts k;
+    k.memoryBytes = layerBytes(path, c).total(); // FP16 keys and values once per GQA group, or codes and books
     if (path == DecodePath::Fp16) {
-        k.memoryBytes = tokens * 4.0 * d + io; // FP16 key and value, once per GQA group
-        k.flops = tokens * G * 4.0 * d;        // q·k and p·v per query head
+        k.flops = tokens * G * 4.0 * d; // q·k and p·v per query head
         return k;
     }
-    const double books = double(c.shape.kvHeads) * S * R * K * D * 2.0; // FP16 codewords of one of keys, values
-    k.memoryBytes = tokens * 2.0 * S * bpt + 2.0 * books + io;
     if (path == DecodePath::Lookup) {
         // Per token and subspace: R table loads and R bin updates, each one access of a group's lanes.
         k.lookups = tokens * S * R * 2.0;
@@ -249,6 +246,165 @@ DecodeCosts cpuDecodeCosts(DecodePath path, const CpuDecodeCostCase& c)
     k.flops = tokens * (S * R * D + 3.0 * d + G * 2.0 * d) + heads * S * R * K * D * 2.0; // rotation: 6 per pair
     return k;
 }
+
+namespace {
+
+// The CPU's side of the sweep: the caches of every layer, checked against the double reference,
+// timed in turn within each repetition after a cache flush, with the FP16 rows read alone in
+// alternation and Eigen's FP32 attention as the sanity check.
+class CpuSweep final : public DecodeSweepBackend {
+public:
+    CpuSweep(const DecodeBenchOptions& o, DecodeBenchReport& rep, const Codebooks& kb, const Codebooks& vb)
+        : m_o(o), m_rep(rep), m_kb(kb), m_vb(vb), m_invFreq(ropeInvFreq(o.ropeTheta, o.shape.headDim)),
+          // Reading twice the last-level cache evicts what the last run left there. Read, not written:
+          // dirty lines would have to be written back during the timed run, charging it for the flush.
+          m_flush(std::max<std::size_t>(2 * lastLevelCacheBytes(), std::size_t(64) << 20) / 8)
+    {
+        for (std::size_t i = 0; i < m_flush.size(); ++i)
+            m_flush[i] = i;
+        m_eigen = std::find(o.paths.begin(), o.paths.end(), DecodePath::Fp16) != o.paths.end();
+    }
+
+    std::string prepare(int batch, std::int64_t ctx) override
+    {
+        const auto& s = m_o.shape;
+        m_layers.clear();
+        m_readRows.clear();
+        m_batch = batch;
+        m_ctx = ctx;
+        m_q = decodeBenchQuery(batch, s, m_o.seed);
+        // The caches, the paper path's RoPE table, and the double references of sequence 0 (FP32 and
+        // double copies of its keys and values while they are built).
+        const double features = double(s.kvHeads) * s.headDim;
+        // The Eigen FP32 sanity check: FP32 keys and values of the batch, and one sequence's
+        // full-width copy while they are built.
+        const double eigenNeed = m_eigen ? 8.0 * double(batch + 1) * double(ctx) * features : 0.0;
+        const double need = m_o.layers * layerCacheAllocBytes({s, m_kb.dim, m_kb.stages, m_kb.k, ctx, batch}) +
+                            double(ctx) * s.headDim * 4.0 + (m_o.verify ? 24.0 * double(ctx) * features : 0.0) +
+                            eigenNeed;
+        const double avail = availableMemoryBytes() * 0.7;
+        if (avail > 0 && need > avail)
+            return cat("needs ", need / 1e9, " GB of memory; ", avail / 0.7 / 1e9, " GB available");
+        CpuDecodeConfig cfg{s, batch, ctx + 1, true, m_o.ropeTheta, m_o.threads, m_o.isa};
+        for (int l = 0; l < m_o.layers; ++l) {
+            m_layers.push_back(std::make_unique<CpuDecodeCache>(cfg, m_kb, m_vb));
+            m_layers.back()->appendRandom(ctx, m_o.seed + std::uint64_t(l));
+            m_layers.back()->setQuery(m_q);
+        }
+        if (!m_appendTimed) {
+            m_rep.appendSeconds = m_layers.front()->timeAppend(std::max(5, m_o.reps / 5));
+            m_appendTimed = true;
+        }
+        return {};
+    }
+
+    bool check(DecodeBenchPoint& p) override
+    {
+        CpuDecodeCache& c0 = *m_layers.front();
+        p.splits = c0.splits(p.path);
+        if (m_o.verify) {
+            const MatrixRF out = c0.decode(p.path, m_q);
+            if (!verifyDecodePoint(p, out, reference(p.path)))
+                return false;
+        }
+        for (int w = 0; w < m_o.warmup; ++w)
+            for (auto& l : m_layers)
+                l->run(p.path);
+        return true;
+    }
+
+    // Each repetition times every path in turn (each run after a cache flush), so the paths' times,
+    // and the speed-ups taken from them, come from the same moments of a machine whose speed drifts
+    // from minute to minute.
+    std::vector<std::vector<double>> time(const std::vector<DecodeBenchPoint>& points,
+                                          const std::function<bool()>& stop) override
+    {
+        std::vector<std::vector<double>> t(points.size());
+        for (int r = 0; r < m_o.reps; ++r) {
+            for (std::size_t i = 0; i < points.size(); ++i) {
+                flushCaches();
+                const auto t0 = Clock::now();
+                for (auto& l : m_layers) // one after another, like a model's layers
+                    l->run(points[i].path);
+                t[i].push_back(since(t0) / m_o.layers);
+                if (points[i].path == DecodePath::Fp16) {
+                    // The same rows read and nothing else, in alternation with the steps, so the
+                    // fraction compares the two at the same moments of a shared machine.
+                    flushCaches();
+                    const auto t1 = Clock::now();
+                    for (auto& l : m_layers)
+                        m_sink = m_sink ^ l->readFp16Rows();
+                    m_readRows.push_back(since(t1) / m_o.layers);
+                }
+            }
+            if (stop && stop())
+                break;
+        }
+        return t;
+    }
+
+    void model(DecodeBenchPoint& p) override
+    {
+        const auto& s = m_o.shape;
+        if (p.path == DecodePath::Fp16 && !m_readRows.empty())
+            p.readRowsSeconds = median(m_readRows);
+        if (p.path == DecodePath::Fp16 && m_eigen) {
+            EigenAttention sanity(*m_layers.front(), s, m_batch);
+            const MatrixRF& out = sanity.run(m_q, m_rep.threads);
+            const double e =
+                m_o.verify ? decodeRelativeError(out.row(0).transpose().cast<double>(), reference(DecodePath::Fp16))
+                           : -1;
+            if (e <= kDecodeTolerance) { // unverified (−1) or within the tolerance
+                std::vector<double> te;
+                for (int r = 0; r < std::max(5, m_o.reps / 5); ++r) {
+                    flushCaches();
+                    const auto t0 = Clock::now();
+                    sanity.run(m_q, m_rep.threads);
+                    te.push_back(since(t0));
+                }
+                p.eigenFp32Seconds = median(te);
+            }
+        }
+        p.paperBins = p.path == DecodePath::Paper;
+        p.costs = cpuDecodeCosts(p.path, {s, m_kb.dim, m_kb.stages, m_kb.k, m_ctx, m_batch});
+        p.roofline = roofline(p.costs, m_rep.rates);
+    }
+
+    bool pairsRepetitions() const override { return true; }
+
+private:
+    // Sequence 0's double reference of a path at this context (the same for every batch).
+    const Eigen::VectorXd& reference(DecodePath path)
+    {
+        auto& ref = m_refs[{m_ctx, int(path)}];
+        if (ref.size() == 0)
+            ref = decodeReference(*m_layers.front(), path, m_q.row(0).transpose(), m_o.shape, m_invFreq);
+        return ref;
+    }
+    void flushCaches()
+    {
+        std::uint64_t x = 0;
+        for (std::uint64_t v : m_flush)
+            x ^= v;
+        m_sink = m_sink ^ x;
+    }
+
+    const DecodeBenchOptions& m_o;
+    DecodeBenchReport& m_rep;
+    const Codebooks &m_kb, &m_vb;
+    std::vector<double> m_invFreq;
+    std::vector<std::uint64_t> m_flush;
+    volatile std::uint64_t m_sink = 0;
+    bool m_eigen = false, m_appendTimed = false;
+    int m_batch = 0;
+    std::int64_t m_ctx = 0;
+    MatrixRF m_q;
+    std::vector<std::unique_ptr<CpuDecodeCache>> m_layers;
+    std::vector<double> m_readRows;
+    std::map<std::pair<std::int64_t, int>, Eigen::VectorXd> m_refs; // (context, path) → sequence 0's reference
+};
+
+} // namespace
 
 DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks& keyBooks, const Codebooks& valueBooks,
                                     const std::string& source,
@@ -279,158 +435,8 @@ DecodeBenchReport runCpuDecodeBench(const DecodeBenchOptions& o, const Codebooks
     rep.readBytesPerSecond = rates.readBytesPerSecond;
     rep.rates = cpuDecodeRates(rates);
 
-    const auto& s = o.shape;
-    const int M = keyBooks.subspaces;
-    const int bpt = PackedCodes::bytesFor(keyBooks.stages, PackedCodes::bitsFor(keyBooks.k));
-    const auto invFreq = ropeInvFreq(o.ropeTheta, s.headDim);
-    // Cache flush: reading twice the last-level cache evicts what the last run left there. Read, not
-    // written: dirty lines would have to be written back during the timed run, charging it for the flush.
-    std::vector<std::uint64_t> flush(std::max<std::size_t>(2 * lastLevelCacheBytes(), std::size_t(64) << 20) / 8);
-    for (std::size_t i = 0; i < flush.size(); ++i)
-        flush[i] = i;
-    volatile std::uint64_t flushSink = 0;
-
-    std::map<std::pair<std::int64_t, int>, Eigen::VectorXd> refs; // (context, path) → sequence 0's reference
-    bool appendTimed = false;
-    for (int batch : o.batches)
-        for (std::int64_t ctx : o.contexts) {
-            if (stop && stop())
-                return rep;
-            const double perLayer = double(batch) * double(ctx + 1) * (2.0 * M * bpt + 4.0 * s.kvHeads * s.headDim);
-            // The caches, the paper path's RoPE table, and the double references of sequence 0 (FP32 and
-            // double copies of its keys and values while they are built).
-            const double features = double(s.kvHeads) * s.headDim;
-            const bool eigen = std::find(o.paths.begin(), o.paths.end(), DecodePath::Fp16) != o.paths.end();
-            // The Eigen FP32 sanity check: FP32 keys and values of the batch, and one sequence's
-            // full-width copy while they are built.
-            const double eigenNeed = eigen ? 8.0 * double(batch + 1) * double(ctx) * features : 0.0;
-            const double need = o.layers * perLayer + double(ctx) * s.headDim * 4.0 +
-                                (o.verify ? 24.0 * double(ctx) * features : 0.0) + eigenNeed;
-            const double avail = availableMemoryBytes() * 0.7;
-            std::vector<std::unique_ptr<CpuDecodeCache>> layers;
-            const MatrixRF q = decodeBenchQuery(batch, s, o.seed);
-            std::string skipped;
-            if (avail > 0 && need > avail) {
-                skipped = cat("needs ", need / 1e9, " GB of memory; ", avail / 0.7 / 1e9, " GB available");
-            } else {
-                CpuDecodeConfig cfg{s, batch, ctx + 1, true, o.ropeTheta, o.threads, o.isa};
-                for (int l = 0; l < o.layers; ++l) {
-                    layers.push_back(std::make_unique<CpuDecodeCache>(cfg, keyBooks, valueBooks));
-                    layers.back()->appendRandom(ctx, o.seed + std::uint64_t(l));
-                    layers.back()->setQuery(q);
-                }
-                if (!appendTimed) {
-                    rep.appendSeconds = layers.front()->timeAppend(std::max(5, o.reps / 5));
-                    appendTimed = true;
-                }
-            }
-            // Each path checked against its reference first; those that pass are warmed up, then
-            // timed in turn within every repetition (each run after a cache flush), so the paths'
-            // times, and the speed-ups taken from them, come from the same moments of a machine whose
-            // speed drifts from minute to minute.
-            std::vector<DecodeBenchPoint> points;
-            std::vector<DecodePath> timed;
-            const auto report = [&](const DecodeBenchPoint& p) {
-                rep.points.push_back(p);
-                if (onPoint)
-                    onPoint(p);
-            };
-            for (DecodePath path : o.paths) {
-                if (stop && stop())
-                    return rep;
-                DecodeBenchPoint p;
-                p.context = ctx;
-                p.batch = batch;
-                p.path = path;
-                p.skipped = skipped;
-                if (!p.skipped.empty()) {
-                    report(p);
-                    continue;
-                }
-                CpuDecodeCache& c0 = *layers.front();
-                p.splits = c0.splits(path);
-                if (o.verify) {
-                    const MatrixRF out = c0.decode(path, q);
-                    auto& ref = refs[{ctx, int(path)}];
-                    if (ref.size() == 0)
-                        ref = decodeReference(c0, path, q.row(0).transpose(), s, invFreq);
-                    if (!verifyDecodePoint(p, out, ref)) {
-                        report(p);
-                        continue;
-                    }
-                }
-                for (int w = 0; w < o.warmup; ++w)
-                    for (auto& l : layers)
-                        l->run(path);
-                points.push_back(p);
-                timed.push_back(path);
-            }
-            if (timed.empty())
-                continue;
-            const auto flushCaches = [&] {
-                std::uint64_t x = 0;
-                for (std::uint64_t v : flush)
-                    x ^= v;
-                flushSink = flushSink ^ x;
-            };
-            std::vector<std::vector<double>> t(timed.size());
-            std::vector<double> tr;
-            for (int r = 0; r < o.reps; ++r) {
-                for (std::size_t i = 0; i < timed.size(); ++i) {
-                    flushCaches();
-                    const auto t0 = Clock::now();
-                    for (auto& l : layers) // one after another, like a model's layers
-                        l->run(timed[i]);
-                    t[i].push_back(since(t0) / o.layers);
-                    if (timed[i] == DecodePath::Fp16) {
-                        // The same rows read and nothing else, in alternation with the steps, so the
-                        // fraction compares the two at the same moments of a shared machine.
-                        flushCaches();
-                        const auto t1 = Clock::now();
-                        for (auto& l : layers)
-                            flushSink = flushSink ^ l->readFp16Rows();
-                        tr.push_back(since(t1) / o.layers);
-                    }
-                }
-                if (stop && stop())
-                    break;
-            }
-            const auto fp16 = std::find(timed.begin(), timed.end(), DecodePath::Fp16);
-            for (std::size_t i = 0; i < timed.size(); ++i) {
-                DecodeBenchPoint& p = points[i];
-                const DecodePath path = timed[i];
-                if (path == DecodePath::Fp16 && !tr.empty())
-                    p.readRowsSeconds = median(tr);
-                timeDecodePoint(p, t[i], decodeStepBytes(path, s, keyBooks, ctx, batch));
-                // Paired by repetition (timeDecodePoint sorted a copy: t keeps the runs' order); the
-                // FP16 point's own is 1.
-                if (fp16 != timed.end())
-                    p.speedupVsFp16 = pairedSpeedup(t[std::size_t(fp16 - timed.begin())], t[i]);
-                if (path == DecodePath::Fp16 && eigen) {
-                    CpuDecodeCache& c0 = *layers.front();
-                    EigenAttention sanity(c0, s, batch);
-                    const MatrixRF& out = sanity.run(q, rep.threads);
-                    const double e = o.verify ? decodeRelativeError(out.row(0).transpose().cast<double>(),
-                                                                    refs[{ctx, int(DecodePath::Fp16)}])
-                                              : -1;
-                    if (e <= kDecodeTolerance) { // unverified (−1) or within the tolerance
-                        std::vector<double> te;
-                        for (int r = 0; r < std::max(5, o.reps / 5); ++r) {
-                            flushCaches();
-                            const auto t0 = Clock::now();
-                            sanity.run(q, rep.threads);
-                            te.push_back(since(t0));
-                        }
-                        p.eigenFp32Seconds = median(te);
-                    }
-                }
-                p.paperBins = path == DecodePath::Paper;
-                p.costs = cpuDecodeCosts(path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch});
-                p.roofline = roofline(p.costs, rep.rates);
-                p.rooflineFraction = p.roofline.seconds / p.seconds;
-                report(p);
-            }
-        }
+    CpuSweep sweep(o, rep, keyBooks, valueBooks);
+    runDecodeSweep(o, rep, sweep, onPoint, stop);
     return rep;
 }
 

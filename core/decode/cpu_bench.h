@@ -6,6 +6,7 @@
 
 #include "core/decode/cpu_kernels.h"
 #include "core/decode/decode_bench.h"
+#include "core/decode/decode_sweep.h"
 
 #include <functional>
 #include <string>
@@ -28,12 +29,8 @@ DecodeRates cpuDecodeRates(const CpuRates& rates);
 double measureFmaRate(int threads, const cpudecode::Kernels& kernels);
 
 // What one decode step of a path moves and computes on the CPU, for the whole batch and every KV head.
-struct CpuDecodeCostCase {
-    DecodeShape shape;
-    int dim = 0, stages = 0, k = 0;
-    std::int64_t context = 0;
-    int batch = 1;
-};
+// Its memory bytes are layerBytes' (decode_sweep.h), plus the paper path's RoPE table.
+using CpuDecodeCostCase = DecodeStepCase;
 DecodeCosts cpuDecodeCosts(DecodePath path, const CpuDecodeCostCase& c);
 
 // Runs the sweep with options.threads threads and the kernels options.isa names (options.device is

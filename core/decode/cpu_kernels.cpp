@@ -5,6 +5,11 @@
 // (the standard templates these files instantiate) is compiled for a CPU that may not run it; the
 // dispatch (portable build) picks the widest one the CPU runs. The kernels are written once over the
 // vector types of cpu_vectors.h, so the tests compare every build on every shape.
+//
+// Why one file of this length: it is one concern (every path's loops for one instruction set) and
+// one translation unit compiled three times under a target pragma (core/CMakeLists.txt); split into
+// parts, each part would need the same pragma dance and the dispatch table (kKernels) would have to
+// reach across files into each build's anonymous namespace.
 
 #include "core/decode/cpu_kernels.h"
 

@@ -96,16 +96,6 @@ void checkDecodeBooks(const DecodeShape& s, const Codebooks& keyBooks, const Cod
                      "makes them); the decode paths take contiguous subspaces");
 }
 
-double decodeStepBytes(DecodePath path, const DecodeShape& s, const Codebooks& kb, std::int64_t ctx, int batch)
-{
-    const double qo = 2.0 * batch * s.heads * s.headDim * 4.0;
-    if (path == DecodePath::Fp16)
-        return double(batch) * double(ctx) * s.kvHeads * s.headDim * 4.0 + qo;
-    const int bpt = PackedCodes::bytesFor(kb.stages, PackedCodes::bitsFor(kb.k));
-    const double books = 2.0 * double(kb.data.size()) * 2.0; // keys and values, FP16
-    return double(batch) * double(ctx) * kb.subspaces * bpt * 2.0 + books + qo;
-}
-
 bool verifyDecodePoint(DecodeBenchPoint& p, const MatrixRF& out, const Eigen::VectorXd& ref)
 {
     p.relError = decodeRelativeError(out.row(0).transpose().cast<double>(), ref);

@@ -116,11 +116,6 @@ int decodeStagesForBpa(double bpa, int dim);
 // must cover kv-heads × head-dim features and share D, R and K.
 void checkDecodeBooks(const DecodeShape& shape, const Codebooks& keyBooks, const Codebooks& valueBooks);
 
-// Bytes one step of `path` must read at least for a batch at a context: the FP16 rows, or the codes
-// plus both codebooks (FP16) once; and the FP32 queries and outputs.
-double decodeStepBytes(DecodePath path, const DecodeShape& shape, const Codebooks& keyBooks, std::int64_t context,
-                       int batch);
-
 // A point's check against the reference (sequence 0 of `out`): sets relError and verified, and
 // skipped when it fails. Returns whether it passed.
 bool verifyDecodePoint(DecodeBenchPoint& p, const MatrixRF& out, const Eigen::VectorXd& ref);

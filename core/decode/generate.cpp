@@ -27,7 +27,7 @@ std::int32_t argmax(const Eigen::RowVectorXf& logits)
 
 } // namespace
 
-GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int32_t>& prefill,
+GenerateReport runGenerate(const TransformerModel& model, const std::vector<std::int32_t>& prefill,
                            const CodebookFile& books, const std::string& booksPath, const GenerateOptions& o,
                            const std::function<void(const GeneratePoint&)>& onPoint,
                            const std::function<bool()>& cancelled)
@@ -82,7 +82,7 @@ GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int
     GenerateReport rep;
     if (stop())
         return rep;
-    Llama2cModel::Cache pc;
+    TransformerModel::Cache pc;
     const MatrixRF prefillLogits = model.forward(prefill, pc);
     const std::int32_t first = argmax(prefillLogits.row(prefillLogits.rows() - 1));
 
@@ -90,7 +90,7 @@ GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int
     rep.contextNote = cat("a ", P, "-token prefill of the text, repeated to each context length (keys and values ",
                           "copied; positions continue after the context)");
     const std::string blocks = model.weightBlocksNote();
-    rep.weights = o.weights == Llama2cModel::StepWeights::Blocks && !blocks.empty()
+    rep.weights = o.weights == TransformerModel::StepWeights::Blocks && !blocks.empty()
                       ? cat("GGUF ", blocks, " (FP32 activations)")
                       : "FP32";
     const DecodeShape shape{cfg.heads, cfg.kvHeads, cfg.headDim()};

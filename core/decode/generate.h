@@ -10,7 +10,7 @@
 
 #include "core/cluster/codebook_file.h"
 #include "core/decode/decode_bench.h"
-#include "core/lm/llama2c.h"
+#include "core/lm/model.h"
 
 #include <cstdint>
 #include <functional>
@@ -26,7 +26,7 @@ struct GenerateOptions {
     int threads = 0; // the decode kernels' (0: one per core); the products use OpenMP's threads
     // The step's weights: a GGUF model's quantized blocks where the kernels take them
     // (core/lm/quant_matvec.h), or the FP32 matrices.
-    Llama2cModel::StepWeights weights = Llama2cModel::StepWeights::Blocks;
+    TransformerModel::StepWeights weights = TransformerModel::StepWeights::Blocks;
 };
 
 struct GeneratePoint {
@@ -51,7 +51,7 @@ struct GenerateReport {
 // width), the lookup path with codebooks of keys before RoPE, a context shorter than the prefill.
 // `cancelled` is asked before each (context, path) and each step: when it answers true the report
 // holds the points finished so far.
-GenerateReport runGenerate(const Llama2cModel& model, const std::vector<std::int32_t>& prefill,
+GenerateReport runGenerate(const TransformerModel& model, const std::vector<std::int32_t>& prefill,
                            const CodebookFile& books, const std::string& booksPath, const GenerateOptions& o,
                            const std::function<void(const GeneratePoint&)>& onPoint = {},
                            const std::function<bool()>& cancelled = {});

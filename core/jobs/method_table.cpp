@@ -4,6 +4,7 @@
 #include "core/base/text.h"
 #include "core/cluster/codebook_file.h"
 #include "core/cluster/quantizer.h"
+#include "core/jobs/codebook_perplexity.h"
 #include "core/lm/perplexity.h"
 
 #include <cmath>
@@ -155,7 +156,7 @@ TrainSettings methodTrainSettings(const MethodSpec& m, std::int64_t features, bo
     return s;
 }
 
-void validateMethods(const std::vector<MethodSpec>& methods, const Llama2cConfig& cfg, const std::string& flag)
+void validateMethods(const std::vector<MethodSpec>& methods, const ModelConfig& cfg, const std::string& flag)
 {
     for (const auto& m : methods) {
         if (m.kind == TableMethod::Kivi)
@@ -165,7 +166,7 @@ void validateMethods(const std::vector<MethodSpec>& methods, const Llama2cConfig
     }
 }
 
-MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<std::vector<std::int32_t>>& sequences,
+MethodTableResult runMethodTable(const TransformerModel& model, const std::vector<std::vector<std::int32_t>>& sequences,
                                  const MethodTableSettings& s, ClusterBackend& backend, const ProgressFn& progress)
 {
     const auto& cfg = model.config();
@@ -218,12 +219,6 @@ MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<st
     // KIVI on the dump quantizes keys as the cache holds them (after RoPE) where the dump says how.
     const bool dumpRopes = dump && keysCanBeRotated(*dump);
 
-    const std::int64_t tokens = [&] {
-        std::int64_t n = 0;
-        for (const auto& q : sequences)
-            n += std::int64_t(q.size());
-        return n;
-    }();
     MethodTableResult out;
     const double fp32 = perplexity(model, sequences).perplexity();
     out.rows.push_back({"fp32", "fp32", 32, 32, fp32, std::nullopt, "the model as it is"});
@@ -297,24 +292,16 @@ MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<st
                         ts.rq.stridedGroups && ts.rq.dim < cfg.kvDim() ? ", strided groups" : "",
                         ts.rq.refine > 0 ? cat(", ", ts.rq.refine, " rounds of joint refinement") : "");
             }
-            const auto quantized = quantizedLayers(file, layers);
-            if (quantized.empty())
-                throwInvalid(m.name, ": has no codebooks for layers.L.key or layers.L.value",
-                             layers.empty() ? std::string() : " of --layers " + s.layers);
-            const auto cost = codebookCost(file, quantized, tokens, cfg.kvDim());
-            row.bits = cost.bpa;
-            row.effectiveBits = cost.effectiveBpa;
-            if (row.settings.empty()) {
-                std::string ls;
-                for (int l : quantized)
-                    ls += cat(ls.empty() ? "" : ",", l);
-                row.settings = cat("codebooks file, method ", cost.method, ", layers ", ls);
-            }
             if (!report(0.9, "perplexity")) {
                 out.cancelled = true;
                 return out;
             }
-            row.perplexity = perplexity(model, sequences, codebookHook(file, path, cfg, layers, backend)).perplexity();
+            const auto measured = measureCodebooks(model, sequences, file, path, layers, s.layers, backend);
+            row.bits = measured.bpa;
+            row.effectiveBits = measured.effectiveBpa;
+            if (row.settings.empty())
+                row.settings = cat("codebooks file, method ", measured.method, ", layers ", measured.layers);
+            row.perplexity = measured.perplexity;
         }
         out.rows.push_back(row);
     }

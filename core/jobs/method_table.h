@@ -23,7 +23,7 @@
 #include "core/cluster/progress.h"
 #include "core/io/kv_dump.h"
 #include "core/jobs/train_job.h"
-#include "core/lm/llama2c.h"
+#include "core/lm/model.h"
 
 #include <cstdint>
 #include <optional>
@@ -60,7 +60,7 @@ TrainSettings methodTrainSettings(const MethodSpec& m, std::int64_t features, bo
 // Checks every method against the model before anything runs: KIVI's group against kv_dim, CQ's
 // channels and a BPA's D, R, K against the keys' and values' width. Throws Error(InvalidInput)
 // naming `flag` and the method.
-void validateMethods(const std::vector<MethodSpec>& methods, const Llama2cConfig& cfg,
+void validateMethods(const std::vector<MethodSpec>& methods, const ModelConfig& cfg,
                      const std::string& flag = "--methods");
 
 struct MethodTableSettings {
@@ -92,7 +92,7 @@ struct MethodTableResult {
 // Measures every method on `sequences` (perplexity) and, for methods with a dump, attention
 // fidelity on it. Throws Error(InvalidInput) naming --train-dump when a trained method has none or
 // the dump's keys and values do not fit the model.
-MethodTableResult runMethodTable(const Llama2cModel& model, const std::vector<std::vector<std::int32_t>>& sequences,
+MethodTableResult runMethodTable(const TransformerModel& model, const std::vector<std::vector<std::int32_t>>& sequences,
                                  const MethodTableSettings& s, ClusterBackend& backend,
                                  const ProgressFn& progress = {});
 

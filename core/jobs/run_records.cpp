@@ -424,7 +424,7 @@ nlohmann::ordered_json generateRunSettings(const std::string& model, const std::
             {"steps", o.steps},
             {"paths", paths},
             {"threads", o.threads},
-            {"weights", o.weights == Llama2cModel::StepWeights::Blocks ? "blocks" : "fp32"}};
+            {"weights", o.weights == TransformerModel::StepWeights::Blocks ? "blocks" : "fp32"}};
 }
 
 nlohmann::ordered_json generateRunSummary(const GenerateReport& r)

@@ -1,14 +1,12 @@
-// A GGUF model's hyperparameters (gguf_model.h).
+// A GGUF model's hyperparameters and its weights in the transformer (gguf_model.h).
 #include "core/lm/gguf_model.h"
 
 #include "core/base/error.h"
-#include "core/lm/llama2c.h"
 #include "core/lm/quant_matvec.h"
 #include "core/lm/rope.h"
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 
 namespace gsrq {
 
@@ -102,9 +100,9 @@ MatrixRF unpermuteRows(const MatrixRF& w, int heads)
 
 } // namespace
 
-Llama2cModel Llama2cModel::loadGguf(const std::string& path)
+TransformerModel loadGgufModel(const GgufFile& f)
 {
-    const GgufFile f = GgufFile::open(path);
+    const std::string& path = f.path();
     const GgufModelFacts facts = ggufModelFacts(f);
     const std::string& arch = facts.architecture;
     if (arch != "llama" && arch != "qwen2")
@@ -137,8 +135,8 @@ Llama2cModel Llama2cModel::loadGguf(const std::string& path)
     if (!embed || embed->dims.size() != 2 || embed->dims[1] > (1 << 24))
         throwInvalid(path, ": GGUF model has no 2-D tensor 'token_embd.weight' of at most 2^24 tokens");
 
-    Llama2cModel m;
-    auto& c = m.m_cfg;
+    ModelConfig c;
+    ModelWeights w;
     c.architecture = arch;
     c.dim = int(facts.embedding);
     c.hidden = int(facts.feedForward);
@@ -153,21 +151,21 @@ Llama2cModel Llama2cModel::loadGguf(const std::string& path)
     c.rmsEps = float(facts.rmsEps);
     c.attentionBias = f.tensor("blk.0.attn_q.bias") != nullptr;
 
-    m.m_embed = ggufMatrix(f, "token_embd.weight", c.vocab, c.dim);
+    w.embed = ggufMatrix(f, "token_embd.weight", c.vocab, c.dim);
     const bool permuted = arch == "llama";
     for (int l = 0; l < c.layers; ++l) {
         const std::string b = "blk." + std::to_string(l) + ".";
-        m.m_attnNorm.push_back(ggufMatrix(f, b + "attn_norm.weight", 1, c.dim).row(0).transpose());
+        w.attnNorm.push_back(ggufMatrix(f, b + "attn_norm.weight", 1, c.dim).row(0).transpose());
         MatrixRF wq = ggufMatrix(f, b + "attn_q.weight", c.dim, c.dim);
         MatrixRF wk = ggufMatrix(f, b + "attn_k.weight", c.kvDim(), c.dim);
         if (permuted) {
             wq = unpermuteRows(wq, c.heads);
             wk = unpermuteRows(wk, c.kvHeads);
         }
-        m.m_wq.push_back(std::move(wq));
-        m.m_wk.push_back(std::move(wk));
-        m.m_wv.push_back(ggufMatrix(f, b + "attn_v.weight", c.kvDim(), c.dim));
-        m.m_wo.push_back(ggufMatrix(f, b + "attn_output.weight", c.dim, c.dim));
+        w.wq.push_back(std::move(wq));
+        w.wk.push_back(std::move(wk));
+        w.wv.push_back(ggufMatrix(f, b + "attn_v.weight", c.kvDim(), c.dim));
+        w.wo.push_back(ggufMatrix(f, b + "attn_output.weight", c.dim, c.dim));
         if (c.attentionBias) {
             MatrixRF bq = ggufMatrix(f, b + "attn_q.bias", 1, c.dim),
                      bk = ggufMatrix(f, b + "attn_k.bias", 1, c.kvDim());
@@ -175,19 +173,18 @@ Llama2cModel Llama2cModel::loadGguf(const std::string& path)
                 bq = unpermuteRows(bq.transpose(), c.heads).transpose();
                 bk = unpermuteRows(bk.transpose(), c.kvHeads).transpose();
             }
-            m.m_bq.push_back(bq.row(0));
-            m.m_bk.push_back(bk.row(0));
-            m.m_bv.push_back(ggufMatrix(f, b + "attn_v.bias", 1, c.kvDim()).row(0));
+            w.bq.push_back(bq.row(0));
+            w.bk.push_back(bk.row(0));
+            w.bv.push_back(ggufMatrix(f, b + "attn_v.bias", 1, c.kvDim()).row(0));
         }
-        m.m_ffnNorm.push_back(ggufMatrix(f, b + "ffn_norm.weight", 1, c.dim).row(0).transpose());
-        m.m_w1.push_back(ggufMatrix(f, b + "ffn_gate.weight", c.hidden, c.dim));
-        m.m_w2.push_back(ggufMatrix(f, b + "ffn_down.weight", c.dim, c.hidden));
-        m.m_w3.push_back(ggufMatrix(f, b + "ffn_up.weight", c.hidden, c.dim));
+        w.ffnNorm.push_back(ggufMatrix(f, b + "ffn_norm.weight", 1, c.dim).row(0).transpose());
+        w.w1.push_back(ggufMatrix(f, b + "ffn_gate.weight", c.hidden, c.dim));
+        w.w2.push_back(ggufMatrix(f, b + "ffn_down.weight", c.dim, c.hidden));
+        w.w3.push_back(ggufMatrix(f, b + "ffn_up.weight", c.hidden, c.dim));
     }
-    m.m_finalNorm = ggufMatrix(f, "output_norm.weight", 1, c.dim).row(0).transpose();
+    w.finalNorm = ggufMatrix(f, "output_norm.weight", 1, c.dim).row(0).transpose();
     if (!c.sharedClassifier)
-        m.m_classifier = ggufMatrix(f, "output.weight", c.vocab, c.dim);
-    m.m_invFreq = ropeInvFreq(c.ropeTheta, c.headDim());
+        w.classifier = ggufMatrix(f, "output.weight", c.vocab, c.dim);
 
     // The same weights as blocks, for the decode step (shapes checked above by ggufMatrix).
     auto blocks = std::make_shared<ModelWeightBlocks>();
@@ -215,20 +212,8 @@ Llama2cModel Llama2cModel::loadGguf(const std::string& path)
         blocks->w3.push_back(view(b + "ffn_up.weight", 0));
     }
     blocks->classifier = view(c.sharedClassifier ? "token_embd.weight" : "output.weight", 0);
-    m.m_blocks = std::move(blocks);
-    return m;
-}
-
-bool isGgufModel(const std::string& path)
-{
-    std::ifstream in(path, std::ios::binary);
-    char magic[4] = {};
-    return in.read(magic, 4) && std::string(magic, 4) == "GGUF";
-}
-
-Llama2cModel loadLanguageModel(const std::string& path)
-{
-    return isGgufModel(path) ? Llama2cModel::loadGguf(path) : Llama2cModel::load(path);
+    w.blocks = std::move(blocks);
+    return TransformerModel(std::move(c), std::move(w));
 }
 
 } // namespace gsrq

@@ -1,9 +1,10 @@
 #pragma once
-// What a GGUF file says about its model: the hyperparameters a forward pass and a KV cache need,
-// read from the architecture's own keys ("llama.block_count", "qwen2.rope.freq_base", ...), with
-// llama.cpp's defaults where a key is optional. Pure metadata: no weights are read.
+// GGUF models: what the file says about its model (the hyperparameters a forward pass and a KV cache
+// need, read from the architecture's own keys ("llama.block_count", "qwen2.rope.freq_base", ...), with
+// llama.cpp's defaults where a key is optional), and the loader of its weights into the transformer.
 
 #include "core/io/gguf.h"
+#include "core/lm/model.h"
 
 #include <cstdint>
 #include <map>
@@ -29,5 +30,12 @@ struct GgufModelFacts {
 // Throws Error(InvalidInput) naming the file and key when a required key is missing or inconsistent
 // (heads not a multiple of KV heads, embedding not heads × head_dim where no key_length says so).
 GgufModelFacts ggufModelFacts(const GgufFile& file);
+
+// A GGUF model of the llama or qwen2 architecture: weights dequantized to FP32, q and k rows in
+// transformers' rotate-half order (llama GGUF files store them permuted for interleaved RoPE; they
+// are put back), so keys and values are those tools/dump_kv.py dumps; the quantized blocks kept
+// beside them for the decode step. Throws Error(InvalidInput) naming the file and the architecture
+// or tensor it cannot run.
+TransformerModel loadGgufModel(const GgufFile& file);
 
 } // namespace gsrq

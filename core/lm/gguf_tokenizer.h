@@ -13,6 +13,7 @@
 // on one tokenizer from several threads (its cache of pieces is locked).
 
 #include "core/io/gguf.h"
+#include "core/lm/tokenizer.h"
 
 #include <cstdint>
 #include <memory>
@@ -24,22 +25,23 @@
 
 namespace gsrq {
 
-class BpeTokenizer {
+class BpeTokenizer final : public Tokenizer {
 public:
     // Throws Error(InvalidInput) naming the file and key for a vocabulary that is not byte-level BPE
     // or a pre-tokenizer it does not know (named, with the ones it takes).
     static BpeTokenizer fromGguf(const GgufFile& file);
     BpeTokenizer(BpeTokenizer&&) noexcept;
     BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
-    ~BpeTokenizer();
+    ~BpeTokenizer() override;
 
     // The text's ids, without BOS. Throws Error(InvalidInput) for text that is not UTF-8.
-    std::vector<std::int32_t> encode(const std::string& text) const;
-    std::optional<std::int32_t> bos() const { return m_bos; }
+    std::vector<std::int32_t> encode(const std::string& text) const override;
+    std::optional<std::int32_t> bos() const override { return m_bos; }
+    std::string name() const override { return m_pre; }
     const std::string& pre() const { return m_pre; }
-    int size() const { return int(m_tokens.size()); }
+    int size() const override { return int(m_tokens.size()); }
     // The token's text (GPT-2's printable characters decoded back to bytes).
-    std::string piece(std::int32_t id) const;
+    std::string piece(std::int32_t id) const override;
 
 private:
     BpeTokenizer();

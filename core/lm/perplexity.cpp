@@ -4,7 +4,6 @@
 #include "core/cluster/cluster_backend.h"
 #include "core/cluster/quantizer.h"
 #include "core/io/kv_dump.h"
-#include "core/lm/gguf_tokenizer.h"
 #include "core/lm/rope.h"
 
 #include <algorithm>
@@ -16,14 +15,6 @@
 namespace gsrq {
 
 namespace {
-
-std::uint64_t splitmix64(std::uint64_t& s)
-{
-    std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 // log Σ exp(row) and the row's entry at `target`, in double.
 double nllOf(const Eigen::Ref<const Eigen::RowVectorXf>& logits, std::int32_t target)
@@ -48,164 +39,6 @@ int metaInt(const CodebookFile& f, const char* key, int fallback)
 }
 
 } // namespace
-
-std::vector<std::vector<std::int32_t>> textSequences(const std::vector<std::int32_t>& text, int seqLen, int sequences,
-                                                     std::optional<std::int32_t> bos)
-{
-    if (seqLen < 2)
-        throwInvalid("--seq-len ", seqLen, ": needs at least 2 (BOS and a token to predict)");
-    if (sequences < 1)
-        throwInvalid("--sequences ", sequences, ": needs at least 1");
-    const int body = seqLen - (bos ? 1 : 0);
-    const std::int64_t need = std::int64_t(sequences) * body;
-    if (std::int64_t(text.size()) < need)
-        throwInvalid("--text: ", text.size(), " tokens, but --sequences ", sequences, " × ",
-                     bos ? cat("(--seq-len ", seqLen, " − 1)") : cat("--seq-len ", seqLen), " needs ", need,
-                     "; give a longer text or fewer sequences");
-    std::vector<std::vector<std::int32_t>> out;
-    for (int s = 0; s < sequences; ++s) {
-        std::vector<std::int32_t> seq;
-        if (bos)
-            seq.push_back(*bos);
-        const auto from = text.begin() + std::ptrdiff_t(s) * body;
-        seq.insert(seq.end(), from, from + body);
-        out.push_back(std::move(seq));
-    }
-    return out;
-}
-
-std::vector<std::vector<std::int32_t>> generateSequences(const Llama2cModel& model, int seqLen, int sequences,
-                                                         std::uint64_t seed)
-{
-    if (seqLen < 2 || seqLen > model.config().maxSeq)
-        throwInvalid("--seq-len ", seqLen, ": must be 2 to the model's ", model.config().maxSeq);
-    if (sequences < 1)
-        throwInvalid("--sequences ", sequences, ": needs at least 1");
-    std::uint64_t state = seed;
-    std::vector<std::vector<std::int32_t>> out;
-    for (int s = 0; s < sequences; ++s) {
-        std::vector<std::int32_t> seq{Llama2cTokenizer::kBos};
-        Llama2cModel::Cache cache;
-        std::int32_t next = Llama2cTokenizer::kBos;
-        while (int(seq.size()) < seqLen) {
-            const MatrixRF logits = model.forward(std::span<const std::int32_t>(&next, 1), cache);
-            const Eigen::RowVectorXf row = logits.row(0);
-            Eigen::RowVectorXd p = (row.cast<double>().array() - double(row.maxCoeff())).exp();
-            p /= p.sum();
-            const double u = double(splitmix64(state) >> 11) * 0x1.0p-53;
-            double acc = 0;
-            next = std::int32_t(p.size() - 1);
-            for (Eigen::Index i = 0; i < p.size(); ++i) {
-                acc += p[i];
-                if (u < acc) {
-                    next = std::int32_t(i);
-                    break;
-                }
-            }
-            seq.push_back(next);
-        }
-        out.push_back(std::move(seq));
-    }
-    return out;
-}
-
-std::vector<std::vector<std::int32_t>> perplexitySequences(const Llama2cModel& model, const Llama2cTokenizer& tok,
-                                                           const std::string& textPath, int seqLen, int sequences,
-                                                           std::uint64_t seed, std::int64_t* textTokens)
-{
-    if (textTokens)
-        *textTokens = 0;
-    if (textPath.empty())
-        return generateSequences(model, seqLen, sequences, seed);
-    if (seqLen > model.config().maxSeq)
-        throwInvalid("--seq-len ", seqLen, ": the model takes at most ", model.config().maxSeq);
-    std::ifstream f(textPath, std::ios::binary);
-    if (!f)
-        throwInvalid("--text ", textPath, ": cannot be read");
-    std::stringstream text;
-    text << f.rdbuf();
-    const auto ids = tok.encode(reflowText(text.str()));
-    if (textTokens)
-        *textTokens = std::int64_t(ids.size());
-    return textSequences(ids, seqLen, sequences);
-}
-
-std::vector<std::vector<std::int32_t>> ggufTextSequences(const Llama2cModel& model, const std::string& ggufPath,
-                                                         const std::string& textPath, int seqLen, int sequences,
-                                                         std::int64_t* textTokens)
-{
-    if (seqLen > model.config().maxSeq)
-        throwInvalid("--seq-len ", seqLen, ": the model takes at most ", model.config().maxSeq);
-    const BpeTokenizer tok = BpeTokenizer::fromGguf(GgufFile::open(ggufPath));
-    std::ifstream f(textPath, std::ios::binary);
-    if (!f)
-        throwInvalid("--text ", textPath, ": cannot be read");
-    std::stringstream text;
-    text << f.rdbuf();
-    std::vector<std::int32_t> ids;
-    try {
-        ids = tok.encode(reflowText(text.str()));
-    } catch (const Error& e) {
-        if (e.kind() == ErrorKind::InvalidInput)
-            throwInvalid("--text ", textPath, ": ", e.what());
-        throw;
-    }
-    if (textTokens)
-        *textTokens = std::int64_t(ids.size());
-    return textSequences(ids, seqLen, sequences, tok.bos());
-}
-
-PerplexitySetup perplexitySetup(const std::string& modelPath, const std::string& tokenizerPath,
-                                const std::string& textPath, int seqLen, int sequences, std::uint64_t seed)
-{
-    PerplexitySetup p{loadLanguageModel(modelPath), {}, 0};
-    if (p.model.config().architecture != "llama2.c") {
-        if (textPath.empty())
-            throwInvalid(modelPath, ": a GGUF model's perplexity is measured on a text: choose one");
-        p.sequences = ggufTextSequences(p.model, modelPath, textPath, seqLen, sequences, &p.textTokens);
-        return p;
-    }
-    if (tokenizerPath.empty())
-        throwInvalid(modelPath, ": a llama2.c model needs its tokenizer (.bin)");
-    const auto tok = Llama2cTokenizer::load(tokenizerPath, p.model.config().vocab);
-    p.sequences = perplexitySequences(p.model, tok, textPath, seqLen, sequences, seed, &p.textTokens);
-    return p;
-}
-
-std::vector<std::vector<std::int32_t>> tokenIdSequences(const std::string& path, const Llama2cConfig& cfg)
-{
-    std::ifstream f(path);
-    if (!f)
-        throwInvalid("--token-ids ", path, ": cannot be read");
-    std::vector<std::vector<std::int32_t>> out;
-    std::string line;
-    for (int lineNo = 1; std::getline(f, line); ++lineNo) {
-        std::istringstream words(line);
-        std::vector<std::int32_t> seq;
-        for (std::string w; words >> w;) {
-            std::size_t used = 0;
-            long long id = -1;
-            try {
-                id = std::stoll(w, &used);
-            } catch (const std::exception&) {
-                used = 0;
-            }
-            if (used != w.size() || id < 0 || id >= cfg.vocab)
-                throwInvalid("--token-ids ", path, ":", lineNo, ": '", w, "' is not a token id of the model (0 to ",
-                             cfg.vocab - 1, ")");
-            seq.push_back(std::int32_t(id));
-        }
-        if (seq.empty())
-            continue;
-        if (seq.size() < 2 || std::int64_t(seq.size()) > cfg.maxSeq)
-            throwInvalid("--token-ids ", path, ":", lineNo, ": a sequence of ", seq.size(),
-                         " tokens (2 to the model's ", cfg.maxSeq, ")");
-        out.push_back(std::move(seq));
-    }
-    if (out.empty())
-        throwInvalid("--token-ids ", path, ": holds no sequence");
-    return out;
-}
 
 CodebookCost codebookCost(const CodebookFile& file, const std::vector<int>& quantizedLayers, std::int64_t tokens,
                           int kvDim)
@@ -238,12 +71,12 @@ double PerplexityResult::perplexity() const
     return tokens > 0 ? std::exp(nll / double(tokens)) : std::nan("");
 }
 
-PerplexityResult perplexity(const Llama2cModel& model, const std::vector<std::vector<std::int32_t>>& sequences,
+PerplexityResult perplexity(const TransformerModel& model, const std::vector<std::vector<std::int32_t>>& sequences,
                             const KvHook& hook)
 {
     PerplexityResult r;
     for (const auto& seq : sequences) {
-        Llama2cModel::Cache cache;
+        TransformerModel::Cache cache;
         const MatrixRF logits = model.forward(seq, cache, hook);
         for (std::size_t t = 0; t + 1 < seq.size(); ++t)
             r.nll += nllOf(logits.row(Eigen::Index(t)), seq[t + 1]);
@@ -264,7 +97,7 @@ std::vector<int> quantizedLayers(const CodebookFile& file, const std::vector<int
     return {out.begin(), out.end()};
 }
 
-KvHook codebookHook(const CodebookFile& file, const std::string& path, const Llama2cConfig& cfg,
+KvHook codebookHook(const CodebookFile& file, const std::string& path, const ModelConfig& cfg,
                     const std::vector<int>& layers, ClusterBackend& backend)
 {
     const int beam = std::max(1, metaInt(file, "beam", 1));
@@ -346,7 +179,7 @@ double KiviCounts::bitsPerValue() const
                       : std::nan("");
 }
 
-KvHook kiviHook(const KiviSettings& s, const Llama2cConfig& cfg, const std::vector<int>& layers,
+KvHook kiviHook(const KiviSettings& s, const ModelConfig& cfg, const std::vector<int>& layers,
                 std::shared_ptr<KiviCounts> counts, const std::string& flag)
 {
     validateKivi(s, cfg.kvDim(), KiviAxis::Value, flag + " " + kiviName(s) + ": ");

@@ -40,7 +40,7 @@ const char* quantMatVecIsa();
 // matrix is empty. quantMatVec() writes nothing for an empty matrix.
 bool quantMatVecBuild(const std::string& isa, const QuantMatrix& w, const float* x, float* y);
 
-// A GGUF model's linear weights as blocks, beside its FP32 matrices (Llama2cModel::decodeStep reads
+// A GGUF model's linear weights as blocks, beside its FP32 matrices (TransformerModel::decodeStep reads
 // these where present): per layer q, k, v, o, gate (w1), down (w2), up (w3), and the classifier
 // (output.weight, or token_embd.weight when tied). An empty matrix: that tensor's type is not taken.
 struct ModelWeightBlocks {

@@ -5,6 +5,7 @@
 #include "core/base/error.h"
 #include "core/base/stats.h"
 #include "core/lm/rope.h"
+#include "gpu/decode/cuda_events.h"
 #include "gpu/decode/decode_kernels.h"
 #include "gpu/decode/decode_math.h"
 #include "gpu/device/cuda_util.h"
@@ -22,6 +23,7 @@ namespace {
 
 using detail::check;
 using detail::DeviceArray;
+using detail::Events;
 
 std::uint16_t halfBits(float v)
 {
@@ -525,31 +527,6 @@ MatrixRF CudaDecodeCache::decode(DecodePath path, const MatrixRF& q, std::int64_
     return output();
 }
 
-namespace {
-
-struct Events {
-    cudaEvent_t a = nullptr, b = nullptr;
-    Events()
-    {
-        check(cudaEventCreate(&a), "cudaEventCreate");
-        check(cudaEventCreate(&b), "cudaEventCreate");
-    }
-    ~Events()
-    {
-        cudaEventDestroy(a);
-        cudaEventDestroy(b);
-    }
-    double seconds() const
-    {
-        float ms = 0;
-        check(cudaEventSynchronize(b), "timing");
-        check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
-        return ms * 1e-3;
-    }
-};
-
-} // namespace
-
 double CudaDecodeCache::timeAppend(int reps)
 {
     const auto& d = m->dims;
@@ -580,195 +557,6 @@ double CudaDecodeCache::timeAppend(int reps)
             t.push_back(s);
     }
     return median(t);
-}
-
-// ---- benchmark ----
-
-namespace {
-
-std::size_t freeDeviceBytes()
-{
-    std::size_t f = 0, t = 0;
-    check(cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
-    return f;
-}
-
-double measureCopyBandwidth(cudaStream_t stream)
-{
-    const std::size_t bytes = std::min<std::size_t>(std::size_t(1) << 30, freeDeviceBytes() / 4);
-    DeviceArray<std::uint8_t> a, b;
-    a.ensure(bytes, "bandwidth probe", "device");
-    b.ensure(bytes, "bandwidth probe", "device");
-    check(cudaMemsetAsync(a.get(), 1, bytes, stream), "cudaMemset");
-    Events ev;
-    std::vector<double> t;
-    for (int i = 0; i < 12; ++i) {
-        check(cudaEventRecord(ev.a, stream), "cudaEventRecord");
-        check(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream), "copy");
-        check(cudaEventRecord(ev.b, stream), "cudaEventRecord");
-        const double s = ev.seconds();
-        if (i >= 2)
-            t.push_back(s);
-    }
-    return 2.0 * double(bytes) / median(t);
-}
-
-} // namespace
-
-DecodeBenchReport runDecodeBench(const DecodeBenchOptions& o, const Codebooks& keyBooks, const Codebooks& valueBooks,
-                                 const std::string& source, const std::function<void(const DecodeBenchPoint&)>& onPoint,
-                                 const std::function<bool()>& stop)
-{
-    const auto devices = queryDevices();
-    if (devices.devices.empty())
-        throwInvalid("bench-decode needs a CUDA device: ", devices.message);
-    if (o.device < 0 || o.device >= int(devices.devices.size()))
-        throwInvalid("--device ", o.device, ": this machine has ", devices.devices.size(), " CUDA device(s)");
-    if (const auto why = decodeShapeProblem(o.shape, keyBooks.dim, keyBooks.stages, keyBooks.k); !why.empty())
-        throwInvalid(why);
-    if (o.layers < 1 || o.reps < 20 || o.warmup < 1)
-        throwInvalid("--layers ≥ 1, --reps ≥ 20 and --warmup ≥ 1 (got ", o.layers, ", ", o.reps, ", ", o.warmup, ")");
-    DecodeBenchReport rep;
-    const DeviceInfo& info = devices.devices[std::size_t(o.device)];
-    rep.backend = DecodeBackend::Cuda;
-    rep.device = cat(info.name, " (device ", info.index, ")"); // as decodeDeviceName names it
-    rep.nominalBandwidth = info.memoryBandwidth;
-    rep.dim = keyBooks.dim;
-    rep.stages = keyBooks.stages;
-    rep.k = keyBooks.k;
-    rep.codebookSource = source;
-    check(cudaSetDevice(o.device), "cudaSetDevice");
-    struct Stream {
-        cudaStream_t s = nullptr;
-        Stream() { check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"); }
-        ~Stream() { cudaStreamDestroy(s); }
-    } benchStream;
-    cudaStream_t stream = benchStream.s;
-    rep.copyBytesPerSecond = measureCopyBandwidth(stream);
-    rep.rates = decodeRates(info, rep.copyBytesPerSecond, o.l2BytesPerSecond);
-    cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
-
-    const auto& s = o.shape;
-    const int M = int(std::int64_t(s.kvHeads) * s.headDim / keyBooks.dim);
-    const int bpt = PackedCodes::bytesFor(keyBooks.stages, PackedCodes::bitsFor(keyBooks.k));
-    const auto invFreq = ropeInvFreq(o.ropeTheta, s.headDim);
-    // L2 flush: writing twice its size evicts what the last run left there.
-    DeviceArray<std::uint8_t> flush;
-    const std::size_t flushBytes = std::max<std::size_t>(2 * info.l2Bytes, std::size_t(64) << 20);
-    flush.ensure(flushBytes, "L2 flush buffer", rep.device);
-
-    std::map<std::pair<std::int64_t, int>, Eigen::VectorXd> refs; // (context, path) → sequence 0's reference
-    bool appendTimed = false;
-    for (int batch : o.batches)
-        for (std::int64_t ctx : o.contexts) {
-            if (stop && stop())
-                return rep;
-            // Per layer: codes of keys and values, FP16 keys and values, split workspace (≤ 64 MiB).
-            const double perLayer = double(batch) * double(ctx) * (2.0 * M * bpt + 4.0 * s.kvHeads * s.headDim);
-            const double need = o.layers * perLayer + (std::size_t(64) << 20);
-            const double freeB = double(freeDeviceBytes()) * 0.9;
-            std::vector<std::unique_ptr<DeviceDecodeCache>> layers;
-            const MatrixRF q = decodeBenchQuery(batch, s, o.seed);
-            std::string skipped;
-            if (need > freeB) {
-                skipped = cat("needs ", need / double(1 << 30), " GiB of device memory; ", freeB / double(1 << 30),
-                              " GiB free");
-            } else {
-                DecodeCacheConfig cfg{s, batch, ctx + 1, o.device, true, o.ropeTheta, stream};
-                for (int l = 0; l < o.layers; ++l) {
-                    layers.push_back(std::make_unique<CudaDecodeCache>(cfg, keyBooks, valueBooks));
-                    layers.back()->appendRandom(ctx, o.seed + std::uint64_t(l));
-                    layers.back()->setQuery(q);
-                }
-                if (!appendTimed) {
-                    rep.appendSeconds = layers.front()->timeAppend(o.reps);
-                    appendTimed = true;
-                }
-            }
-            double fp16Seconds = 0;
-            for (DecodePath path : o.paths) {
-                DecodeBenchPoint p;
-                p.context = ctx;
-                p.batch = batch;
-                p.path = path;
-                p.skipped = skipped;
-                if (skipped.empty())
-                    p.skipped = layers.front()->pathProblem(path);
-                if (!p.skipped.empty()) {
-                    rep.points.push_back(p);
-                    if (onPoint)
-                        onPoint(p);
-                    continue;
-                }
-                DeviceDecodeCache& c0 = *layers.front();
-                p.splits = c0.plan(path).splits;
-                if (o.verify) {
-                    const MatrixRF out = c0.decode(path, q);
-                    auto& ref = refs[{ctx, int(path)}];
-                    if (ref.size() == 0)
-                        ref = decodeReference(c0, path, q.row(0).transpose(), s, invFreq);
-                    if (!verifyDecodePoint(p, out, ref)) {
-                        rep.points.push_back(p);
-                        if (onPoint)
-                            onPoint(p);
-                        continue;
-                    }
-                }
-                for (int w = 0; w < o.warmup; ++w)
-                    for (auto& l : layers)
-                        l->enqueue(path);
-                for (auto& l : layers)
-                    l->synchronize();
-                Events ev;
-                std::vector<double> t;
-                for (int r = 0; r < o.reps; ++r) {
-                    check(cudaMemsetAsync(flush.get(), r & 0xff, flushBytes, stream), "L2 flush");
-                    check(cudaEventRecord(ev.a, stream), "cudaEventRecord");
-                    for (auto& l : layers) // all on the one stream, in order, like a model's layers
-                        l->enqueue(path);
-                    check(cudaEventRecord(ev.b, stream), "cudaEventRecord");
-                    t.push_back(ev.seconds() / o.layers);
-                }
-                timeDecodePoint(p, t, decodeStepBytes(path, s, keyBooks, ctx, batch));
-                // Paths run one after another here (a device's timing does not drift as a shared
-                // CPU's does): the speed-up is the ratio of the medians.
-                if (path == DecodePath::Fp16)
-                    fp16Seconds = p.seconds;
-                if (fp16Seconds > 0)
-                    p.speedupVsFp16 = fp16Seconds / p.seconds;
-                p.paperBins = path == DecodePath::Paper && c0.paperUsesBins();
-                const bool staged = lookupStagesCodes(s.headDim / keyBooks.dim, keyBooks.stages, keyBooks.k,
-                                                      prop.sharedMemPerBlockOptin);
-                const bool walk = paperBinsWalk(s.heads / s.kvHeads, s.headDim / keyBooks.dim, keyBooks.stages,
-                                                keyBooks.k, prop.sharedMemPerBlockOptin);
-                p.costs = decodeCosts(path, {s, keyBooks.dim, keyBooks.stages, keyBooks.k, ctx, batch, p.splits,
-                                             c0.paperUsesBins(), staged, walk});
-                p.roofline = roofline(p.costs, rep.rates);
-                p.rooflineFraction = p.roofline.seconds / p.seconds;
-                const DecodeCostCase lc{s,     keyBooks.dim, keyBooks.stages, keyBooks.k, ctx,
-                                        batch, p.splits,     false,           true,       walk};
-                if (path == DecodePath::Fp16)
-                    p.latencyModelSeconds = fp16LatencyModel(lc, prop.multiProcessorCount, prop.sharedMemPerBlockOptin,
-                                                             rep.copyBytesPerSecond)
-                                                .seconds;
-                else if (path == DecodePath::Lookup)
-                    p.latencyModelSeconds = lookupLatencyModel(lc, prop.multiProcessorCount,
-                                                               prop.sharedMemPerBlockOptin, rep.copyBytesPerSecond)
-                                                .seconds;
-                else if (path == DecodePath::Paper) {
-                    DecodeCostCase pc = lc;
-                    pc.paperBins = c0.paperUsesBins();
-                    p.latencyModelSeconds = paperLatencyModel(pc, prop.multiProcessorCount, prop.sharedMemPerBlockOptin,
-                                                              rep.copyBytesPerSecond)
-                                                .seconds;
-                }
-                rep.points.push_back(p);
-                if (onPoint)
-                    onPoint(p);
-            }
-        }
-    return rep;
 }
 
 } // namespace gsrq::gpu

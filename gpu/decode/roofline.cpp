@@ -3,6 +3,7 @@
 #include "gpu/decode/roofline.h"
 
 #include "core/base/error.h"
+#include "core/decode/decode_sweep.h"
 #include "gpu/decode/decode_math.h"
 
 #include <algorithm>
@@ -572,6 +573,106 @@ std::string deviceModelNames()
     return s;
 }
 
+double decodeLatencyModel(DecodePath path, const DecodeCostCase& c, int sms, std::size_t optin, double copy)
+{
+    DecodeCostCase lc = c;
+    if (path != DecodePath::Paper)
+        lc.paperBins = false;
+    switch (path) {
+    case DecodePath::Fp16:
+        return fp16LatencyModel(lc, sms, optin, copy).seconds;
+    case DecodePath::Lookup:
+        return lookupLatencyModel(lc, sms, optin, copy).seconds;
+    case DecodePath::Paper:
+        return paperLatencyModel(lc, sms, optin, copy).seconds;
+    }
+    return 0;
+}
+
+namespace {
+
+// The named device's side of the sweep: a cell's split plans and the shared memory its launches
+// would ask for; a point's "time" is its roofline at the model's rates.
+class ModelSweep final : public DecodeSweepBackend {
+public:
+    ModelSweep(const DecodeBenchOptions& o, const DecodeBenchReport& rep, const DeviceModel& model)
+        : m_o(o), m_rep(rep), m_model(model)
+    {
+    }
+
+    std::string prepare(int batch, std::int64_t ctx) override
+    {
+        const auto& s = m_o.shape;
+        m_ctx = ctx;
+        m_batch = batch;
+        const int group = s.heads / s.kvHeads, S = s.headDim / m_rep.dim, sms = m_model.info.multiprocessors;
+        const std::size_t optin = m_model.sharedOptin;
+        m_binned = planPaperSplits(ctx, batch, s, m_rep.dim, m_rep.stages, m_rep.k, true, sms, optin);
+        m_lookup = planLookupSplits(ctx, batch, s.heads, group, S, m_rep.stages, m_rep.k, sms, optin);
+        // The shared memory the launches would ask for (decode_math.h), against the device's opt-in.
+        const std::size_t combine = lookupCombineDynamicBytes(group, m_binned.splits, m_rep.k, m_rep.dim);
+        m_lookupShared = lookupStepDynamicBytes(group, m_lookup.splits, m_rep.dim, S, m_rep.stages, m_rep.k, false) +
+                         kLookupSplitStaticBytes;
+        m_paperBins = std::max(paperBinsDynamicBytes(group, S, m_rep.stages, m_rep.k) +
+                                   paperBinsStaticBytes(compiledGroupOf(group)),
+                               combine) <= optin;
+        return decodeShapeProblem(s, m_rep.dim, m_rep.stages, m_rep.k);
+    }
+
+    bool check(DecodeBenchPoint& p) override
+    {
+        const auto& s = m_o.shape;
+        const int group = s.heads / s.kvHeads, S = s.headDim / m_rep.dim, sms = m_model.info.multiprocessors;
+        const std::size_t optin = m_model.sharedOptin;
+        if (p.path == DecodePath::Lookup && m_lookupShared > optin) {
+            p.skipped = cat("the lookup path's blocks need ", m_lookupShared / 1024,
+                            " KiB of shared memory per block; the ", m_model.info.name, " has ", optin / 1024);
+            return false;
+        }
+        const bool bins = p.path == DecodePath::Lookup || (p.path == DecodePath::Paper && m_paperBins);
+        p.splits = p.path == DecodePath::Lookup ? m_lookup.splits
+                   : bins                       ? m_binned.splits
+                   : p.path == DecodePath::Fp16
+                       ? planFp16Splits(m_ctx, m_batch, s.kvHeads, s.headDim, group, sms, optin).splits
+                       : planPaperSplits(m_ctx, m_batch, s, m_rep.dim, m_rep.stages, m_rep.k, false, sms, optin).splits;
+        p.paperBins = p.path == DecodePath::Paper && m_paperBins;
+        const bool staged = lookupStagesCodes(S, m_rep.stages, m_rep.k, optin);
+        const bool walk = paperBinsWalk(group, S, m_rep.stages, m_rep.k, optin);
+        p.costs = decodeCosts(
+            p.path, {s, m_rep.dim, m_rep.stages, m_rep.k, m_ctx, m_batch, p.splits, p.paperBins, staged, walk});
+        p.roofline = roofline(p.costs, m_rep.rates);
+        p.latencyModelSeconds = decodeLatencyModel(
+            p.path, {s, m_rep.dim, m_rep.stages, m_rep.k, m_ctx, m_batch, p.splits, p.paperBins, true, walk}, sms,
+            optin, m_model.copyBytesPerSecond);
+        return true;
+    }
+
+    std::vector<std::vector<double>> time(const std::vector<DecodeBenchPoint>& points,
+                                          const std::function<bool()>&) override
+    {
+        std::vector<std::vector<double>> t;
+        for (const auto& p : points)
+            t.push_back({p.roofline.seconds});
+        return t;
+    }
+
+    void model(DecodeBenchPoint&) override {} // done in check: the roofline is the time
+
+    bool pairsRepetitions() const override { return false; }
+
+private:
+    const DecodeBenchOptions& m_o;
+    const DecodeBenchReport& m_rep;
+    const DeviceModel& m_model;
+    std::int64_t m_ctx = 0;
+    int m_batch = 0;
+    SplitPlan m_binned, m_lookup;
+    std::size_t m_lookupShared = 0;
+    bool m_paperBins = false;
+};
+
+} // namespace
+
 DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int stages, int k, const DeviceModel& model,
                                    const std::function<void(const DecodeBenchPoint&)>& onPoint)
 {
@@ -585,75 +686,8 @@ DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& o, int dim, int sta
     rep.stages = stages;
     rep.k = k;
     rep.codebookSource = "none (model)";
-    const int group = o.shape.heads / o.shape.kvHeads, S = o.shape.headDim / dim;
-    for (std::int64_t ctx : o.contexts)
-        for (int batch : o.batches) {
-            const int sms = model.info.multiprocessors;
-            const SplitPlan binned = planPaperSplits(ctx, batch, o.shape, dim, stages, k, true, sms, model.sharedOptin);
-            const SplitPlan lookupPlan =
-                planLookupSplits(ctx, batch, o.shape.heads, group, S, stages, k, sms, model.sharedOptin);
-            // The shared memory the launches would ask for (decode_math.h), against the device's opt-in.
-            const std::size_t combine = lookupCombineDynamicBytes(group, binned.splits, k, dim);
-            const std::size_t lookupSplit =
-                lookupStepDynamicBytes(group, lookupPlan.splits, dim, S, stages, k, false) + kLookupSplitStaticBytes;
-            const bool paperBins =
-                std::max(paperBinsDynamicBytes(group, S, stages, k) + paperBinsStaticBytes(compiledGroupOf(group)),
-                         combine) <= model.sharedOptin;
-            double fp16Seconds = 0;
-            for (DecodePath path : o.paths) {
-                DecodeBenchPoint p;
-                p.context = ctx;
-                p.batch = batch;
-                p.path = path;
-                if (const auto why = decodeShapeProblem(o.shape, dim, stages, k); !why.empty()) {
-                    p.skipped = why;
-                } else if (path == DecodePath::Lookup && lookupSplit > model.sharedOptin) {
-                    p.skipped = cat("the lookup path's blocks need ", lookupSplit / 1024,
-                                    " KiB of shared memory per block; the ", model.info.name, " has ",
-                                    model.sharedOptin / 1024);
-                } else {
-                    const bool bins = path == DecodePath::Lookup || (path == DecodePath::Paper && paperBins);
-                    p.splits = path == DecodePath::Lookup ? lookupPlan.splits
-                               : bins                     ? binned.splits
-                               : path == DecodePath::Fp16
-                                   ? planFp16Splits(ctx, batch, o.shape.kvHeads, o.shape.headDim, group, sms,
-                                                    model.sharedOptin)
-                                         .splits
-                                   : planPaperSplits(ctx, batch, o.shape, dim, stages, k, false, sms, model.sharedOptin)
-                                         .splits;
-                    p.paperBins = path == DecodePath::Paper && paperBins;
-                    const bool staged = lookupStagesCodes(S, stages, k, model.sharedOptin);
-                    const bool walk = paperBinsWalk(group, S, stages, k, model.sharedOptin);
-                    p.costs =
-                        decodeCosts(path, {o.shape, dim, stages, k, ctx, batch, p.splits, p.paperBins, staged, walk});
-                    const DecodeCostCase lc{o.shape, dim, stages, k, ctx, batch, p.splits, false, true, walk};
-                    if (path == DecodePath::Fp16)
-                        p.latencyModelSeconds =
-                            fp16LatencyModel(lc, sms, model.sharedOptin, model.copyBytesPerSecond).seconds;
-                    else if (path == DecodePath::Lookup)
-                        p.latencyModelSeconds =
-                            lookupLatencyModel(lc, sms, model.sharedOptin, model.copyBytesPerSecond).seconds;
-                    else if (path == DecodePath::Paper) {
-                        DecodeCostCase pc = lc;
-                        pc.paperBins = p.paperBins;
-                        p.latencyModelSeconds =
-                            paperLatencyModel(pc, sms, model.sharedOptin, model.copyBytesPerSecond).seconds;
-                    }
-                    p.roofline = roofline(p.costs, rep.rates);
-                    p.seconds = p.minSeconds = p.maxSeconds = p.roofline.seconds;
-                    p.bytes = p.costs.memoryBytes;
-                    p.bytesPerSecond = p.seconds > 0 ? p.bytes / p.seconds : 0;
-                    p.rooflineFraction = 1;
-                    if (path == DecodePath::Fp16)
-                        fp16Seconds = p.seconds;
-                    else if (fp16Seconds > 0 && p.seconds > 0)
-                        p.speedupVsFp16 = fp16Seconds / p.seconds;
-                }
-                if (onPoint)
-                    onPoint(p);
-                rep.points.push_back(p);
-            }
-        }
+    ModelSweep sweep(o, rep, model);
+    runDecodeSweep(o, rep, sweep, onPoint, {});
     return rep;
 }
 

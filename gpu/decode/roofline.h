@@ -157,6 +157,10 @@ inline constexpr double kBarrierEstimate = 50e-9;
 PaperLatencyModel paperLatencyModel(const DecodeCostCase& c, int multiprocessors, std::size_t sharedOptin,
                                     double copyBytesPerSecond);
 
+// A path's latency-model seconds (the three above; the case's paperBins is read by the paper path's).
+double decodeLatencyModel(DecodePath path, const DecodeCostCase& c, int multiprocessors, std::size_t sharedOptin,
+                          double copyBytesPerSecond);
+
 // HBM: the measured device-to-device copy (bytes read + written per second); shared memory: 128
 // bytes per clock per SM (32 banks of 4 bytes, the CUDA programming guide) at the peak clock; FP32:
 // the device's peak; L2: `l2Rate` when given (bytes/s, measured), else an estimate of 2.5 × the
@@ -179,7 +183,8 @@ std::string deviceModelNames();                              // "h100, h200"
 
 // The decode benchmark's points from the model alone, for D, R, K on `model`: each point's time is
 // its roofline at the model's rates, split as the kernels would split it on that device (SMs, and
-// whether the paper path's bins fit in its shared memory); nothing runs and nothing is verified.
+// whether the paper path's bins fit in its shared memory); nothing runs and nothing is verified. The
+// sweep is the one every backend runs (core/decode/decode_sweep.h), each point one "repetition".
 DecodeBenchReport modelDecodeBench(const DecodeBenchOptions& options, int dim, int stages, int k,
                                    const DeviceModel& model,
                                    const std::function<void(const DecodeBenchPoint&)>& onPoint = {});

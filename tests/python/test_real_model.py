@@ -35,6 +35,7 @@ import gguf_tokenizer_check  # noqa: E402
 import hf_check  # noqa: E402
 import hf_ppl  # noqa: E402
 import texts  # noqa: E402
+from gsrqtools import hf as gsrq_hf  # noqa: E402
 
 GSRQ = os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq"))
 MANIFEST = fetch_model.load_manifest()
@@ -256,7 +257,7 @@ def test_quick_table_end_to_end(smollm2, devil, loaded, capsys, tmp_path):
 
 def test_a_model_too_big_for_memory_is_refused(smollm2, monkeypatch):
     """The estimate (weights twice while loading, plus the backward pass) against what is available."""
-    monkeypatch.setattr(dump_kv, "available_memory", lambda: 100 * 2**20)  # 100 MiB
+    monkeypatch.setattr(gsrq_hf, "available_memory", lambda: 100 * 2**20)  # 100 MiB: what load_model reads
     a = dump_kv.argparse.Namespace(model=smollm2, device="cpu", model_dtype="f32", seq_len=512, no_grad=False)
     with pytest.raises(dump_kv.InputError) as e:
         dump_kv.load_model(a, seq_len=512, backward=True)

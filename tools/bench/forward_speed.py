@@ -20,8 +20,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+from gsrqtools import hf, models, texts
+from gsrqtools.paths import ROOT, default_gsrq
 
 
 def main(argv=None):
@@ -31,23 +31,17 @@ def main(argv=None):
     ap.add_argument("--sequences", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--gsrq", default=os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq")))
+    ap.add_argument("--gsrq", default=default_gsrq())
     a = ap.parse_args(argv)
-    import dump_kv
-    import fetch_model
-    import hf_ppl
-    import texts
     import torch
-    path = a.model
-    if not os.path.isfile(path):
-        try:
-            path = fetch_model.model_path(a.model)
-        except fetch_model.InputError as e:
-            print(e, file=sys.stderr)
-            return 2
+    try:
+        path = models.resolve(a.model)
+    except models.InputError as e:
+        print(e, file=sys.stderr)
+        return 2
     torch.set_num_threads(a.threads)
-    ns = dump_kv.argparse.Namespace(model=path, device="cpu", model_dtype="f32", seq_len=a.seq_len, no_grad=True)
-    loaded = dump_kv.load_model(ns, seq_len=a.seq_len, backward=False)
+    ns = argparse.Namespace(model=path, device="cpu", model_dtype="f32", seq_len=a.seq_len, no_grad=True)
+    loaded = hf.load_model(ns, seq_len=a.seq_len, backward=False)
     model = loaded[0]
     with tempfile.TemporaryDirectory() as tmp:
         ids = os.path.join(tmp, "ids.txt")

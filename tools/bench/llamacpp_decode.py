@@ -36,8 +36,8 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+from gsrqtools import models, texts
+from gsrqtools.paths import default_gsrq
 
 # Runs inside the llama-cpp-python environment (after repeat_state's source): prints {"prefill_s":
 # [...], "ms": [[...], ...]} for one cache type. By prefill, one prefill serves every context: filled to
@@ -147,17 +147,13 @@ def main(argv=None):
                     help="tokens gsrq generate (and --fill repeat) prefill before repeating them")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--python", default=os.path.expanduser("~/.cache/gsrq-studio/llamacpp/bin/python3"))
-    ap.add_argument("--gsrq", default=os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq")))
+    ap.add_argument("--gsrq", default=default_gsrq())
     a = ap.parse_args(argv)
-    import fetch_model
-    import texts
-    path = a.model
-    if not os.path.isfile(path):
-        try:
-            path = fetch_model.model_path(a.model)
-        except fetch_model.InputError as e:
-            print(e, file=sys.stderr)
-            return 2
+    try:
+        path = models.resolve(a.model)
+    except models.InputError as e:
+        print(e, file=sys.stderr)
+        return 2
     if not os.path.isfile(a.python):
         print(f"llamacpp_decode.py: no llama-cpp-python environment at {a.python} (see --help)", file=sys.stderr)
         return 2

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from gsrqtools.paths import ROOT, default_gsrq, import_built_gsrq
 
 
 def main(argv=None):
@@ -28,10 +28,9 @@ def main(argv=None):
     ap.add_argument("--bpa", type=float, default=1.0)
     ap.add_argument("--iters", type=int, default=25)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cli", default=os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq")))
+    ap.add_argument("--cli", default=default_gsrq())
     a = ap.parse_args(argv)
-    sys.path.insert(0, os.environ.get("GSRQ_PYTHON_PATH", os.path.join(ROOT, "build", "python")))
-    import gsrq
+    gsrq = import_built_gsrq()
 
     cli_s, py_s = [], []
     cli_nmse = py_nmse = None

@@ -3,7 +3,7 @@
 
     python3 tools/gpu/resource_usage.py [--nvcc PATH] [--arch 80,90] [--json FILE]
 
-Compiles gpu/decode/decode_kernels.cu for each architecture (a cubin, `nvcc --resource-usage`; no
+Compiles gpu/decode/fp16_kernels.cu for each architecture (a cubin, `nvcc --resource-usage`; no
 device needed), reads ptxas' report for every instance of fp16DecodeKernel<G, head_dim>, and checks
 what the split planner (gpu/decode/roofline.cpp, fp16ResidentBlocks) assumes of them:
 - at most kFp16MaxRegisters (64) registers a thread and no spills to local memory;
@@ -37,7 +37,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOURCE = os.path.join(ROOT, "gpu", "decode", "decode_kernels.cu")
+SOURCE = os.path.join(ROOT, "gpu", "decode", "decode_kernels.cu")  # the paper path's kernels
+FP16_SOURCE = os.path.join(ROOT, "gpu", "decode", "fp16_kernels.cu")
 LOOKUP_SOURCE = os.path.join(ROOT, "gpu", "decode", "lookup_kernels.cu")
 MATH = os.path.join(ROOT, "gpu", "decode", "decode_math.h")
 CLUSTER_SOURCE = os.path.join(ROOT, "gpu", "cluster", "cluster_kernels.cu")
@@ -226,8 +227,7 @@ def main():
     print(f"{'arch':>5} {'G':>2} {'head_dim':>8} {'threads':>7} {'regs':>4} {'spills':>6} {'smem':>5} "
           f"{'blocks/SM':>9} {'planned':>7}")
     for arch in archs:
-        report = compile_report(a.nvcc, arch)
-        found = parse(report)
+        found = parse(compile_report(a.nvcc, arch, FP16_SOURCE))
         expected = {(g, hd) for g in (1, 2, 4, 8) for hd in (64, 128, 256)}
         if set(found) != expected:
             bad.append(f"sm_{arch}: instances {sorted(found)} where {sorted(expected)} were expected")
@@ -296,7 +296,7 @@ def main():
             continue
         # The bins kernel is built twice per group, walking the keys' RoPE or not (paperBinsWalk), each
         # held to its own registers.
-        paper = parse(report, key=lambda name: (lambda k: (k.group(1), int(k.group(2)), k.group(3)) if k else None)(
+        paper = parse(compile_report(a.nvcc, arch), key=lambda name: (lambda k: (k.group(1), int(k.group(2)), k.group(3)) if k else None)(
             re.search(r"\d+(paperBinsKernel|paperDecodeKernel)ILi(\d+)ELi\d+E(?:Lb(\d)E)?", name)))
         assumed_paper = paper_registers()
         for kind, walks in (("paperBinsKernel", ("1", "0")), ("paperDecodeKernel", (None,))):

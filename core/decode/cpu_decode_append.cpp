@@ -1,0 +1,243 @@
+// Appending to the CPU decode cache: tokens quantized (greedy, through the assignment kernels) and
+// packed, or repeated, or random; the codes read back.
+
+#include "core/decode/cpu_decode_impl.h"
+
+#include "core/base/error.h"
+#include "core/base/process.h"
+#include "core/base/stats.h"
+#include "core/cluster/cluster_backend.h"
+#include "core/cluster/nearest_kernels.h"
+#include "core/lm/rope.h"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <random>
+
+namespace gsrq {
+
+using cpudecode::CodeView;
+using cpudecode::HeadDims;
+using cpudecode::Kernels;
+using namespace cpudecodeimpl;
+
+namespace {
+
+// Greedy encoding of a few rows through every stage, as encode(X, cb, 1, backend) gives it with the
+// CPU backend: each stage's label is the assignment kernel's nearest codeword of the residual (the
+// backend's exact bounds pick that kernel's label bit for bit, nearest_kernels.h and exact_bounds.h),
+// and the residual drops that codeword, in float, as the backend subtracts it. Only for the vector
+// kernels, which score a pair the same wherever it lies; the caller falls back to encode() elsewhere.
+Codes encodeFew(const MatrixRF& X, const Codebooks& cb, std::vector<nearest::NearestPanels>& panels,
+                const nearest::NearestKernels& kernel)
+{
+    const int M = cb.subspaces, R = cb.stages, D = cb.dim;
+    if (panels.empty()) {
+        panels.reserve(std::size_t(M) * std::size_t(R));
+        for (int m = 0; m < M; ++m)
+            for (int r = 0; r < R; ++r)
+                panels.push_back(nearest::packCodewords(MatrixRF(cb.book(m, r)), kernel));
+    }
+    Codes codes(X.rows(), Eigen::Index(M) * R);
+    MatrixRF res = X;
+    for (Eigen::Index i = 0; i < X.rows(); ++i)
+        for (int m = 0; m < M; ++m)
+            for (int r = 0; r < R; ++r) {
+                std::int32_t label = 0;
+                float score = 0;
+                kernel.nearest(res.data() + i * res.cols() + Eigen::Index(m) * D, 1, res.cols(),
+                               panels[std::size_t(m) * std::size_t(R) + std::size_t(r)], &label, &score);
+                codes(i, Eigen::Index(m) * R + r) = label;
+                res.block(i, Eigen::Index(m) * D, 1, D) -= cb.book(m, r).row(label);
+            }
+    return codes;
+}
+
+} // namespace
+
+std::pair<Codes, Codes> CpuDecodeCache::append(const MatrixRF& keys, const MatrixRF& values)
+{
+    return appendRows(keys, values, true);
+}
+
+void CpuDecodeCache::appendFp16(const MatrixRF& keys, const MatrixRF& values)
+{
+    if (!m->cfg.fp16)
+        throwInvalid("appendFp16: this cache keeps no FP16 rows");
+    appendRows(keys, values, false);
+}
+
+std::pair<Codes, Codes> CpuDecodeCache::appendRows(const MatrixRF& keys, const MatrixRF& values, bool quantize)
+{
+    const auto& s = m->cfg.shape;
+    const std::int64_t F = std::int64_t(s.kvHeads) * s.headDim;
+    const int B = m->cfg.batch;
+    if (keys.cols() != F || values.cols() != F || keys.rows() != values.rows())
+        throwInvalid("append: keys ", keys.rows(), "×", keys.cols(), " and values ", values.rows(), "×", values.cols(),
+                     " must both be rows × ", F);
+    if (keys.rows() % B)
+        throwInvalid("append: ", keys.rows(), " rows are not a whole number per sequence of the batch of ", B);
+    const std::int64_t n = keys.rows() / B;
+    if (m->tokens + n > m->cfg.capacity)
+        throwInvalid("append: the cache holds ", m->cfg.capacity, " tokens; ", m->tokens, " + ", n, " do not fit");
+    if (n == 0)
+        return {};
+    const nearest::NearestKernels& kernel = nearest::bestNearest();
+    const bool few = keys.rows() <= 16 && kernel.width > 0 && m->keyBooks.order.empty() && m->valueBooks.order.empty();
+    // Without quantizing, the tokens' codes are code 0 of every stage (the FP16 path never reads them).
+    const Codes zero = Codes::Zero(keys.rows(), Eigen::Index(m->keyBooks.subspaces) * m->keyBooks.stages);
+    const Codes ck = !quantize ? zero
+                     : few     ? encodeFew(keys, m->keyBooks, m->keyPanels, kernel)
+                               : encode(keys, m->keyBooks, 1, *m->encoder);
+    const Codes cv = !quantize ? zero
+                     : few     ? encodeFew(values, m->valueBooks, m->valuePanels, kernel)
+                               : encode(values, m->valueBooks, 1, *m->encoder);
+    for (int b = 0; b < B; ++b) {
+        appendCodes(m->kc[std::size_t(b)], ck.middleRows(std::int64_t(b) * n, n));
+        appendCodes(m->vc[std::size_t(b)], cv.middleRows(std::int64_t(b) * n, n));
+        if (m->cfg.fp16)
+            for (std::int64_t i = 0; i < n; ++i)
+                for (int h = 0; h < s.kvHeads; ++h)
+                    for (int j = 0; j < s.headDim; ++j) {
+                        const std::size_t at =
+                            (std::size_t(h) * m->cfg.capacity + std::size_t(m->tokens + i)) * s.headDim + j;
+                        const Eigen::Index row = std::int64_t(b) * n + i, col = Eigen::Index(h) * s.headDim + j;
+                        m->k16[std::size_t(b)][at] = halfBits(keys(row, col));
+                        m->v16[std::size_t(b)][at] = halfBits(values(row, col));
+                    }
+    }
+    m->tokens += n;
+    return {ck, cv};
+}
+
+void CpuDecodeCache::appendRepeat(std::int64_t n)
+{
+    const std::int64_t held = m->tokens, cap = m->cfg.capacity;
+    if (held == 0)
+        throwInvalid("appendRepeat: the cache holds no tokens to repeat");
+    if (n < 0 || held + n > cap)
+        throwInvalid("appendRepeat: the cache holds ", cap, " tokens; ", held, " + ", n, " do not fit");
+    const auto& s = m->cfg.shape;
+    for (int b = 0; b < m->cfg.batch; ++b) {
+        for (auto* p : {&m->kc[std::size_t(b)], &m->vc[std::size_t(b)]}) {
+            for (int sp = 0; sp < m->M; ++sp) {
+                std::uint8_t* base = p->data.data() + std::size_t(sp) * std::size_t(p->capacity) * std::size_t(m->bpt);
+                for (std::int64_t t = held; t < held + n; ++t)
+                    std::memcpy(base + std::size_t(t) * std::size_t(m->bpt),
+                                base + std::size_t(t % held) * std::size_t(m->bpt), std::size_t(m->bpt));
+            }
+            p->tokens += n;
+        }
+        if (m->cfg.fp16)
+            for (auto* rows : {&m->k16[std::size_t(b)], &m->v16[std::size_t(b)]})
+                for (int h = 0; h < s.kvHeads; ++h) {
+                    std::uint16_t* base = rows->data() + std::size_t(h) * std::size_t(cap) * std::size_t(s.headDim);
+                    for (std::int64_t t = held; t < held + n; ++t)
+                        std::memcpy(base + std::size_t(t) * std::size_t(s.headDim),
+                                    base + std::size_t(t % held) * std::size_t(s.headDim), std::size_t(s.headDim) * 2);
+                }
+    }
+    m->tokens += n;
+}
+
+void CpuDecodeCache::appendRandom(std::int64_t n, std::uint64_t seed)
+{
+    if (n < 0 || m->tokens + n > m->cfg.capacity)
+        throwInvalid("appendRandom: the cache holds ", m->cfg.capacity, " tokens; ", m->tokens, " + ", n,
+                     " do not fit");
+    const auto& s = m->cfg.shape;
+    const int B = m->cfg.batch, R = m->d.R, K = m->d.K;
+    const std::int64_t t0 = m->tokens, cap = m->cfg.capacity;
+    // Each (sequence, subspace or KV head) has a generator of its own, so threads do not share one.
+#pragma omp parallel for num_threads(m->threads) schedule(dynamic, 1)
+    for (std::int64_t item = 0; item < std::int64_t(B) * m->M; ++item) {
+        const int b = int(item / m->M), sp = int(item % m->M);
+        std::mt19937_64 rng(seed * 7919 + std::uint64_t(item) * 104729 + 1);
+        std::uniform_int_distribution<int> code(0, K - 1);
+        for (auto* p : {&m->kc[std::size_t(b)], &m->vc[std::size_t(b)]})
+            for (std::int64_t t = t0; t < t0 + n; ++t) {
+                std::uint8_t* bytes = p->data.data() + (std::size_t(sp) * cap + std::size_t(t)) * m->bpt;
+                if (m->bits == 8) {
+                    for (int r = 0; r < R; ++r)
+                        bytes[r] = std::uint8_t(code(rng));
+                } else {
+                    std::fill(bytes, bytes + m->bpt, 0);
+                    for (int r = 0; r < R; ++r) {
+                        const unsigned c = unsigned(code(rng));
+                        for (int i = 0; i < m->bits; ++i)
+                            if (c >> i & 1u)
+                                bytes[(r * m->bits + i) / 8] |= std::uint8_t(1u << ((r * m->bits + i) % 8));
+                    }
+                }
+            }
+    }
+    if (m->cfg.fp16) {
+#pragma omp parallel for num_threads(m->threads) schedule(dynamic, 1)
+        for (std::int64_t item = 0; item < std::int64_t(B) * s.kvHeads; ++item) {
+            const int b = int(item / s.kvHeads), h = int(item % s.kvHeads);
+            std::mt19937_64 rng(seed * 6151 + std::uint64_t(item) * 15485863 + 2);
+            std::uniform_real_distribution<float> u(-1.f, 1.f);
+            for (auto* rows : {&m->k16[std::size_t(b)], &m->v16[std::size_t(b)]})
+                for (std::int64_t t = t0; t < t0 + n; ++t) {
+                    std::uint16_t* row = rows->data() + (std::size_t(h) * cap + std::size_t(t)) * s.headDim;
+                    for (int j = 0; j < s.headDim; ++j)
+                        row[j] = halfBits(u(rng));
+                }
+        }
+    }
+    m->tokens += n;
+    for (int b = 0; b < B; ++b) {
+        m->kc[std::size_t(b)].tokens = m->tokens;
+        m->vc[std::size_t(b)].tokens = m->tokens;
+    }
+}
+
+PackedCodes CpuDecodeCache::keyCodes(int b) const
+{
+    if (b < 0 || b >= m->cfg.batch)
+        throwInvalid("sequence ", b, " of a batch of ", m->cfg.batch);
+    return m->kc[std::size_t(b)];
+}
+
+PackedCodes CpuDecodeCache::valueCodes(int b) const
+{
+    if (b < 0 || b >= m->cfg.batch)
+        throwInvalid("sequence ", b, " of a batch of ", m->cfg.batch);
+    return m->vc[std::size_t(b)];
+}
+
+double CpuDecodeCache::timeAppend(int reps)
+{
+    if (m->tokens >= m->cfg.capacity)
+        throwInvalid("timeAppend: the cache is full");
+    const auto& s = m->cfg.shape;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    MatrixRF x(m->cfg.batch, std::int64_t(s.kvHeads) * s.headDim);
+    for (Eigen::Index i = 0; i < x.size(); ++i)
+        x.data()[i] = normal(rng);
+    std::vector<double> t;
+    for (int i = 0; i < reps + 2; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        append(x, x);
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        // The slot stays free: the counts go back.
+        m->tokens -= 1;
+        for (int b = 0; b < m->cfg.batch; ++b) {
+            m->kc[std::size_t(b)].tokens = m->tokens;
+            m->vc[std::size_t(b)].tokens = m->tokens;
+        }
+        if (i >= 2)
+            t.push_back(sec);
+    }
+    return median(t);
+}
+
+} // namespace gsrq

@@ -1,0 +1,189 @@
+// The transformer's forward pass and decode step (model.h).
+#include "core/lm/model.h"
+
+#include "core/base/error.h"
+#include "core/lm/quant_matvec.h"
+#include "core/lm/rope.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <omp.h>
+
+namespace gsrq {
+
+namespace {
+
+Eigen::RowVectorXf rmsNorm(const Eigen::Ref<const Eigen::RowVectorXf>& x, const Eigen::VectorXf& w, float eps)
+{
+    const float ms = x.squaredNorm() / float(x.size());
+    return (x / std::sqrt(ms + eps)).cwiseProduct(w.transpose());
+}
+
+// a · bᵀ for weights b [out, in], the output columns split among OpenMP's threads (each part one
+// Eigen GEMM; Eigen itself runs single-threaded in the engine). Small products stay on one thread.
+MatrixRF mulT(const MatrixRF& a, const MatrixRF& b)
+{
+    MatrixRF out(a.rows(), b.rows());
+    const int threads = omp_get_max_threads();
+    const Eigen::Index n = b.rows();
+    // Small products stay on one thread; one row (a decode step) reads the whole weight matrix, and
+    // threads pay from about a megabyte of it.
+    const double work = double(a.rows()) * double(n) * double(a.cols());
+    const bool oneRowWorthThreads = a.rows() == 1 && double(n) * double(a.cols()) >= double(1 << 18);
+    if (threads <= 1 || (work < double(1 << 22) && !oneRowWorthThreads)) {
+        out.noalias() = a * b.transpose();
+        return out;
+    }
+    const Eigen::Index chunk = (n + threads - 1) / threads;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < threads; ++t) {
+        const Eigen::Index c0 = Eigen::Index(t) * chunk, c = std::min(chunk, n - c0);
+        if (c > 0)
+            out.middleCols(c0, c).noalias() = a * b.middleRows(c0, c).transpose();
+    }
+    return out;
+}
+
+} // namespace
+
+TransformerModel::TransformerModel(ModelConfig cfg, ModelWeights weights)
+    : m_cfg(std::move(cfg)), m_w(std::move(weights)), m_invFreq(ropeInvFreq(m_cfg.ropeTheta, m_cfg.headDim()))
+{
+}
+
+MatrixRF TransformerModel::forward(std::span<const std::int32_t> tokens, Cache& cache, const KvHook& hook) const
+{
+    const auto& c = m_cfg;
+    const int T = int(tokens.size()), start = cache.length, hd = c.headDim(), group = c.heads / c.kvHeads;
+    if (start + T > c.maxSeq)
+        throwInvalid(c.architecture, " model: ", start + T, " positions, the model was built for ", c.maxSeq);
+    for (auto t : tokens)
+        if (t < 0 || t >= c.vocab)
+            throwInvalid(c.architecture, " model: token ", t, " is outside the vocabulary (", c.vocab, ")");
+    if (cache.keys.empty()) {
+        cache.keys.assign(std::size_t(c.layers), MatrixRF(0, c.kvDim()));
+        cache.values.assign(std::size_t(c.layers), MatrixRF(0, c.kvDim()));
+    }
+    std::vector<std::int64_t> positions(static_cast<std::size_t>(T));
+    std::iota(positions.begin(), positions.end(), std::int64_t(start));
+
+    MatrixRF x(T, c.dim);
+    for (int t = 0; t < T; ++t)
+        x.row(t) = m_w.embed.row(tokens[std::size_t(t)]);
+    const float scale = 1.0f / std::sqrt(float(hd));
+    MatrixRF h(T, c.dim);
+    for (int l = 0; l < c.layers; ++l) {
+        for (int t = 0; t < T; ++t)
+            h.row(t) = rmsNorm(x.row(t), m_w.attnNorm[std::size_t(l)], c.rmsEps);
+        MatrixRF q = mulT(h, m_w.wq[std::size_t(l)]);
+        MatrixRF k = mulT(h, m_w.wk[std::size_t(l)]);
+        MatrixRF v = mulT(h, m_w.wv[std::size_t(l)]);
+        if (c.attentionBias) {
+            q.rowwise() += m_w.bq[std::size_t(l)];
+            k.rowwise() += m_w.bk[std::size_t(l)];
+            v.rowwise() += m_w.bv[std::size_t(l)];
+        }
+        if (hook)
+            hook(l, k, v, positions);
+        q = applyRope(q, hd, positions, m_invFreq, c.pairing);
+        k = applyRope(k, hd, positions, m_invFreq, c.pairing);
+        auto& K = cache.keys[std::size_t(l)];
+        auto& V = cache.values[std::size_t(l)];
+        K.conservativeResize(start + T, Eigen::NoChange);
+        V.conservativeResize(start + T, Eigen::NoChange);
+        K.bottomRows(T) = k;
+        V.bottomRows(T) = v;
+
+        MatrixRF attn(T, c.dim);
+#pragma omp parallel for schedule(static) if (T > 1)
+        for (int head = 0; head < c.heads; ++head) {
+            const int kvh = head / group;
+            const auto Kh = K.middleCols(kvh * hd, hd);
+            const auto Vh = V.middleCols(kvh * hd, hd);
+            const MatrixRF s = (q.middleCols(head * hd, hd) * Kh.transpose()) * scale; // T × (start+T)
+            for (int t = 0; t < T; ++t) {
+                const int visible = start + t + 1; // causal
+                Eigen::RowVectorXf p = s.row(t).head(visible);
+                p = (p.array() - p.maxCoeff()).exp();
+                p /= p.sum();
+                attn.row(t).segment(head * hd, hd) = p * Vh.topRows(visible);
+            }
+        }
+        x += mulT(attn, m_w.wo[std::size_t(l)]);
+        for (int t = 0; t < T; ++t)
+            h.row(t) = rmsNorm(x.row(t), m_w.ffnNorm[std::size_t(l)], c.rmsEps);
+        const MatrixRF a = mulT(h, m_w.w1[std::size_t(l)]);
+        const MatrixRF b = mulT(h, m_w.w3[std::size_t(l)]);
+        const MatrixRF g = (a.array() / (1.0f + (-a.array()).exp())) * b.array(); // silu(W1 h) ⊙ W3 h
+        x += mulT(g, m_w.w2[std::size_t(l)]);
+    }
+    cache.length = start + T;
+    for (int t = 0; t < T; ++t)
+        h.row(t) = rmsNorm(x.row(t), m_w.finalNorm, c.rmsEps);
+    return mulT(h, m_cfg.sharedClassifier ? m_w.embed : m_w.classifier);
+}
+
+std::string TransformerModel::weightBlocksNote() const
+{
+    if (!m_w.blocks || m_w.blocks->blockMatrices() == 0)
+        return {};
+    return cat(m_w.blocks->types(), " blocks for ", m_w.blocks->blockMatrices(), " of ", m_w.blocks->matrices(),
+               " matrices");
+}
+
+Eigen::RowVectorXf TransformerModel::decodeStep(std::int32_t token, std::int64_t position, const StepAttention& attend,
+                                                StepWeights weights) const
+{
+    const auto& c = m_cfg;
+    const ModelWeightBlocks* blocks = weights == StepWeights::Blocks ? m_w.blocks.get() : nullptr;
+    // h · Wᵀ for one row: from the blocks where there are some, else the FP32 matrix.
+    const auto mul = [&](const MatrixRF& h, const MatrixRF& w, const std::vector<QuantMatrix>* q,
+                         std::size_t l) -> MatrixRF {
+        const QuantMatrix* m = blocks && q ? &(*q)[l] : nullptr;
+        if (!m || !*m)
+            return mulT(h, w);
+        MatrixRF y(1, m->rows);
+        quantMatVec(*m, h.data(), y.data());
+        return y;
+    };
+    if (token < 0 || token >= c.vocab)
+        throwInvalid("decode: token ", token, " is outside the vocabulary (", c.vocab, ")");
+    const int hd = c.headDim();
+    const std::vector<std::int64_t> pos{position};
+    MatrixRF x = m_w.embed.row(token);
+    MatrixRF h(1, c.dim);
+    for (int l = 0; l < c.layers; ++l) {
+        const auto L = std::size_t(l);
+        h.row(0) = rmsNorm(x.row(0), m_w.attnNorm[L], c.rmsEps);
+        MatrixRF q = mul(h, m_w.wq[L], blocks ? &blocks->wq : nullptr, L),
+                 k = mul(h, m_w.wk[L], blocks ? &blocks->wk : nullptr, L),
+                 v = mul(h, m_w.wv[L], blocks ? &blocks->wv : nullptr, L);
+        if (c.attentionBias) {
+            q.row(0) += m_w.bq[L];
+            k.row(0) += m_w.bk[L];
+            v.row(0) += m_w.bv[L];
+        }
+        q = applyRope(q, hd, pos, m_invFreq, c.pairing);
+        k = applyRope(k, hd, pos, m_invFreq, c.pairing);
+        const MatrixRF attn = attend(l, q.row(0), k.row(0), v.row(0));
+        if (attn.cols() != c.dim)
+            throwRuntime("decode: layer ", l, "'s attention gave ", attn.cols(), " values; heads × head_dim is ",
+                         c.dim);
+        x += mul(attn, m_w.wo[L], blocks ? &blocks->wo : nullptr, L);
+        h.row(0) = rmsNorm(x.row(0), m_w.ffnNorm[L], c.rmsEps);
+        const MatrixRF a = mul(h, m_w.w1[L], blocks ? &blocks->w1 : nullptr, L);
+        const MatrixRF b = mul(h, m_w.w3[L], blocks ? &blocks->w3 : nullptr, L);
+        const MatrixRF g = (a.array() / (1.0f + (-a.array()).exp())) * b.array();
+        x += mul(g, m_w.w2[L], blocks ? &blocks->w2 : nullptr, L);
+    }
+    h.row(0) = rmsNorm(x.row(0), m_w.finalNorm, c.rmsEps);
+    if (blocks && blocks->classifier) {
+        Eigen::RowVectorXf logits(blocks->classifier.rows);
+        quantMatVec(blocks->classifier, h.data(), logits.data());
+        return logits;
+    }
+    return mulT(h, m_cfg.sharedClassifier ? m_w.embed : m_w.classifier).row(0);
+}
+
+} // namespace gsrq

@@ -1,0 +1,96 @@
+#pragma once
+// The decoder-only transformer every model runs through, whatever file it came from: a
+// Llama-2-style stack (RMSNorm, RoPE, grouped-query attention with optional q/k/v biases, SwiGLU) in
+// float32 with Eigen. Two ways to run it: the forward pass over a block of tokens (perplexity, the KV
+// hooks that compress the cache) and the decode step of one token whose attention someone else
+// computes (a compressed cache's kernels). The loaders fill it: llama2c_model.h (llama2.c
+// checkpoints) and gguf_model.h (GGUF files); open_model.h opens either with its tokenizer.
+// Thread-compatible: a model is read-only after load.
+
+#include "core/io/tensor.h"
+#include "core/lm/rope.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace gsrq {
+
+struct ModelWeightBlocks;
+
+struct ModelConfig {
+    int dim = 0, hidden = 0, layers = 0, heads = 0, kvHeads = 0, vocab = 0, maxSeq = 0;
+    bool sharedClassifier = true; // the classifier is the token embedding
+    // What llama2.c fixes and a GGUF model states: the architecture, RoPE's base and pairing
+    // (llama2.c: interleaved; GGUF models as transformers runs them: rotate-half), RMSNorm's epsilon,
+    // and whether q, k and v have biases (qwen2).
+    std::string architecture = "llama2.c";
+    double ropeTheta = 10000.0;
+    RopePairing pairing = RopePairing::Interleaved;
+    float rmsEps = 1e-5f;
+    bool attentionBias = false;
+    int headDim() const { return dim / heads; }
+    int kvDim() const { return kvHeads * headDim(); }
+};
+
+// What a loader reads: per layer, matrices [out, in]; w1 the gate, w2 the down and w3 the up
+// projection. blocks: a GGUF model's quantized views of the same weights, read by the decode step.
+struct ModelWeights {
+    MatrixRF embed;                                 // vocab × dim
+    std::vector<Eigen::VectorXf> attnNorm, ffnNorm; // per layer, dim
+    std::vector<MatrixRF> wq, wk, wv, wo;           // q and k rows in the pairing's order
+    std::vector<Eigen::RowVectorXf> bq, bk, bv;     // per layer; empty without attention biases
+    std::vector<MatrixRF> w1, w2, w3;
+    Eigen::VectorXf finalNorm;
+    MatrixRF classifier; // empty when shared with the embedding
+    std::shared_ptr<const ModelWeightBlocks> blocks;
+};
+
+// Called per layer with that layer's keys (before RoPE) and values of the tokens being processed
+// (rows = tokens, kv_dim features, heads side by side) and their positions; may replace them in place.
+using KvHook =
+    std::function<void(int layer, MatrixRF& keys, MatrixRF& values, const std::vector<std::int64_t>& positions)>;
+
+class TransformerModel {
+public:
+    // The loaders' constructor: the weights must have the config's shapes (the loaders check them).
+    TransformerModel(ModelConfig cfg, ModelWeights weights);
+
+    const ModelConfig& config() const { return m_cfg; }
+
+    // Per-sequence state of incremental decoding: the keys (after RoPE) and values so far.
+    struct Cache {
+        std::vector<MatrixRF> keys, values; // per layer, positions × kv_dim
+        int length = 0;
+    };
+
+    // Logits [tokens, vocab] for `tokens` at positions cache.length, cache.length + 1, ...; appends
+    // their keys and values to the cache. The hook sees each layer's new keys and values.
+    MatrixRF forward(std::span<const std::int32_t> tokens, Cache& cache, const KvHook& hook = {}) const;
+
+    // One token of incremental decoding whose attention is someone else's (a compressed cache's
+    // decode kernels): in each layer the normalised input is projected to q, k and v (biases added),
+    // q and k rotated at `position`, and attend(layer, q, k, v) returns the attention output
+    // (heads·headDim), appending k and v to whatever cache it keeps. Returns the logits (vocab).
+    using StepAttention = std::function<Eigen::RowVectorXf(int layer, const Eigen::RowVectorXf& q,
+                                                           const Eigen::RowVectorXf& k, const Eigen::RowVectorXf& v)>;
+    // Which weights the step multiplies: a GGUF model's quantized blocks where the kernels take their
+    // type (quant_matvec.h: the same weight values, FP32 activations, sums grouped per block), or the
+    // FP32 matrices the forward pass uses.
+    enum class StepWeights { Blocks, Fp32 };
+    Eigen::RowVectorXf decodeStep(std::int32_t token, std::int64_t position, const StepAttention& attend,
+                                  StepWeights weights = StepWeights::Blocks) const;
+    // What StepWeights::Blocks reads: "Q4_K, Q6_K blocks for 197 of 197 matrices", or "" (FP32 only:
+    // a llama2.c model, or no type the kernels take).
+    std::string weightBlocksNote() const;
+
+private:
+    ModelConfig m_cfg;
+    ModelWeights m_w;
+    std::vector<double> m_invFreq;
+};
+
+} // namespace gsrq
