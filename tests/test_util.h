@@ -1,6 +1,7 @@
 #pragma once
 // Helpers shared by the test suites: seeded data and a scratch directory.
 
+#include "core/base/error.h"
 #include "core/io/tensor.h"
 
 #include <QProcess>
@@ -61,6 +62,20 @@ inline int waitMs(int ms)
 }
 
 // n × d standard-normal rows, seeded.
+// The message of the Error(InvalidInput) that f() throws; empty where it throws none (any other
+// exception propagates, failing the test).
+template <class F> std::string invalidInputMessage(F&& f)
+{
+    try {
+        f();
+    } catch (const Error& e) {
+        if (e.kind() == ErrorKind::InvalidInput)
+            return e.what();
+        throw;
+    }
+    return {};
+}
+
 inline MatrixRF randomRows(Eigen::Index n, Eigen::Index d, std::uint64_t seed, float scale = 1.0f)
 {
     std::mt19937_64 rng(seed);

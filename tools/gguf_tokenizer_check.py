@@ -96,15 +96,8 @@ def main(argv=None):
     ap.add_argument("--model", help="a model of tools/python/models.json, fetched into the cache")
     ap.add_argument("--gsrq", default=default_gsrq())
     a = ap.parse_args(argv)
-    path = a.gguf
-    if a.model:
-        try:
-            path = models.model_path(a.model)
-        except models.InputError as e:
-            print(e, file=sys.stderr)
-            return 2
-    if not path or not os.path.isfile(path):
-        print(f"gguf_tokenizer_check.py: give a GGUF file or --model NAME (got {path!r})", file=sys.stderr)
+    path = models.report(models.gguf_argument, a.gguf, a.model, "gguf_tokenizer_check.py")
+    if path is None:
         return 2
     t0 = time.time()
     rows = compare(path, a.gsrq)

@@ -6,6 +6,7 @@
 #include "recording.h"
 
 #include "core/base/error.h"
+#include "core/base/text.h"
 #include "core/base/process.h"
 #include "core/jobs/plan.h"
 #include "core/jobs/train_job.h"
@@ -42,14 +43,6 @@ void parseAsTrain(const std::string& dump, const std::vector<std::string>& args)
     } catch (const CLI::ParseError& e) {
         throwInvalid("gsrq plan: the training options after -- do not parse as gsrq train's: ", e.what());
     }
-}
-
-std::string layerList(const std::vector<int>& layers)
-{
-    std::string s;
-    for (int x : layers)
-        s += cat(s.empty() ? "" : ",", x);
-    return s;
 }
 
 } // namespace
@@ -164,7 +157,7 @@ Command registerPlan(CLI::App& root)
                             p.dump.c_str(), p.tasks.size());
                 std::int64_t most = 0, total = 0;
                 for (const auto& t : p.tasks) {
-                    std::printf("  task %-4d layers %-24s %10lld rows\n", t.task, layerList(t.layers).c_str(),
+                    std::printf("  task %-4d layers %-24s %10lld rows\n", t.task, joinInts(t.layers).c_str(),
                                 static_cast<long long>(t.rows));
                     most = std::max(most, t.values);
                     total += t.values;

@@ -32,6 +32,24 @@
 
 namespace gsrq::studio {
 
+namespace {
+
+// What the page's perplexity and method comparison measure: 16 sequences of 256 tokens of the text,
+// or of the model's own samples (llama2.c) where no text is given.
+constexpr int kSeqLen = 256, kSequences = 16;
+
+OpenedSequences pageSequences(const QString& modelPath, const QString& tokPath, const QString& textPath)
+{
+    SequenceSource src;
+    src.text = textPath.toStdString();
+    src.generate = textPath.isEmpty();
+    src.seqLen = kSeqLen;
+    src.sequences = kSequences;
+    return openWithSequences(modelPath.toStdString(), tokPath.toStdString(), src);
+}
+
+} // namespace
+
 TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx(ctx)
 {
     auto spin = [this](int lo, int hi, int v) {
@@ -406,13 +424,7 @@ void TrainPage::evaluatePerplexity()
     m_pplResult->setText(tr("Measuring…"));
     m_ctx.runner().start(tr("perplexity"), [=, this](const JobRunner::Context& job) {
         try {
-            constexpr int kSeqLen = 256, kSequences = 16;
-            SequenceSource src;
-            src.text = textPath.toStdString();
-            src.generate = textPath.isEmpty();
-            src.seqLen = kSeqLen;
-            src.sequences = kSequences;
-            const auto setup = openWithSequences(modelPath.toStdString(), tokPath.toStdString(), src);
+            const auto setup = pageSequences(modelPath, tokPath, textPath);
             const auto& model = setup.opened.model;
             const auto& seqs = setup.seqs.sequences;
             auto backend = gpu::makeBackend(backendRequest).backend;
@@ -528,13 +540,7 @@ void TrainPage::compareMethods()
     m_pplResult->setText(tr("Comparing %1 methods…").arg(ts.methods.size()));
     m_ctx.runner().start(tr("method comparison"), [=, this](const JobRunner::Context& job) {
         try {
-            constexpr int kSeqLen = 256, kSequences = 16;
-            SequenceSource src;
-            src.text = textPath.toStdString();
-            src.generate = textPath.isEmpty();
-            src.seqLen = kSeqLen;
-            src.sequences = kSequences;
-            const auto setup = openWithSequences(modelPath.toStdString(), tokPath.toStdString(), src);
+            const auto setup = pageSequences(modelPath, tokPath, textPath);
             const auto& model = setup.opened.model;
             const auto& seqs = setup.seqs.sequences;
             // The open dump serves the table (its layers, the trained methods' rows) only when it is of

@@ -6,6 +6,17 @@
 
 namespace gsrq {
 
+std::string joinInts(const std::vector<int>& values, char sep)
+{
+    std::string s;
+    for (int x : values) {
+        if (!s.empty())
+            s += sep;
+        s += std::to_string(x);
+    }
+    return s;
+}
+
 std::vector<std::string> splitTrimmed(const std::string& text)
 {
     std::vector<std::string> out;

@@ -16,4 +16,7 @@ std::vector<std::string> splitTrimmed(const std::string& text);
 std::vector<int> parseIntList(const std::string& flag, const std::string& text,
                               int atLeast = std::numeric_limits<int>::min());
 
+// The integers written out, `sep` between them: "0,1,2" (a list of layers, as the lists above read it).
+std::string joinInts(const std::vector<int>& values, char sep = ',');
+
 } // namespace gsrq

@@ -2,24 +2,13 @@
 #include "core/jobs/codebook_perplexity.h"
 
 #include "core/base/error.h"
+#include "core/base/text.h"
 #include "core/jobs/run_records.h"
 #include "core/lm/perplexity.h"
 
 #include <chrono>
 
 namespace gsrq {
-
-namespace {
-
-std::string layerList(const std::vector<int>& layers)
-{
-    std::string s;
-    for (int l : layers)
-        s += cat(s.empty() ? "" : ",", l);
-    return s;
-}
-
-} // namespace
 
 std::optional<double> CodebookPerplexityResult::single() const
 {
@@ -48,7 +37,7 @@ CodebookPerplexityRow measureCodebooks(const TransformerModel& model, const std:
     CodebookPerplexityRow row;
     row.codebooks = label;
     row.method = cost.method;
-    row.layers = layerList(quantized);
+    row.layers = joinInts(quantized);
     row.bpa = cost.bpa;
     row.effectiveBpa = cost.effectiveBpa;
     row.perplexity = perplexity(model, sequences, codebookHook(file, label, cfg, layers, backend)).perplexity();

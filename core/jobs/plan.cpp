@@ -1,6 +1,7 @@
 #include "core/jobs/plan.h"
 
 #include "core/base/error.h"
+#include "core/base/text.h"
 #include "core/base/version.h"
 #include "core/io/safetensors.h"
 
@@ -210,17 +211,6 @@ Plan readPlan(const std::string& dir)
 }
 
 namespace {
-
-std::string joinInts(const std::vector<int>& v, char sep)
-{
-    std::string s;
-    for (int x : v) {
-        if (!s.empty())
-            s += sep;
-        s += std::to_string(x);
-    }
-    return s;
-}
 
 std::string layerList(const std::vector<int>& layers)
 {

@@ -34,10 +34,8 @@ def main(argv=None):
     ap.add_argument("--gsrq", default=default_gsrq())
     a = ap.parse_args(argv)
     import torch
-    try:
-        path = models.resolve(a.model)
-    except models.InputError as e:
-        print(e, file=sys.stderr)
+    path = models.report(models.resolve, a.model)
+    if path is None:
         return 2
     torch.set_num_threads(a.threads)
     ns = argparse.Namespace(model=path, device="cpu", model_dtype="f32", seq_len=a.seq_len, no_grad=True)

@@ -149,10 +149,8 @@ def main(argv=None):
     ap.add_argument("--python", default=os.path.expanduser("~/.cache/gsrq-studio/llamacpp/bin/python3"))
     ap.add_argument("--gsrq", default=default_gsrq())
     a = ap.parse_args(argv)
-    try:
-        path = models.resolve(a.model)
-    except models.InputError as e:
-        print(e, file=sys.stderr)
+    path = models.report(models.resolve, a.model)
+    if path is None:
         return 2
     if not os.path.isfile(a.python):
         print(f"llamacpp_decode.py: no llama-cpp-python environment at {a.python} (see --help)", file=sys.stderr)

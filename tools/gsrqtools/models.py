@@ -160,6 +160,23 @@ def model_path(name):
     return cached(models[name], d, False) or fetch(name, models[name], d, lambda msg: None)
 
 
+def report(fn, *args):
+    """fn(*args), or None with its InputError printed on stderr: a script's `main` then returns 2."""
+    try:
+        return fn(*args)
+    except InputError as e:
+        print(e, file=sys.stderr)
+        return None
+
+
+def gguf_argument(gguf, model, tool):
+    """The GGUF file a check runs on: that of --model NAME (fetched once), else the file given."""
+    path = model_path(model) if model else gguf
+    if not path or not os.path.isfile(path):
+        raise InputError(f"{tool}: give a GGUF file or --model NAME (got {path!r})")
+    return path
+
+
 def resolve(name_or_file):
     """A GGUF file as given, or the cached (fetched once) file of a model named in the manifest."""
     return name_or_file if os.path.isfile(name_or_file) else model_path(name_or_file)
