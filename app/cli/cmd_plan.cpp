@@ -6,8 +6,8 @@
 #include "recording.h"
 
 #include "core/base/error.h"
-#include "core/base/text.h"
 #include "core/base/process.h"
+#include "core/base/text.h"
 #include "core/jobs/plan.h"
 #include "core/jobs/train_job.h"
 
