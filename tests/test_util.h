@@ -61,7 +61,6 @@ inline int waitMs(int ms)
     return ms * kWaitScale;
 }
 
-// n × d standard-normal rows, seeded.
 // The message of the Error(InvalidInput) that f() throws; empty where it throws none (any other
 // exception propagates, failing the test).
 template <class F> std::string invalidInputMessage(F&& f)
@@ -76,6 +75,7 @@ template <class F> std::string invalidInputMessage(F&& f)
     return {};
 }
 
+// n × d standard-normal rows, seeded.
 inline MatrixRF randomRows(Eigen::Index n, Eigen::Index d, std::uint64_t seed, float scale = 1.0f)
 {
     std::mt19937_64 rng(seed);

@@ -216,15 +216,17 @@ void TestModel::openModelGivesModelAndVocabulary()
     const auto direct = Llama2cTokenizer::load(tokenizerPath(), 512);
     QCOMPARE(opened.tokenizer->encode(text), direct.encode(text));
     QCOMPARE(opened.tokenizer->piece(Llama2cTokenizer::kBos), direct.piece(Llama2cTokenizer::kBos));
-    // The model's own samples need no vocabulary, and are those of the loader's model.
-    const auto bare = openModel(modelPath());
-    QVERIFY(!bare.tokenizer);
+    // The model's own samples start with its vocabulary's BOS, and are those of the loader's model.
     SequenceSource samples;
     samples.generate = true;
     samples.seqLen = 16;
     samples.sequences = 2;
     samples.seed = 5;
-    QCOMPARE(modelSequences(bare, samples).sequences, generateSequences(loadLlama2cModel(modelPath()), 16, 2, 5));
+    QCOMPARE(modelSequences(opened, samples).sequences, generateSequences(loadLlama2cModel(modelPath()), 16, 2, 5));
+    const auto bare = openModel(modelPath());
+    QVERIFY(!bare.tokenizer);
+    QVERIFY(test::invalidInputMessage([&] { modelSequences(bare, samples); }).find("needs its tokenizer") !=
+            std::string::npos);
     // A text needs the vocabulary: the message names what is missing.
     SequenceSource fromText;
     fromText.text = test::sourcePath("tests/data/make_tiny_gguf.py").toStdString();

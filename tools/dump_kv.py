@@ -44,9 +44,8 @@ import struct
 import sys
 import time
 
-from gsrqtools.hf import (DTYPES, SUPPORTED, InputError, available_memory, decoder, describe,  # noqa: F401
-                          load_model, parse_layers, text_config, tokenize, torch_dtype)
-from gsrqtools.kvhooks import CAPTURE, ActivationGradients, AttentionCapture, Recorder, producers  # noqa: F401
+from gsrqtools.hf import DTYPES, InputError, describe, load_model, parse_layers, tokenize, torch_dtype
+from gsrqtools.kvhooks import ActivationGradients, AttentionCapture, Recorder, producers  # noqa: F401
 from gsrqtools.rope import rope_post, rotate_half  # noqa: F401
 
 TOOL_VERSION = "1.2"

@@ -48,9 +48,10 @@ def corpus(specials):
     """[(part name, text)], each part on its own, together over 100,000 characters."""
     prose = open(texts.prepare("devil")[1], encoding="utf-8").read()[:45000]
     code = ""
-    for path in sorted(glob.glob(os.path.join(ROOT, "tools", "*.py"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, "tools", "*.py")) +
+                       glob.glob(os.path.join(ROOT, "tools", "gsrqtools", "*.py"))):
         code += open(path, encoding="utf-8").read()
-        if len(code) > 30000:
+        if len(code) >= 35000:
             break
     numbers = " ".join(f"{i} {i * 37 % 1000:03d} {i / 7:.5f} {i * 1e-9:.3e} 0x{i * 2654435761 % 2**32:08x} "
                        f"{i:,} v{i % 10}.{i % 7}.{i % 3} 2026-11-{1 + i % 28:02d}" for i in range(1, 260))

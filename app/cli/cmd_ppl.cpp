@@ -41,18 +41,21 @@ struct PplInput {
 
 template <class Opts> PplInput pplInput(const Opts& o)
 {
+    // The model first (its file's errors before the flags'); a llama2.c tokenizer only where it is read.
+    PplInput in{openModel(o.model, o.tokenIds.empty() ? o.tokenizer : std::string()), {}};
     if (!o.tokenIds.empty() && (!o.text.empty() || o.generate))
         throwInvalid("--token-ids: not with --text or --generate");
-    if (o.tokenIds.empty() && o.text.empty() && !o.generate)
-        throwInvalid("ppl: give --text FILE, --generate or --token-ids FILE");
-    const bool gguf = modelFormatOf(o.model) == ModelFormat::Gguf;
-    if (gguf && o.tokenIds.empty() && o.generate)
-        throwInvalid("--generate: llama2.c models only (a GGUF model's perplexity takes --text or --token-ids)");
-    if (gguf && !o.tokenizer.empty())
-        throwInvalid("--tokenizer: a GGUF model brings its own vocabulary");
-    if (!gguf && o.tokenIds.empty() && o.tokenizer.empty())
-        throwInvalid("--tokenizer: a llama2.c model needs its tokenizer (.bin) for --text and --generate");
-    PplInput in{openModel(o.model, o.tokenIds.empty() ? o.tokenizer : std::string()), {}};
+    if (o.tokenIds.empty()) {
+        if (o.text.empty() && !o.generate)
+            throwInvalid("ppl: give --text FILE, --generate or --token-ids FILE");
+        const bool gguf = in.opened.format == ModelFormat::Gguf;
+        if (gguf && o.generate)
+            throwInvalid("--generate: llama2.c models only (a GGUF model's perplexity takes --text or --token-ids)");
+        if (gguf && !o.tokenizer.empty())
+            throwInvalid("--tokenizer: a GGUF model brings its own vocabulary");
+        if (!gguf && o.tokenizer.empty())
+            throwInvalid("--tokenizer: a llama2.c model needs its tokenizer (.bin) for --text and --generate");
+    }
     if (!o.tokenIds.empty()) {
         in.seqs.sequences = tokenIdSequences(o.tokenIds, in.opened.model.config());
         for (const auto& q : in.seqs.sequences)

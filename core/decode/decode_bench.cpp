@@ -112,7 +112,7 @@ void timeDecodePoint(DecodeBenchPoint& p, std::vector<double> t, double bytes)
     p.minSeconds = t.front();
     p.maxSeconds = t.back();
     p.bytes = bytes;
-    p.bytesPerSecond = bytes / p.seconds;
+    p.bytesPerSecond = p.seconds > 0 ? bytes / p.seconds : 0;
 }
 
 double pairedSpeedup(const std::vector<double>& fp16Seconds, const std::vector<double>& pathSeconds)

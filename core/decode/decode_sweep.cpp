@@ -66,7 +66,7 @@ void runDecodeSweep(const DecodeBenchOptions& o, DecodeBenchReport& rep, DecodeS
             for (std::size_t i = 0; i < checked.size(); ++i) {
                 DecodeBenchPoint& p = checked[i];
                 timeDecodePoint(p, t[i], layerBytes(p.path, c).total());
-                if (fp16 != checked.end())
+                if (fp16 != checked.end() && p.seconds > 0)
                     p.speedupVsFp16 = backend.pairsRepetitions() ? pairedSpeedup(t[f], t[i]) : median(t[f]) / p.seconds;
                 backend.model(p);
                 p.rooflineFraction = p.seconds > 0 ? p.roofline.seconds / p.seconds : 0;

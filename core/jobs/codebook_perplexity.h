@@ -26,7 +26,7 @@ struct CodebookPerplexityRow {
     std::string codebooks;                  // the file's label: its path, or what the app calls it
     std::string method = "-", layers = "-"; // the file's method; its quantized layers, e.g. "0,1,2"
     double bpa = std::nan(""), effectiveBpa = std::nan(""), perplexity = 0;
-    bool perLayer = false; // one layer of a file alone (perPlayer rows follow their file's row)
+    bool perLayer = false; // one layer of a file alone (perLayer rows follow their file's row)
 };
 
 // The perplexity with one codebooks file on `layers` (every layer it has when empty), and what it

@@ -40,8 +40,6 @@ OpenedModel openModel(const std::string& modelPath, const std::string& tokenizer
         try {
             m.tokenizer = std::make_shared<BpeTokenizer>(BpeTokenizer::fromGguf(file));
         } catch (const Error& e) {
-            if (e.kind() != ErrorKind::InvalidInput)
-                throw;
             m.tokenizerProblem = e.what();
         }
         return m;

@@ -87,10 +87,10 @@ std::vector<TokenSequence> textSequences(const std::vector<std::int32_t>& text, 
 }
 
 std::vector<TokenSequence> generateSequences(const TransformerModel& model, int seqLen, int sequences,
-                                             std::uint64_t seed, std::int32_t bos)
+                                             std::uint64_t seed, std::int32_t bos, const std::string& lengthFlag)
 {
     if (seqLen < 2 || seqLen > model.config().maxSeq)
-        throwInvalid("--seq-len ", seqLen, ": must be 2 to the model's ", model.config().maxSeq);
+        throwInvalid(lengthFlag, " ", seqLen, ": must be 2 to the model's ", model.config().maxSeq);
     if (sequences < 1)
         throwInvalid("--sequences ", sequences, ": needs at least 1");
     std::uint64_t state = seed;
@@ -136,10 +136,10 @@ ModelSequences modelSequences(const OpenedModel& m, const SequenceSource& s)
     if (s.generate) {
         if (m.format == ModelFormat::Gguf)
             throwInvalid(m.path, ": a GGUF model's perplexity is measured on a text: choose one");
-        const auto bos = m.tokenizer ? m.tokenizer->bos() : std::optional<std::int32_t>(1);
-        if (!bos)
-            throwInvalid("--generate: the ", m.tokenizer->name(), " vocabulary has no BOS to start samples from");
-        out.sequences = generateSequences(m.model, s.seqLen, s.sequences, s.seed, *bos);
+        const Tokenizer& tok = m.vocabulary(); // the samples start with its BOS
+        if (!tok.bos())
+            throwInvalid("--generate: the ", tok.name(), " vocabulary has no BOS to start samples from");
+        out.sequences = generateSequences(m.model, s.seqLen, s.sequences, s.seed, *tok.bos(), s.lengthFlag);
         return out;
     }
     if (s.text.empty())

@@ -27,10 +27,12 @@ std::vector<TokenSequence> textSequences(const std::vector<std::int32_t>& text, 
 // S sequences of T tokens sampled from the FP32 model at temperature 1: BOS, then T − 1 samples.
 // The same seed gives the same sequences (a splitmix64 generator; no platform's distributions).
 std::vector<TokenSequence> generateSequences(const TransformerModel& model, int seqLen, int sequences,
-                                             std::uint64_t seed, std::int32_t bos = 1);
+                                             std::uint64_t seed, std::int32_t bos = 1,
+                                             const std::string& lengthFlag = "--seq-len");
 
 // What to measure a model on: a text file (re-flowed, tokenized by the model's vocabulary), or, with
-// generate, the model's own samples from seed (llama2.c models: a GGUF model is measured on a text).
+// generate, the model's own samples from seed, after its vocabulary's BOS (llama2.c models with their
+// tokenizer: a GGUF model is measured on a text).
 struct SequenceSource {
     std::string text;
     bool generate = false;

@@ -99,7 +99,6 @@ public:
         if (!p.skipped.empty())
             return false;
         p.splits = c0.plan(p.path).splits;
-        p.paperBins = p.path == DecodePath::Paper && c0.paperUsesBins();
         if (m_o.verify) {
             const MatrixRF out = c0.decode(p.path, m_q);
             auto& ref = m_refs[{m_ctx, int(p.path)}];
@@ -108,6 +107,7 @@ public:
             if (!verifyDecodePoint(p, out, ref))
                 return false;
         }
+        p.paperBins = p.path == DecodePath::Paper && c0.paperUsesBins();
         return true;
     }
 

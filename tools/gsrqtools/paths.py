@@ -22,9 +22,7 @@ def default_gsrq():
 def import_built_gsrq():
     """The Python package `gsrq` as the build made it ($GSRQ_PYTHON_PATH, else build/python/)."""
     import sys
-    where = os.environ.get("GSRQ_PYTHON_PATH", os.path.join(ROOT, "build", "python"))
-    if where not in sys.path:
-        sys.path.insert(0, where)
+    sys.path.insert(0, os.environ.get("GSRQ_PYTHON_PATH", os.path.join(ROOT, "build", "python")))
     import gsrq
     return gsrq
 
@@ -38,6 +36,7 @@ def gsrq_decode():
     global _gsrq_decode
     if _gsrq_decode is None:
         spec = importlib.util.spec_from_file_location("gsrq_decode", os.path.join(DOCS, "gsrq_decode.py"))
-        _gsrq_decode = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(_gsrq_decode)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # kept only once it has run
+        _gsrq_decode = module
     return _gsrq_decode
