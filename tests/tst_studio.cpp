@@ -35,6 +35,7 @@
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QGuiApplication>
+#include <QHeaderView>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
@@ -48,6 +49,7 @@
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QScreen>
+#include <QScrollBar>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSlider>
@@ -133,6 +135,7 @@ private slots:
     void openSampleShowsTensorsAndStats();
     void malformedFileLeavesWindowUsable();
     void compareDrawsBothMethods();
+    void cancelledTrainingKeepsTheFinishedOne();
     void metricNumbersReadable();
     void deltaRowsSignsAndColours();
     void heatmapColoursDivergeFromZero();
@@ -175,6 +178,20 @@ private slots:
     void eachRunKindRecordsTheSameSettingsFromBothFaces();
 
 private:
+    // The GSRQ page's small training of the sample's layers.1.value (D = 8, R = 2, K = 16), run from
+    // its button; whether it finished.
+    bool trainSmall()
+    {
+        auto* page = m_window->trainPage();
+        m_window->showPage("train");
+        page->tensorsEdit()->setText("layers.1.value");
+        page->dimBox()->setValue(8);
+        page->stagesBox()->setValue(2);
+        page->kBox()->setValue(16);
+        QSignalSpy done(page, &TrainPage::runFinished);
+        QTest::mouseClick(page->runButton(), Qt::LeftButton);
+        return done.wait(test::waitMs(30000)) && done.first().first().toBool();
+    }
     // Whether the newest run of `kind` in the window's store has `status` (*seen: what it has).
     bool latestRunIs(const char* kind, const char* status, std::string* seen)
     {
@@ -273,6 +290,10 @@ void TestStudio::compareDrawsBothMethods()
     auto* model = page->resultsModel();
     QAbstractItemModelTester tester(model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     QCOMPARE(model->rowCount(), 4); // km, gskm, then GSKM − KM and its percentage
+    // Every row in view: nothing to scroll to.
+    page->resultsTable()->verticalHeader()->resizeSections(QHeaderView::ResizeToContents);
+    QCoreApplication::processEvents();
+    QCOMPARE(page->resultsTable()->verticalScrollBar()->maximum(), 0);
     QCOMPARE(model->headerData(2, Qt::Vertical).toString(), QString("Δ gskm − km"));
     QCOMPARE(model->headerData(1, Qt::Horizontal).toString(), QString("nmse"));
     QCOMPARE(model->headerData(3, Qt::Horizontal).toString(), QString("cosine"));
@@ -314,6 +335,24 @@ void TestStudio::compareDrawsBothMethods()
             QCOMPARE(most, 0.0);
     }
     page->convergenceMetricBox()->setCurrentText("nmse");
+    // Another tensor opened (as the model page's cell opens it) or picked: the chart and the table no
+    // longer show layers.2.value's results under its name; the same tensor keeps them.
+    page->openTensor("layers.2.value", false, CompareSettings{}, "none");
+    QCOMPARE(model->rowCount(), 4);
+    page->openTensor("layers.1.value", false, CompareSettings{}, "none");
+    chart->flush();
+    QCOMPARE(model->rowCount(), 0);
+    QVERIFY(chart->seriesNames().isEmpty());
+    QVERIFY(page->statusText().contains("layers.1.value"));
+    page->tensorBox()->setCurrentText("layers.2.value");
+    page->dimBox()->setValue(16);
+    page->kBox()->setValue(32);
+    page->itersBox()->setValue(20);
+    page->runButton()->click();
+    QVERIFY(done.wait(test::waitMs(30000)));
+    QCOMPARE(model->rowCount(), 4);
+    page->tensorBox()->setCurrentText("layers.1.key");
+    QCOMPARE(model->rowCount(), 0);
 }
 
 void TestStudio::metricNumbersReadable()
@@ -668,15 +707,7 @@ void TestStudio::firstWindowFillsTheScreenThenRemembers()
 void TestStudio::trainFillsTableAndExports()
 {
     auto* page = m_window->trainPage();
-    m_window->showPage("train");
-    page->tensorsEdit()->setText("layers.1.value");
-    page->dimBox()->setValue(8);
-    page->stagesBox()->setValue(2);
-    page->kBox()->setValue(16);
-    QSignalSpy done(page, &TrainPage::runFinished);
-    QTest::mouseClick(page->runButton(), Qt::LeftButton);
-    QVERIFY(done.wait(test::waitMs(30000)));
-    QVERIFY(done.first().first().toBool());
+    QVERIFY(trainSmall());
     auto* model = page->resultsModel();
     QAbstractItemModelTester tester(model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     QCOMPARE(model->rowCount(), 1);
@@ -718,9 +749,14 @@ void TestStudio::trainPresetsFollowTheDumpsHeadDim()
     page->presetBox()->setCurrentIndex(4); // 0.375: three heads, so one head per subspace
     QCOMPARE(page->dimBox()->value(), 64);
     QCOMPARE(page->stagesBox()->value(), 3);
+    // KM vs GSKM follows the heads too: a head whole, the paper's K.
+    QCOMPARE(m_window->comparePage()->dimBox()->value(), 64);
+    QCOMPARE(m_window->comparePage()->kBox()->value(), 256);
     QVERIFY(m_window->openDump(kSample)); // heads of 8: the paper's D = 256, R = 12 again
     QCOMPARE(page->dimBox()->value(), 256);
     QCOMPARE(page->stagesBox()->value(), 12);
+    QCOMPARE(m_window->comparePage()->dimBox()->value(), 8); // the sample's toy heads: D = 8, K = 64
+    QCOMPARE(m_window->comparePage()->kBox()->value(), 64);
     page->presetBox()->setCurrentIndex(0); // back to custom for the tests that follow
 }
 
@@ -729,17 +765,10 @@ void TestStudio::trainRefinesAndDrawsEachRound()
     // Refinement rounds from the form: each round's train and held-out NMSE drawn after the last
     // stage (x = R + round, from the greedy stages' point at x = R), the training error never rising.
     auto* page = m_window->trainPage();
-    m_window->showPage("train");
-    page->tensorsEdit()->setText("layers.1.value");
-    page->dimBox()->setValue(8);
-    page->stagesBox()->setValue(2);
-    page->kBox()->setValue(16);
     page->refineBox()->setValue(2);
-    QSignalSpy done(page, &TrainPage::runFinished);
-    QTest::mouseClick(page->runButton(), Qt::LeftButton);
-    QVERIFY(done.wait(test::waitMs(30000)));
+    const bool trained = trainSmall();
     page->refineBox()->setValue(0);
-    QVERIFY(done.first().first().toBool());
+    QVERIFY(trained);
     const auto train = page->stageChart()->points("layers.1.value refined");
     const auto held = page->stageChart()->points("layers.1.value held-out");
     QCOMPARE(train.size(), 3);
@@ -1042,7 +1071,18 @@ void TestStudio::nestedSettingsDifferKeyByKey()
 // Every chart exports what it shows: a PNG of its size, an SVG drawing, and CSV rows per point.
 void TestStudio::chartsExportPngSvgCsv()
 {
-    auto* chart = m_window->comparePage()->convergenceChart();
+    // The chart of a comparison run here (an earlier test's results are cleared once another tensor
+    // or dump is opened).
+    auto* compare = m_window->comparePage();
+    m_window->showPage("compare");
+    compare->tensorBox()->setCurrentText("layers.1.value");
+    compare->dimBox()->setValue(16);
+    compare->kBox()->setValue(16);
+    compare->itersBox()->setValue(5);
+    QSignalSpy done(compare, &ComparePage::runFinished);
+    QTest::mouseClick(compare->runButton(), Qt::LeftButton);
+    QVERIFY(done.wait(test::waitMs(30000)));
+    auto* chart = compare->convergenceChart();
     chart->flush();
     int points = 0;
     for (const auto& name : chart->seriesNames())
@@ -1203,6 +1243,16 @@ void TestStudio::screenshotModeRendersAPage()
     p.start(QStringLiteral(GSRQ_STUDIO_PATH), {"--screenshot", png, "--page", "nowhere"});
     QVERIFY(p.waitForFinished(test::waitMs(60000)));
     QCOMPARE(p.exitCode(), 2);
+    // Its usage needs no display at all (no platform plugin can start here): printed, exit 0.
+    env.insert("QT_QPA_PLATFORM", "xcb");
+    env.remove("DISPLAY");
+    env.remove("WAYLAND_DISPLAY");
+    p.setProcessEnvironment(env);
+    p.start(QStringLiteral(GSRQ_STUDIO_PATH), {"--help"});
+    QVERIFY(p.waitForFinished(test::waitMs(60000)));
+    QCOMPARE(p.exitCode(), 0);
+    const QString usage = QString::fromUtf8(p.readAllStandardOutput());
+    QVERIFY2(usage.contains("--screenshot") && usage.contains("gsrq-studio"), qPrintable(usage));
 }
 
 void TestStudio::recentFilesPersist()
@@ -1254,6 +1304,44 @@ void TestStudio::cancelMidTraining()
                               qPrintable(QString::fromStdString(seen) + " / last message: " + m_window->lastMessage()),
                               test::waitMs(20000));
     QVERIFY(m_window->openDump(kSample));
+}
+
+// A cancelled training leaves the one that finished before it: its table, Export and "Perplexity with
+// these codebooks" (disabled while the new one runs). A failure's banner clears when the next job starts.
+void TestStudio::cancelledTrainingKeepsTheFinishedOne()
+{
+    auto* page = m_window->trainPage();
+    page->itersBox()->setValue(25);
+    QVERIFY(trainSmall());
+    auto* model = page->resultsModel();
+    QCOMPARE(model->rowCount(), 1);
+    const double nmse = model->value(0, 3);
+    m_window->context().showMessage("an earlier failure");
+    QVERIFY(m_window->bannerShown());
+
+    // A long one (every tensor, 64 stages), cancelled once it shows progress.
+    page->tensorsEdit()->clear();
+    page->stagesBox()->setValue(64);
+    page->itersBox()->setValue(100);
+    QSignalSpy redrawn(page->liveChart(), &views::ChartPanel::redrawn);
+    QSignalSpy done(page, &TrainPage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(!m_window->bannerShown()); // the new job superseded it
+    QVERIFY(!page->exportButton()->isEnabled() && !page->pplButton()->isEnabled());
+    QVERIFY(redrawn.wait(test::waitMs(20000)));
+    QTest::mouseClick(page->cancelButton(), Qt::LeftButton);
+    QCOMPARE(done.size(), 1);
+    QVERIFY(!done.first().first().toBool());
+    QCOMPARE(model->rowCount(), 1);
+    QCOMPARE(model->headerData(0, Qt::Vertical).toString(), QString("layers.1.value"));
+    QCOMPARE(model->value(0, 3), nmse);
+    QVERIFY(page->exportButton()->isEnabled() && page->pplButton()->isEnabled());
+    QVERIFY(page->exportCodebooks(m_dir.filePath("kept-codebooks.safetensors")));
+    QCOMPARE(readCodebookFile(m_dir.filePath("kept-codebooks.safetensors").toStdString()).entries[0].codebooks.stages,
+             2);
+    // Let the worker close its cancelled run before the next test.
+    std::string seen;
+    QTRY_VERIFY2_WITH_TIMEOUT(latestRunIs("train", "cancelled", &seen), seen.c_str(), test::waitMs(20000));
 }
 
 // A store that is not SQLite: the Runs page says so in one dialog naming the file (however often it
@@ -1508,6 +1596,8 @@ void TestStudio::weightsFollowTau()
     const auto before = page->logChart()->points("values");
     QCOMPARE(before.size(), 50);
     QVERIFY(page->ratiosText().contains("raw max/median"));
+    // The chart is titled with the control's τ (λ = τ / median‖g‖ is the header's name for it).
+    QVERIFY(page->logChart()->title().contains("τ") && !page->logChart()->title().contains("λ"));
     page->tauSlider()->setValue(10); // τ = 10: λ ten times larger, weights spread further
     QCOMPARE(page->tau(), 10.0);
     page->logChart()->flush();

@@ -19,7 +19,6 @@ import sys
 import time
 
 from gsrqtools import models
-from gsrqtools.paths import default_gsrq
 
 
 def python_checksums(path):
@@ -62,14 +61,8 @@ def compare(path, gsrq):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("gguf", nargs="?", help="a GGUF file")
-    ap.add_argument("--model", help="a model of tools/python/models.json, fetched into the cache")
-    ap.add_argument("--gsrq", default=default_gsrq())
-    a = ap.parse_args(argv)
-    path = models.report(models.gguf_argument, a.gguf, a.model, "gguf_checksums.py")
-    if path is None:
-        return 2
+    a, path = models.gguf_check_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]), argv,
+                                          "gguf_checksums.py")
     t0 = time.time()
     by_type, bad = compare(path, a.gsrq)
     for kind, (n, same) in sorted(by_type.items()):

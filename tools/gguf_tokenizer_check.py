@@ -23,7 +23,7 @@ import tempfile
 import time
 
 from gsrqtools import models, texts
-from gsrqtools.paths import ROOT, default_gsrq
+from gsrqtools.paths import ROOT
 
 # Synthetic multilingual lines, written for this check (not taken from anywhere).
 WORLD = [
@@ -92,14 +92,8 @@ def compare(path, gsrq):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("gguf", nargs="?")
-    ap.add_argument("--model", help="a model of tools/python/models.json, fetched into the cache")
-    ap.add_argument("--gsrq", default=default_gsrq())
-    a = ap.parse_args(argv)
-    path = models.report(models.gguf_argument, a.gguf, a.model, "gguf_tokenizer_check.py")
-    if path is None:
-        return 2
+    a, path = models.gguf_check_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]), argv,
+                                          "gguf_tokenizer_check.py")
     t0 = time.time()
     rows = compare(path, a.gsrq)
     for name, chars, n, diff in rows:

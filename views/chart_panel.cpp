@@ -444,6 +444,11 @@ void ChartPanel::setAxisTitles(const QString& xTitle, const QString& yTitle)
         a->setTitleText(yTitle);
 }
 
+QString ChartPanel::title() const
+{
+    return m_view->chart()->title();
+}
+
 void ChartPanel::setTitle(const QString& title)
 {
     m_view->chart()->setTitle(title);

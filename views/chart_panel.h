@@ -50,6 +50,7 @@ public:
     void setLogX(bool on);
     void setAxisTitles(const QString& xTitle, const QString& yTitle);
     void setTitle(const QString& title);
+    QString title() const;
     // x counts something (iterations, stages, layers): ticks at whole numbers, labelled without decimals.
     void setIntegerX(bool on);
     // What the chart says while it has no points: how to fill it ("Run a comparison to see…").

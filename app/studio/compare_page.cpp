@@ -17,9 +17,11 @@
 #include <QLabel>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSpinBox>
 #include <QTableView>
 #include <QVBoxLayout>
+#include <algorithm>
 
 namespace gsrq::studio {
 
@@ -59,7 +61,17 @@ ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_table = new QTableView(this);
     m_table->setModel(m_model);
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
-    m_table->setMaximumHeight(110);
+    m_table->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    // As tall as its rows (both methods, their difference and its percentage), none hidden behind a
+    // scroll bar; the chart takes the rest.
+    const auto fitRows = [this] {
+        const int rows = std::max(4, m_model->rowCount());
+        m_table->setFixedHeight(m_table->horizontalHeader()->sizeHint().height() +
+                                rows * m_table->verticalHeader()->defaultSectionSize() + 2 * m_table->frameWidth() +
+                                m_table->horizontalScrollBar()->sizeHint().height());
+    };
+    connect(m_model, &QAbstractItemModel::modelReset, this, fitRows);
+    fitRows();
 
     auto* right = new QVBoxLayout();
     auto* metricBar = new QHBoxLayout();
@@ -93,12 +105,43 @@ ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
 void ComparePage::onDumpChanged()
 {
     const auto dump = m_ctx.dump();
-    fillClusterableTensors(m_tensor, dump.get());
+    // D and K follow the dump's heads, as the GSRQ page's presets do: a model's heads (of 32 features
+    // or more) are compared whole with the paper's K = 256; the toy sample's heads of 8 keep D = 8, K = 64.
+    std::int64_t headDim = 0;
+    if (dump)
+        for (const auto& t : dump->tensors())
+            if (t.kind == KvKind::Key && t.view.shape.size() == 3) {
+                headDim = t.view.shape[2];
+                break;
+            }
+    fillClusterableTensors(m_tensor, dump.get()); // the first tensor's width bounds D
+    const bool heads = headDim >= 32;
+    m_controls.dim->setValue(heads ? int(headDim) : 8);
+    m_controls.k->setValue(heads ? 256 : 64);
     m_run->setEnabled(bool(dump));
+}
+
+QString ComparePage::statusText() const
+{
+    return m_status->text();
+}
+
+void ComparePage::clearResultsOf(const QString& tensor, bool residual)
+{
+    if (m_resultsTensor.isEmpty() || (tensor == m_resultsTensor && residual == m_resultsResidual))
+        return;
+    // The chart and the table show another tensor's run: none is better than a wrong one.
+    m_resultsTensor.clear();
+    m_last.reset();
+    m_chart->clear();
+    m_model->setTable({}, {}, {});
+    m_progress->setValue(0);
+    m_status->setText(tr("%1: press Run to compare KM and GSKM on it").arg(tensor));
 }
 
 void ComparePage::onTensorChanged()
 {
+    clearResultsOf(m_tensor->currentText(), m_residual->isChecked());
     const auto dump = m_ctx.dump();
     if (!dump || m_tensor->currentText().isEmpty())
         return;
@@ -118,6 +161,7 @@ void ComparePage::openTensor(const QString& tensor, bool residual, const Compare
     m_tensor->setCurrentText(tensor);
     m_controls.set(s, weights);
     m_residual->setChecked(residual);
+    clearResultsOf(tensor, residual);
     m_status->setText(tr("%1%2 with the model page's settings: press Run to see both methods converge")
                           .arg(tensor, residual ? tr(" (1st residual)") : QString()));
 }
@@ -135,6 +179,8 @@ void ComparePage::start()
     const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
 
     m_last.reset();
+    m_resultsTensor = m_tensor->currentText();
+    m_resultsResidual = m_residual->isChecked();
     m_chart->clear();
     const std::string metric = m_curveMetric->currentText().toStdString();
     m_chart->setTitle(tr("Convergence: %1 of each pass, the block in progress").arg(m_curveMetric->currentText()));

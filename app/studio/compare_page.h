@@ -42,12 +42,14 @@ public:
     views::ChartPanel* convergenceChart() const { return m_chart; }
     QComboBox* convergenceMetricBox() const { return m_curveMetric; }
     views::MetricsTableModel* resultsModel() const { return m_model; }
+    QTableView* resultsTable() const { return m_table; }
 
     // Picks a tensor and these settings (D, K, iterations, seed, weights, 1st residual or not),
     // without running: what a click on the model page's heatmaps opens.
     void openTensor(const QString& tensor, bool residual, const CompareSettings& s, const QString& weights);
     QComboBox* weightsBox() const { return m_controls.weights; }
     QCheckBox* residualBox() const { return m_residual; }
+    QString statusText() const;
 
 signals:
     void runFinished(bool ok);
@@ -63,6 +65,10 @@ private:
     CompareControls m_controls;
     QComboBox* m_curveMetric;
     std::shared_ptr<const CompareResult> m_last;
+    // The tensor (and whether its first residual) the chart and table are of: empty when they show none.
+    QString m_resultsTensor;
+    bool m_resultsResidual = false;
+    void clearResultsOf(const QString& tensor, bool residual);
     QCheckBox* m_residual;
     QPushButton *m_run, *m_cancel;
     QProgressBar* m_progress;

@@ -19,6 +19,7 @@
 #include <QApplication>
 #include <QComboBox>
 #include <QCommandLineParser>
+#include <QCoreApplication>
 #include <QEventLoop>
 #include <QLineEdit>
 #include <QPushButton>
@@ -93,11 +94,6 @@ bool runAndWait(MainWindow& w, const QString& job, const QString& tensor)
 
 int main(int argc, char** argv)
 {
-    QApplication app(argc, argv);
-    QApplication::setOrganizationName("gsrq");
-    QApplication::setApplicationName("gsrq-studio");
-    QApplication::setStyle("Fusion");
-
     QCommandLineParser parser;
     parser.setApplicationDescription("GSRQ Studio: KV-cache quantization with Gain-Shape K-means and GSRQ");
     parser.addHelpOption();
@@ -120,6 +116,20 @@ int main(int argc, char** argv)
                               "after the page (and --run) and exit",
                               "FILE");
     parser.addOptions({screenshot, page, open, run, tensor, store, select, report});
+    // --help needs no display: a core application answers it (and exits 0) before the GUI's starts.
+    for (int i = 1; i < argc; ++i) {
+        const QString arg = QString::fromLocal8Bit(argv[i]);
+        if (arg == "--help" || arg == "-h" || arg == "-?" || arg == "--help-all") {
+            QCoreApplication core(argc, argv);
+            QCoreApplication::setApplicationName("gsrq-studio");
+            parser.process(core);
+            return 0;
+        }
+    }
+    QApplication app(argc, argv);
+    QApplication::setOrganizationName("gsrq");
+    QApplication::setApplicationName("gsrq-studio");
+    QApplication::setStyle("Fusion");
     parser.process(app);
 
     MainWindow w(parser.value(store));

@@ -101,8 +101,11 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
     m_statusJob = new QLabel(this);
     statusBar()->addWidget(m_statusJob, 1);
     statusBar()->addPermanentWidget(m_statusBackend);
-    connect(&m_ctx->runner(), &JobRunner::started, this,
-            [this](int, const QString& what) { m_statusJob->setText(tr("Running: %1").arg(what)); });
+    connect(&m_ctx->runner(), &JobRunner::started, this, [this](int, const QString& what) {
+        m_statusJob->setText(tr("Running: %1").arg(what));
+        // A new job supersedes what the banner said of an earlier one (its failure stays in the Runs page).
+        m_banner->hide();
+    });
     connect(&m_ctx->runner(), &JobRunner::finished, this, [this] { m_statusJob->setText(tr("Ready")); });
     connect(&m_ctx->runner(), &JobRunner::cancelled, this, [this] { m_statusJob->setText(tr("Cancelled")); });
     connect(&m_ctx->runner(), &JobRunner::failed, this, [this] { m_statusJob->setText(tr("Failed")); });
@@ -384,6 +387,11 @@ void MainWindow::showPreferences()
 void MainWindow::updateStatus()
 {
     m_statusBackend->setText(tr("%1 · store %2").arg(m_ctx->backendDescription(), m_ctx->storePath()));
+}
+
+bool MainWindow::bannerShown() const
+{
+    return !m_banner->isHidden();
 }
 
 void MainWindow::onMessage(const QString& text, bool error)

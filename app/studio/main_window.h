@@ -45,6 +45,7 @@ public:
     WeightsPage* weightsPage() const { return m_weights; }
     LatencyPage* latencyPage() const { return m_latency; }
     QString lastMessage() const { return m_lastMessage; }
+    bool bannerShown() const;
     // File ▸ Export report: the model page's results, the open page (its settings, charts and
     // tables) and the session's facts, as HTML or (for .pdf) PDF, or a picture of its top (.png).
     // False with the reason in a message when it cannot be written.

@@ -200,6 +200,12 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
         m_status->setText(text);
         m_run->setEnabled(true);
         m_cancel->setEnabled(false);
+        if (m_last) { // the training before this one, as it finished
+            showResult(*m_last);
+            m_export->setEnabled(true);
+            m_ppl->setEnabled(true);
+            m_status->setText(tr("%1 The table shows the last finished training.").arg(text));
+        }
         emit runFinished(false);
     });
 }
@@ -273,8 +279,10 @@ void TrainPage::start()
     m_status->setText(tr("Training…"));
     m_run->setEnabled(false);
     m_cancel->setEnabled(true);
+    // The last finished training stays (m_last) until this one finishes: a cancel or a failure shows it
+    // again; meanwhile nothing may export or measure it under the new run's settings.
     m_export->setEnabled(false);
-    m_last.reset();
+    m_ppl->setEnabled(false);
     m_clock.start();
 
     m_job = 0; // the runner cancels whatever runs; that notice is not about this run
@@ -404,6 +412,18 @@ QString TrainPage::pplResultText() const
     return m_pplResult->text();
 }
 
+void TrainPage::postFailure(const JobRunner::Context& job, const std::exception& e, QPushButton* button,
+                            void (TrainPage::*finished)(bool))
+{
+    const QString why = QString::fromUtf8(e.what());
+    job.post([this, why, button, finished] {
+        m_pplResult->setText(why);
+        button->setEnabled(true);
+        m_ctx.showMessage(why);
+        emit(this->*finished)(false);
+    });
+}
+
 void TrainPage::evaluatePerplexity()
 {
     if (!m_last) {
@@ -480,13 +500,7 @@ void TrainPage::evaluatePerplexity()
                 emit pplFinished(true);
             });
         } catch (const std::exception& e) {
-            const QString why = QString::fromUtf8(e.what());
-            job.post([this, why] {
-                m_pplResult->setText(why);
-                m_ppl->setEnabled(true);
-                m_ctx.showMessage(why);
-                emit pplFinished(false);
-            });
+            postFailure(job, e, m_ppl, &TrainPage::pplFinished);
         }
     });
 }
@@ -611,13 +625,7 @@ void TrainPage::compareMethods()
                 emit compareFinished(true);
             });
         } catch (const std::exception& e) {
-            const QString why = QString::fromUtf8(e.what());
-            job.post([this, why] {
-                m_pplResult->setText(why);
-                m_compare->setEnabled(true);
-                m_ctx.showMessage(why);
-                emit compareFinished(false);
-            });
+            postFailure(job, e, m_compare, &TrainPage::compareFinished);
         }
     });
 }

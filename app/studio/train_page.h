@@ -56,6 +56,7 @@ public:
     // and values, against FP32: on the model's own samples (seed 0), or on pplTextEdit()'s file.
     void evaluatePerplexity();
     QPushButton* pplButton() const { return m_ppl; }
+    QPushButton* exportButton() const { return m_export; }
     // The paper's table on the Preferences' model (core/jobs/method_table.h): the methods of
     // compareMethodsEdit() (FP32, KIVI, CQ, KM-RQ, GSRQ, VQLLM-style at their bits), trained methods
     // learnt on the open dump (the model's own; the layers it holds keys and values of are the ones
@@ -75,6 +76,10 @@ signals:
     void compareFinished(bool ok);
 
 private:
+    // A perplexity or comparison that failed on the worker: its message on the page and in the
+    // banner, its button usable again, `finished`(false) emitted.
+    void postFailure(const JobRunner::Context& job, const std::exception& e, QPushButton* button,
+                     void (TrainPage::*finished)(bool));
     void start();
     void applyPreset();
     void showResult(const TrainJobResult& r);

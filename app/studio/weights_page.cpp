@@ -32,7 +32,7 @@ WeightsPage::WeightsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     form->addRow(QString(), m_tauLabel);
     form->addRow(m_ratios);
     m_raw = new views::ChartPanel(tr("Raw ‖∂L/∂x‖"), tr("‖g‖"), tr("rows"), this);
-    m_log = new views::ChartPanel(tr("Weights log(1 + λ‖g‖)"), tr("w"), tr("rows"), this);
+    m_log = new views::ChartPanel(tr("Weights log(1 + τ‖g‖ / median‖g‖)"), tr("w"), tr("rows"), this);
     m_raw->setLogY(true);
     m_raw->setEmptyText(tr("Open a dump whose tensors have gradients (*.k_grad, *.v_grad) to see their norms."));
     m_log->setEmptyText(tr("Open a dump whose tensors have gradients to see the weights they give."));

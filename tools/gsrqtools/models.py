@@ -169,6 +169,20 @@ def report(fn, *args):
         return None
 
 
+def gguf_check_arguments(ap, argv, tool):
+    """The command line of a check of the engine against a GGUF file (a file, or --model NAME; --gsrq):
+    its arguments and the file; a file it cannot have is a usage error, exit 2, as argparse's are."""
+    from gsrqtools.paths import default_gsrq
+    ap.add_argument("gguf", nargs="?", help="a GGUF file")
+    ap.add_argument("--model", help="a model of tools/python/models.json, fetched into the cache")
+    ap.add_argument("--gsrq", default=default_gsrq())
+    a = ap.parse_args(argv)
+    path = report(gguf_argument, a.gguf, a.model, tool)
+    if path is None:
+        sys.exit(2)
+    return a, path
+
+
 def gguf_argument(gguf, model, tool):
     """The GGUF file a check runs on: that of --model NAME (fetched once), else the file given."""
     path = model_path(model) if model else gguf
