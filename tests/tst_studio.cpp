@@ -278,6 +278,10 @@ void TestStudio::compareDrawsBothMethods()
     page->dimBox()->setValue(16);
     page->kBox()->setValue(32);
     page->itersBox()->setValue(20);
+    // A larger font than the style's (a user's system font): the table still shows every row.
+    QFont font = page->resultsTable()->font();
+    font.setPointSizeF(font.pointSizeF() * 2);
+    page->resultsTable()->setFont(font);
     QSignalSpy done(page, &ComparePage::runFinished);
     QTest::mouseClick(page->runButton(), Qt::LeftButton);
     QVERIFY(done.wait(test::waitMs(30000)));

@@ -65,9 +65,11 @@ ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     // As tall as its rows (both methods, their difference and its percentage), none hidden behind a
     // scroll bar; the chart takes the rest.
     const auto fitRows = [this] {
-        const int rows = std::max(4, m_model->rowCount());
-        m_table->setFixedHeight(m_table->horizontalHeader()->sizeHint().height() +
-                                rows * m_table->verticalHeader()->defaultSectionSize() + 2 * m_table->frameWidth() +
+        // Rows as tall as the table's font needs (a larger font than the style's default too).
+        m_table->resizeRowsToContents();
+        const int row = std::max(m_table->verticalHeader()->defaultSectionSize(), m_table->fontMetrics().height() + 8);
+        const int rows = m_model->rowCount() >= 4 ? m_table->verticalHeader()->length() : 4 * row;
+        m_table->setFixedHeight(m_table->horizontalHeader()->sizeHint().height() + rows + 2 * m_table->frameWidth() +
                                 m_table->horizontalScrollBar()->sizeHint().height());
     };
     connect(m_model, &QAbstractItemModel::modelReset, this, fitRows);
