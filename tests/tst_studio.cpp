@@ -192,6 +192,20 @@ private:
         QTest::mouseClick(page->runButton(), Qt::LeftButton);
         return done.wait(test::waitMs(30000)) && done.first().first().toBool();
     }
+    // KM vs GSKM on the sample's layers.1.value (D = 16, K = 16, 5 iterations), run from its button;
+    // whether it finished in time.
+    bool compareSmall()
+    {
+        auto* compare = m_window->comparePage();
+        m_window->showPage("compare");
+        compare->tensorBox()->setCurrentText("layers.1.value");
+        compare->dimBox()->setValue(16);
+        compare->kBox()->setValue(16);
+        compare->itersBox()->setValue(5);
+        QSignalSpy done(compare, &ComparePage::runFinished);
+        QTest::mouseClick(compare->runButton(), Qt::LeftButton);
+        return done.wait(test::waitMs(30000));
+    }
     // Whether the newest run of `kind` in the window's store has `status` (*seen: what it has).
     bool latestRunIs(const char* kind, const char* status, std::string* seen)
     {
@@ -644,15 +658,7 @@ void TestStudio::modelPageCancelsAndRunsOnTheSample()
 void TestStudio::reportIsOneSelfContainedFile()
 {
     QVERIFY(!m_window->modelPage()->cells().empty()); // two of the sample's layers, with 1st residuals
-    m_window->showPage("compare");
-    auto* compare = m_window->comparePage();
-    compare->tensorBox()->setCurrentText("layers.1.value");
-    compare->dimBox()->setValue(16);
-    compare->kBox()->setValue(16);
-    compare->itersBox()->setValue(5);
-    QSignalSpy done(compare, &ComparePage::runFinished);
-    QTest::mouseClick(compare->runButton(), Qt::LeftButton);
-    QVERIFY(done.wait(test::waitMs(30000)));
+    QVERIFY(compareSmall());
     const QString html = m_dir.filePath("report.html");
     QVERIFY2(m_window->exportReport(html), qPrintable(m_window->lastMessage()));
     QFile f(html);
@@ -1077,16 +1083,8 @@ void TestStudio::chartsExportPngSvgCsv()
 {
     // The chart of a comparison run here (an earlier test's results are cleared once another tensor
     // or dump is opened).
-    auto* compare = m_window->comparePage();
-    m_window->showPage("compare");
-    compare->tensorBox()->setCurrentText("layers.1.value");
-    compare->dimBox()->setValue(16);
-    compare->kBox()->setValue(16);
-    compare->itersBox()->setValue(5);
-    QSignalSpy done(compare, &ComparePage::runFinished);
-    QTest::mouseClick(compare->runButton(), Qt::LeftButton);
-    QVERIFY(done.wait(test::waitMs(30000)));
-    auto* chart = compare->convergenceChart();
+    QVERIFY(compareSmall());
+    auto* chart = m_window->comparePage()->convergenceChart();
     chart->flush();
     int points = 0;
     for (const auto& name : chart->seriesNames())

@@ -12,11 +12,6 @@
 
 namespace gsrq {
 
-const char* modelFormatName(ModelFormat f)
-{
-    return f == ModelFormat::Gguf ? "GGUF" : "llama2.c";
-}
-
 ModelFormat modelFormatOf(const std::string& path)
 {
     std::ifstream in(path, std::ios::binary);

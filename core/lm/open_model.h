@@ -12,7 +12,6 @@
 namespace gsrq {
 
 enum class ModelFormat { Llama2c, Gguf };
-const char* modelFormatName(ModelFormat f); // "llama2.c", "GGUF"
 
 // GGUF by its magic, llama2.c otherwise (a file that cannot be read too: its loader says why).
 ModelFormat modelFormatOf(const std::string& path);

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import zipfile
 
-from gsrqtools.paths import MANIFEST, cache_root
+from gsrqtools.paths import MANIFEST, cache_root, default_gsrq
 
 
 class InputError(Exception):
@@ -172,7 +172,6 @@ def report(fn, *args):
 def gguf_check_arguments(ap, argv, tool):
     """The command line of a check of the engine against a GGUF file (a file, or --model NAME; --gsrq):
     its arguments and the file; a file it cannot have is a usage error, exit 2, as argparse's are."""
-    from gsrqtools.paths import default_gsrq
     ap.add_argument("gguf", nargs="?", help="a GGUF file")
     ap.add_argument("--model", help="a model of tools/python/models.json, fetched into the cache")
     ap.add_argument("--gsrq", default=default_gsrq())
