@@ -34,5 +34,6 @@ Command registerBenchCluster(CLI::App& root); // cmd_bench.cpp: bench-cluster, b
 Command registerBenchTrain(CLI::App& root);
 Command registerBenchDecode(CLI::App& root); // cmd_bench_decode.cpp: bench-decode
 Command registerGenerate(CLI::App& root);    // cmd_generate.cpp: generate
+Command registerTasks(CLI::App& root);       // cmd_tasks.cpp: tasks
 
 } // namespace gsrq::cli

@@ -26,7 +26,8 @@ int main(int argc, char** argv)
                                   registerTrain(root),       registerEval(root),         registerCodebooks(root),
                                   registerRuns(root),        registerCheckGpu(root),     registerBenchTrain(root),
                                   registerBenchDecode(root), registerPaperCheck(root),   registerPerplexity(root),
-                                  registerPlan(root),        registerTokenize(root),     registerGenerate(root)};
+                                  registerPlan(root),        registerTokenize(root),     registerGenerate(root),
+                                  registerTasks(root)};
     // The first word that is not a global option names the command.
     int first = 1;
     const auto takesValue = [](const std::string& a) { return a == "--db" || a == "--group"; };

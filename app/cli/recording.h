@@ -39,10 +39,11 @@ std::string storePathFromFlags();
 // the error) when the command throws.
 class CliRun {
 public:
-    // Opens the store and begins a run of `kind` (nothing is recorded with --no-db).
+    // Opens the store and begins a run of `kind` (nothing is recorded with --no-db), or resumes run
+    // `resume` where that is not 0.
     CliRun(const std::string& kind, const std::string& settingsJson, const std::string& dumpPath,
            const std::vector<std::string>& dumpFiles, const std::string& backend, const std::string& device,
-           const std::string& tensor = {});
+           const std::string& tensor = {}, std::int64_t resume = 0);
     RunRecorder* operator->() { return m_run.operator->(); }
     explicit operator bool() const { return bool(m_run); }
     const std::string& dumpSha256() const { return m_run.dumpSha256(); }

@@ -25,7 +25,12 @@ void addQuant(std::vector<MetricRow>& out, const std::string& scope, const std::
 RunRecorder::RunRecorder(RunStore& store, const RunInfo& info, std::string defaultTensor)
     : m_store(store), m_tensor(std::move(defaultTensor)), m_lastFlush(std::chrono::steady_clock::now())
 {
-    m_id = m_store.beginRun(info);
+    if (info.id > 0) { // a run resumed: the same id, its rows so far kept
+        m_store.resumeRun(info.id);
+        m_id = info.id;
+    } else {
+        m_id = m_store.beginRun(info);
+    }
 }
 
 RunRecorder::~RunRecorder()

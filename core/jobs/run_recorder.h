@@ -17,6 +17,7 @@ namespace gsrq {
 
 class RunRecorder {
 public:
+    // Begins the run, or resumes run info.id where that is set (RunStore::resumeRun).
     RunRecorder(RunStore& store, const RunInfo& info, std::string defaultTensor = {});
     ~RunRecorder(); // an unfinished run is closed as failed
     RunRecorder(const RunRecorder&) = delete;
@@ -37,6 +38,7 @@ public:
     void recordArtifact(const std::string& path, const std::string& kind);
     void recordMetrics(const std::vector<MetricRow>& rows) { m_store.addMetrics(m_id, rows); }
     void recordSeries(const std::vector<SeriesPoint>& points) { m_store.addSeries(m_id, points); }
+    void recordSample(const SampleRow& sample) { m_store.addSample(m_id, sample); }
 
     void finish(RunStatus status, const std::string& summaryJson = "{}", const std::string& error = "");
 

@@ -130,6 +130,11 @@ BpeTokenizer BpeTokenizer::fromGguf(const GgufFile& f)
             throwInvalid(f.path(), ": GGUF tokenizer.ggml.bos_token_id ", *bos, " is not a token of the vocabulary");
         t.m_bos = std::int32_t(*bos);
     }
+    if (const auto eos = f.optionalInteger("tokenizer.ggml.eos_token_id")) {
+        if (*eos < 0 || *eos >= std::int64_t(t.m_tokens.size()))
+            throwInvalid(f.path(), ": GGUF tokenizer.ggml.eos_token_id ", *eos, " is not a token of the vocabulary");
+        t.m_eos = std::int32_t(*eos);
+    }
 
     t.m_regex = std::make_unique<Regex>();
     int err = 0;

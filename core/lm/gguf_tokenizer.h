@@ -37,6 +37,7 @@ public:
     // The text's ids, without BOS. Throws Error(InvalidInput) for text that is not UTF-8.
     std::vector<std::int32_t> encode(const std::string& text) const override;
     std::optional<std::int32_t> bos() const override { return m_bos; }
+    std::optional<std::int32_t> eos() const override { return m_eos; }
     std::string name() const override { return m_pre; }
     const std::string& pre() const { return m_pre; }
     int size() const override { return int(m_tokens.size()); }
@@ -52,7 +53,7 @@ private:
     std::unordered_map<std::uint64_t, std::int32_t> m_rank;      // (left id, right id) → merge rank
     std::vector<std::pair<std::string, std::int32_t>> m_special; // control and user-defined tokens, longest first
     std::int32_t m_byteId[256] = {};                             // each byte's one-character token, or −1
-    std::optional<std::int32_t> m_bos;
+    std::optional<std::int32_t> m_bos, m_eos;
     struct Regex;
     std::unique_ptr<Regex> m_regex;
     mutable std::unordered_map<std::string, std::vector<std::int32_t>> m_cache; // piece → ids

@@ -21,6 +21,7 @@ public:
     std::string piece(std::int32_t id) const override { return m_pieces.at(std::size_t(id)); }
     int size() const override { return int(m_pieces.size()); }
     std::optional<std::int32_t> bos() const override { return kBos; }
+    std::optional<std::int32_t> eos() const override { return kEos; }
     std::string name() const override { return "llama2.c"; }
 
 private:

@@ -52,7 +52,8 @@ TransformerModel::TransformerModel(ModelConfig cfg, ModelWeights weights)
 {
 }
 
-MatrixRF TransformerModel::forward(std::span<const std::int32_t> tokens, Cache& cache, const KvHook& hook) const
+MatrixRF TransformerModel::forward(std::span<const std::int32_t> tokens, Cache& cache, const KvHook& hook,
+                                   Logits logits) const
 {
     const auto& c = m_cfg;
     const int T = int(tokens.size()), start = cache.length, hd = c.headDim(), group = c.heads / c.kvHeads;
@@ -119,9 +120,27 @@ MatrixRF TransformerModel::forward(std::span<const std::int32_t> tokens, Cache& 
         x += mulT(g, m_w.w2[std::size_t(l)]);
     }
     cache.length = start + T;
-    for (int t = 0; t < T; ++t)
-        h.row(t) = rmsNorm(x.row(t), m_w.finalNorm, c.rmsEps);
-    return mulT(h, m_cfg.sharedClassifier ? m_w.embed : m_w.classifier);
+    const int first = logits == Logits::All ? 0 : logits == Logits::Last ? std::max(T - 1, 0) : T;
+    MatrixRF out(T - first, c.dim);
+    for (int t = first; t < T; ++t)
+        out.row(t - first) = rmsNorm(x.row(t), m_w.finalNorm, c.rmsEps);
+    return mulT(out, m_cfg.sharedClassifier ? m_w.embed : m_w.classifier);
+}
+
+Eigen::RowVectorXf TransformerModel::prefill(std::span<const std::int32_t> tokens, Cache& cache, int chunk,
+                                             const KvHook& hook) const
+{
+    if (tokens.empty())
+        throwInvalid("prefill: no tokens");
+    if (chunk < 1)
+        throwInvalid("prefill: chunks of ", chunk, " tokens");
+    MatrixRF last;
+    for (std::size_t at = 0; at < tokens.size(); at += std::size_t(chunk)) {
+        const std::size_t n = std::min(tokens.size() - at, std::size_t(chunk));
+        const bool final = at + n == tokens.size();
+        last = forward(tokens.subspan(at, n), cache, hook, final ? Logits::Last : Logits::None);
+    }
+    return last.row(0);
 }
 
 std::string TransformerModel::weightBlocksNote() const

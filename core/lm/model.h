@@ -10,6 +10,7 @@
 #include "core/io/tensor.h"
 #include "core/lm/rope.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -60,6 +61,10 @@ public:
     TransformerModel(ModelConfig cfg, ModelWeights weights);
 
     const ModelConfig& config() const { return m_cfg; }
+    // Lets the forward pass run to `positions` past the length the model was trained for (RoPE is
+    // defined at any position; what the model does there is the user's question). Not while another
+    // thread runs the model.
+    void allowPositions(int positions) { m_cfg.maxSeq = std::max(m_cfg.maxSeq, positions); }
 
     // Per-sequence state of incremental decoding: the keys (after RoPE) and values so far.
     struct Cache {
@@ -67,9 +72,21 @@ public:
         int length = 0;
     };
 
+    // Which rows of logits a forward pass computes: every token's (perplexity), the last token's (a
+    // prefill before decoding: Qwen's 151,936-word classifier over 8K tokens would be 5 GB), or none
+    // (a chunk of a longer prefill).
+    enum class Logits { All, Last, None };
     // Logits [tokens, vocab] for `tokens` at positions cache.length, cache.length + 1, ...; appends
-    // their keys and values to the cache. The hook sees each layer's new keys and values.
-    MatrixRF forward(std::span<const std::int32_t> tokens, Cache& cache, const KvHook& hook = {}) const;
+    // their keys and values to the cache. The hook sees each layer's new keys and values. With
+    // Logits::Last one row (the last token's), with Logits::None zero rows.
+    MatrixRF forward(std::span<const std::int32_t> tokens, Cache& cache, const KvHook& hook = {},
+                     Logits logits = Logits::All) const;
+    // A causal forward over `tokens` in chunks of `chunk` tokens (the cache grows chunk by chunk;
+    // the same keys, values and logits as one forward call, within float rounding: each chunk's
+    // queries attend over everything before them), returning the last token's logits. The hook
+    // sees each chunk's new keys and values.
+    Eigen::RowVectorXf prefill(std::span<const std::int32_t> tokens, Cache& cache, int chunk,
+                               const KvHook& hook = {}) const;
 
     // One token of incremental decoding whose attention is someone else's (a compressed cache's
     // decode kernels): in each layer the normalised input is projected to q, k and v (biases added),

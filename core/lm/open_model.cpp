@@ -30,7 +30,9 @@ OpenedModel openModel(const std::string& modelPath, const std::string& tokenizer
 {
     if (modelFormatOf(modelPath) == ModelFormat::Gguf) {
         const GgufFile file = GgufFile::open(modelPath);
-        OpenedModel m{ModelFormat::Gguf, modelPath, loadGgufModel(file), nullptr, {}};
+        OpenedModel m{ModelFormat::Gguf, modelPath, loadGgufModel(file), nullptr, {}, {}};
+        if (const GgufValue* t = file.find("tokenizer.chat_template"); t && t->type == GgufValueType::String)
+            m.chatTemplate = file.string("tokenizer.chat_template");
         // A vocabulary the engine cannot tokenize leaves the model runnable on token ids.
         try {
             m.tokenizer = std::make_shared<BpeTokenizer>(BpeTokenizer::fromGguf(file));
@@ -39,7 +41,7 @@ OpenedModel openModel(const std::string& modelPath, const std::string& tokenizer
         }
         return m;
     }
-    OpenedModel m{ModelFormat::Llama2c, modelPath, loadLlama2cModel(modelPath), nullptr, {}};
+    OpenedModel m{ModelFormat::Llama2c, modelPath, loadLlama2cModel(modelPath), nullptr, {}, {}};
     if (tokenizerPath.empty())
         m.tokenizerProblem = modelPath + ": a llama2.c model needs its tokenizer (.bin)";
     else

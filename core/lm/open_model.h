@@ -24,6 +24,8 @@ struct OpenedModel {
     // tokenizer, or a GGUF vocabulary the engine does not take (tokenizerProblem says which and why).
     std::shared_ptr<const Tokenizer> tokenizer;
     std::string tokenizerProblem;
+    // The chat template a GGUF file carries (tokenizer.chat_template, Jinja), "" where none.
+    std::string chatTemplate;
     // The tokenizer, or Error(InvalidInput) with tokenizerProblem.
     const Tokenizer& vocabulary() const;
 };

@@ -21,6 +21,8 @@ public:
     virtual int size() const = 0;
     // The token each sequence starts with, where the vocabulary has one.
     virtual std::optional<std::int32_t> bos() const = 0;
+    // The token that ends a generation, where the vocabulary names one.
+    virtual std::optional<std::int32_t> eos() const = 0;
     // "llama2.c" or the GGUF pre-tokenizer's name ("gpt2", "qwen2", ...), for messages.
     virtual std::string name() const = 0;
 

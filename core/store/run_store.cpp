@@ -162,6 +162,18 @@ CREATE INDEX runs_group ON runs (run_group);
     R"sql(
 ALTER TABLE iterations ADD COLUMN skipped REAL;
 )sql",
+    // 6: the samples of a run that answers many prompts (gsrq tasks): each one's record as JSON,
+    // under a key unique within its run, written as it finishes so a stopped run resumes.
+    R"sql(
+CREATE TABLE samples (
+  run_id     INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  key        TEXT NOT NULL,
+  score      REAL,
+  json       TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (run_id, key)
+);
+)sql",
 };
 constexpr int kMigrationCount = int(sizeof(kMigrations) / sizeof(kMigrations[0]));
 static_assert(kMigrationCount == kRunStoreSchemaVersion);
@@ -605,6 +617,10 @@ ImportReport RunStore::importRuns(const std::string& sourcePath)
                                 "ORDER BY rowid");
     sql::Stmt insArtifact(m_db, "INSERT INTO artifacts (run_id, path, kind, sha256, bytes, created_at) "
                                 "VALUES (?,?,?,?,?,?)");
+    sql::Stmt readSample(src, rep.sourceSchema >= 6
+                                  ? "SELECT key, score, json, created_at FROM samples WHERE run_id=? ORDER BY rowid"
+                                  : "SELECT '', 0, '', '' WHERE ? IS NULL");
+    sql::Stmt insSample(m_db, "INSERT INTO samples (run_id, key, score, json, created_at) VALUES (?,?,?,?,?)");
     sql::Stmt readNote(src, "SELECT created_at, text FROM notes WHERE run_id=? ORDER BY id");
     sql::Stmt insNote(m_db, "INSERT INTO notes (run_id, created_at, text) VALUES (?,?,?)");
 
@@ -656,6 +672,7 @@ ImportReport RunStore::importRuns(const std::string& sourcePath)
         copyRows(readSeries, insSeries, sr.id, id, 4);
         copyRows(readArtifact, insArtifact, sr.id, id, 5);
         copyRows(readNote, insNote, sr.id, id, 2);
+        copyRows(readSample, insSample, sr.id, id, 4);
         ++rep.added;
     }
     tx.commit();

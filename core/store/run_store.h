@@ -20,7 +20,7 @@
 
 namespace gsrq {
 
-inline constexpr int kRunStoreSchemaVersion = 5;
+inline constexpr int kRunStoreSchemaVersion = 6;
 
 // A run's status. Running until it finishes; Interrupted when its process ended without finishing
 // it (found when a store is opened on the same host). Stored as its name.
@@ -84,6 +84,13 @@ struct ArtifactRow {
     std::int64_t bytes = 0;
 };
 
+// One answered prompt of a run (gsrq tasks): a key unique within the run, its score, and its whole
+// record as JSON.
+struct SampleRow {
+    std::string key;
+    double score = std::nan("");
+    std::string json = "{}";
+};
 struct NoteRow {
     std::int64_t id = 0;
     std::string createdAt, text;
@@ -123,6 +130,13 @@ public:
     void addArtifact(std::int64_t run, const ArtifactRow& a);
     void finishRun(std::int64_t run, RunStatus status, const std::string& summaryJson = "{}",
                    const std::string& error = "");
+    // Opens a finished run again for this process (its samples kept, to be added to): status
+    // running, no finish time or error. Throws Error(InvalidInput) for an unknown run or one still
+    // running.
+    void resumeRun(std::int64_t run);
+    // Adds one sample, committed at once; throws Error(InvalidInput) for a key the run has already.
+    void addSample(std::int64_t run, const SampleRow& sample);
+    std::vector<SampleRow> samples(std::int64_t run); // in the order they were added
     std::int64_t addNote(std::int64_t run, const std::string& text);
     void deleteRun(std::int64_t run); // with everything recorded for it
 
