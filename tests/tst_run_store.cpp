@@ -75,6 +75,7 @@ private slots:
     void importCopiesEachRunOnce();
     void importRefusesNewerOrForeignStores();
     void importOfOlderStoreMatchesItsMigration();
+    void samplesResumeAndImport();
 
 private:
     QTemporaryDir m_dir;
@@ -101,9 +102,9 @@ void TestRunStore::schemaAndPragmas()
     QVERIFY(mode.step());
     QCOMPARE(mode.text(0), std::string("wal"));
     sql::Stmt tables(d, "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name IN "
-                        "('runs','iterations','metrics','series','artifacts','notes')");
+                        "('runs','iterations','metrics','series','artifacts','notes','samples')");
     tables.step();
-    QCOMPARE(tables.int64(0), std::int64_t(6));
+    QCOMPARE(tables.int64(0), std::int64_t(7));
     QVERIFY(store.integrityOk());
     RunStore again(path); // re-opening an up-to-date store migrates nothing
     QCOMPARE(again.schemaVersion(), kRunStoreSchemaVersion);
@@ -260,7 +261,7 @@ void TestRunStore::olderSchemaMigratedKeepingRows()
                "ALTER TABLE iterations DROP COLUMN gain_error; ALTER TABLE iterations DROP COLUMN shrinkage; "
                "ALTER TABLE iterations DROP COLUMN skipped; "
                "DROP INDEX runs_uid; DROP INDEX runs_group; ALTER TABLE runs DROP COLUMN uid; "
-               "ALTER TABLE runs DROP COLUMN run_group; ALTER TABLE runs DROP COLUMN origin; PRAGMA user_version=1");
+               "ALTER TABLE runs DROP COLUMN run_group; ALTER TABLE runs DROP COLUMN origin; DROP TABLE samples; PRAGMA user_version=1");
     }
     RunStore store(path);
     QCOMPARE(store.schemaVersion(), kRunStoreSchemaVersion);
@@ -750,7 +751,7 @@ void TestRunStore::importOfOlderStoreMatchesItsMigration()
         sql::Db d(a, SQLITE_OPEN_READWRITE);
         d.exec("ALTER TABLE iterations DROP COLUMN skipped; "
                "DROP INDEX runs_uid; DROP INDEX runs_group; ALTER TABLE runs DROP COLUMN uid; "
-               "ALTER TABLE runs DROP COLUMN run_group; ALTER TABLE runs DROP COLUMN origin; PRAGMA user_version=3");
+               "ALTER TABLE runs DROP COLUMN run_group; ALTER TABLE runs DROP COLUMN origin; DROP TABLE samples; PRAGMA user_version=3");
     }
     RunStore dst(b);
     const auto rep = dst.importRuns(a);
@@ -761,6 +762,53 @@ void TestRunStore::importOfOlderStoreMatchesItsMigration()
     QCOMPARE(dst.importRuns(a).added, 0);
     QCOMPARE(dst.listRuns().size(), size_t(3));
     QCOMPARE(migrated.listRuns().at(0).uid, dst.listRuns().at(0).uid);
+}
+
+// Samples (gsrq tasks): kept in order, refused twice under one key, kept when the run is resumed,
+// cascaded on delete and carried by an import.
+void TestRunStore::samplesResumeAndImport()
+{
+    const auto path = test::pathIn(m_dir, "samples.db");
+    std::int64_t id = 0;
+    {
+        RunStore store(path);
+        RunInfo info;
+        info.kind = "tasks";
+        id = store.beginRun(info);
+        store.addSample(id, {"prompt/passkey/1024/0/0", std::nan(""), R"({"prompt_ids":[1,2]})"});
+        store.addSample(id, {"answer/passkey/1024/0/0/fp16", 1.0, R"({"answer":"12345"})"});
+        const auto twice = test::invalidInputMessage(
+            [&] { store.addSample(id, {"answer/passkey/1024/0/0/fp16", 0.0, "{}"}); });
+        QVERIFY2(twice.find("already") != std::string::npos, twice.c_str());
+        // A running run cannot be resumed; a cancelled one can, keeping its samples.
+        QVERIFY(test::invalidInputMessage([&] { store.resumeRun(id); }).find("still running") != std::string::npos);
+        store.finishRun(id, RunStatus::Cancelled, "{}", "stopped on request");
+        store.resumeRun(id);
+        const auto r = store.requireRun(id);
+        QCOMPARE(r.status, RunStatus::Running);
+        QVERIFY(r.finishedAt.empty());
+        QVERIFY(r.error.empty());
+        store.addSample(id, {"answer/passkey/1024/0/0/kivi-1", 0.0, R"({"answer":"1"})"});
+        store.finishRun(id, RunStatus::Done);
+        const auto rows = store.samples(id);
+        QCOMPARE(rows.size(), std::size_t(3));
+        QCOMPARE(rows[0].key, std::string("prompt/passkey/1024/0/0"));
+        QVERIFY(std::isnan(rows[0].score));
+        QCOMPARE(rows[1].score, 1.0);
+        QCOMPARE(rows[2].json, std::string(R"({"answer":"1"})"));
+        QVERIFY(test::invalidInputMessage([&] { store.resumeRun(id + 100); }).find("no run") != std::string::npos);
+    }
+    const auto other = test::pathIn(m_dir, "samples-import.db");
+    RunStore into(other);
+    const auto rep = into.importRuns(path);
+    QCOMPARE(rep.added, 1);
+    const auto runs = into.listRuns();
+    QCOMPARE(into.samples(runs.front().id).size(), std::size_t(3));
+    into.deleteRun(runs.front().id);
+    sql::Db d(other, SQLITE_OPEN_READONLY);
+    sql::Stmt left(d, "SELECT COUNT(*) FROM samples");
+    left.step();
+    QCOMPARE(left.int64(0), std::int64_t(0));
 }
 
 QTEST_GUILESS_MAIN(TestRunStore)

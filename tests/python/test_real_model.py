@@ -263,3 +263,136 @@ def test_a_model_too_big_for_memory_is_refused(smollm2, monkeypatch):
         dump_kv.load_model(a, seq_len=512, backward=True)
     msg = str(e.value)
     assert "GiB" in msg and "0.1 GiB available" in msg and "0.13 B parameters" in msg, msg
+
+
+def run_tasks(smollm2, *args, db=None):
+    cmd = [GSRQ] + (["--db", db] if db else ["--no-db"]) + ["tasks", smollm2, "--json", "-q", *args]
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_tasks_answers_equal_transformers_greedy(smollm2, devil, loaded):
+    """`gsrq tasks` on the GGUF file: passkey and one needle-in-a-haystack task at 1K tokens. The prompt
+    is the model's own chat template (its Jinja, rendered by transformers, gives the same text), and
+    the answers over the full-precision and the FP16 caches are transformers' greedy answers to the
+    same prompt ids, token for token: the engine's logits differ from transformers' by float32
+    summation order only (5e-6 relative, test_gsrq_ppl_on_the_gguf_equals_transformers), far below
+    the gap between the two best tokens of these answers. The scores are RULER's (the expected
+    value in the answer)."""
+    model, tok = loaded[0], loaded[1]
+    r = run_tasks(smollm2, "--haystack", devil[1], "--tasks", "passkey,niah-single", "--context", "1024",
+                  "--samples", "2", "--depths", "25,75", "--methods", "fp32,fp16,kivi-1")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [m["method"] for m in out["methods"]] == ["fp32", "fp16", "kivi-1"]
+    prompts = {p["key"]: p for p in out["prompts"]}
+    assert len(prompts) == 4 and len(out["answers"]) == 12
+    stops = {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")}
+    for key, p in prompts.items():
+        ids = p["prompt_ids"]
+        assert p["prompt_tokens"] == len(ids) and len(ids) + p["answer_tokens"] <= 1024
+        assert len(ids) + p["answer_tokens"] > 1024 - 64  # the haystack fills the context
+        text = tok.decode(ids)
+        user = text.split("<|im_start|>user\n", 1)[1].split("<|im_end|>\n<|im_start|>assistant\n", 1)
+        rendered = tok.apply_chat_template([{"role": "user", "content": user[0]}], tokenize=False,
+                                           add_generation_prompt=True)
+        assert text == rendered + user[1], key
+        with torch.no_grad():
+            got = model.generate(torch.tensor([ids]), max_new_tokens=p["answer_tokens"], do_sample=False,
+                                 eos_token_id=list(stops), pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
+        while got and got[-1] in stops:
+            got.pop()
+        answers = {a["method"]: a for a in out["answers"] if a["prompt"] == key}
+        assert answers["fp32"]["answer_ids"] == got, (key, tok.decode(got), answers["fp32"]["answer"])
+        assert answers["fp16"]["answer_ids"] == got, key
+        for a in answers.values():
+            assert a["score"] == (1.0 if p["expected"][0] in a["answer"] else 0.0)
+    # The full-precision cache finds SmolLM2's needles; KIVI at 1 bit loses them.
+    cells = {(c["task"], c["method"]): c for c in out["cells"]}
+    assert cells[("niah-single", "fp16")]["accuracy"] == 1.0
+    assert cells[("niah-single", "kivi-1")]["accuracy"] < 1.0
+    lo, hi = cells[("niah-single", "fp16")]["interval"]
+    assert 0.3 < lo < 0.5 and hi == 1.0  # Wilson's interval for 2 of 2: [0.342, 1]
+
+
+def test_a_2k_forward_equals_transformers(smollm2, devil, loaded, tmp_path):
+    """At 2,048 tokens the engine's forward pass gives transformers' log-probabilities: every position's
+    next-token log-probability enters the perplexity, which agrees to 1e-4 relative (the order of
+    float32 sums; RoPE's positions past 1K included). The chunked prefill gives the one-call pass's
+    logits (tests/tst_long_context.cpp, at 2,200 tokens), so it gives transformers' too."""
+    model, tok = loaded[0], loaded[1]
+    ids = tok(open(devil[1], encoding="utf-8").read())["input_ids"][:2048]
+    assert len(ids) == 2048
+    path = tmp_path / "ids.txt"
+    path.write_text(" ".join(map(str, ids)) + "\n")
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].double()
+    nll = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(ids[1:])).item()
+    r = subprocess.run([GSRQ, "--no-db", "ppl", smollm2, "--token-ids", str(path), "--json", "-q"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["results"][0]["perplexity"] == pytest.approx(np.exp(nll), rel=1e-4)
+
+
+def test_tasks_resume_where_stopped_and_refusals(smollm2, tmp_path):
+    """A run stopped by Ctrl-C keeps its finished answers in the store; --resume runs only the rest and
+    ends with the answers an uninterrupted run gives; other settings, or bad flags, exit 2."""
+    import signal
+    import sqlite3
+    import time
+    db = str(tmp_path / "runs.db")
+    flags = ["--tasks", "passkey,vt", "--context", "512", "--samples", "3", "--methods", "fp16,kivi-2"]
+    whole = run_tasks(smollm2, *flags)
+    assert whole.returncode == 0, whole.stderr
+    expected = {a["key"]: a["answer_ids"] for a in json.loads(whole.stdout)["answers"]}
+    assert len(expected) == 12
+
+    p = subprocess.Popen([GSRQ, "--db", db, "tasks", smollm2, "--json", "-q", *flags], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    answered = 0
+    while time.time() < deadline and p.poll() is None and answered < 2:
+        time.sleep(0.2)
+        if os.path.exists(db):
+            try:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+                    answered = con.execute("SELECT COUNT(*) FROM samples WHERE key LIKE 'answer/%'").fetchone()[0]
+            except sqlite3.OperationalError:
+                pass
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=300)
+    assert p.returncode == 130
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+        run_id, status = con.execute("SELECT id, status FROM runs WHERE kind='tasks'").fetchone()
+        kept = con.execute("SELECT COUNT(*) FROM samples WHERE key LIKE 'answer/%'").fetchone()[0]
+    assert status == "cancelled" and 2 <= kept < 12
+
+    other = run_tasks(smollm2, *flags[:-1], "fp16", "--resume", str(run_id), db=db)
+    assert other.returncode == 2 and "methods" in other.stderr and f"--resume {run_id}" in other.stderr
+    resumed = run_tasks(smollm2, *flags, "--resume", str(run_id), db=db)
+    assert resumed.returncode == 0, resumed.stderr
+    out = json.loads(resumed.stdout)
+    assert out["run_id"] == run_id
+    assert {a["key"]: a["answer_ids"] for a in out["answers"]} == expected
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+        status, new = con.execute("SELECT status, json_extract(summary_json, '$.new_answers') FROM runs "
+                                  "WHERE id=?", (run_id,)).fetchone()
+    assert status == "done" and new == 12 - kept
+
+    other_model = str(tmp_path / "other.safetensors")
+    r = subprocess.run([GSRQ, "--no-db", "train", os.path.join(ROOT, "resources", "samples", "stories260K-gpl3.safetensors"),
+                        "--dim", "16", "--stages", "1", "--k", "16", "--iters", "2", "--out", other_model, "-q",
+                        "--attention-queries", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr
+    for args, says in [(["--context", "9000"], "trained for 8192"),
+                       (["--tasks", "needle"], "unknown task 'needle'"),
+                       (["--methods", "fp16,int4"], "unknown method 'int4'"),
+                       (["--methods", "gsrq@1"], "-c gsrq@1=FILE"),
+                       (["--depths", "0,120"], "--depths: 120"),
+                       (["--context", "100"], "--context 100"),
+                       (["--tasks", "niah-single"], "--haystack"),
+                       (["-c", f"other={other_model}"], "trained on another model"),
+                       (["--samples", "0"], "--samples 0")]:
+        given = {"--tasks": "passkey", "--context": "512", "--samples": "1", "--methods": "fp16"}
+        given.update(dict(zip(args[::2], args[1::2])))
+        r = run_tasks(smollm2, *[x for kv in given.items() for x in kv])
+        assert r.returncode == 2 and says in r.stderr, (args, r.stderr)
