@@ -109,7 +109,7 @@ void TestLongContext::chunkedPrefillEqualsOneCallAndTokenByToken()
     TransformerModel::Cache one, chunked, single;
     const Eigen::RowVectorXf a = model.forward(tokens, one, {}, TransformerModel::Logits::Last).row(0);
     const Eigen::RowVectorXf b = model.prefill(tokens, chunked, 300); // chunks of 300: the last one partial
-    const Eigen::RowVectorXf c = model.prefill(tokens, single, 1);   // token by token, as decoding runs
+    const Eigen::RowVectorXf c = model.prefill(tokens, single, 1);    // token by token, as decoding runs
     QCOMPARE(chunked.length, n);
     QCOMPARE(single.length, n);
     // The same float32 arithmetic over the same keys, summed in other orders (a chunk's GEMM against
@@ -310,11 +310,12 @@ void TestLongContext::methodsSeeTheCache()
     QVERIFY(quantized[2].answerIds != reference);
     // Only the wanted methods run; a false from done stops before the next.
     std::vector<std::string> ran;
-    answerWithMethods(model, vocab, p, methods, s, [](std::size_t i) { return i != 1; },
-                      [&](std::size_t, const TaskAnswer& a) {
-                          ran.push_back(a.method);
-                          return false;
-                      });
+    answerWithMethods(
+        model, vocab, p, methods, s, [](std::size_t i) { return i != 1; },
+        [&](std::size_t, const TaskAnswer& a) {
+            ran.push_back(a.method);
+            return false;
+        });
     QCOMPARE(ran, std::vector<std::string>{"fp32"});
     // A prompt past the model's positions is refused, naming --context.
     const auto tooLong = g.make(ContextTask::Passkey, 2000, 50, 0, 3);
@@ -377,9 +378,11 @@ void TestLongContext::jobResumesWhereItStopped()
     const PromptFormat f = promptFormatOf("", true);
     auto other = s;
     other.contexts = {448, 640};
-    const auto diff = settingsDifference(contextTasksSettingsJson(s, "m", "", f), contextTasksSettingsJson(other, "m", "", f));
+    const auto diff =
+        settingsDifference(contextTasksSettingsJson(s, "m", "", f), contextTasksSettingsJson(other, "m", "", f));
     QVERIFY2(diff.find("context") == 0, diff.c_str());
-    QVERIFY(settingsDifference(contextTasksSettingsJson(s, "m", "", f), contextTasksSettingsJson(s, "m", "", f)).empty());
+    QVERIFY(
+        settingsDifference(contextTasksSettingsJson(s, "m", "", f), contextTasksSettingsJson(s, "m", "", f)).empty());
 }
 
 void TestLongContext::methodNamesAndRefusals()
@@ -391,8 +394,9 @@ void TestLongContext::methodNamesAndRefusals()
             std::string::npos);
     QVERIFY(test::invalidInputMessage([&] { resolveMethodNames("fp16,int4", {}, s); }).find("unknown method 'int4'") !=
             std::string::npos);
-    QVERIFY(test::invalidInputMessage([&] { resolveMethodNames("fp16", {"gsrq@1=/no/such.safetensors"}, s); })
-                .find("does not exist") != std::string::npos);
+    QVERIFY(test::invalidInputMessage([&] {
+                resolveMethodNames("fp16", {"gsrq@1=/no/such.safetensors"}, s);
+            }).find("does not exist") != std::string::npos);
     QVERIFY(test::invalidInputMessage([&] { resolveMethodNames("fp16,fp16", {}, s); }).find("twice") !=
             std::string::npos);
 

@@ -261,7 +261,8 @@ void TestRunStore::olderSchemaMigratedKeepingRows()
                "ALTER TABLE iterations DROP COLUMN gain_error; ALTER TABLE iterations DROP COLUMN shrinkage; "
                "ALTER TABLE iterations DROP COLUMN skipped; "
                "DROP INDEX runs_uid; DROP INDEX runs_group; ALTER TABLE runs DROP COLUMN uid; "
-               "ALTER TABLE runs DROP COLUMN run_group; ALTER TABLE runs DROP COLUMN origin; DROP TABLE samples; PRAGMA user_version=1");
+               "ALTER TABLE runs DROP COLUMN run_group; ALTER TABLE runs DROP COLUMN origin; DROP TABLE samples; "
+               "PRAGMA user_version=1");
     }
     RunStore store(path);
     QCOMPARE(store.schemaVersion(), kRunStoreSchemaVersion);
@@ -751,7 +752,8 @@ void TestRunStore::importOfOlderStoreMatchesItsMigration()
         sql::Db d(a, SQLITE_OPEN_READWRITE);
         d.exec("ALTER TABLE iterations DROP COLUMN skipped; "
                "DROP INDEX runs_uid; DROP INDEX runs_group; ALTER TABLE runs DROP COLUMN uid; "
-               "ALTER TABLE runs DROP COLUMN run_group; ALTER TABLE runs DROP COLUMN origin; DROP TABLE samples; PRAGMA user_version=3");
+               "ALTER TABLE runs DROP COLUMN run_group; ALTER TABLE runs DROP COLUMN origin; DROP TABLE samples; "
+               "PRAGMA user_version=3");
     }
     RunStore dst(b);
     const auto rep = dst.importRuns(a);
@@ -777,8 +779,9 @@ void TestRunStore::samplesResumeAndImport()
         id = store.beginRun(info);
         store.addSample(id, {"prompt/passkey/1024/0/0", std::nan(""), R"({"prompt_ids":[1,2]})"});
         store.addSample(id, {"answer/passkey/1024/0/0/fp16", 1.0, R"({"answer":"12345"})"});
-        const auto twice = test::invalidInputMessage(
-            [&] { store.addSample(id, {"answer/passkey/1024/0/0/fp16", 0.0, "{}"}); });
+        const auto twice = test::invalidInputMessage([&] {
+            store.addSample(id, {"answer/passkey/1024/0/0/fp16", 0.0, "{}"});
+        });
         QVERIFY2(twice.find("already") != std::string::npos, twice.c_str());
         // A running run cannot be resumed; a cancelled one can, keeping its samples.
         QVERIFY(test::invalidInputMessage([&] { store.resumeRun(id); }).find("still running") != std::string::npos);

@@ -14,6 +14,7 @@
 #include "gpu/decode/decode.h"
 #include "gpu_test_util.h"
 #include "latency_page.h"
+#include "long_context_page.h"
 #include "main_window.h"
 #include "model_page.h"
 #include "runs_page.h"
@@ -176,6 +177,7 @@ private slots:
     void failedRunRecordsTheEnginesMessage();
     void nestedSettingsDifferKeyByKey();
     void eachRunKindRecordsTheSameSettingsFromBothFaces();
+    void longContextPageRunsTheTasks();
 
 private:
     // The GSRQ page's small training of the sample's layers.1.value (D = 8, R = 2, K = 16), run from
@@ -1981,6 +1983,78 @@ void TestStudio::eachRunKindRecordsTheSameSettingsFromBothFaces()
             QVERIFY2(sa == sb, cat(c.kind, " summary: app", text(sa), "; cli", text(sb)).c_str());
         }
     }
+}
+
+// The Long context page on the bundled stories260K (llama2.c, plain prompts): the passkey task at
+// two context lengths and two depths over FP32 and 1-bit KIVI caches, one heatmap per method, the
+// accuracy-against-bits chart with its intervals (exported with them), a cell's samples, the run
+// recorded with every answer; bad settings are a message.
+void TestStudio::longContextPageRunsTheTasks()
+{
+    auto* page = m_window->longContextPage();
+    QVERIFY(m_window->showPage("long-context"));
+    page->modelEdit()->setText(test::sourcePath("resources/models/stories260K/stories260K.bin"));
+    page->tokenizerEdit()->setText(test::sourcePath("resources/models/stories260K/tok512.bin"));
+    page->tasksEdit()->setText("passkey");
+    page->contextsEdit()->setText("448,512");
+    page->depthsEdit()->setText("0,100");
+    page->samplesBox()->setValue(2);
+    page->methodsEdit()->setText("fp32,kivi-1");
+    page->codebooksEdit()->clear();
+    QSignalSpy done(page, &LongContextPage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(done.wait(test::waitMs(120000)));
+    QVERIFY2(done.first().first().toBool(), qPrintable(page->statusText()));
+    QCOMPARE(page->answers().size(), std::size_t(2 * 2 * 2)); // contexts × samples × methods
+    QCOMPARE(page->heatmaps().size(), std::size_t(2));
+    for (auto* h : page->heatmaps()) {
+        QCOMPARE(h->rowCount(), 2);    // depths 0 and 100
+        QCOMPARE(h->columnCount(), 2); // 448 and 512 tokens
+        for (int r = 0; r < 2; ++r)
+            for (int c = 0; c < 2; ++c)
+                QVERIFY(h->cell(r, c).text.endsWith('%')); // one sample per depth and length: 0% or 100%
+    }
+    QVERIFY(page->heatmaps()[0]->title().startsWith("fp32"));
+    auto* chart = page->bitsChart();
+    chart->flush();
+    // A series per method family and length: FP32's point at 32 bits, KIVI-1's at 2 (one bit, an FP16
+    // scale and zero per 32), each with its 95% interval (two samples: wider than 0.3 either way).
+    const auto fp32 = chart->points("fp32, 448 tokens"), kivi = chart->points("kivi, 512 tokens");
+    QCOMPARE(fp32.size(), 1);
+    QCOMPARE(kivi.size(), 1);
+    QCOMPARE(fp32[0].x(), 32.0);
+    QCOMPARE(kivi[0].x(), 2.0);
+    for (const char* name : {"fp32, 448 tokens", "fp32, 512 tokens", "kivi, 448 tokens", "kivi, 512 tokens"}) {
+        const auto p = chart->points(name);
+        const auto bars = chart->intervals(name);
+        QCOMPARE(bars.size(), 1);
+        QVERIFY(bars[0].first <= p[0].y() && p[0].y() <= bars[0].second && bars[0].second - bars[0].first > 0.3);
+    }
+    const QString csv = m_dir.filePath("long-context.csv");
+    QVERIFY(chart->exportCsv(csv));
+    QFile f(csv);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QCOMPARE(f.readLine().trimmed(), QByteArray("series,x,y,low,high"));
+    // A cell's samples: FP32 at depth 0 and 448 tokens is sample 0, its prompt ending in the question.
+    page->showCell(0, 0, 0);
+    QCOMPARE(page->samplesTable()->rowCount(), 1);
+    QCOMPARE(page->samplesTable()->item(0, 0)->text(), QString("fp32"));
+    QVERIFY(page->samplesTable()->item(0, 6)->text().endsWith("The pass key is"));
+    QCOMPARE(page->samplesTable()->item(0, 3)->text().size(), 5); // the 5-digit key
+    // Recorded: the run with its prompts and answers.
+    RunStore store(m_store.toStdString());
+    const auto runs = store.listRuns({"tasks", std::nullopt, "", 1});
+    QCOMPARE(runs.size(), std::size_t(1));
+    QCOMPARE(runs.front().status, RunStatus::Done);
+    QCOMPARE(store.samples(runs.front().id).size(), std::size_t(4 + 8));
+    // A method it does not know is a message, and nothing runs.
+    page->methodsEdit()->setText("fp32,int4");
+    QSignalSpy shown(m_window.get(), &MainWindow::messageShown);
+    done.clear();
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QCOMPARE(done.size(), 1);
+    QVERIFY(!done.first().first().toBool());
+    QVERIFY(m_window->lastMessage().contains("int4"));
 }
 
 QTEST_MAIN(TestStudio)

@@ -215,6 +215,7 @@ void ChartPanel::setReference(const QString& name)
 
 void ChartPanel::setSeries(const QString& name, const QList<QPointF>& points)
 {
+    m_intervals.remove(name);
     if (!m_data.contains(name))
         m_order.append(name);
     m_data[name] = points;
@@ -229,6 +230,49 @@ void ChartPanel::setHistogram(const QString& name, const Histogram& h)
         removeSeries(name); // it was a line until now
     m_histograms.insert(name);
     setSeries(name, histogramPoints(h));
+}
+
+void ChartPanel::setIntervals(const QString& name, const QList<QPair<double, double>>& intervals)
+{
+    if (intervals.isEmpty())
+        m_intervals.remove(name);
+    else
+        m_intervals.insert(name, intervals);
+    if (!m_data.contains(name)) // drawn with its series, once it has one
+        return;
+    m_dirty[name] = true;
+    if (!m_timer.isActive())
+        m_timer.start();
+}
+
+void ChartPanel::drawWhiskers(const QString& name)
+{
+    for (auto* w : m_whiskers.take(name)) {
+        m_view->chart()->removeSeries(w);
+        delete w;
+    }
+    const auto bars = m_intervals.value(name);
+    auto* s = m_series.value(name);
+    const auto pts = m_data.value(name);
+    if (!s || bars.isEmpty())
+        return;
+    QPen pen(s->color());
+    pen.setWidthF(1.5);
+    const auto axes = m_view->chart()->axes();
+    for (int i = 0; i < std::min<int>(int(bars.size()), int(pts.size())); ++i) {
+        if (m_logY && !(bars[i].first > 0))
+            continue;
+        auto* w = new QLineSeries();
+        w->append(pts[i].x(), bars[i].first);
+        w->append(pts[i].x(), bars[i].second);
+        m_view->chart()->addSeries(w);
+        w->setPen(pen);
+        for (auto* a : axes)
+            w->attachAxis(a);
+        for (auto* marker : m_view->chart()->legend()->markers(w))
+            marker->setVisible(false);
+        m_whiskers[name].append(w);
+    }
 }
 
 void ChartPanel::appendPoint(const QString& name, QPointF p)
@@ -251,6 +295,11 @@ void ChartPanel::removeSeries(const QString& name)
         m_view->chart()->removeSeries(s);
         delete s;
     }
+    for (auto* w : m_whiskers.take(name)) {
+        m_view->chart()->removeSeries(w);
+        delete w;
+    }
+    m_intervals.remove(name);
     m_histograms.remove(name);
     m_references.remove(name);
     m_data.remove(name);
@@ -265,6 +314,8 @@ void ChartPanel::clear()
     m_view->chart()->removeAllSeries();
     m_series.clear();
     m_areas.clear();
+    m_whiskers.clear(); // removed with every series above
+    m_intervals.clear();
     m_histograms.clear();
     m_references.clear();
     m_data.clear();
@@ -318,6 +369,7 @@ void ChartPanel::onTick()
             // A line of one point draws nothing, and a few points are read one by one (a run's
             // perplexity at its bits): they are drawn as points too.
             s->setPointsVisible(pts.size() < 32 && !m_references.contains(it.key()));
+            drawWhiskers(it.key());
             if (m_references.contains(it.key())) {
                 QPen pen(Qt::darkGray);
                 pen.setStyle(Qt::DashLine);
@@ -346,6 +398,12 @@ void ChartPanel::onTick()
             x1 = std::max(x1, p.x());
             y0 = std::min(y0, p.y());
             y1 = std::max(y1, p.y());
+        }
+    for (auto it = m_intervals.cbegin(); it != m_intervals.cend(); ++it)
+        for (const auto& b : it.value()) {
+            if (!m_logY || b.first > 0)
+                y0 = std::min(y0, b.first);
+            y1 = std::max(y1, b.second);
         }
     if (std::isfinite(x0)) {
         const auto axesX = m_view->chart()->axes(Qt::Horizontal);
@@ -422,6 +480,11 @@ void ChartPanel::rebuildAxes()
         s->attachAxis(ax);
         s->attachAxis(ay);
     }
+    for (const auto& whiskers : std::as_const(m_whiskers))
+        for (auto* w : whiskers) {
+            w->attachAxis(ax);
+            w->attachAxis(ay);
+        }
     for (auto it = m_dirty.begin(); it != m_dirty.end(); ++it)
         it.value() = true;
     if (!m_timer.isActive())
@@ -558,11 +621,21 @@ bool ChartPanel::exportCsv(const QString& path)
     if (!f.open(QIODevice::WriteOnly | QIODevice::Text))
         return false;
     QTextStream out(&f);
-    out << "series,x,y\n";
-    for (const auto& name : m_order)
-        for (const auto& p : m_data.value(name))
+    const bool bars = !m_intervals.isEmpty();
+    out << (bars ? "series,x,y,low,high\n" : "series,x,y\n");
+    for (const auto& name : m_order) {
+        const auto pts = m_data.value(name);
+        const auto iv = m_intervals.value(name);
+        for (int i = 0; i < pts.size(); ++i) {
+            const auto& p = pts[i];
             out << '"' << QString(name).replace('"', "\"\"") << "\"," << QString::number(p.x(), 'g', 12) << ','
-                << QString::number(p.y(), 'g', 12) << '\n';
+                << QString::number(p.y(), 'g', 12);
+            if (bars)
+                out << ',' << (i < iv.size() ? QString::number(iv[i].first, 'g', 12) : QString()) << ','
+                    << (i < iv.size() ? QString::number(iv[i].second, 'g', 12) : QString());
+            out << '\n';
+        }
+    }
     out.flush();
     return out.status() == QTextStream::Ok && f.commit();
 }

@@ -11,6 +11,7 @@
 #include <QChartView>
 #include <QHash>
 #include <QList>
+#include <QPair>
 #include <QPointF>
 #include <QSet>
 #include <QTimer>
@@ -41,6 +42,11 @@ public:
     // points() and the CSV export give its bins as (centre, count).
     void setHistogram(const QString& name, const Histogram& h);
     bool isHistogram(const QString& name) const { return m_histograms.contains(name); }
+    // Error bars of a series: one (low, high) interval of y per point, in the points' order, drawn as
+    // vertical whiskers in the series' colour (a 95% interval, say); cleared by an empty list and
+    // by setSeries. The axes fit them; the CSV export gives them as columns low and high.
+    void setIntervals(const QString& name, const QList<QPair<double, double>>& intervals);
+    QList<QPair<double, double>> intervals(const QString& name) const { return m_intervals.value(name); }
     // A reference line (FP32's perplexity, say): dashed, gray, without point markers.
     void setReference(const QString& name);
     bool isReference(const QString& name) const { return m_references.contains(name); }
@@ -92,6 +98,9 @@ private:
     QHash<QString, QLineSeries*> m_series; // what is drawn; a histogram's is its bars' outline
     QHash<QString, QAreaSeries*> m_areas;  // a histogram's bars (their upper edge is m_series')
     QSet<QString> m_histograms;
+    QHash<QString, QList<QPair<double, double>>> m_intervals;
+    QHash<QString, QList<QLineSeries*>> m_whiskers; // drawn error bars, one series each
+    void drawWhiskers(const QString& name);
     QSet<QString> m_references;
     void placeLegend();
     QAbstractSeries* drawnSeries(const QString& name) const;

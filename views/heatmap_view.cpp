@@ -73,8 +73,17 @@ void HeatmapView::setTitle(const QString& title)
     update();
 }
 
+void HeatmapView::setFixedScale(double max, const QStringList& barLabels)
+{
+    m_fixedMax = max > 0 ? max : 0;
+    m_barLabels = barLabels.size() == 3 ? barLabels : QStringList();
+    update();
+}
+
 double HeatmapView::scaleMax() const
 {
+    if (m_fixedMax > 0)
+        return m_fixedMax;
     double m = 0;
     for (const auto& c : m_cells)
         if (std::isfinite(c.score))
@@ -212,6 +221,12 @@ void HeatmapView::paint(QPainter& p) const
     const double m = scaleMax();
     const QString mText = QString::number(m, 'g', 3) + m_unit;
     const QRect labels(bar.left(), bar.bottom() + 2, bar.width(), fontMetrics().height());
+    if (m_barLabels.size() == 3) {
+        p.drawText(labels, Qt::AlignLeft, m_barLabels[0]);
+        p.drawText(labels, Qt::AlignHCenter, m_barLabels[1]);
+        p.drawText(labels, Qt::AlignRight, m_barLabels[2]);
+        return;
+    }
     p.drawText(labels, Qt::AlignLeft, m_negativeText.isEmpty() ? "−" + mText : m_negativeText + " " + mText);
     p.drawText(labels, Qt::AlignHCenter, QStringLiteral("0"));
     p.drawText(labels, Qt::AlignRight, m_positiveText.isEmpty() ? mText : m_positiveText + " " + mText);

@@ -31,6 +31,10 @@ public:
     // unit follows the numbers of the colour bar ("%").
     void setScale(QColor negative, QColor positive, const QString& negativeText, const QString& positiveText,
                   const QString& unit = {});
+    // A scale that does not follow the grid: |score| = max at full colour (0: follow the grid again),
+    // and the colour bar's three labels (left, centre, right) instead of the numbers, e.g.
+    // {"0% found", "50%", "100%"} for accuracies drawn as accuracy − 0.5.
+    void setFixedScale(double max, const QStringList& barLabels = {});
     // rows × columns cells, row-major; missing cells are NaN. Clears the hover.
     void setGrid(QStringList rows, QStringList columns, std::vector<Cell> cells);
     void setCell(int row, int column, Cell cell);
@@ -72,6 +76,8 @@ private:
     std::vector<Cell> m_cells;
     QColor m_negative{0x1f, 0x77, 0xb4}, m_positive{0xd9, 0x5f, 0x02};
     QString m_negativeText, m_positiveText, m_unit;
+    double m_fixedMax = 0;
+    QStringList m_barLabels;
     int m_hoverRow = -1, m_hoverColumn = -1;
 };
 

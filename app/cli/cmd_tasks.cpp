@@ -83,10 +83,10 @@ void printTable(const ContextTasksSettings& s, const std::vector<ContextMethod>&
                 if (it == cells.end())
                     std::printf("  %-19s", "-");
                 else
-                    std::printf("  %-19s", cat(two(it->accuracy.value), " [", two(it->accuracy.lo),
-                                               ", ", two(it->accuracy.hi), "]",
-                                               it->samples < s.samples ? cat(" n=", it->samples) : "")
-                                               .c_str());
+                    std::printf("  %-19s",
+                                cat(two(it->accuracy.value), " [", two(it->accuracy.lo), ", ", two(it->accuracy.hi),
+                                    "]", it->samples < s.samples ? cat(" n=", it->samples) : "")
+                                    .c_str());
             }
             std::printf("\n");
         }
@@ -98,7 +98,7 @@ void printTable(const ContextTasksSettings& s, const std::vector<ContextMethod>&
 Command registerTasks(CLI::App& root)
 {
     struct Opts {
-        std::string model, tasks = "passkey,niah-single", contexts = "1024", depths = "0,25,50,75,100";
+        std::string model, tokenizer, tasks = "passkey,niah-single", contexts = "1024", depths = "0,25,50,75,100";
         std::string methods = "fp16,kivi-2,kivi-1", prefill = "deployed", haystack;
         std::vector<std::string> codebooks;
         int samples = 5, chunk = 512;
@@ -111,12 +111,15 @@ Command registerTasks(CLI::App& root)
     auto* cmd = root.add_subcommand(
         "tasks", "Long-context retrieval (passkey, RULER's needle in a haystack and variable tracking) answered "
                  "greedily over each method's KV cache");
-    cmd->add_option("model", o->model, "GGUF model (llama, qwen2)")->required();
+    cmd->add_option("model", o->model, "GGUF model (llama, qwen2), or a llama2.c checkpoint with --tokenizer")
+        ->required();
+    cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer (.bin), for a llama2.c model (plain prompts)");
     cmd->add_option("--tasks", o->tasks,
                     "passkey, niah-single, niah-multikey, niah-multivalue, niah-multiquery, vt, or all")
         ->capture_default_str();
-    cmd->add_option("--context", o->contexts, "Context lengths in the model's tokens (prompt and answer), e.g. "
-                                              "1024,4096")
+    cmd->add_option("--context", o->contexts,
+                    "Context lengths in the model's tokens (prompt and answer), e.g. "
+                    "1024,4096")
         ->capture_default_str();
     cmd->add_option("--depths", o->depths, "Needle depths, percent of the haystack before it")->capture_default_str();
     cmd->add_option("--samples", o->samples, "Samples per task × context, spread over the depths")
@@ -156,9 +159,9 @@ Command registerTasks(CLI::App& root)
                 if (o->resume < 0)
                     throwInvalid("--resume ", o->resume, ": not a run id");
 
-                OpenedModel opened = openModel(o->model);
-                if (opened.format != ModelFormat::Gguf)
-                    throwInvalid(o->model, ": gsrq tasks runs GGUF models (their vocabulary and chat template)");
+                if (!o->tokenizer.empty() && modelFormatOf(o->model) == ModelFormat::Gguf)
+                    throwInvalid("--tokenizer: a GGUF model brings its own vocabulary");
+                OpenedModel opened = openModel(o->model, o->tokenizer);
                 const auto& vocab = opened.vocabulary();
                 const PromptFormat format = promptFormatOf(opened.chatTemplate, true);
                 const std::string haystack = s.haystack.empty() ? std::string() : readText(s.haystack);
@@ -185,8 +188,8 @@ Command registerTasks(CLI::App& root)
                     const auto was = nlohmann::ordered_json::parse(r.settingsJson, nullptr, false);
                     const std::string diff = settingsDifference(was, settings);
                     if (!diff.empty())
-                        throwInvalid("--resume ", o->resume, ": run ", o->resume,
-                                     " was made with other settings (", diff, "); give the same flags");
+                        throwInvalid("--resume ", o->resume, ": run ", o->resume, " was made with other settings (",
+                                     diff, "); give the same flags");
                     for (const auto& row : store->samples(o->resume))
                         recorded[row.key] = nlohmann::ordered_json::parse(row.json);
                 }
@@ -198,8 +201,7 @@ Command registerTasks(CLI::App& root)
                         std::printf("%s: %d layers, %d KV heads × %d; prompt format %s; %s prefill%s\n",
                                     o->model.c_str(), opened.model.config().layers, opened.model.config().kvHeads,
                                     opened.model.config().headDim(),
-                                    nlohmann::ordered_json(format.describe()).dump().c_str(),
-                                    prefillModeName(s.mode),
+                                    nlohmann::ordered_json(format.describe()).dump().c_str(), prefillModeName(s.mode),
                                     recorded.empty() ? "" : cat("; resuming run ", o->resume).c_str());
                     ProgressBar bar(!o->json && !o->quiet);
                     const auto r = runContextTasks(

@@ -21,13 +21,12 @@ int main(int argc, char** argv)
     root.add_option("--group", global.group, "Group to record runs under (gsrq plan sets its plan's id)");
     for (int i = 0; i < argc; ++i)
         global.command += (i ? " " : "") + std::string(argv[i]);
-    std::vector<Command> commands{registerInfo(root),        registerCompare(root),      registerSweep(root),
-                                  registerSynth(root),       registerBenchCluster(root), registerDevices(root),
-                                  registerTrain(root),       registerEval(root),         registerCodebooks(root),
-                                  registerRuns(root),        registerCheckGpu(root),     registerBenchTrain(root),
-                                  registerBenchDecode(root), registerPaperCheck(root),   registerPerplexity(root),
-                                  registerPlan(root),        registerTokenize(root),     registerGenerate(root),
-                                  registerTasks(root)};
+    std::vector<Command> commands{
+        registerInfo(root),         registerCompare(root),    registerSweep(root),      registerSynth(root),
+        registerBenchCluster(root), registerDevices(root),    registerTrain(root),      registerEval(root),
+        registerCodebooks(root),    registerRuns(root),       registerCheckGpu(root),   registerBenchTrain(root),
+        registerBenchDecode(root),  registerPaperCheck(root), registerPerplexity(root), registerPlan(root),
+        registerTokenize(root),     registerGenerate(root),   registerTasks(root)};
     // The first word that is not a global option names the command.
     int first = 1;
     const auto takesValue = [](const std::string& a) { return a == "--db" || a == "--group"; };

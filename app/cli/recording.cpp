@@ -77,13 +77,14 @@ RunInfo cliRunInfo(const std::string& kind, const std::string& settingsJson, con
 CliRun::CliRun(const std::string& kind, const std::string& settingsJson, const std::string& dumpPath,
                const std::vector<std::string>& dumpFiles, const std::string& backend, const std::string& device,
                const std::string& tensor, std::int64_t resume)
-    : m_run(storePathFromFlags(),
-            [&] {
-                RunInfo info = cliRunInfo(kind, settingsJson, dumpPath, backend, device);
-                info.id = resume;
-                return info;
-            }(),
-            dumpFiles, tensor, StoreFailure::Stop)
+    : m_run(
+          storePathFromFlags(),
+          [&] {
+              RunInfo info = cliRunInfo(kind, settingsJson, dumpPath, backend, device);
+              info.id = resume;
+              return info;
+          }(),
+          dumpFiles, tensor, StoreFailure::Stop)
 {
 }
 

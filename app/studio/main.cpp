@@ -1,7 +1,7 @@
 // gsrq-studio: the desktop face of GSRQ Studio.
 //   gsrq-studio [DUMP]
 //   gsrq-studio --screenshot FILE.png [--page NAME] [--open DUMP] [--tensor NAME] [--store FILE]
-//               [--run model|compare|train|sweep|paper-check|latency] [--select IDS] [--report FILE]
+//               [--run model|compare|train|sweep|paper-check|latency|tasks] [--select IDS] [--report FILE]
 // --screenshot renders a page (after a job, with --run) to a PNG and exits: 0 on success.
 // --report writes the report File ▸ Export report writes (.html, .pdf; .png: a picture of its top)
 // and exits; it goes with or without --screenshot.
@@ -9,6 +9,7 @@
 #include "compare_page.h"
 #include "dataset_page.h"
 #include "latency_page.h"
+#include "long_context_page.h"
 #include "main_window.h"
 #include "model_page.h"
 #include "runs_page.h"
@@ -63,6 +64,12 @@ bool runAndWait(MainWindow& w, const QString& job, const QString& tensor)
             page->tensorsEdit()->setText(tensor);
         QObject::connect(page, &TrainPage::runFinished, &loop, done);
         page->runButton()->click();
+    } else if (job == "tasks") {
+        auto* page = w.longContextPage();
+        if (!tensor.isEmpty())
+            page->methodsEdit()->setText(tensor);
+        QObject::connect(page, &LongContextPage::runFinished, &loop, done);
+        page->runButton()->click();
     } else if (job == "methods") {
         auto* page = w.trainPage();
         if (!tensor.isEmpty())
@@ -99,16 +106,17 @@ int main(int argc, char** argv)
     parser.addHelpOption();
     parser.addPositionalArgument("dump", "KV dump to open");
     QCommandLineOption screenshot("screenshot", "Render a page to FILE.png and exit", "FILE");
-    QCommandLineOption page("page", "Page to show: dataset, model, compare, sweeps, train, weights, runs, latency",
-                            "NAME", "dataset");
+    QCommandLineOption page(
+        "page", "Page to show: dataset, model, compare, sweeps, train, weights, runs, latency, long-context", "NAME",
+        "dataset");
     QCommandLineOption open("open", "KV dump to open", "DUMP");
     QCommandLineOption run(
         "run",
         "Run a job before the screenshot: model, compare, train, methods (the GSRQ page's comparison), sweep, "
-        "paper-check or latency",
+        "paper-check, latency or tasks (the Long context page's form)",
         "JOB");
     QCommandLineOption tensor(
-        "tensor", "Tensor for --run compare, tensor globs (model, train), or the methods (methods)", "NAME");
+        "tensor", "Tensor for --run compare, tensor globs (model, train), or the methods (methods, tasks)", "NAME");
     QCommandLineOption store("store", "Run store to use instead of the configured one", "FILE");
     QCommandLineOption select("select", "Runs page: select these runs, e.g. 1,2", "IDS");
     QCommandLineOption report("report",
@@ -146,10 +154,10 @@ int main(int argc, char** argv)
     w.resize(1440, 900);
     w.show();
     if (!w.showPage(parser.value(page))) {
-        std::fprintf(
-            stderr,
-            "gsrq-studio: --page %s: not one of dataset, model, compare, sweeps, train, weights, runs, latency\n",
-            qPrintable(parser.value(page)));
+        std::fprintf(stderr,
+                     "gsrq-studio: --page %s: not one of dataset, model, compare, sweeps, train, weights, runs, "
+                     "latency, long-context\n",
+                     qPrintable(parser.value(page)));
         return 2;
     }
     if (parser.isSet(run) && !runAndWait(w, parser.value(run), parser.value(tensor))) {

@@ -5,6 +5,7 @@
 #include "compare_page.h"
 #include "dataset_page.h"
 #include "latency_page.h"
+#include "long_context_page.h"
 #include "model_page.h"
 #include "report.h"
 #include "runs_page.h"
@@ -14,6 +15,7 @@
 
 #include "core/base/version.h"
 #include "views/chart_panel.h"
+#include "views/heatmap_view.h"
 
 #include <QCheckBox>
 #include <QCloseEvent>
@@ -73,6 +75,7 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
     m_sweeps = new SweepsPage(*m_ctx, this);
     m_weights = new WeightsPage(*m_ctx, this);
     m_latency = new LatencyPage(*m_ctx, this);
+    m_longContext = new LongContextPage(*m_ctx, this);
     m_tabs->addTab(m_dataset, tr("Dataset"));
     m_tabs->addTab(m_model, tr("Model"));
     m_tabs->addTab(m_compare, tr("KM vs GSKM"));
@@ -81,6 +84,7 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
     m_tabs->addTab(m_weights, tr("Gradient weights"));
     m_tabs->addTab(m_runs, tr("Runs"));
     m_tabs->addTab(m_latency, tr("Latency"));
+    m_tabs->addTab(m_longContext, tr("Long context"));
     connect(m_tabs, &QTabWidget::currentChanged, this, [this](int i) {
         if (m_tabs->widget(i) == m_runs)
             m_runs->refresh();
@@ -238,6 +242,9 @@ Report MainWindow::buildReport() const
             chart->flush();
             report.image(chart->view()->grab().toImage(), chart->view()->chart()->title());
         }
+        for (auto* map : page->findChildren<views::HeatmapView*>())
+            if (map->isVisibleTo(page) && map->rowCount() > 0)
+                report.image(map->toImage(map->size().expandedTo(map->sizeHint())), map->title());
         for (auto* view : page->findChildren<QTableView*>())
             if (view->isVisibleTo(page) && view->model() && view->model()->rowCount() > 0 &&
                 view->model()->rowCount() <= 200)
@@ -276,9 +283,10 @@ bool MainWindow::openDump(const QString& path)
 
 bool MainWindow::showPage(const QString& name)
 {
-    const QList<QPair<QString, QWidget*>> pages{{"dataset", m_dataset}, {"model", m_model},    {"compare", m_compare},
-                                                {"sweeps", m_sweeps},   {"train", m_train},    {"weights", m_weights},
-                                                {"runs", m_runs},       {"latency", m_latency}};
+    const QList<QPair<QString, QWidget*>> pages{
+        {"dataset", m_dataset}, {"model", m_model},     {"compare", m_compare},
+        {"sweeps", m_sweeps},   {"train", m_train},     {"weights", m_weights},
+        {"runs", m_runs},       {"latency", m_latency}, {"long-context", m_longContext}};
     for (const auto& [n, w] : pages)
         if (n == name) {
             m_tabs->setCurrentWidget(w);

@@ -24,6 +24,7 @@ class RunsPage;
 class SweepsPage;
 class WeightsPage;
 class LatencyPage;
+class LongContextPage;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -44,6 +45,7 @@ public:
     SweepsPage* sweepsPage() const { return m_sweeps; }
     WeightsPage* weightsPage() const { return m_weights; }
     LatencyPage* latencyPage() const { return m_latency; }
+    LongContextPage* longContextPage() const { return m_longContext; }
     QString lastMessage() const { return m_lastMessage; }
     bool bannerShown() const;
     // File ▸ Export report: the model page's results, the open page (its settings, charts and
@@ -85,6 +87,7 @@ private:
     SweepsPage* m_sweeps;
     WeightsPage* m_weights;
     LatencyPage* m_latency;
+    LongContextPage* m_longContext;
     QString m_lastMessage;
 };
 

@@ -135,8 +135,8 @@ std::vector<ContextMethod> buildContextMethods(const ContextTasksSettings& s, co
     for (const auto& name : s.methods) {
         ContextMethod m;
         m.cache.name = name;
-        const auto bound = std::find_if(s.codebooks.begin(), s.codebooks.end(),
-                                        [&](const auto& b) { return b.first == name; });
+        const auto bound =
+            std::find_if(s.codebooks.begin(), s.codebooks.end(), [&](const auto& b) { return b.first == name; });
         if (name == "fp16") {
             m.family = "fp16";
             m.cache.hook = fp16Hook();
@@ -186,8 +186,8 @@ std::vector<ContextMethod> buildContextMethods(const ContextTasksSettings& s, co
             m.cache.hook = codebookHook(*file, m.file, cfg, {}, backend);
             m.bits = codebookCost(*file, quantized, longest, cfg.kvDim()).bpa;
             m.settings = cat("D=", md("dim"), " R=", md("stages"), " K=", md("k"), " ", md("method"), " ",
-                             md("weights"), ", keys ", md("key_rope") == "post" ? "after" : "before",
-                             " RoPE, layers ", layerRange(quantized), " of ", cfg.layers);
+                             md("weights"), ", keys ", md("key_rope") == "post" ? "after" : "before", " RoPE, layers ",
+                             layerRange(quantized), " of ", cfg.layers);
             m.codebooks = std::move(file);
         }
         out.push_back(std::move(m));
@@ -274,8 +274,8 @@ nlohmann::ordered_json answerRecord(const TaskPrompt& p, const TaskAnswer& a, Pr
             {"seconds", a.seconds}};
 }
 
-std::vector<ContextCell> contextCells(const std::vector<nlohmann::ordered_json>& answers,
-                                      const ContextTasksSettings& s, bool byDepth)
+std::vector<ContextCell> contextCells(const std::vector<nlohmann::ordered_json>& answers, const ContextTasksSettings& s,
+                                      bool byDepth)
 {
     struct Sum {
         int n = 0;
@@ -283,8 +283,7 @@ std::vector<ContextCell> contextCells(const std::vector<nlohmann::ordered_json>&
     };
     std::map<std::string, Sum> sums;
     for (const auto& a : answers) {
-        const std::string base =
-            cat(a.value("task", ""), "|", a.value("context", 0), "|", a.value("method", ""), "|");
+        const std::string base = cat(a.value("task", ""), "|", a.value("context", 0), "|", a.value("method", ""), "|");
         auto& all = sums[base + "-1"];
         all.n += 1;
         all.score += a.value("score", 0.0);
@@ -359,8 +358,8 @@ ContextTasksResult runContextTasks(const OpenedModel& model, const TaskGenerator
         }
         if (!any)
             continue;
-        const std::string what = cat(contextTaskName(it.task), " ", it.context, " tokens, depth ", it.depth, "%, sample ",
-                                     it.sample + 1, "/", s.samples);
+        const std::string what = cat(contextTaskName(it.task), " ", it.context, " tokens, depth ", it.depth,
+                                     "%, sample ", it.sample + 1, "/", s.samples);
         if (progress) {
             ProgressEvent ev;
             ev.fraction = todo ? double(doneCount) / double(todo) : 1.0;

@@ -13,11 +13,11 @@
 #include "core/cluster/progress.h"
 #include "core/lm/context_eval.h"
 #include "core/lm/open_model.h"
-#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -88,8 +88,8 @@ struct ContextCell {
 };
 // Cells of the answers (records as answerRecord writes them): per task × context × method, and,
 // with byDepth, per depth too; in the order of `s` (tasks, contexts, methods, depths).
-std::vector<ContextCell> contextCells(const std::vector<nlohmann::ordered_json>& answers,
-                                      const ContextTasksSettings& s, bool byDepth = false);
+std::vector<ContextCell> contextCells(const std::vector<nlohmann::ordered_json>& answers, const ContextTasksSettings& s,
+                                      bool byDepth = false);
 
 struct ContextTasksResult {
     std::vector<nlohmann::ordered_json> prompts, answers; // the resumed ones first

@@ -38,8 +38,8 @@ PrefillMode parsePrefillMode(const std::string& name);
 
 struct ContextEvalSettings {
     PrefillMode mode = PrefillMode::Deployed;
-    int chunk = 512;                  // tokens per chunk of the deployed mode's prefill
-    std::vector<std::int32_t> stops;  // tokens that end an answer (EOS, ChatML's <|im_end|>)
+    int chunk = 512;                 // tokens per chunk of the deployed mode's prefill
+    std::vector<std::int32_t> stops; // tokens that end an answer (EOS, ChatML's <|im_end|>)
 };
 
 struct TaskAnswer {

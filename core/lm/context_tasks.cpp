@@ -22,15 +22,15 @@ const char* const kFiller[] = {"The grass is green.", "The sky is blue.", "The s
 
 // RULER draws its keys from English words; two short lists give 1,600 two-word keys.
 const std::array<const char*, 40> kAdjectives = {
-    "amber",  "ancient", "bitter", "brave",  "bright", "calm",   "clever", "crimson", "curious", "distant",
-    "eager",  "faint",   "fierce", "gentle", "golden", "hidden", "hollow", "humble",  "icy",     "jolly",
-    "kind",   "lively",  "lonely", "lucky",  "misty",  "narrow", "noble",  "polite",  "proud",   "quiet",
-    "rapid",  "rusty",   "silent", "silver", "steady", "swift",  "tender", "velvet",  "wild",    "young"};
+    "amber", "ancient", "bitter", "brave",  "bright", "calm",   "clever", "crimson", "curious", "distant",
+    "eager", "faint",   "fierce", "gentle", "golden", "hidden", "hollow", "humble",  "icy",     "jolly",
+    "kind",  "lively",  "lonely", "lucky",  "misty",  "narrow", "noble",  "polite",  "proud",   "quiet",
+    "rapid", "rusty",   "silent", "silver", "steady", "swift",  "tender", "velvet",  "wild",    "young"};
 const std::array<const char*, 40> kNouns = {
-    "anchor", "badger", "barrel", "beacon", "bridge", "candle", "canyon",  "castle", "cellar", "comet",
-    "copper", "cradle", "desert", "dragon", "falcon", "forest", "garden",  "glacier", "harbor", "helmet",
-    "island", "kettle", "lantern", "meadow", "mirror", "orchard", "parrot", "pepper", "quarry", "river",
-    "saddle", "shadow", "spider", "summit", "teapot", "thistle", "tunnel", "valley", "willow", "window"};
+    "anchor", "badger", "barrel",  "beacon", "bridge", "candle",  "canyon", "castle",  "cellar", "comet",
+    "copper", "cradle", "desert",  "dragon", "falcon", "forest",  "garden", "glacier", "harbor", "helmet",
+    "island", "kettle", "lantern", "meadow", "mirror", "orchard", "parrot", "pepper",  "quarry", "river",
+    "saddle", "shadow", "spider",  "summit", "teapot", "thistle", "tunnel", "valley",  "willow", "window"};
 
 // splitmix64: the seed of one sample from the run's seed and the sample's coordinates.
 std::uint64_t mix(std::uint64_t x)

@@ -73,9 +73,9 @@ public:
     TaskGenerator(const Tokenizer& vocab, PromptFormat format, const std::string& haystack,
                   const std::string& haystackName);
     // The prompt of one sample: the filler or haystack fills the context so that the prompt and
-    // the answer's budget take at most `context` tokens (RULER's max_seq_length). Deterministic in (task, context, depth, sample, seed). Throws Error(InvalidInput)
-    // naming --context when the context cannot hold the task's instruction, needles and question
-    // with some haystack, and naming the haystack when a niah task has none.
+    // the answer's budget take at most `context` tokens (RULER's max_seq_length). Deterministic in (task, context,
+    // depth, sample, seed). Throws Error(InvalidInput) naming --context when the context cannot hold the task's
+    // instruction, needles and question with some haystack, and naming the haystack when a niah task has none.
     TaskPrompt make(ContextTask task, int context, int depth, int sample, std::uint64_t seed) const;
     // The shortest context a task takes (its instruction, needles, question and answer budget and
     // 64 tokens of haystack), for messages and checks.
