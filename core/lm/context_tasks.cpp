@@ -299,7 +299,7 @@ PromptFormat promptFormatOf(const std::string& chatTemplate, bool bosForPlain)
         // The default system message: the template's literal "<|im_start|>system\n…<|im_end|>", its
         // line break written as one (SmolLM2's) or escaped (Qwen2.5's), where it writes one when the
         // conversation has no system turn; not a Jinja expression (messages[0]['content'] and the like).
-        for (const std::string open : {std::string("<|im_start|>system\n"), std::string("<|im_start|>system\\n")})
+        for (const std::string& open : {std::string("<|im_start|>system\n"), std::string("<|im_start|>system\\n")})
             for (auto at = chatTemplate.find(open); at != std::string::npos && f.system.empty();
                  at = chatTemplate.find(open, at + 1)) {
                 const auto from = at + open.size(), end = chatTemplate.find("<|im_end|>", from);
