@@ -372,6 +372,12 @@ Command registerRuns(CLI::App& root)
                     j["artifacts"] = as;
                     j["notes"] = ns;
                     j["iterations"] = is;
+                    nlohmann::ordered_json sa = nlohmann::ordered_json::array();
+                    for (const auto& sample : store->samples(o->id)) {
+                        auto rec = nlohmann::ordered_json::parse(sample.json, nullptr, false);
+                        sa.push_back(rec.is_discarded() ? nlohmann::ordered_json(sample.json) : rec);
+                    }
+                    j["samples"] = sa;
                     printJson(j);
                     return;
                 }
@@ -387,7 +393,11 @@ Command registerRuns(CLI::App& root)
                             r.dumpSha256.c_str(), r.command.c_str(), r.settingsJson.c_str());
                 if (!r.error.empty())
                     std::printf("  error %s\n", r.error.c_str());
-                std::printf("\n  %zu iteration rows, %zu series points\n", iterations.size(), series.size());
+                std::printf("\n  %zu iteration rows, %zu series points", iterations.size(), series.size());
+                if (const auto samples = store->samples(o->id); !samples.empty())
+                    std::printf(", %zu samples (a tasks run's prompts and answers: gsrq runs show %lld --json)",
+                                samples.size(), static_cast<long long>(o->id));
+                std::printf("\n");
                 bool header = false;
                 for (const auto& m : metrics) {
                     if (m.scope != "final" && m.scope != "heldout" && m.scope != "attention")

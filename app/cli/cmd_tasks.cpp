@@ -216,19 +216,8 @@ Command registerTasks(CLI::App& root)
                         });
                     bar.finish();
                     const auto cells = contextCells(r.answers, s);
-                    nlohmann::ordered_json summary = {{"answers", r.answers.size()},
-                                                      {"new_answers", r.newAnswers},
-                                                      {"prefill_seconds", r.prefillSeconds},
-                                                      {"method_seconds", r.methodSeconds}};
-                    nlohmann::ordered_json jc = nlohmann::ordered_json::array();
-                    for (const auto& c : cells)
-                        jc.push_back({{"task", c.task},
-                                      {"context", c.context},
-                                      {"method", c.method},
-                                      {"samples", c.samples},
-                                      {"accuracy", c.accuracy.value},
-                                      {"interval", {c.accuracy.lo, c.accuracy.hi}}});
-                    summary["cells"] = jc;
+                    const auto summary = contextTasksSummary(r, s);
+                    const auto& jc = summary["cells"];
                     if (r.cancelled)
                         run.cancelled(summary.dump());
                     run.done(summary.dump());

@@ -295,6 +295,7 @@ void LongContextPage::start()
         });
         RunInfo info;
         info.kind = "tasks";
+        info.dumpPath = s.model; // the run's input, as the CLI records it
         info.backend = backend->name();
         info.device = backend->device();
         info.settingsJson =
@@ -323,11 +324,7 @@ void LongContextPage::start()
             },
             [&](const ProgressEvent& e) { return batch.add(e); });
         batch.flush();
-        const auto cells = contextCells(r.answers, s);
-        nlohmann::ordered_json summary = {{"answers", r.answers.size()},
-                                          {"new_answers", r.newAnswers},
-                                          {"prefill_seconds", r.prefillSeconds},
-                                          {"method_seconds", r.methodSeconds}};
+        const auto summary = contextTasksSummary(r, s);
         rec.finish(r.cancelled ? RunStatus::Cancelled : RunStatus::Done, summary.dump());
         const int n = r.newAnswers;
         const double prefill = r.prefillSeconds, rest = r.methodSeconds;

@@ -311,6 +311,23 @@ std::vector<ContextCell> contextCells(const std::vector<nlohmann::ordered_json>&
     return out;
 }
 
+nlohmann::ordered_json contextTasksSummary(const ContextTasksResult& r, const ContextTasksSettings& s)
+{
+    nlohmann::ordered_json cells = nlohmann::ordered_json::array();
+    for (const auto& c : contextCells(r.answers, s))
+        cells.push_back({{"task", c.task},
+                         {"context", c.context},
+                         {"method", c.method},
+                         {"samples", c.samples},
+                         {"accuracy", c.accuracy.value},
+                         {"interval", {c.accuracy.lo, c.accuracy.hi}}});
+    return {{"answers", r.answers.size()},
+            {"new_answers", r.newAnswers},
+            {"prefill_seconds", r.prefillSeconds},
+            {"method_seconds", r.methodSeconds},
+            {"cells", cells}};
+}
+
 ContextTasksResult runContextTasks(const OpenedModel& model, const TaskGenerator& generator,
                                    const ContextTasksSettings& s, const std::vector<ContextMethod>& methods,
                                    const std::map<std::string, nlohmann::ordered_json>& recorded,

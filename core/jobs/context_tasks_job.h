@@ -97,6 +97,9 @@ struct ContextTasksResult {
     double prefillSeconds = 0, methodSeconds = 0; // this invocation's
     bool cancelled = false;
 };
+// The run's summary, the same from both faces: answers (all, and this invocation's), seconds, and
+// each task × context × method cell's accuracy with its Wilson interval.
+nlohmann::ordered_json contextTasksSummary(const ContextTasksResult& r, const ContextTasksSettings& s);
 // Recording: called with each new prompt's and answer's key and record before the job goes on;
 // an exception from it stops the job.
 using RecordFn = std::function<void(const std::string& key, double score, const nlohmann::ordered_json& record)>;

@@ -258,6 +258,28 @@ std::string runHeadline(const std::string& summaryJson)
                           j["fp32_perplexity"].get<double>(), best.c_str(), bestPpl);
         return buf;
     }
+    if (number(j, "answers") && j.contains("cells") && j["cells"].is_array()) {
+        // A tasks run: its answers, and each method's accuracy over its cells.
+        std::vector<std::pair<std::string, std::pair<double, int>>> acc;
+        for (const auto& c : j["cells"]) {
+            const std::string m = c.value("method", "");
+            auto it = std::find_if(acc.begin(), acc.end(), [&](const auto& a) { return a.first == m; });
+            if (it == acc.end())
+                it = acc.insert(acc.end(), {m, {0.0, 0}});
+            it->second.first += c.value("accuracy", 0.0);
+            it->second.second += 1;
+        }
+        out = cat(j["answers"].get<std::int64_t>(), " answers");
+        for (std::size_t i = 0; i < acc.size() && i < 4; ++i) {
+            char buf[96];
+            std::snprintf(buf, sizeof buf, "%s %s %.2f", i == 0 ? ";" : ",", acc[i].first.c_str(),
+                          acc[i].second.first / std::max(1, acc[i].second.second));
+            out += buf;
+        }
+        if (acc.size() > 4)
+            out += cat(", … (", acc.size(), " methods)");
+        return out;
+    }
     if (number(j, "fp32_perplexity")) { // a ppl run: FP32, and with the codebooks where one file was measured
         char buf[128];
         if (number(j, "perplexity"))
