@@ -161,11 +161,14 @@ void TestLongContext::generatorIsDeterministic()
         QVERIFY(g.make(task, 2000, 50, 4, 11).expected != a.expected);
     }
     // The draws are the standard's mt19937_64 with plain modulo: fixed across platforms. A change
-    // to the generator changes this sample, and with it every recorded run's prompts.
-    const auto p = g.make(ContextTask::Passkey, 1000, 0, 0, 0);
-    QCOMPARE(p.expected.size(), std::size_t(1));
-    QCOMPARE(p.expected[0].size(), std::size_t(5));
-    QCOMPARE(g.make(ContextTask::Passkey, 1000, 0, 0, 0).expected, p.expected);
+    // to the generator changes this sample (its value and its prompt's ids, pinned here), and with it
+    // every recorded run's prompts: gsrq tasks --resume refuses such a run (checkRecordedPrompts).
+    const auto p = g.make(ContextTask::NiahMultiKey, 1000, 25, 2, 7);
+    std::uint64_t hash = 1469598103934665603ULL; // FNV-1a over the prompt's ids
+    for (auto id : p.promptIds())
+        hash = (hash ^ std::uint64_t(std::uint32_t(id))) * 1099511628211ULL;
+    QCOMPARE(p.expected, std::vector<std::string>{"4751952"});
+    QCOMPARE(hash, std::uint64_t(13777477889827503217ULL));
 }
 
 void TestLongContext::generatorLaysOutTheContext()
@@ -220,7 +223,10 @@ void TestLongContext::generatorRefusesBadInput()
     QVERIFY(test::invalidInputMessage([&] { g.make(ContextTask::Passkey, 100, 0, 0, 0); }).find("--context 100") !=
             std::string::npos);
     QVERIFY(g.minimumContext(ContextTask::Passkey) > 100);
-    g.make(ContextTask::Passkey, g.minimumContext(ContextTask::Passkey), 0, 0, 0); // the minimum itself fits
+    for (auto task : allContextTasks()) // the minimum fits every sample, whatever its draws
+        if (!needsHaystack(task))
+            for (int sample = 0; sample < 50; ++sample)
+                g.make(task, g.minimumContext(task), 50, sample, 3);
     QVERIFY(test::invalidInputMessage([&] { g.make(ContextTask::Passkey, 2000, 101, 0, 0); }).find("--depths") !=
             std::string::npos);
     const TaskGenerator none(v, promptFormatOf("", true), "", "");
@@ -374,6 +380,16 @@ void TestLongContext::jobResumesWhereItStopped()
     for (const auto& c : cells)
         QCOMPARE(c.samples, 2);
 
+    // The recorded prompts are the generator's; one that is not (another generator) is refused.
+    checkRecordedPrompts(g, s, store);
+    auto changed = store;
+    for (auto& [key, rec] : changed)
+        if (key.rfind("prompt/", 0) == 0) {
+            rec["prompt_ids"][3] = 7;
+            break;
+        }
+    QVERIFY(test::invalidInputMessage([&] { checkRecordedPrompts(g, s, changed); }).find("--resume") !=
+            std::string::npos);
     // Settings that differ name what differs.
     const PromptFormat f = promptFormatOf("", true);
     auto other = s;
@@ -417,6 +433,10 @@ void TestLongContext::methodNamesAndRefusals()
     v.depths = {-5};
     QVERIFY(test::invalidInputMessage([&] { validateContextTasks(v, opened, g); }).find("--depths") !=
             std::string::npos);
+    v.depths = {50, 50};
+    QVERIFY(test::invalidInputMessage([&] {
+                validateContextTasks(v, opened, g);
+            }).find("--depths: 50 is listed twice") != std::string::npos);
     v.depths = {50};
     v.samples = 0;
     QVERIFY(test::invalidInputMessage([&] { validateContextTasks(v, opened, g); }).find("--samples") !=

@@ -20,30 +20,6 @@ namespace gsrq::cli {
 
 namespace {
 
-std::vector<int> parseInts(const std::string& text, const char* flag)
-{
-    std::vector<int> out;
-    for (const auto& s : splitTrimmed(text)) {
-        if (s.empty())
-            continue;
-        std::size_t used = 0;
-        int v = 0;
-        try {
-            v = std::stoi(s, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used != s.size())
-            throwInvalid(flag, ": '", s, "' is not a whole number");
-        if (std::find(out.begin(), out.end(), v) != out.end())
-            throwInvalid(flag, ": ", v, " is listed twice");
-        out.push_back(v);
-    }
-    if (out.empty())
-        throwInvalid(flag, ": names no value");
-    return out;
-}
-
 std::string two(double v)
 {
     char b[32];
@@ -147,14 +123,15 @@ Command registerTasks(CLI::App& root)
                 ContextTasksSettings s;
                 s.model = o->model;
                 s.tasks = parseContextTasks(o->tasks);
-                s.contexts = parseInts(o->contexts, "--context");
-                s.depths = parseInts(o->depths, "--depths");
+                s.contexts = parseIntList("--context", o->contexts, 1);
+                s.depths = parseIntList("--depths", o->depths);
                 s.samples = o->samples;
                 s.seed = o->seed;
                 s.mode = parsePrefillMode(o->prefill);
                 s.chunk = o->chunk;
                 s.haystack = o->haystack;
                 s.beyondTrained = o->beyond;
+                s.tokenizer = o->tokenizer;
                 resolveMethodNames(o->methods, o->codebooks, s);
                 if (o->resume < 0)
                     throwInvalid("--resume ", o->resume, ": not a run id");
@@ -192,6 +169,7 @@ Command registerTasks(CLI::App& root)
                                      diff, "); give the same flags");
                     for (const auto& row : store->samples(o->resume))
                         recorded[row.key] = nlohmann::ordered_json::parse(row.json);
+                    checkRecordedPrompts(generator, s, recorded);
                 }
                 store.reset();
                 CliRun run("tasks", settings.dump(), o->model, {o->model}, backend->name(), backend->device(), {},

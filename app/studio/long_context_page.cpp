@@ -49,21 +49,6 @@ QString existing(const QString& path)
     return QFileInfo::exists(path) ? path : QString();
 }
 
-std::vector<int> parseInts(const QString& text, const char* what)
-{
-    std::vector<int> out;
-    for (const auto& part : text.split(',', Qt::SkipEmptyParts)) {
-        bool ok = false;
-        const int v = part.trimmed().toInt(&ok);
-        if (!ok)
-            throwInvalid(what, ": '", part.trimmed().toStdString(), "' is not a whole number");
-        out.push_back(v);
-    }
-    if (out.empty())
-        throwInvalid(what, ": names no value");
-    return out;
-}
-
 std::string readFile(const std::string& path)
 {
     std::ifstream in(path, std::ios::binary);
@@ -244,8 +229,8 @@ void LongContextPage::start()
         if (s.model.empty())
             throwInvalid("Model: give a GGUF model (bash tools/run.sh fetches SmolLM2)");
         s.tasks = parseContextTasks(m_tasks->text().toStdString(), "Tasks");
-        s.contexts = parseInts(m_contexts->text(), "Context lengths");
-        s.depths = parseInts(m_depths->text(), "Depths");
+        s.contexts = parseIntList("Context lengths", m_contexts->text().toStdString(), 1);
+        s.depths = parseIntList("Depths", m_depths->text().toStdString());
         s.samples = m_samples->value();
         s.mode = parsePrefillMode(m_prefill->currentData().toString().toStdString());
         s.haystack = m_haystack->text().trimmed().toStdString();
@@ -275,7 +260,8 @@ void LongContextPage::start()
     m_status->setText(tr("Loading %1…").arg(QString::fromStdString(s.model)));
     setRunning(true);
     const QString storePath = m_ctx.storePath();
-    const std::string tokenizer = m_tokenizer->text().trimmed().toStdString();
+    s.tokenizer = m_tokenizer->text().trimmed().toStdString();
+    const std::string tokenizer = s.tokenizer;
     m_job = m_ctx.runner().start(tr("Long-context tasks"), [=, this](const JobRunner::Context& job) {
         OpenedModel opened = openModel(s.model, tokenizer);
         const auto& vocab = opened.vocabulary();

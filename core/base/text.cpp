@@ -50,4 +50,35 @@ std::vector<int> parseIntList(const std::string& flag, const std::string& text, 
     return out;
 }
 
+std::string validUtf8(const std::string& text)
+{
+    std::string out;
+    out.reserve(text.size());
+    const auto* b = reinterpret_cast<const unsigned char*>(text.data());
+    const std::size_t n = text.size();
+    for (std::size_t i = 0; i < n;) {
+        const unsigned char c = b[i];
+        std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+        bool ok = len > 0 && i + len <= n && !(c == 0xC0 || c == 0xC1 || c > 0xF4);
+        for (std::size_t k = 1; ok && k < len; ++k)
+            ok = (b[i + k] & 0xC0) == 0x80;
+        if (ok && len == 3) { // no overlong forms, no surrogates
+            const unsigned cp = ((c & 0x0Fu) << 12) | ((b[i + 1] & 0x3Fu) << 6);
+            ok = cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF);
+        }
+        if (ok && len == 4) {
+            const unsigned cp = ((c & 0x07u) << 18) | ((b[i + 1] & 0x3Fu) << 12);
+            ok = cp >= 0x10000 && cp <= 0x10FFFF;
+        }
+        if (ok) {
+            out.append(text, i, len);
+            i += len;
+        } else {
+            out += "\xEF\xBF\xBD"; // U+FFFD
+            ++i;
+        }
+    }
+    return out;
+}
+
 } // namespace gsrq

@@ -2,6 +2,7 @@
 #include "core/jobs/context_tasks_job.h"
 
 #include "core/base/error.h"
+#include "core/base/sha256.h"
 #include "core/base/text.h"
 #include "core/jobs/method_table.h"
 #include "core/lm/perplexity.h"
@@ -27,11 +28,11 @@ std::string tailText(const std::vector<std::int32_t>& ids, const Tokenizer& voca
     for (std::size_t i = ids.size(); i-- > 0 && s.size() < chars;)
         s = vocab.piece(ids[i]) + s;
     if (s.size() <= chars)
-        return s;
+        return validUtf8(s);
     std::size_t cut = s.size() - chars;
     while (cut < s.size() && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80)
         ++cut;
-    return "…" + s.substr(cut);
+    return "…" + validUtf8(s.substr(cut));
 }
 
 std::string layerRange(const std::vector<int>& layers)
@@ -111,6 +112,12 @@ void validateContextTasks(const ContextTasksSettings& s, const OpenedModel& mode
                      "evaluation text tools/texts.py prints)");
     if (s.contexts.empty())
         throwInvalid("--context: names no length");
+    for (const auto* list : {&s.contexts, &s.depths})
+        for (std::size_t i = 0; i < list->size(); ++i)
+            if (std::count(list->begin(), list->end(), (*list)[i]) > 1)
+                throwInvalid(list == &s.contexts ? "--context: " : "--depths: ", (*list)[i], " is listed twice");
+    if (std::any_of(s.tasks.begin(), s.tasks.end(), needsHaystack) && !generator.hasHaystack())
+        throwInvalid("--haystack ", s.haystack, ": has no sentences to hide the needles in");
     if (s.chunk < 1)
         throwInvalid("--chunk ", s.chunk, ": at least 1 token");
     for (int c : s.contexts) {
@@ -202,7 +209,7 @@ nlohmann::ordered_json contextTasksSettingsJson(const ContextTasksSettings& s, c
     for (auto t : s.tasks)
         tasks.push_back(contextTaskName(t));
     for (const auto& [name, file] : s.codebooks)
-        codebooks[name] = file;
+        codebooks[name] = {{"file", file}, {"sha256", sha256Files({file})}};
     return {{"model", s.model},
             {"model_sha256", modelSha256},
             {"tasks", tasks},
@@ -216,6 +223,8 @@ nlohmann::ordered_json contextTasksSettingsJson(const ContextTasksSettings& s, c
             {"chunk", s.chunk},
             {"haystack", s.haystack},
             {"haystack_sha256", haystackSha256},
+            {"tokenizer", s.tokenizer},
+            {"tokenizer_sha256", s.tokenizer.empty() ? std::string() : sha256Files({s.tokenizer})},
             {"prompt_format", format.describe()},
             {"beyond_trained", s.beyondTrained}};
 }
@@ -229,6 +238,22 @@ std::string settingsDifference(const nlohmann::ordered_json& recorded, const nlo
             return cat(key, ": ", recorded[key].dump(), " in that run, ", value.dump(), " now");
     }
     return {};
+}
+
+void checkRecordedPrompts(const TaskGenerator& generator, const ContextTasksSettings& s,
+                          const std::map<std::string, nlohmann::ordered_json>& recorded)
+{
+    for (const auto& [key, rec] : recorded) {
+        if (key.rfind("prompt/", 0) != 0)
+            continue;
+        const auto task = parseContextTasks(rec.value("task", ""), "--resume").front();
+        const auto p =
+            generator.make(task, rec.value("context", 0), rec.value("depth", 0), rec.value("sample", 0), s.seed);
+        if (!rec.contains("prompt_ids") || rec["prompt_ids"] != nlohmann::ordered_json(p.promptIds()))
+            throwInvalid("--resume: the recorded prompt ", key,
+                         " is not the one this gsrq generates (another version of the generator or the "
+                         "vocabulary): start a new run");
+    }
 }
 
 std::string promptKey(ContextTask task, int context, int depth, int sample)

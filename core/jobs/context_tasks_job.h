@@ -35,7 +35,8 @@ struct ContextTasksSettings {
     std::vector<std::pair<std::string, std::string>> codebooks; // -c NAME=FILE (NAME = FILE for a bare file)
     PrefillMode mode = PrefillMode::Deployed;
     int chunk = 512;
-    std::string haystack; // the niah tasks' text file ("" when none runs)
+    std::string haystack;  // the niah tasks' text file ("" when none runs)
+    std::string tokenizer; // a llama2.c model's tokenizer file ("" for GGUF)
     bool beyondTrained = false;
 };
 
@@ -65,13 +66,20 @@ struct ContextMethod {
 std::vector<ContextMethod> buildContextMethods(const ContextTasksSettings& s, const ModelConfig& cfg,
                                                ClusterBackend& backend);
 
-// What a run records as its settings, and what a resumed run must match: the settings, the model's
-// and haystack's SHA-256 and the exact prompt format.
+// What a run records as its settings, and what a resumed run must match: the settings, the SHA-256
+// of the model, the haystack, the tokenizer and each codebooks file (a file retrained under the same
+// name is another cache), and the exact prompt format.
 nlohmann::ordered_json contextTasksSettingsJson(const ContextTasksSettings& s, const std::string& modelSha256,
                                                 const std::string& haystackSha256, const PromptFormat& format);
 // The first setting in which a recorded run's settings differ from these ("context: [1024] in run
 // 7, [2048] now"), or "" where they agree.
 std::string settingsDifference(const nlohmann::ordered_json& recorded, const nlohmann::ordered_json& now);
+
+// A resumed run's prompts as this generator makes them again: Error(InvalidInput) naming --resume
+// and the prompt where the recorded prompt_ids differ (another version of the generator or the
+// vocabulary), so that no run mixes two sets of prompts.
+void checkRecordedPrompts(const TaskGenerator& generator, const ContextTasksSettings& s,
+                          const std::map<std::string, nlohmann::ordered_json>& recorded);
 
 // One answer of a method to one prompt, and the prompt's record.
 nlohmann::ordered_json promptRecord(const TaskPrompt& p, const Tokenizer& vocab);

@@ -2,6 +2,7 @@
 #include "core/lm/context_eval.h"
 
 #include "core/base/error.h"
+#include "core/base/text.h"
 #include "core/lm/rope.h"
 
 #include <Eigen/Core>
@@ -158,6 +159,7 @@ double answerWithMethods(const TransformerModel& model, const Tokenizer& vocab, 
         a.answerIds = greedyAnswer(model, cache, prompt.questionIds, prompt.answerTokens, settings.stops, m.hook);
         for (auto id : a.answerIds)
             a.answer += vocab.piece(id);
+        a.answer = validUtf8(a.answer); // cut inside a character, or stray bytes: printable, JSON-safe
         a.score = scoreAnswer(prompt.expected, a.answer);
         a.seconds = since(t0);
         if (done && !done(i, a))

@@ -45,7 +45,7 @@ struct ContextEvalSettings {
 struct TaskAnswer {
     std::string method;
     std::vector<std::int32_t> answerIds; // as decoded, the stop token left out
-    std::string answer;                  // their text
+    std::string answer;                  // their text (bytes that are not UTF-8 shown as U+FFFD)
     double score = 0;                    // scoreAnswer
     double seconds = 0;                  // this method's share: its cache, question and answer (and
                                          // its prefill in the quantized mode)

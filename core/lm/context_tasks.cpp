@@ -334,14 +334,18 @@ TaskGenerator::TaskGenerator(const Tokenizer& vocab, PromptFormat format, const 
 
 int TaskGenerator::minimumContext(ContextTask task) const
 {
-    Draw d(0);
-    const TaskText t = taskText(task, d);
-    std::size_t n = std::size_t(t.answerTokens) + (m_format.bos ? 1 : 0) +
-                    m_vocab.encode(headText(m_format) + t.instruction).size() +
-                    m_vocab.encode(tailText(m_format, t.question, t.answerPrefix)).size();
-    for (const auto& s : t.needles)
-        n += m_vocab.encode(" " + s).size();
-    return int(n) + 64;
+    std::size_t longest = 0;
+    for (std::uint64_t draw = 0; draw < 64; ++draw) {
+        Draw d(mix(draw));
+        const TaskText t = taskText(task, d);
+        std::size_t n = std::size_t(t.answerTokens) + (m_format.bos ? 1 : 0) +
+                        m_vocab.encode(headText(m_format) + t.instruction).size() +
+                        m_vocab.encode(tailText(m_format, t.question, t.answerPrefix)).size();
+        for (const auto& s : t.needles)
+            n += m_vocab.encode(" " + s).size();
+        longest = std::max(longest, n);
+    }
+    return int(longest) + 64;
 }
 
 TaskPrompt TaskGenerator::make(ContextTask task, int context, int depth, int sample, std::uint64_t seed) const
@@ -376,8 +380,8 @@ TaskPrompt TaskGenerator::make(ContextTask task, int context, int depth, int sam
         needles.push_back(m_vocab.encode(" " + s));
         fixed += needles.back().size();
     }
-    if (int(fixed) + 64 > context)
-        throwInvalid("--context ", context, ": ", contextTaskName(task), " needs at least ", int(fixed) + 64,
+    if (int(fixed) + 32 > context)
+        throwInvalid("--context ", context, ": ", contextTaskName(task), " needs at least ", minimumContext(task),
                      " tokens of this model (its instruction, needles, question and answer, and 64 of haystack)");
 
     // The haystack: whole sentences, in order from a drawn one, until the next would overflow.

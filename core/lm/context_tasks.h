@@ -77,9 +77,12 @@ public:
     // depth, sample, seed). Throws Error(InvalidInput) naming --context when the context cannot hold the task's
     // instruction, needles and question with some haystack, and naming the haystack when a niah task has none.
     TaskPrompt make(ContextTask task, int context, int depth, int sample, std::uint64_t seed) const;
-    // The shortest context a task takes (its instruction, needles, question and answer budget and
-    // 64 tokens of haystack), for messages and checks.
+    // The shortest context a task takes: its instruction, needles, question and answer budget at
+    // their longest over 64 draws, and 64 tokens of haystack. make() takes any context from it on
+    // (it refuses only below 32 tokens of haystack), for messages and checks before a run.
     int minimumContext(ContextTask task) const;
+    // Whether the haystack text has any sentence.
+    bool hasHaystack() const { return !m_sentences.empty(); }
 
 private:
     const Tokenizer& m_vocab;

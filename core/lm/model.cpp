@@ -102,13 +102,19 @@ MatrixRF TransformerModel::forward(std::span<const std::int32_t> tokens, Cache& 
             const int kvh = head / group;
             const auto Kh = K.middleCols(kvh * hd, hd);
             const auto Vh = V.middleCols(kvh * hd, hd);
-            const MatrixRF s = (q.middleCols(head * hd, hd) * Kh.transpose()) * scale; // T × (start+T)
-            for (int t = 0; t < T; ++t) {
-                const int visible = start + t + 1; // causal
-                Eigen::RowVectorXf p = s.row(t).head(visible);
-                p = (p.array() - p.maxCoeff()).exp();
-                p /= p.sum();
-                attn.row(t).segment(head * hd, hd) = p * Vh.topRows(visible);
+            // Queries in blocks of rows, each against the keys it can see: the scores of a block are
+            // rows × visible keys (16 MB at 16K keys), not T × (start + T) (1 GB per thread at 16K).
+            constexpr int kRows = 256;
+            for (int r0 = 0; r0 < T; r0 += kRows) {
+                const int rows = std::min(kRows, T - r0), seen = start + r0 + rows;
+                const MatrixRF s = (q.block(r0, head * hd, rows, hd) * Kh.topRows(seen).transpose()) * scale;
+                for (int t = 0; t < rows; ++t) {
+                    const int visible = start + r0 + t + 1; // causal
+                    Eigen::RowVectorXf p = s.row(t).head(visible);
+                    p = (p.array() - p.maxCoeff()).exp();
+                    p /= p.sum();
+                    attn.row(r0 + t).segment(head * hd, hd) = p * Vh.topRows(visible);
+                }
             }
         }
         x += mulT(attn, m_w.wo[std::size_t(l)]);
