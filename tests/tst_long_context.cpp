@@ -5,6 +5,7 @@
 // transformers: tests/python/test_real_model.py.
 
 #include "core/base/error.h"
+#include "core/base/text.h"
 #include "core/jobs/context_tasks_job.h"
 #include "core/lm/context_eval.h"
 #include "core/lm/context_tasks.h"
@@ -89,6 +90,7 @@ private slots:
     void generatorRefusesBadInput();
     void chatTemplates();
     void scoringAndWilson();
+    void answersAreValidUtf8();
     void methodsSeeTheCache();
     void jobResumesWhereItStopped();
     void methodNamesAndRefusals();
@@ -277,6 +279,20 @@ void TestLongContext::scoringAndWilson()
     QVERIFY(std::abs(all.lo - 0.5101) < 1e-4);
     QCOMPARE(all.hi, 1.0);
     QVERIFY(std::isnan(wilsonInterval(0, 0).value));
+}
+
+void TestLongContext::answersAreValidUtf8()
+{
+    // An answer cut inside a character, or stray byte tokens of a broken cache, become U+FFFD: the
+    // record stays valid JSON text. Valid text, four-byte characters included, is kept as it is.
+    const std::string fffd = "\xEF\xBF\xBD";
+    QCOMPARE(validUtf8("12345 caf\xC3\xA9 \xF0\x9F\x98\x80"), std::string("12345 caf\xC3\xA9 \xF0\x9F\x98\x80"));
+    QCOMPARE(validUtf8("a\xE2\x82"), "a" + fffd + fffd);            // cut after two of three bytes
+    QCOMPARE(validUtf8("\xC0\xAF"), fffd + fffd);                   // an overlong '/'
+    QCOMPARE(validUtf8("\xED\xA0\x80x"), fffd + fffd + fffd + "x"); // a surrogate
+    QCOMPARE(validUtf8("\x80"), fffd);
+    nlohmann::ordered_json j = {{"answer", validUtf8("\xFF 1")}};
+    QCOMPARE(nlohmann::ordered_json::parse(j.dump())["answer"].get<std::string>(), fffd + " 1");
 }
 
 void TestLongContext::methodsSeeTheCache()
