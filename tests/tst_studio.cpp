@@ -256,6 +256,8 @@ void TestStudio::openSampleShowsTensorsAndStats()
     QVERIFY(m_window->openDump(kSample));
     auto* page = m_window->datasetPage();
     QCOMPARE(page->tree()->topLevelItemCount(), 6); // "other" and five layers
+    // With a dump open and no tensor picked yet, the charts say what to do next, not "Open a dump".
+    QVERIFY2(page->normChart()->emptyText().startsWith("Pick a tensor"), qPrintable(page->normChart()->emptyText()));
     QSignalSpy ready(page, &DatasetPage::statsReady);
     page->selectTensor("layers.2.key");
     QVERIFY(ready.wait(test::waitMs(10000)));
@@ -800,10 +802,25 @@ void TestStudio::perplexityOfTrainedCodebooks()
     auto* page = m_window->trainPage();
     QVERIFY(page->pplButton()->isEnabled());
     QSignalSpy done(page, &TrainPage::pplFinished);
+    QElapsedTimer wall;
+    wall.start();
     QTest::mouseClick(page->pplButton(), Qt::LeftButton);
     QVERIFY(done.wait(test::waitMs(60000)));
+    const qint64 wallMs = wall.elapsed();
     QVERIFY2(done.first().first().toBool(), qPrintable(page->pplResultText()));
     const QString text = page->pplResultText();
+    {
+        // The run is recorded from its start: its start and finish span the measurement (the model's
+        // loading aside), not the last millisecond after it.
+        RunStore store(m_store.toStdString());
+        const auto r = store.listRuns({"ppl", std::nullopt, "", 1}).front();
+        const auto at = [](const std::string& iso) {
+            return QDateTime::fromString(QString::fromStdString(iso), Qt::ISODateWithMs).toMSecsSinceEpoch();
+        };
+        const qint64 recordedMs = at(r.finishedAt) - at(r.startedAt);
+        qDebug("ppl run: %lld ms recorded of %lld ms", recordedMs, wallMs);
+        QVERIFY2(recordedMs >= wallMs / 2 - 20, qPrintable(QString("%1 ms of %2").arg(recordedMs).arg(wallMs)));
+    }
     const QRegularExpression re(R"(FP32 ([0-9.]+); with these gskm codebooks at 1 BPA ([0-9.]+))");
     const auto m = re.match(text);
     QVERIFY2(m.hasMatch(), qPrintable(text));

@@ -73,6 +73,11 @@ void DatasetPage::rebuild()
     m_channels->clear();
     m_stats->clear();
     const auto dump = m_ctx.dump();
+    // What the charts say before they have something to draw: the next step from here.
+    m_norms->setEmptyText(dump ? tr("Pick a tensor in the list to see its row norms.")
+                               : tr("Open a dump (File ▸ Open) and pick a tensor to see its row norms."));
+    m_channels->setEmptyText(dump ? tr("Pick a tensor in the list to see its channels.")
+                                  : tr("Open a dump (File ▸ Open) and pick a tensor to see its channels."));
     if (!dump)
         return;
     const QLocale loc;

@@ -444,15 +444,9 @@ void TrainPage::evaluatePerplexity()
     m_pplResult->setText(tr("Measuring…"));
     m_ctx.runner().start(tr("perplexity"), [=, this](const JobRunner::Context& job) {
         try {
-            const auto setup = pageSequences(modelPath, tokPath, textPath);
-            const auto& model = setup.opened.model;
-            const auto& seqs = setup.seqs.sequences;
             auto backend = gpu::makeBackend(backendRequest).backend;
-            const auto r = runCodebookPerplexity(model, seqs, {{"trained codebooks", last->file}}, {}, *backend);
-            const double fp32 = r.fp32();
-            const auto& measured = r.rows.back();
-            const double ppl = measured.perplexity;
-
+            // Recorded from the start: the run's start and finish span the job (loading the model and
+            // its text, then the measurement); a model that cannot be read fails the run.
             RunInfo info;
             info.kind = "ppl";
             info.backend = backend->name();
@@ -467,6 +461,13 @@ void TrainPage::evaluatePerplexity()
             ps.codebookSettings = {last->file.metadata};
             info.settingsJson = pplRunSettings(ps).dump();
             WorkerRecording rec(storePath, info, "", job, &m_ctx, {modelPath.toStdString()});
+            const auto setup = pageSequences(modelPath, tokPath, textPath);
+            const auto& model = setup.opened.model;
+            const auto& seqs = setup.seqs.sequences;
+            const auto r = runCodebookPerplexity(model, seqs, {{"trained codebooks", last->file}}, {}, *backend);
+            const double fp32 = r.fp32();
+            const auto& measured = r.rows.back();
+            const double ppl = measured.perplexity;
             if (rec) {
                 rec->recordMetrics(codebookPerplexityMetrics(r));
                 rec->recordSeries(codebookPerplexitySeries(r));
