@@ -5,6 +5,7 @@
 #include "core/base/error.h"
 #include "core/base/sha256.h"
 #include "core/cluster/nearest_kernels.h"
+#include "core/jobs/result_json.h"
 #include "core/jobs/run_recorder.h"
 #include "core/store/run_store.h"
 #include "test_util.h"
@@ -76,6 +77,7 @@ private slots:
     void importRefusesNewerOrForeignStores();
     void importOfOlderStoreMatchesItsMigration();
     void samplesResumeAndImport();
+    void everyKindHasAHeadline();
 
 private:
     QTemporaryDir m_dir;
@@ -812,6 +814,27 @@ void TestRunStore::samplesResumeAndImport()
     sql::Stmt left(d, "SELECT COUNT(*) FROM samples");
     left.step();
     QCOMPARE(left.int64(0), std::int64_t(0));
+}
+
+// The Runs page's Result column and `gsrq runs list` read runHeadline: every kind of run says what it
+// found, from the summary its job records.
+void TestRunStore::everyKindHasAHeadline()
+{
+    QCOMPARE(runHeadline(R"({"tensors":60,"gskm_lower_nmse":41})"), std::string("GSKM lower nmse on 41 of 60 tensors"));
+    QCOMPARE(runHeadline(R"({"backend":"cpu","device":"x","threads":2,"isa":"avx2","all_verified":true})"),
+             std::string("cpu avx2, 2 threads; every path verified"));
+    QCOMPARE(runHeadline(R"({"backend":"cuda","device":"NVIDIA H200","all_verified":false})"),
+             std::string("cuda on NVIDIA H200; NOT every path verified"));
+    QCOMPARE(
+        runHeadline(
+            R"({"prefill_tokens":512,"context_note":"","weights":"Q4_K blocks","isa":"avx2","threads":2,"points":6})"),
+        std::string("6 points after a 512-token prefill, weights Q4_K blocks, 2 threads"));
+    QCOMPARE(
+        runHeadline(
+            R"({"answers":4,"new_answers":4,"cells":[{"task":"passkey","context":512,"method":"fp16","accuracy":1.0},{"task":"passkey","context":512,"method":"kivi-1","accuracy":0.0}]})"),
+        std::string("4 answers; fp16 1.00, kivi-1 0.00"));
+    QCOMPARE(runHeadline(R"({"fp32_perplexity":12.5,"perplexity":13.25})"),
+             std::string("perplexity 13.25 (FP32 12.5)"));
 }
 
 QTEST_GUILESS_MAIN(TestRunStore)

@@ -4,10 +4,10 @@
 #                              the engine's and the CLI's suites, the gsrq processes they start
 #                              included, and the fuzz targets' replay of their seeds and regressions
 #                              (the desktop app's suite is left to tsan, and the statistical suites
-#                              tst_quantizer and tst_model, millions of float operations each, to
-#                              `tools/sanitize.sh asan-all`: together they would take the test
+#                              tst_quantizer, tst_model and tst_long_context, millions of float
+#                              operations each, to `tools/sanitize.sh asan-all`: together they would take the test
 #                              command past its time budget)
-#   tools/sanitize.sh asan-all  the same with tst_quantizer and tst_model
+#   tools/sanitize.sh asan-all  the same with tst_quantizer, tst_model and tst_long_context
 #   tools/sanitize.sh tsan     ThreadSanitizer (build-tsan/): the job runner, the run store and the
 #                              GUI suites, where threads meet
 # Any report fails the run (halt_on_error). The GPU suites are left out: their CUDA emulator
@@ -25,7 +25,7 @@ case "$kind" in
     export LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     if [[ $kind == asan-all ]]; then
-      suites="$suites|tst_(quantizer|model)\$"
+      suites="$suites|tst_(quantizer|model|long_context)\$"
       export QTEST_FUNCTION_TIMEOUT=1800000 # a statistical test function runs minutes under ASan
     fi
     ;;
@@ -57,6 +57,6 @@ if [[ ! -f build-$preset/CMakeCache.txt ]]; then
 fi
 cmake --build --preset "$preset"
 if [[ $kind == asan-all ]]; then
-  cmake --build "build-$preset" -j "${GSRQ_JOBS:-2}" --target tst_quantizer tst_model
+  cmake --build "build-$preset" -j "${GSRQ_JOBS:-2}" --target tst_quantizer tst_model tst_long_context
 fi
 ctest --test-dir "build-$preset" --output-on-failure -j "${GSRQ_JOBS:-2}" -R "$suites"

@@ -280,6 +280,24 @@ std::string runHeadline(const std::string& summaryJson)
             out += cat(", … (", acc.size(), " methods)");
         return out;
     }
+    if (number(j, "tensors") && number(j, "gskm_lower_nmse")) { // a model run: KM and GSKM on every tensor
+        char buf[128];
+        std::snprintf(buf, sizeof buf, "GSKM lower nmse on %d of %d tensors", j["gskm_lower_nmse"].get<int>(),
+                      j["tensors"].get<int>());
+        return buf;
+    }
+    if (j.contains("all_verified") && j.contains("backend")) { // bench-decode
+        const std::string isa = j.value("isa", std::string()), device = j.value("device", std::string());
+        return cat(j.value("backend", std::string()), isa.empty() ? "" : " " + isa,
+                   number(j, "threads") ? cat(", ", j["threads"].get<int>(), " threads") : std::string(),
+                   device.empty() || !isa.empty() ? "" : " on " + device,
+                   j.value("all_verified", false) ? "; every path verified" : "; NOT every path verified");
+    }
+    if (number(j, "prefill_tokens") && number(j, "points")) { // generate: a real model decoded token by token
+        return cat(j["points"].get<int>(), " points after a ", j["prefill_tokens"].get<int>(), "-token prefill",
+                   j.contains("weights") ? cat(", weights ", j.value("weights", std::string())) : std::string(),
+                   number(j, "threads") ? cat(", ", j["threads"].get<int>(), " threads") : std::string());
+    }
     if (number(j, "fp32_perplexity")) { // a ppl run: FP32, and with the codebooks where one file was measured
         char buf[128];
         if (number(j, "perplexity"))
