@@ -34,6 +34,7 @@
 #include <QChart>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDialog>
 #include <QElapsedTimer>
 #include <QGuiApplication>
 #include <QHeaderView>
@@ -62,6 +63,7 @@
 #include <QTextBrowser>
 #include <QTextDocument>
 #include <QTextTable>
+#include <QTimer>
 #include <QTreeWidget>
 #include <QtTest>
 
@@ -178,6 +180,7 @@ private slots:
     void nestedSettingsDifferKeyByKey();
     void eachRunKindRecordsTheSameSettingsFromBothFaces();
     void longContextPageRunsTheTasks();
+    void preferencesKeepTheSavedStore();
 
 private:
     // The GSRQ page's small training of the sample's layers.1.value (D = 8, R = 2, K = 16), run from
@@ -2072,6 +2075,39 @@ void TestStudio::longContextPageRunsTheTasks()
     QCOMPARE(done.size(), 1);
     QVERIFY(!done.first().first().toBool());
     QVERIFY(m_window->lastMessage().contains("int4"));
+}
+
+// Preferences: every path has a Browse button; OK without a change keeps the saved store (the
+// window's store came from --store, this session's only); a store chosen there is saved.
+void TestStudio::preferencesKeepTheSavedStore()
+{
+    QSettings().remove("store/path");
+    const QString other = m_dir.filePath("chosen.db");
+    int browse = 0;
+    const auto answer = [&](const QString& newStore) {
+        QTimer::singleShot(0, [&, newStore] {
+            auto* d = qobject_cast<QDialog*>(QApplication::activeModalWidget());
+            QVERIFY(d);
+            browse = 0;
+            for (auto* b : d->findChildren<QPushButton*>())
+                browse += b->text() == "Browse…" ? 1 : 0;
+            for (auto* e : d->findChildren<QLineEdit*>())
+                if (e->text() == m_window->context().storePath() && !newStore.isEmpty())
+                    e->setText(newStore);
+            d->accept();
+        });
+        m_window->showPreferences();
+    };
+    answer({});
+    QCOMPARE(browse, 3); // the store, the model and its tokenizer
+    QVERIFY2(!QSettings().contains("store/path"), qPrintable(QSettings().value("store/path").toString()));
+    QCOMPARE(m_window->context().storePath(), m_store);
+    answer(other);
+    QCOMPARE(QSettings().value("store/path").toString(), other);
+    QCOMPARE(m_window->context().storePath(), other);
+    answer(m_store); // back to this suite's store
+    QCOMPARE(m_window->context().storePath(), m_store);
+    QSettings().remove("store/path");
 }
 
 QTEST_MAIN(TestStudio)

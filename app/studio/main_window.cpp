@@ -28,10 +28,12 @@
 #include <QFileInfo>
 #include <QFormLayout>
 #include <QGuiApplication>
+#include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMenuBar>
 #include <QMimeData>
+#include <QPushButton>
 #include <QSaveFile>
 #include <QScreen>
 #include <QSettings>
@@ -46,6 +48,9 @@ namespace gsrq::studio {
 MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
 {
     QSettings settings;
+    // A store given on the command line (--store) is this session's: Preferences keep the saved one
+    // unless the user changes the field.
+    m_storeFromCommandLine = !storePath.isEmpty();
     if (storePath.isEmpty())
         storePath = settings.value("store/path", QString::fromStdString(RunStore::defaultPath())).toString();
     m_ctx = new StudioContext(storePath, this);
@@ -356,6 +361,21 @@ void MainWindow::showPreferences()
                             "page measures its perplexity with the codebooks"));
     auto* pplTokenizer = new QLineEdit(m_ctx->pplTokenizerPath(), &dialog);
     pplTokenizer->setToolTip(tr("A llama2.c model's tokenizer (.bin); a GGUF model needs none"));
+    // Each path with a Browse button: a store to open or create, a model, a tokenizer.
+    const auto withBrowse = [&dialog](QLineEdit* edit, const QString& filter, bool save) {
+        auto* b = new QPushButton(tr("Browse…"), &dialog);
+        connect(b, &QPushButton::clicked, &dialog, [&dialog, edit, filter, save] {
+            const QString p = save ? QFileDialog::getSaveFileName(&dialog, tr("Run store"), edit->text(), filter,
+                                                                  nullptr, QFileDialog::DontConfirmOverwrite)
+                                   : QFileDialog::getOpenFileName(&dialog, tr("Open"), edit->text(), filter);
+            if (!p.isEmpty())
+                edit->setText(p);
+        });
+        auto* row = new QHBoxLayout();
+        row->addWidget(edit, 1);
+        row->addWidget(b);
+        return row;
+    };
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
     connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
     connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
@@ -366,9 +386,9 @@ void MainWindow::showPreferences()
     form->addRow(QString(), tf32);
     form->addRow(tr("CPU threads"), threads);
     form->addRow(QString(), exactBounds);
-    form->addRow(tr("Run store"), store);
-    form->addRow(tr("Perplexity model"), pplModel);
-    form->addRow(tr("Its tokenizer (llama2.c)"), pplTokenizer);
+    form->addRow(tr("Run store"), withBrowse(store, tr("Run stores (*.db);;All files (*)"), true));
+    form->addRow(tr("Perplexity model"), withBrowse(pplModel, tr("Models (*.gguf *.bin);;All files (*)"), false));
+    form->addRow(tr("Its tokenizer (llama2.c)"), withBrowse(pplTokenizer, tr("Tokenizers (*.bin)"), false));
     form->addRow(buttons);
     if (dialog.exec() != QDialog::Accepted)
         return;
@@ -379,6 +399,7 @@ void MainWindow::showPreferences()
     r.threads = threads->value();
     r.exactBounds = exactBounds->isChecked();
     m_ctx->setBackendRequest(r);
+    const bool storeChanged = store->text() != m_ctx->storePath();
     m_ctx->setStorePath(store->text());
     if (pplModel->text() != m_ctx->pplModelPath() || pplTokenizer->text() != m_ctx->pplTokenizerPath())
         m_ctx->setPplModel(pplModel->text(), pplTokenizer->text());
@@ -388,7 +409,9 @@ void MainWindow::showPreferences()
     s.setValue("backend/tf32", r.tf32);
     s.setValue("backend/threads", threads->value());
     s.setValue("backend/exact_bounds", r.exactBounds);
-    s.setValue("store/path", store->text());
+    // The store is saved when the user chose one here, or when it is not this session's --store.
+    if (storeChanged || !m_storeFromCommandLine)
+        s.setValue("store/path", store->text());
     updateStatus();
 }
 

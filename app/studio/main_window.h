@@ -47,6 +47,9 @@ public:
     LatencyPage* latencyPage() const { return m_latency; }
     LongContextPage* longContextPage() const { return m_longContext; }
     QString lastMessage() const { return m_lastMessage; }
+    // Settings ▸ Preferences (modal): backend, threads, the run store, the perplexity model, each
+    // path with a Browse button.
+    void showPreferences();
     bool bannerShown() const;
     // File ▸ Export report: the model page's results, the open page (its settings, charts and
     // tables) and the session's facts, as HTML or (for .pdf) PDF, or a picture of its top (.png).
@@ -68,7 +71,6 @@ private:
     void buildMenus();
     void rememberRecent(const QString& path);
     void rebuildRecentMenu();
-    void showPreferences();
     void onMessage(const QString& text, bool error);
     void updateStatus();
 
@@ -89,6 +91,7 @@ private:
     LatencyPage* m_latency;
     LongContextPage* m_longContext;
     QString m_lastMessage;
+    bool m_storeFromCommandLine = false;
 };
 
 } // namespace gsrq::studio
