@@ -181,6 +181,7 @@ private slots:
     void eachRunKindRecordsTheSameSettingsFromBothFaces();
     void longContextPageRunsTheTasks();
     void preferencesKeepTheSavedStore();
+    void trainingKeysAfterRope();
 
 private:
     // The GSRQ page's small training of the sample's layers.1.value (D = 8, R = 2, K = 16), run from
@@ -2108,6 +2109,29 @@ void TestStudio::preferencesKeepTheSavedStore()
     answer(m_store); // back to this suite's store
     QCOMPARE(m_window->context().storePath(), m_store);
     QSettings().remove("store/path");
+}
+
+// The GSRQ page trains keys after RoPE when asked (what the lookup path and the Latency page's
+// real-model tab need): the file says so; as dumped stays the default.
+void TestStudio::trainingKeysAfterRope()
+{
+    QVERIFY(m_window->openDump(kSample));
+    auto* page = m_window->trainPage();
+    m_window->showPage("train");
+    QCOMPARE(page->keyRopeBox()->currentData().toString(), QString("as-dumped"));
+    page->keyRopeBox()->setCurrentIndex(page->keyRopeBox()->findData("post"));
+    page->tensorsEdit()->setText("layers.1.key");
+    page->dimBox()->setValue(8);
+    page->stagesBox()->setValue(2);
+    page->kBox()->setValue(16);
+    QSignalSpy done(page, &TrainPage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(done.wait(test::waitMs(30000)));
+    QVERIFY2(done.first().first().toBool(), qPrintable(m_window->lastMessage()));
+    const QString out = m_dir.filePath("post.safetensors");
+    QVERIFY(page->exportCodebooks(out));
+    QCOMPARE(readCodebookFile(out.toStdString()).metadata.at("key_rope"), std::string("post"));
+    page->keyRopeBox()->setCurrentIndex(page->keyRopeBox()->findData("as-dumped"));
 }
 
 QTEST_MAIN(TestStudio)

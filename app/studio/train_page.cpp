@@ -77,6 +77,11 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     m_tau = new QDoubleSpinBox(this);
     m_tau->setRange(0.001, 1000);
     m_tau->setValue(1.0);
+    m_keyRope = new QComboBox(this);
+    m_keyRope->addItem(tr("as dumped (before RoPE: the paper's path)"), "as-dumped");
+    m_keyRope->addItem(tr("after RoPE (the lookup path; Latency ▸ A real model)"), "post");
+    m_keyRope->setToolTip(tr("Keys after RoPE are rotated at their positions before training, as a model's cache "
+                             "holds them; the dump must record its RoPE (tools/dump_kv.py does)"));
     m_holdout = new QDoubleSpinBox(this);
     m_holdout->setRange(0, 0.9);
     m_holdout->setSingleStep(0.05);
@@ -107,6 +112,7 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     form->addRow(tr("Refinement rounds"), m_refine);
     form->addRow(tr("Iterations (max)"), m_iters);
     form->addRow(tr("Tensors"), m_tensors);
+    form->addRow(tr("Keys"), m_keyRope);
     form->addRow(tr("Held out (random rows)"), m_holdout);
     auto* buttons = new QHBoxLayout();
     buttons->addWidget(m_run);
@@ -267,6 +273,7 @@ void TrainPage::start()
     s.weights = *weightModeFromName(m_weights->currentText().toStdString());
     s.tau = m_tau->value();
     s.holdout = m_holdout->value();
+    s.keyRope = m_keyRope->currentData().toString() == "post" ? KeyRope::Post : KeyRope::AsDumped;
     for (const auto& p : m_tensors->text().split(',', Qt::SkipEmptyParts))
         s.tensorPatterns.push_back(p.trimmed().toStdString());
     const QString storePath = m_ctx.storePath();

@@ -44,6 +44,9 @@ public:
     QSpinBox* kBox() const { return m_k; }
     QSpinBox* refineBox() const { return m_refine; }
     QSpinBox* itersBox() const { return m_iters; }
+    // Keys as dumped (before RoPE: the paper's path) or after RoPE (what the lookup decode path and
+    // the Latency page's real-model tab read).
+    QComboBox* keyRopeBox() const { return m_keyRope; }
     QPushButton* runButton() const { return m_run; }
     QPushButton* cancelButton() const { return m_cancel; }
     views::ChartPanel* stageChart() const { return m_stageChart; }
@@ -89,7 +92,7 @@ private:
     StudioContext& m_ctx;
     QComboBox* m_preset;
     QSpinBox *m_dim, *m_stages, *m_k, *m_iters, *m_beam, *m_refine;
-    QComboBox *m_method, *m_weights, *m_stageMetric;
+    QComboBox *m_method, *m_weights, *m_stageMetric, *m_keyRope;
     QDoubleSpinBox *m_tau, *m_holdout;
     QLineEdit* m_tensors;
     QPushButton *m_run, *m_cancel, *m_export, *m_ppl, *m_compare;
