@@ -2132,6 +2132,19 @@ void TestStudio::trainingKeysAfterRope()
     QVERIFY(page->exportCodebooks(out));
     QCOMPARE(readCodebookFile(out.toStdString()).metadata.at("key_rope"), std::string("post"));
     page->keyRopeBox()->setCurrentIndex(page->keyRopeBox()->findData("as-dumped"));
+    // The Latency page's real-model tab follows the model Preferences set, until the user types one.
+    auto* genModel = m_window->latencyPage()->findChild<QLineEdit*>("genModel");
+    QVERIFY(genModel);
+    const QString model = test::sourcePath("resources/models/stories260K/stories260K.bin");
+    const QString before = m_window->context().pplModelPath(), tokenizer = m_window->context().pplTokenizerPath();
+    m_window->context().setPplModel(model + ".chosen", tokenizer);
+    QCOMPARE(genModel->text(), model + ".chosen");
+    genModel->setText("typed.gguf");
+    genModel->setModified(true); // as typing does
+    m_window->context().setPplModel(model, tokenizer);
+    QCOMPARE(genModel->text(), QString("typed.gguf"));
+    genModel->setModified(false);
+    m_window->context().setPplModel(before == model ? QString() : before, tokenizer);
 }
 
 QTEST_MAIN(TestStudio)

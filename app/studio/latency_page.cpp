@@ -172,9 +172,17 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_genText->setObjectName("genText");
     m_genText->setPlaceholderText(tr("text file whose first tokens are the prefill (a llama2.c model: empty for its "
                                      "own samples)"));
+    // The model follows Preferences (and the open dump's model) until the user types another here.
+    const auto followModel = [this] {
+        if (!m_genModel->isModified())
+            m_genModel->setText(m_ctx.pplModelPath());
+    };
+    connect(&m_ctx, &StudioContext::pplModelChanged, this, followModel);
+    connect(&m_ctx, &StudioContext::dumpChanged, this, followModel);
     m_genBooks = new QLineEdit(this);
     m_genBooks->setObjectName("genCodebooks");
-    m_genBooks->setPlaceholderText(tr("codebooks of every layer's keys (gsrq train --key-rope post) and values"));
+    m_genBooks->setPlaceholderText(
+        tr("codebooks of every layer's keys after RoPE and values (the GSRQ page, Keys: after RoPE)"));
     m_genContexts = new QLineEdit("4096,16384,32768", this);
     m_genContexts->setObjectName("genContexts");
     m_genPrefill = new QSpinBox(this);

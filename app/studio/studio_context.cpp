@@ -79,6 +79,7 @@ void StudioContext::setPplModel(const QString& model, const QString& tokenizer)
     QSettings settings;
     settings.setValue("ppl/model", model);
     settings.setValue("ppl/tokenizer", tokenizer);
+    emit pplModelChanged();
 }
 
 bool StudioContext::openDump(const QString& path)

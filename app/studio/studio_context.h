@@ -72,6 +72,8 @@ signals:
     void tensorSelected(const QString& name);
     void message(const QString& text, bool error);
     void storeError(const QString& text);
+    // The perplexity model was set in Preferences (a new dump may change it too: dumpChanged).
+    void pplModelChanged();
 
 private:
     std::shared_ptr<const KvDump> m_dump;
