@@ -70,6 +70,7 @@ private slots:
     void kiviErrorWithinHalfAStepAndFallsWithBits();
     void kiviWindowAndSequences();
     void kiviRefusesBadSettings();
+    void codebookFilesNamedByTheirSettings();
     void methodNames();
     void methodsTrainAsThePapersSay();
     void kiviEvalEndToEnd();
@@ -729,6 +730,25 @@ void TestBaselines::bpaPresetsFollowHeadDim()
         QVERIFY(c && c->dim == 256 && c->stages == 12);
     }
     // End to end (gsrq train --bpa on SmolLM2's dump of heads of 64): tests/python/test_real_model.py.
+}
+
+// A codebooks file in the methods table joins its method's series, named from its own settings:
+// two files of different methods are told apart on the chart (not both "codebooks").
+void TestBaselines::codebookFilesNamedByTheirSettings()
+{
+    CodebookFile f;
+    f.metadata = {{"method", "gskm"}, {"weights", "grad-log"}};
+    QCOMPARE(codebooksFamily(f), std::string("gsrq"));
+    f.metadata = {{"method", "km"}, {"weights", "none"}};
+    QCOMPARE(codebooksFamily(f), std::string("km-rq"));
+    f.metadata = {{"method", "cq"}, {"weights", "grad-sq"}};
+    QCOMPARE(codebooksFamily(f), std::string("cq"));
+    f.metadata = {{"method", "gskm"}, {"weights", "none"}};
+    QCOMPARE(codebooksFamily(f), std::string("gskm"));
+    f.metadata = {{"method", "km"}, {"weights", "grad-log"}};
+    QCOMPARE(codebooksFamily(f), std::string("km grad-log"));
+    f.metadata.clear();
+    QCOMPARE(codebooksFamily(f), std::string("codebooks"));
 }
 
 QTEST_GUILESS_MAIN(TestBaselines)

@@ -182,6 +182,7 @@ private slots:
     void longContextPageRunsTheTasks();
     void preferencesKeepTheSavedStore();
     void trainingKeysAfterRope();
+    void methodComparisonShowsProgressAndCancels();
 
 private:
     // The GSRQ page's small training of the sample's layers.1.value (D = 8, R = 2, K = 16), run from
@@ -957,6 +958,8 @@ void TestStudio::compareMethodsOnTheModel()
              qPrintable(names.join(" | ")));
     QCOMPARE(page->compareChart()->points("kivi").size(), 2);
     QVERIFY(page->pplResultText().contains("recorded as run"));
+    QVERIFY(!page->compareProgress()->isVisible()); // shown while it ran
+    QVERIFY(!page->compareCancelButton()->isEnabled());
     RunStore store(m_store.toStdString());
     const auto runs = store.listRuns({"ppl", std::nullopt, "", 1});
     QVERIFY(!runs.empty());
@@ -2145,6 +2148,35 @@ void TestStudio::trainingKeysAfterRope()
     QCOMPARE(genModel->text(), QString("typed.gguf"));
     genModel->setModified(false);
     m_window->context().setPplModel(before == model ? QString() : before, tokenizer);
+}
+
+// The method comparison trains and measures for minutes on a real model: it shows its progress and
+// can be cancelled, leaving a cancelled run and the page ready for another.
+void TestStudio::methodComparisonShowsProgressAndCancels()
+{
+    QVERIFY(m_window->openDump(kSample));
+    auto* page = m_window->trainPage();
+    m_window->showPage("train");
+    page->compareMethodsEdit()->setText("fp32,km-rq@2,gsrq@2,km-rq@1,gsrq@1");
+    QSignalSpy done(page, &TrainPage::compareFinished);
+    QTest::mouseClick(page->compareButton(), Qt::LeftButton);
+    QVERIFY(page->compareProgress()->isVisible());
+    QVERIFY(page->compareCancelButton()->isEnabled());
+    QVERIFY(!page->compareButton()->isEnabled());
+    QTRY_VERIFY_WITH_TIMEOUT(page->compareProgress()->value() > 0 || !done.isEmpty(), test::waitMs(60000));
+    QVERIFY2(done.isEmpty(), "the comparison ended before it could be cancelled");
+    QTest::mouseClick(page->compareCancelButton(), Qt::LeftButton);
+    QVERIFY(done.wait(test::waitMs(10000)) || !done.isEmpty());
+    QVERIFY(!done.first().first().toBool());
+    QVERIFY(page->compareButton()->isEnabled());
+    QVERIFY(!page->compareProgress()->isVisible());
+    QVERIFY(page->pplResultText().contains("cancelled"));
+    QTRY_VERIFY_WITH_TIMEOUT(
+        [&] {
+            std::string seen;
+            return latestRunIs("ppl", "cancelled", &seen);
+        }(),
+        test::waitMs(30000));
 }
 
 QTEST_MAIN(TestStudio)

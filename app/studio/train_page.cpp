@@ -15,6 +15,7 @@
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -144,8 +145,32 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     m_compare = new QPushButton(tr("Compare methods on the model"), this);
     m_compare->setToolTip(tr("The paper's table: every method's bits, perplexity and attention error, on the model "
                              "of Settings ▸ Preferences and the text above"));
+    m_compareCancel = new QPushButton(tr("Cancel"), this);
+    m_compareCancel->setEnabled(false);
+    m_compareBar = new QProgressBar(this);
+    m_compareBar->setRange(0, 1000);
+    m_compareBar->setVisible(false);
+    auto* compareRow = new QHBoxLayout();
+    compareRow->addWidget(m_compare, 1);
+    compareRow->addWidget(m_compareCancel);
     form->addRow(tr("Methods"), m_compareMethods);
-    form->addRow(m_compare);
+    form->addRow(compareRow);
+    form->addRow(m_compareBar);
+    connect(m_compareCancel, &QPushButton::clicked, this, [this] {
+        if (m_compareJob && m_ctx.runner().currentId() == m_compareJob)
+            m_ctx.runner().cancel();
+    });
+    // A cancelled comparison posts nothing more: its end is the runner's notice.
+    connect(&m_ctx.runner(), &JobRunner::cancelled, this, [this](int id) {
+        if (id != m_compareJob)
+            return;
+        m_compareJob = 0;
+        m_compare->setEnabled(true);
+        m_compareCancel->setEnabled(false);
+        m_compareBar->setVisible(false);
+        m_pplResult->setText(tr("Comparison cancelled; what it finished is recorded as a cancelled run"));
+        emit compareFinished(false);
+    });
 
     m_live = new views::ChartPanel(tr("Clustering in progress"), tr("iteration"), tr("nmse"), this);
     m_stageChart = new views::ChartPanel(tr("After each stage"), tr("stage"), tr("nmse"), this);
@@ -559,8 +584,11 @@ void TrainPage::compareMethods()
     const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
     const MethodTableSettings tsForDump = ts;
     m_compare->setEnabled(false);
+    m_compareCancel->setEnabled(true);
+    m_compareBar->setValue(0);
+    m_compareBar->setVisible(true);
     m_pplResult->setText(tr("Comparing %1 methods…").arg(ts.methods.size()));
-    m_ctx.runner().start(tr("method comparison"), [=, this](const JobRunner::Context& job) {
+    m_compareJob = m_ctx.runner().start(tr("method comparison"), [=, this](const JobRunner::Context& job) {
         try {
             const auto setup = pageSequences(modelPath, tokPath, textPath);
             const auto& model = setup.opened.model;
@@ -597,9 +625,8 @@ void TrainPage::compareMethods()
             ProgressBatcher progress(job, [this](const std::vector<ProgressEvent>& es) {
                 if (es.empty())
                     return;
-                m_pplResult->setText(tr("Comparing: %1 (%2%)")
-                                         .arg(QString::fromStdString(es.back().what))
-                                         .arg(int(100 * es.back().fraction)));
+                m_pplResult->setText(tr("Comparing: %1").arg(QString::fromStdString(es.back().what)));
+                m_compareBar->setValue(int(1000 * es.back().fraction));
             });
             // As gsrq ppl --methods: the table is recorded, not its trainings' passes.
             const auto r = runMethodTable(model, seqs, settings, *backend,
@@ -624,6 +651,9 @@ void TrainPage::compareMethods()
                                            : tr("layers %1").arg(QString::fromStdString(settings.layers));
             job.post([this, r, where, recorded, layersText] {
                 showComparison(r);
+                m_compareJob = 0;
+                m_compareCancel->setEnabled(false);
+                m_compareBar->setVisible(false);
                 m_pplResult->setText(tr("%1 methods, %2 sequences × %3 tokens of %4, %5 compressed%6")
                                          .arg(r.rows.size())
                                          .arg(kSequences)
@@ -633,6 +663,11 @@ void TrainPage::compareMethods()
                 emit compareFinished(true);
             });
         } catch (const std::exception& e) {
+            job.post([this] {
+                m_compareJob = 0;
+                m_compareCancel->setEnabled(false);
+                m_compareBar->setVisible(false);
+            });
             postFailure(job, e, m_compare, &TrainPage::compareFinished);
         }
     });
@@ -643,6 +678,12 @@ void TrainPage::showComparison(const MethodTableResult& r)
     m_compareModel->clear();
     m_compareModel->setHorizontalHeaderLabels({tr("method"), tr("bits"), tr("perplexity"), tr("Δ%"),
                                                tr("attention rel. L2"), tr("effective bits"), tr("as")});
+    // Effective bits spread the codewords over this comparison's few tokens: more than a deployment's.
+    if (auto* h = m_compareModel->horizontalHeaderItem(5))
+        h->setToolTip(tr("bits + the codewords (F16) spread over the %1 × %2 tokens compared here: a cache of "
+                         "more tokens pays less per token (the README's first job: 4 × 512)")
+                          .arg(kSequences)
+                          .arg(kSeqLen));
     const double fp32 = r.rows.empty() ? 0 : r.rows.front().perplexity;
     PerplexitySet set;
     if (!r.rows.empty())
@@ -650,7 +691,9 @@ void TrainPage::showComparison(const MethodTableResult& r)
     for (const auto& row : r.rows) {
         const double dp = 100 * (row.perplexity - fp32) / fp32;
         QList<QStandardItem*> items{
-            new QStandardItem(QString::fromStdString(row.name)),
+            new QStandardItem(QString::fromStdString(row.name).endsWith(".safetensors")
+                                  ? QFileInfo(QString::fromStdString(row.name)).fileName()
+                                  : QString::fromStdString(row.name)),
             new QStandardItem(QString::number(row.bits, 'g', 4)),
             new QStandardItem(QString::number(row.perplexity, 'f', 3)),
             new QStandardItem(QStringLiteral("%1%2%").arg(dp >= 0 ? "+" : "").arg(dp, 0, 'f', 2)),

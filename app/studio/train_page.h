@@ -67,6 +67,8 @@ public:
     // table of bits, perplexity, Δ% and attention error, and perplexity against bits per method.
     void compareMethods();
     QPushButton* compareButton() const { return m_compare; }
+    QPushButton* compareCancelButton() const { return m_compareCancel; }
+    QProgressBar* compareProgress() const { return m_compareBar; }
     QLineEdit* compareMethodsEdit() const { return m_compareMethods; }
     QAbstractItemModel* compareModel() const;
     views::ChartPanel* compareChart() const { return m_compareChart; }
@@ -95,20 +97,20 @@ private:
     QComboBox *m_method, *m_weights, *m_stageMetric, *m_keyRope;
     QDoubleSpinBox *m_tau, *m_holdout;
     QLineEdit* m_tensors;
-    QPushButton *m_run, *m_cancel, *m_export, *m_ppl, *m_compare;
+    QPushButton *m_run, *m_cancel, *m_export, *m_ppl, *m_compare, *m_compareCancel;
     QLineEdit* m_compareMethods;
     QStandardItemModel* m_compareModel;
     QTableView* m_compareTable;
     views::ChartPanel* m_compareChart;
     QLineEdit* m_pplText;
     QLabel* m_pplResult;
-    QProgressBar* m_progress;
+    QProgressBar *m_progress, *m_compareBar;
     QLabel* m_status;
     views::ChartPanel *m_live, *m_stageChart;
     views::MetricsTableModel* m_model;
     std::shared_ptr<const TrainJobResult> m_last;
     QElapsedTimer m_clock;
-    int m_job = 0;
+    int m_job = 0, m_compareJob = 0;
 };
 
 } // namespace gsrq::studio

@@ -47,6 +47,24 @@ double mean(const std::vector<LayerAttention>& a)
 
 } // namespace
 
+std::string codebooksFamily(const CodebookFile& f)
+{
+    const auto get = [&](const char* k) {
+        const auto it = f.metadata.find(k);
+        return it == f.metadata.end() ? std::string() : it->second;
+    };
+    const std::string method = get("method"), weights = get("weights");
+    if (method.empty())
+        return "codebooks";
+    if (method == "gskm" && weights.rfind("grad-log", 0) == 0)
+        return "gsrq";
+    if (method == "km" && (weights.empty() || weights == "none"))
+        return "km-rq";
+    if (method == "cq" || method == "vqllm")
+        return method;
+    return weights.empty() || weights == "none" ? method : cat(method, " ", weights);
+}
+
 std::vector<MethodSpec> parseMethods(const std::string& list, const std::string& flag)
 {
     static const std::regex cq(R"(cq-(\d{1,4})c(\d{1,2})b)");
@@ -301,6 +319,8 @@ MethodTableResult runMethodTable(const TransformerModel& model, const std::vecto
             row.effectiveBits = measured.effectiveBpa;
             if (row.settings.empty())
                 row.settings = cat("codebooks file, method ", measured.method, ", layers ", measured.layers);
+            if (m.kind == TableMethod::File)
+                row.family = codebooksFamily(file);
             row.perplexity = measured.perplexity;
         }
         out.rows.push_back(row);

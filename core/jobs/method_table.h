@@ -19,6 +19,7 @@
 // else the setting suggestBpa finds closest to it.
 
 #include "core/cluster/cluster_backend.h"
+#include "core/cluster/codebook_file.h"
 #include "core/cluster/kivi.h"
 #include "core/cluster/progress.h"
 #include "core/io/kv_dump.h"
@@ -62,6 +63,11 @@ TrainSettings methodTrainSettings(const MethodSpec& m, std::int64_t features, bo
 // naming `flag` and the method.
 void validateMethods(const std::vector<MethodSpec>& methods, const ModelConfig& cfg,
                      const std::string& flag = "--methods");
+
+// A codebooks file's family (its series on the perplexity-against-bits chart), from its own
+// settings: GSKM with gradient weights is gsrq, unweighted K-means km-rq, cq and vqllm as named,
+// other settings "<method> <weights>"; "codebooks" where the file says nothing.
+std::string codebooksFamily(const CodebookFile& f);
 
 struct MethodTableSettings {
     std::vector<MethodSpec> methods;
