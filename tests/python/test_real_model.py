@@ -377,6 +377,13 @@ def test_tasks_resume_where_stopped_and_refusals(smollm2, tmp_path):
         status, new = con.execute("SELECT status, json_extract(summary_json, '$.new_answers') FROM runs "
                                   "WHERE id=?", (run_id,)).fetchone()
     assert status == "done" and new == 12 - kept
+    # The tables, recomputed from the recorded answers: every task × method cell with its 3 samples.
+    import tasks_table
+    table = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "tasks_table.py"), str(run_id), "--db", db,
+                            "--gsrq", GSRQ], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.count(" n=3 |") == 4 and "**passkey**" in table.stdout and "**vt**" in table.stdout
+    assert tasks_table.wilson(2, 2)[1] == pytest.approx(0.342, abs=1e-3)
 
     other_model = str(tmp_path / "other.safetensors")
     r = subprocess.run([GSRQ, "--no-db", "train", os.path.join(ROOT, "resources", "samples", "stories260K-gpl3.safetensors"),
