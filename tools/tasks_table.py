@@ -73,6 +73,9 @@ def main(argv=None):
     contexts.sort()
     out = []
     for t in tasks:
+        if not any(k[0] == t for k in cells):
+            out.append(f"\n**{t}**: no answer recorded yet")
+            continue
         out.append(f"\n**{t}** (accuracy [Wilson 95% interval], samples)\n")
         out.append("| method | " + " | ".join(f"{c} tokens" for c in contexts) + " |")
         out.append("| --- |" + " --- |" * len(contexts))
