@@ -22,6 +22,16 @@ inline QString sourcePath(const char* relative)
            QString::fromUtf8(relative);
 }
 
+// The bundled llama2.c model and its tokenizer (resources/models/stories260K).
+inline std::string stories260KModel()
+{
+    return sourcePath("resources/models/stories260K/stories260K.bin").toStdString();
+}
+inline std::string stories260KTokenizer()
+{
+    return sourcePath("resources/models/stories260K/tok512.bin").toStdString();
+}
+
 inline QString cliPath()
 {
     const QByteArray cli = qgetenv("GSRQ_TEST_CLI");

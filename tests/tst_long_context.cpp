@@ -24,12 +24,12 @@ namespace {
 
 std::string modelPath()
 {
-    return test::sourcePath("resources/models/stories260K/stories260K.bin").toStdString();
+    return test::stories260KModel();
 }
 
 std::string tokenizerPath()
 {
-    return test::sourcePath("resources/models/stories260K/tok512.bin").toStdString();
+    return test::stories260KTokenizer();
 }
 
 // A vocabulary of bytes (ids 0-255) and ChatML's two markers (256, 257), enough to lay out prompts

@@ -39,12 +39,12 @@ namespace {
 
 std::string modelPath()
 {
-    return test::sourcePath("resources/models/stories260K/stories260K.bin").toStdString();
+    return test::stories260KModel();
 }
 
 std::string tokenizerPath()
 {
-    return test::sourcePath("resources/models/stories260K/tok512.bin").toStdString();
+    return test::stories260KTokenizer();
 }
 
 void writeBytes(const std::string& path, const std::vector<char>& bytes)

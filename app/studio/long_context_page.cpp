@@ -104,22 +104,10 @@ LongContextPage::LongContextPage(StudioContext& ctx, QWidget* parent) : QWidget(
     m_prefill = new QComboBox(this);
     m_prefill->addItem(tr("deployed: full precision, then each cache"), "deployed");
     m_prefill->addItem(tr("quantized: attends over each cache"), "quantized");
-    const auto browse = [this](QLineEdit* edit, const QString& filter) {
-        auto* b = new QPushButton(tr("Browse…"), this);
-        connect(b, &QPushButton::clicked, this, [this, edit, filter] {
-            const QString p = QFileDialog::getOpenFileName(this, tr("Open"), edit->text(), filter);
-            if (!p.isEmpty())
-                edit->setText(p);
-        });
-        auto* row = new QHBoxLayout();
-        row->addWidget(edit, 1);
-        row->addWidget(b);
-        return row;
-    };
     auto* form = new QFormLayout();
-    form->addRow(tr("Model"), browse(m_model, tr("GGUF models (*.gguf);;llama2.c models (*.bin)")));
-    form->addRow(tr("Tokenizer"), browse(m_tokenizer, tr("llama2.c tokenizers (*.bin)")));
-    form->addRow(tr("Text"), browse(m_haystack, tr("Text (*.txt);;All files (*)")));
+    form->addRow(tr("Model"), pathRow(this, m_model, tr("GGUF models (*.gguf);;llama2.c models (*.bin)")));
+    form->addRow(tr("Tokenizer"), pathRow(this, m_tokenizer, tr("llama2.c tokenizers (*.bin)")));
+    form->addRow(tr("Text"), pathRow(this, m_haystack, tr("Text (*.txt);;All files (*)")));
     form->addRow(tr("Tasks"), m_tasks);
     form->addRow(tr("Context lengths"), m_contexts);
     form->addRow(tr("Depths (%)"), m_depths);

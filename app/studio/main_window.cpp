@@ -361,21 +361,6 @@ void MainWindow::showPreferences()
                             "page measures its perplexity with the codebooks"));
     auto* pplTokenizer = new QLineEdit(m_ctx->pplTokenizerPath(), &dialog);
     pplTokenizer->setToolTip(tr("A llama2.c model's tokenizer (.bin); a GGUF model needs none"));
-    // Each path with a Browse button: a store to open or create, a model, a tokenizer.
-    const auto withBrowse = [&dialog](QLineEdit* edit, const QString& filter, bool save) {
-        auto* b = new QPushButton(tr("Browse…"), &dialog);
-        connect(b, &QPushButton::clicked, &dialog, [&dialog, edit, filter, save] {
-            const QString p = save ? QFileDialog::getSaveFileName(&dialog, tr("Run store"), edit->text(), filter,
-                                                                  nullptr, QFileDialog::DontConfirmOverwrite)
-                                   : QFileDialog::getOpenFileName(&dialog, tr("Open"), edit->text(), filter);
-            if (!p.isEmpty())
-                edit->setText(p);
-        });
-        auto* row = new QHBoxLayout();
-        row->addWidget(edit, 1);
-        row->addWidget(b);
-        return row;
-    };
     auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
     connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
     connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
@@ -386,9 +371,9 @@ void MainWindow::showPreferences()
     form->addRow(QString(), tf32);
     form->addRow(tr("CPU threads"), threads);
     form->addRow(QString(), exactBounds);
-    form->addRow(tr("Run store"), withBrowse(store, tr("Run stores (*.db);;All files (*)"), true));
-    form->addRow(tr("Perplexity model"), withBrowse(pplModel, tr("Models (*.gguf *.bin);;All files (*)"), false));
-    form->addRow(tr("Its tokenizer (llama2.c)"), withBrowse(pplTokenizer, tr("Tokenizers (*.bin)"), false));
+    form->addRow(tr("Run store"), pathRow(&dialog, store, tr("Run stores (*.db);;All files (*)"), true));
+    form->addRow(tr("Perplexity model"), pathRow(&dialog, pplModel, tr("Models (*.gguf *.bin);;All files (*)")));
+    form->addRow(tr("Its tokenizer (llama2.c)"), pathRow(&dialog, pplTokenizer, tr("Tokenizers (*.bin)")));
     form->addRow(buttons);
     if (dialog.exec() != QDialog::Accepted)
         return;

@@ -8,8 +8,12 @@
 #include <QComboBox>
 #include <QCoreApplication>
 #include <QDir>
+#include <QFileDialog>
 #include <QFileInfo>
+#include <QHBoxLayout>
+#include <QLineEdit>
 #include <QPointer>
+#include <QPushButton>
 #include <QSettings>
 #include <QStringList>
 
@@ -215,6 +219,22 @@ void WorkerRecording::finish(RunStatus status, const std::string& summary, const
 {
     if (m_state->run)
         m_state->run->finish(status, summary, error); // Unrecorded: a failing write is dropped
+}
+
+QHBoxLayout* pathRow(QWidget* parent, QLineEdit* edit, const QString& filter, bool save)
+{
+    auto* b = new QPushButton(QObject::tr("Browse…"), parent);
+    QObject::connect(b, &QPushButton::clicked, parent, [parent, edit, filter, save] {
+        const QString p = save ? QFileDialog::getSaveFileName(parent, QObject::tr("Save as"), edit->text(), filter,
+                                                              nullptr, QFileDialog::DontConfirmOverwrite)
+                               : QFileDialog::getOpenFileName(parent, QObject::tr("Open"), edit->text(), filter);
+        if (!p.isEmpty())
+            edit->setText(p);
+    });
+    auto* row = new QHBoxLayout();
+    row->addWidget(edit, 1);
+    row->addWidget(b);
+    return row;
 }
 
 } // namespace gsrq::studio

@@ -14,6 +14,9 @@
 
 class QAbstractButton;
 class QComboBox;
+class QHBoxLayout;
+class QLineEdit;
+class QWidget;
 #include <QString>
 
 #include <exception>
@@ -103,6 +106,11 @@ void fillClusterableTensors(QComboBox* box, const KvDump* dump);
 // the box whenever the box has it. Call after the page's own dumpChanged connection, so the box is
 // filled first.
 void bindTensorBox(StudioContext& ctx, QComboBox* box);
+
+// A form row of a path field and its Browse… button, which opens a file dialog on the field's path
+// with `filter` (a save dialog with `save`: a file that may not exist yet) and puts the choice in
+// the field.
+QHBoxLayout* pathRow(QWidget* parent, QLineEdit* edit, const QString& filter, bool save = false);
 
 // A run recorded from a worker thread through that thread's own store connection: core's
 // RecordedRun with StoreFailure::Unrecorded (a store that cannot be opened leaves the job
