@@ -60,8 +60,14 @@ inline constexpr bool kThreadSanitizer = true;
 #else
 inline constexpr bool kThreadSanitizer = false;
 #endif
+// How much longer a wait for a job may be than on the plain build: the sanitizers run several times
+// slower, and the emulated suites run every kernel on the CPU's fibers (the app's auto backend picks
+// the emulated device, so its trainings too: on two loaded cores a 2-stage training of one tensor
+// took past 30 s). A wait is a hang guard, never a timing assertion.
 #if defined(GSRQ_TEST_TSAN) || defined(GSRQ_TEST_ASAN)
 inline constexpr int kWaitScale = 10;
+#elif defined(GSRQ_TEST_EMULATOR)
+inline constexpr int kWaitScale = 4;
 #else
 inline constexpr int kWaitScale = 1;
 #endif

@@ -658,10 +658,15 @@ void TestBaselines::runsAddPplRecordsATable()
         QVERIFY(f.open(QIODevice::WriteOnly));
         f.write(R"({"model": "/models/x.gguf", "model_type": "llama", "eval_text": "/texts/e.txt", "seq_len": 512,
  "eval_sequences": 4, "calib_samples": 8, "iters": 8, "budget": "quick", "calibration_dump": "/d",
- "rows": [{"name": "fp32", "family": "fp32", "bits": 32, "effective_bits": 32, "perplexity": 10.0},
+ "sequence_tokens": [511, 511, 511, 511],
+ "rows": [{"name": "fp32", "family": "fp32", "bits": 32, "effective_bits": 32, "perplexity": 10.0,
+           "sequence_nll": [2.0, 2.2, 2.4, 2.6]},
           {"name": "kivi-2", "family": "kivi", "bits": 3, "effective_bits": 3, "perplexity": 12.5},
           {"name": "gsrq@1", "family": "gsrq", "bits": 1, "effective_bits": 1.5, "perplexity": 11.0,
-           "settings": "D=64 R=8 K=256 gskm grad-log"}]})");
+           "delta_percent_interval": [8.5, 11.5], "sequence_nll": [2.1, 2.3, 2.5, 2.7],
+           "settings": "D=64 R=8 K=256 gskm grad-log"},
+          {"name": "km-rq@1", "family": "km-rq", "bits": 1, "effective_bits": 1.5, "perplexity": 12.0,
+           "delta_percent_interval": [15, 25], "sequence_nll": [2.2, 2.4, 2.6, 2.8]}]})");
     }
     RunStore store(m_dir.filePath("xdg/gsrq/runs.db").toStdString());
     const std::size_t before = store.listRuns({"ppl", std::nullopt, "", 0}).size();
@@ -671,10 +676,24 @@ void TestBaselines::runsAddPplRecordsATable()
     QCOMPARE(runs.size(), std::size_t(1));
     const auto p = runPerplexities(store.metrics(runs[0].id), store.series(runs[0].id));
     QVERIFY(p.fp32 && *p.fp32 == 10.0);
-    QCOMPARE(p.points.size(), std::size_t(2));
+    QCOMPARE(p.points.size(), std::size_t(3));
     QCOMPARE(p.points[1].family, std::string("gsrq"));
     QCOMPARE(p.points[1].perplexity, 11.0);
     QCOMPARE(p.points[1].effectiveBits, 1.5);
+    // The table's intervals and sequences are the run's: `runs compare` shows each Δ% with its
+    // interval, and the gap of the two 1-BPA methods (gsrq 0.1 nat better than km-rq on every one of
+    // the 4 sequences: 100·(e^0.1 − e^0.2) = −11.62 points, every replicate the same).
+    QCOMPARE(p.points[1].deltaInterval.lo, 8.5);
+    QCOMPARE(p.points[1].deltaInterval.hi, 11.5);
+    QCOMPARE(p.fp32SequenceNll.size(), std::size_t(4));
+    QCOMPARE(p.sequenceTokens.size(), std::size_t(4));
+    QVERIFY(!p.points[0].deltaInterval.valid()); // kivi-2's row had none
+    const QString id = QString::number(runs[0].id);
+    const auto cmp = gsrqRun({"runs", "compare", id, id});
+    QVERIFY2(cmp.code == 0, cmp.err.constData());
+    const QString text = QString::fromUtf8(cmp.out);
+    QVERIFY2(text.contains("(+10.00% [+8.50, +11.50])"), qPrintable(text));
+    QVERIFY2(text.contains("gsrq@1 − km-rq@1 at 1 bits: -11.62 [-11.62, -11.62]"), qPrintable(text));
     // Bad input: exit 2, one line naming the file (and the field), nothing recorded.
     {
         QFile f(m_dir.filePath("bad.json"));
@@ -682,7 +701,14 @@ void TestBaselines::runsAddPplRecordsATable()
         f.write(R"({"model": "m", "seq_len": 8, "eval_sequences": 1, "rows": [{"name": "kivi-2", "family": "kivi",
  "bits": 3, "perplexity": 12}]})");
     }
+    {
+        QFile f(m_dir.filePath("badseq.json"));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"model": "m", "seq_len": 8, "eval_sequences": 2, "sequence_tokens": [7, 7],
+ "rows": [{"name": "fp32", "family": "fp32", "bits": 32, "perplexity": 10, "sequence_nll": [1.0]}]})");
+    }
     for (const auto& [file, phrase] : {std::pair{QString("bad.json"), QString("first row must be fp32")},
+                                       std::pair{QString("badseq.json"), QString("1 sequences' NLL for 2")},
                                        std::pair{QString("missing.json"), QString("no such file")}}) {
         const auto bad = gsrqRun({"runs", "add-ppl", m_dir.filePath(file)});
         QCOMPARE(bad.code, 2);

@@ -333,7 +333,11 @@ void TestModel::exactCodebooksLeavePerplexityUnchanged()
     QVERIFY(job.rows[12].perLayer && job.rows[12].layers == "4");
     QCOMPARE(job.rows[12].perplexity, one);
     QVERIFY(!job.single()); // two files: no one perplexity in the summary
-    QCOMPARE(codebookPerplexityMetrics(job).size(), std::size_t(1 + 2 * 3 + 2 * 5)); // a file: ppl, bits, effective
+    // A file: ppl, bits, effective; every row its sequences' NLL and tokens, and beside FP32 its Δ%
+    // interval (low, high).
+    const std::size_t rows = job.rows.size(), sequences = seqs.size();
+    QCOMPARE(codebookPerplexityMetrics(job).size(),
+             std::size_t(1 + 2 * 3 + 2 * 5) + rows * 2 * sequences + (rows - 1) * 2);
     QCOMPARE(codebookPerplexitySeries(job).size(), std::size_t(2 * 2));
     const auto solo = runCodebookPerplexity(m, seqs, {{"exact", file}}, {}, *backend);
     QCOMPARE(codebookPerplexitySummary(solo).value("perplexity", 0.0), solo.rows[1].perplexity);
@@ -554,6 +558,38 @@ void TestModel::perplexityFallsAsBitsRise()
         QVERIFY(back.points[i].effectiveBits > back.points[i].bits); // the codewords cost bits
         QCOMPARE(QString::fromStdString(back.points[i].family), QString(settings[i].method));
     }
+    // Each row carries its 16 sequences' mean NLL per token, whose token-weighted mean is the row's
+    // log perplexity (JSON keeps every digit; the sums run in another order), and a paired 95% interval of its Δ% that
+    // holds the Δ% (the percentile interval of a mean over 16 sequences holds the mean) and that the store gives back;
+    // FP32's own row has none. Between GSKM at 4 and at 0.5 BPA, tens of percent apart, the interval of the smaller is
+    // wholly below the other's: the gap is not the sequences' noise.
+    const auto tokens = QJsonDocument::fromJson(r.out).object()["sequence_tokens"].toArray();
+    QCOMPARE(tokens.size(), 16);
+    for (qsizetype i = 0; i < rows.size(); ++i) {
+        const auto row = rows[i].toObject();
+        const auto nll = row["sequence_nll"].toArray();
+        QCOMPARE(nll.size(), tokens.size());
+        double sum = 0, n = 0;
+        for (qsizetype q = 0; q < nll.size(); ++q) {
+            sum += nll[q].toDouble() * tokens[q].toDouble();
+            n += tokens[q].toDouble();
+        }
+        QVERIFY2(std::abs(std::exp(sum / n) / row["perplexity"].toDouble() - 1) < 1e-9, qPrintable(QString::number(i)));
+        const auto in = row["delta_percent_interval"];
+        if (i == 0) {
+            QVERIFY(in.isNull());
+            QCOMPARE(back.fp32SequenceNll.size(), std::size_t(16));
+            continue;
+        }
+        const double dp = row["delta_percent"].toDouble(), lo = in.toArray()[0].toDouble(),
+                     hi = in.toArray()[1].toDouble();
+        QVERIFY2(lo <= dp && dp <= hi, qPrintable(QString("%1: %2 [%3, %4]").arg(i).arg(dp).arg(lo).arg(hi)));
+        QCOMPARE(back.points[std::size_t(i - 1)].deltaInterval.lo, lo);
+        QCOMPARE(back.points[std::size_t(i - 1)].deltaInterval.hi, hi);
+        QCOMPARE(back.points[std::size_t(i - 1)].sequenceNll.size(), std::size_t(16));
+    }
+    const auto interval = [&](int i) { return rows[i].toObject()["delta_percent_interval"].toArray(); };
+    QVERIFY2(interval(4)[1].toDouble() < interval(1)[0].toDouble(), qPrintable(figures));
 }
 
 namespace {

@@ -951,8 +951,21 @@ void TestStudio::compareMethodsOnTheModel()
     const auto ppl = [&](int row) { return model->index(row, 2).data().toString().toDouble(); };
     QVERIFY(ppl(2) > ppl(1));                                     // KIVI: 2 bits cost more than 4
     QCOMPARE(model->index(3, 1).data().toString(), QString("1")); // gsrq@1's bits
-    QVERIFY(model->index(3, 4).data().toString().toDouble() > 0); // its attention error on the dump
+    QVERIFY(model->index(3, 5).data().toString().toDouble() > 0); // its attention error on the dump
+    // Each method's Δ% carries its paired bootstrap interval (FP32's own row none), and the interval
+    // holds the Δ% it is about: the percentile interval of a mean over a few sequences holds the mean
+    // itself; one of another method's or FP32's figures would not hold KIVI-2's tens of percent.
+    QCOMPARE(model->index(0, 4).data().toString(), QString("-"));
+    for (int r = 1; r < 4; ++r) {
+        const QString in = model->index(r, 4).data().toString();
+        const auto m = QRegularExpression(R"(^\[([-+][0-9.]+), ([-+][0-9.]+)\]$)").match(in);
+        QVERIFY2(m.hasMatch(), qPrintable(in));
+        const double dp = model->index(r, 3).data().toString().chopped(1).toDouble();
+        QVERIFY2(m.captured(1).toDouble() <= dp + 0.005 && dp <= m.captured(2).toDouble() + 0.005,
+                 qPrintable(QString("%1 %2").arg(dp).arg(in)));
+    }
     page->compareChart()->flush();
+    QCOMPARE(page->compareChart()->intervals("kivi").size(), 2); // error bars on the chart
     const auto names = page->compareChart()->seriesNames();
     QVERIFY2(names.contains("kivi") && names.contains("gsrq") && names.filter(QRegularExpression("^FP32 ")).size() == 1,
              qPrintable(names.join(" | ")));
@@ -976,6 +989,8 @@ void TestStudio::compareMethodsOnTheModel()
     const auto overlay = runsPage->overlayChart()->seriesNames();
     QVERIFY2(overlay.contains("kivi") && overlay.contains("gsrq"), qPrintable(overlay.join(" | ")));
     QCOMPARE(runsPage->overlayChart()->points("kivi").size(), 2);
+    // The run recorded each method's sequences and interval: the Runs page draws the same error bars.
+    QCOMPARE(runsPage->overlayChart()->intervals("kivi"), page->compareChart()->intervals("kivi"));
     runsPage->overlayMetric()->setCurrentText("nmse");
     // A bad method is named, and nothing runs.
     page->compareMethodsEdit()->setText("fp32,pq@1");

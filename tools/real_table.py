@@ -5,6 +5,8 @@
     python3 tools/real_table.py --model smollm2 --text devil --budget table        # Table 1's layout
     python3 tools/real_table.py --model qwen2.5-coder-1.5b --text devil --budget ablation
     python3 tools/real_table.py --model ~/models/my-llama --calib c.txt --eval e.txt --device cuda
+    python3 tools/real_table.py --model smollm2 --text devil --calib-text debian-reference --seeds 3
+    python3 tools/real_table.py merge OUT.json A/table.json B/table.json       # one table from several runs
 
 --model is a name of tools/python/models.json (fetched once, checked by hash: tools/fetch_model.py),
 a GGUF file, or a transformers model directory. --text names a held-out text of tools/texts.py
@@ -23,6 +25,15 @@ a GGUF file, or a transformers model directory. --text names a held-out text of 
   5. the table as one `ppl` run in gsrq's run store (`gsrq runs add-ppl`: the Runs page draws its
      perplexity against bits), and OUT/table.json, OUT/table.md.
 
+How sure each figure is: every row keeps its evaluation sequences' mean NLL per token (sequence_nll),
+and its Δ% against FP32 carries a paired bootstrap 95% interval (delta_percent_interval;
+tools/gsrqtools/stats.py). --seeds N trains every codebook method N times (K-means seeds 0 … N−1): the
+row gives the mean and the standard deviation over seeds, and its interval covers seeds and
+sequences. --calib-text calibrates on another text than the one evaluated (out of domain). Every
+method × seed (its codebooks) and every measured perplexity is a unit kept in --out: a stopped run
+continues where it stopped, and a table grows over several runs; `merge` joins tables of the same
+settings made elsewhere, and refuses (exit 2, naming the field) tables of other settings.
+
 Budgets (the methods and sizes; any size can be set by its flag):
   quick     fp32, kivi-2, km-rq@1, gsrq@1; 8 × 256 calibration tokens: a smoke test, not a result
   first     the README's first job (tools/run.sh): fp32, kivi-2, kivi-1, and km-rq, gsrq at 1 and 0.375
@@ -38,6 +49,7 @@ reused by a second run with the same settings (their settings are in their names
 """
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -46,7 +58,7 @@ import time
 
 import dump_kv
 import hf_ppl
-from gsrqtools import hf, kivi, models, texts
+from gsrqtools import hf, kivi, models, stats, texts
 from gsrqtools.hf import InputError
 from gsrqtools.paths import cache_root, default_gsrq
 BUDGETS = {
@@ -107,18 +119,20 @@ def run_gsrq(gsrq, args, what):
     return r.stdout
 
 
-def train_method(a, m, calib, evald, out_dir):
-    """Codebooks of method m on every layer's keys and values; returns (path, summary)."""
-    # The name says what trained them (method, iterations, calibration dump), so a later run with
+def train_method(a, m, calib, evald, out_dir, seed=0):
+    """Codebooks of method m with K-means seed `seed` on every layer's keys and values; returns (path,
+    summary, seconds). One method × seed is a unit: kept in out_dir and reused by later runs."""
+    # The name says what trained them (method, iterations, calibration dump, seed), so a later run with
     # other settings in the same --out trains anew instead of reusing them.
-    tag = re.sub(r"[^A-Za-z0-9.@-]+", "_", m["name"]) + f"-i{a.iters}-{os.path.basename(os.path.normpath(calib))}"
+    tag = (re.sub(r"[^A-Za-z0-9.@-]+", "_", m["name"]) + f"-i{a.iters}-{os.path.basename(os.path.normpath(calib))}"
+           + (f"-s{seed}" if seed else ""))
     path = os.path.join(out_dir, f"codebooks-{tag}.safetensors")
     report = path + ".json"
     if os.path.isfile(path) and os.path.isfile(report):
         with open(report, encoding="utf-8") as f:
             return path, json.load(f), 0.0
     args = ["train", calib, "--eval", evald, "--iters", str(a.iters), "--out", path, "--force", "--json", "-q",
-            "--attention-queries", "0"]
+            "--attention-queries", "0", "--seed", str(seed)]
     if m["kind"] == "cq":
         args += ["--method", "cq", "--channels", str(m["channels"]), "--bits", str(m["bits"])]
     else:
@@ -144,7 +158,7 @@ def train_method(a, m, calib, evald, out_dir):
                                                           if tensors else None),
                "settings": f"D={first.get('dim')} R={stages} K={first.get('k')} {m.get('method', 'cq')} "
                            f"{m.get('weights', 'grad-sq')}" + (f" τ={m['tau']:g}" if m.get("tau") else ""),
-               "seconds": seconds}
+               "seconds": seconds, "seed": seed, "codeword_values": codeword_values(path)}
     with open(report + ".tmp", "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
     os.replace(report + ".tmp", report)
@@ -178,31 +192,290 @@ def peak_rss_gib():
         return None
 
 
+def write_atomic(path, body):
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(body)
+    os.replace(path + ".tmp", path)
+
+
+def codeword_values(path):
+    """How many values the codebooks of a file's keys and values hold (what a deployment stores once)."""
+    from gsrqtools.codebooks import load_codebooks
+    _, books = load_codebooks(path)
+    return int(sum(b.size for n, b in books.items() if n.endswith((".key", ".value"))))
+
+
+def measure_rows(a, loaded, info, methods, books, eval_text, out, text_name):
+    """Every method's row with its sequences' NLL, each measurement a unit kept under out/ppl-<text>-<S>x<T>/
+    (the sequences' SHA-256 inside it: a unit of other sequences is measured again)."""
+    import hashlib
+
+    import torch
+    from gsrqtools.texts import reflow
+    model, tok, device, _ = loaded
+    seqs, _ = hf.tokenize(tok, eval_text, a.eval_sequences, a.seq_len, prepare=reflow)
+    tokens = hf_ppl.sequence_tokens(seqs)
+    sha = hashlib.sha256(json.dumps(seqs).encode()).hexdigest()
+    ppl_dir = os.path.join(out, f"ppl-{text_name}-{a.eval_sequences}x{a.seq_len}")
+    os.makedirs(ppl_dir, exist_ok=True)
+
+    def unit(key, measure):
+        path = os.path.join(ppl_dir, re.sub(r"[^A-Za-z0-9.@-]+", "_", key) + ".json")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                r = json.load(f)
+            if r.get("sequences_sha256") == sha:
+                return r
+        log(f"  perplexity of {key}")
+        r = measure()
+        r["sequences_sha256"] = sha
+        write_atomic(path, json.dumps(r))
+        return r
+
+    fp32 = unit("fp32", lambda: {"sequence_nll": hf_ppl.sequence_nll(model, seqs, device, torch)})
+    fp32_ppl = hf_ppl.perplexity_of(fp32["sequence_nll"], tokens)
+    layers = set(hf.parse_layers("", info["num_layers"]))
+
+    def entry(nll):
+        ppl = hf_ppl.perplexity_of(nll, tokens)
+        return ppl, 100 * (ppl - fp32_ppl) / fp32_ppl
+
+    rows = []
+    for m in methods:
+        if m["kind"] == "fp32":
+            rows.append({"name": "fp32", "family": "fp32", "bits": 32, "effective_bits": 32, "perplexity": fp32_ppl,
+                         "delta_percent": 0.0, "delta_percent_interval": None, "sequence_nll": fp32["sequence_nll"],
+                         "settings": "FP32"})
+        elif m["kind"] == "kivi":
+            r = unit(m["name"], lambda: hf_ppl.measure_kivi(model, info, m["name"], layers, seqs, device, torch))
+            k = r["kivi"]
+            ppl, delta = entry(r["sequence_nll"])
+            rows.append({"name": m["name"], "family": "kivi", "bits": r["bpa"], "effective_bits": r["bpa"],
+                         "perplexity": ppl, "delta_percent": delta,
+                         "delta_percent_interval": stats.delta_percent_interval(r["sequence_nll"], fp32["sequence_nll"],
+                                                                                tokens),
+                         "sequence_nll": r["sequence_nll"],
+                         "settings": f"{k['bits']} bit{'s' if k['bits'] != 1 else ''}, groups of {k['group']}"
+                                     + (f", the last {k['residual']} tokens in FP16" if k["residual"] else "")})
+        else:
+            per_seed = []
+            for seed, path, summary in books[m["name"]]:
+                r = unit(os.path.basename(path), lambda: hf_ppl.measure_codebooks(model, info, path, seqs, device,
+                                                                                  torch))
+                ppl, delta = entry(r["sequence_nll"])
+                per_seed.append({"seed": seed, "perplexity": ppl, "delta_percent": delta,
+                                 "train_nmse": summary["train_nmse"], "heldout_nmse": summary["heldout_nmse"],
+                                 "effective_bits": summary["effective_bpa"], "codebooks": path,
+                                 "codeword_values": summary.get("codeword_values") or codeword_values(path),
+                                 "sequence_nll": r["sequence_nll"]})
+            rows.append(seeded_row(m, books[m["name"]][0][2], per_seed, fp32["sequence_nll"], tokens))
+    return rows, tokens
+
+
+def mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def sd(xs):
+    """The sample standard deviation (n − 1); None for fewer than two."""
+    if len(xs) < 2:
+        return None
+    m = sum(xs) / len(xs)
+    return (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
+
+
+def seeded_row(m, summary, per_seed, fp32_nll, tokens):
+    """A trained method's row from its seeds: the means, the spread over seeds, and the interval over
+    seeds and sequences (tools/gsrqtools/stats.py)."""
+    nll = [p["sequence_nll"] for p in per_seed]
+    return {"name": m["name"], "family": m["family"], "bits": summary["bpa"] if summary["bpa"] else m["bpa"],
+            "effective_bits": mean([p["effective_bits"] for p in per_seed]),
+            "perplexity": mean([p["perplexity"] for p in per_seed]),
+            "perplexity_sd": sd([p["perplexity"] for p in per_seed]),
+            "delta_percent": mean([p["delta_percent"] for p in per_seed]),
+            "delta_percent_sd": sd([p["delta_percent"] for p in per_seed]),
+            "delta_percent_interval": stats.delta_percent_interval(nll, fp32_nll, tokens),
+            "train_nmse": mean([p["train_nmse"] for p in per_seed]),
+            "heldout_nmse": mean([p["heldout_nmse"] for p in per_seed]),
+            "settings": summary["settings"], "codebooks": per_seed[0]["codebooks"],
+            "codeword_values": per_seed[0]["codeword_values"],
+            "sequence_nll": [sum(col) / len(col) for col in zip(*nll)], "seeds": per_seed}
+
+
+CONTEXTS = (4096, 32768, 131072)
+
+
+def add_memory(report):
+    """Bytes per cached token as deployed: every layer's keys and values at the row's bits, plus the
+    codebooks (stored as f32, as gsrq train writes them) spread over 4K, 32K and 128K cached tokens; and
+    the context from which a codebook method's cache is smaller than KIVI-2's."""
+    per_token = report["kv_values_per_token"]
+    kivi2 = next((r for r in report["rows"] if r["name"] == "kivi-2"), None)
+    kivi2_bytes = kivi2["bits"] * per_token / 8 if kivi2 else None
+    for r in report["rows"]:
+        base = r["bits"] * per_token / 8
+        book = 4 * r.get("codeword_values", 0)
+        r["bytes_per_token"] = {str(n): base + book / n for n in CONTEXTS}
+        if book and kivi2_bytes is not None:
+            r["smaller_than_kivi2_from"] = math.ceil(book / (kivi2_bytes - base)) if kivi2_bytes > base else None
+
+
+def fmt(v, spec):
+    return format(v, spec) if v is not None else "-"
+
+
 def markdown(report):
+    seeds = report.get("seeds", 1)
+    calib = report.get("calib_text_name") or report["text"]
     lines = [f"# {report['model_title']} on {report['text_title']}", "",
              f"FP32 perplexity {report['fp32']:.4f} on {report['eval_sequences']} × {report['seq_len']} tokens of "
-             f"the evaluation part; calibration {report['calib_samples']} × {report['seq_len']} tokens; every layer's "
-             "keys and values quantized.", "",
-             "| method | bits | effective bits¹ | perplexity | Δ% | train NMSE | held-out NMSE | held-out / train | settings |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             f"the evaluation part of {report['text']}; calibration {report['calib_samples']} × {report['seq_len']} "
+             f"tokens of {calib}'s calibration part"
+             + (" (out of domain)" if calib != report["text"] else " (in domain)")
+             + f"; every layer's keys and values quantized; {seeds} seed{'s' if seeds != 1 else ''} per trained "
+             f"method. Δ%: against FP32; interval: {report.get('interval', stats.DESCRIPTION)}.", "",
+             "| method | bits | effective bits¹ | perplexity | Δ% | Δ% 95% interval | seeds | train NMSE | held-out NMSE | "
+             "held-out / train | settings |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in report["rows"]:
-        def f(v, fmt):
-            return fmt.format(v) if v is not None else "-"
         ratio = (r["heldout_nmse"] / r["train_nmse"] if r.get("heldout_nmse") and r.get("train_nmse") else None)
-        lines.append(f"| {r['name']} | {f(r['bits'], '{:.3g}')} | {f(r.get('effective_bits'), '{:.3g}')} | "
-                     f"{r['perplexity']:.4f} | {r['delta_percent']:+.2f} | {f(r.get('train_nmse'), '{:.4f}')} | "
-                     f"{f(r.get('heldout_nmse'), '{:.4f}')} | {f(ratio, '{:.2f}')} | {r.get('settings', '')} |")
-    lines += ["", "¹ with the codewords (FP16) spread over the calibration tokens, as `gsrq train` counts them; a "
-              "deployment spreads them over every token the codebooks serve.", "",
-              "Steps (seconds on this machine): " + ", ".join(f"{k} {v:.0f}" for k, v in report["seconds"].items()),
+        ppl = f"{r['perplexity']:.4f}" + (f" ± {r['perplexity_sd']:.4f}" if r.get("perplexity_sd") else "")
+        lo_hi = r.get("delta_percent_interval")
+        lines.append(f"| {r['name']} | {fmt(r['bits'], '.3g')} | {fmt(r.get('effective_bits'), '.3g')} | {ppl} | "
+                     f"{r['delta_percent']:+.2f} | {f'[{lo_hi[0]:+.2f}, {lo_hi[1]:+.2f}]' if lo_hi else '-'} | "
+                     f"{len(r['seeds']) if r.get('seeds') else '-'} | {fmt(r.get('train_nmse'), '.4f')} | "
+                     f"{fmt(r.get('heldout_nmse'), '.4f')} | {fmt(ratio, '.2f')} | {r.get('settings', '')} |")
+    lines += ["", "¹ with the codewords (f32, as `gsrq train` stores them) spread over the calibration tokens, as "
+              "`gsrq train` counts them; a deployment spreads them over every token the codebooks serve (below). "
+              "Perplexity ± the standard deviation over seeds.", ""]
+    if any(r.get("bytes_per_token") for r in report["rows"]):
+        lines += ["Bytes per cached token as deployed (every layer's keys and values; codebooks stored once, spread "
+                  "over the cached tokens):", "",
+                  "| method | " + " | ".join(f"at {n // 1024}K tokens" for n in CONTEXTS) + " | smaller than KIVI-2 from |",
+                  "| --- | " + " | ".join("---:" for _ in CONTEXTS) + " | ---: |"]
+        for r in report["rows"]:
+            b = r.get("bytes_per_token") or {}
+            since = r.get("smaller_than_kivi2_from", "-") if r.get("codeword_values") else "-"
+            lines.append(f"| {r['name']} | " + " | ".join(fmt(b.get(str(n)), ".1f") for n in CONTEXTS) +
+                         f" | {since if since is not None else 'never'}"
+                         f"{' tokens' if isinstance(since, int) else ''} |")
+        lines.append("")
+    lines += ["Steps (seconds on this machine): " + ", ".join(f"{k} {v:.0f}" for k, v in report["seconds"].items()),
               f"Peak resident memory: {report['peak_rss_gib']:.1f} GiB." if report.get("peak_rss_gib") else ""]
     return "\n".join(lines) + "\n"
 
 
+# What two tables must share to be one table: the model, the texts, the window and the sizes.
+MERGE_KEYS = ("model_name", "text", "calib_text_name", "seq_len", "eval_sequences", "calib_samples", "eval_samples",
+              "iters")
+
+
+def load_table(path):
+    """A table.json of this tool, checked: InputError naming the file and what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            t = json.load(f)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot be read ({e})")
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not a table.json of tools/real_table.py ({e.msg} at line {e.lineno})")
+    if not isinstance(t, dict) or not isinstance(t.get("rows"), list) or not t["rows"]:
+        raise InputError(f"{path}: not a table.json of tools/real_table.py (no \"rows\")")
+    if not isinstance(t.get("sequence_tokens"), list):
+        raise InputError(f"{path}: has no per-sequence figures (\"sequence_tokens\"): a table from before they were "
+                         "recorded; measure it again")
+    for i, r in enumerate(t["rows"]):
+        if not isinstance(r, dict) or not isinstance(r.get("name"), str):
+            raise InputError(f"{path}: row {i + 1} has no \"name\"")
+        nll = r.get("sequence_nll")
+        if (not isinstance(nll, list) or len(nll) != len(t["sequence_tokens"])
+                or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in nll)):
+            raise InputError(f"{path}: {r['name']}'s \"sequence_nll\" is not one number per sequence")
+        if not isinstance(r.get("perplexity"), (int, float)) or not r["perplexity"] > 0:
+            raise InputError(f"{path}: {r['name']}'s \"perplexity\" is not a positive number")
+    if t["rows"][0]["name"] != "fp32":
+        raise InputError(f"{path}: the first row must be fp32 (every Δ is against it)")
+    return t
+
+
+def merge(paths, out):
+    """One table from several runs of the same settings: rows by name, a trained method's seeds together
+    (the intervals computed again over all of them). Refuses tables of other settings, naming the field."""
+    if len(paths) < 2:
+        raise InputError("merge: give OUT.json and at least two tables")
+    tables = [load_table(p) for p in paths]
+    base = tables[0]
+    fp32 = base["rows"][0]["sequence_nll"]
+    for p, t in zip(paths[1:], tables[1:]):
+        for k in MERGE_KEYS:
+            if t.get(k) != base.get(k):
+                raise InputError(f"{p}: {k} is {t.get(k)!r} where {paths[0]} has {base.get(k)!r}: tables of other "
+                                 "settings do not merge")
+        if (t["sequence_tokens"] != base["sequence_tokens"]
+                or max(abs(x - y) for x, y in zip(t["rows"][0]["sequence_nll"], fp32)) > 1e-6):
+            raise InputError(f"{p}: measured other sequences than {paths[0]} (FP32's per-sequence NLL differs)")
+    tokens = base["sequence_tokens"]
+    rows, order = {}, []
+    for p, t in zip(paths, tables):
+        for r in t["rows"]:
+            have = rows.get(r["name"])
+            if have is None:
+                rows[r["name"]] = json.loads(json.dumps(r))
+                order.append(r["name"])
+                continue
+            if have.get("settings") != r.get("settings") or have.get("bits") != r.get("bits"):
+                raise InputError(f"{p}: {r['name']} ran as {r.get('settings')!r} at {r.get('bits')} bits, in "
+                                 f"{paths[0]} as {have.get('settings')!r} at {have.get('bits')}: not one method")
+            if "seeds" not in r:
+                continue  # FP32 and KIVI: no seeds, the same measurement
+            by_seed = {x["seed"]: x for x in have["seeds"]}
+            for x in r["seeds"]:
+                if x["seed"] in by_seed and abs(by_seed[x["seed"]]["perplexity"] - x["perplexity"]) > 1e-9:
+                    raise InputError(f"{p}: {r['name']} seed {x['seed']} has perplexity {x['perplexity']} where "
+                                     f"another table has {by_seed[x['seed']]['perplexity']}")
+                by_seed[x["seed"]] = x
+            have["seeds"] = [by_seed[k] for k in sorted(by_seed)]
+    merged = []
+    for name in order:
+        r = rows[name]
+        if "seeds" in r:
+            r = dict(r, **seeded_row({"name": name, "family": r["family"], "bpa": r["bits"]},
+                                     {"bpa": r["bits"], "settings": r["settings"]}, r["seeds"], fp32, tokens))
+        merged.append(r)
+    report = dict(base)
+    report["rows"] = merged
+    report["seeds"] = max(len(r["seeds"]) for r in merged if "seeds" in r) if any("seeds" in r for r in merged) else 1
+    report["merged_from"] = [os.path.abspath(p) for p in paths]
+    report["seconds"] = {k: sum(t["seconds"].get(k, 0) for t in tables) for k in base.get("seconds", {})}
+    add_memory(report)
+    write_atomic(out, json.dumps(report, indent=1))
+    write_atomic(os.path.splitext(out)[0] + ".md", markdown(report))
+    return report
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["merge"]:
+        try:
+            if len(argv) < 2 or not argv[1].endswith(".json"):
+                raise InputError("usage: real_table.py merge OUT.json TABLE.json TABLE.json ...")
+            report = merge(argv[2:], argv[1])
+            sys.stdout.write(markdown(report))
+            return 0
+        except InputError as e:
+            print(f"real_table.py: {e}", file=sys.stderr)
+            return 2
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="a model of tools/python/models.json, a GGUF file or a model directory")
     ap.add_argument("--text", help="a text of tools/texts.py (its calibration and evaluation parts)")
+    ap.add_argument("--calib-text", metavar="NAME",
+                    help="calibrate on this text of tools/texts.py instead (out of domain: --text is evaluated)")
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="train each codebook method this many times (K-means seeds 0 … N−1); the table gives the "
+                         "mean, the spread, and an interval over seeds and sequences")
     ap.add_argument("--calib", help="calibration text file (instead of --text)")
     ap.add_argument("--eval", help="evaluation text file (instead of --text)")
     ap.add_argument("--budget", choices=sorted(BUDGETS), default="quick")
@@ -225,6 +498,8 @@ def main(argv=None):
                 setattr(a, k, budget[k])
             if getattr(a, k) < 1:
                 raise InputError(f"--{k.replace('_', '-')} {getattr(a, k)}: must be at least 1")
+        if a.seeds < 1:
+            raise InputError(f"--seeds {a.seeds}: must be at least 1")
         methods = [parse_method(m.strip()) for m in (a.methods or budget["methods"]).split(",") if m.strip()]
         if not any(m["kind"] == "fp32" for m in methods):
             methods.insert(0, {"name": "fp32", "kind": "fp32"})
@@ -242,7 +517,16 @@ def main(argv=None):
                 raise InputError(f"--text {e}")
             text_title = texts.TEXTS[a.text]["title"]
             text_name = a.text
+            calib_name = a.text
+            if a.calib_text and a.calib_text != a.text:
+                try:
+                    calib_text, _ = texts.prepare(a.calib_text)
+                except texts.InputError as e:
+                    raise InputError(f"--calib-text {e}")
+                calib_name = a.calib_text
         else:
+            if a.calib_text:
+                raise InputError("--calib-text goes with --text (with --calib and --eval the files say it)")
             if not (a.calib and a.eval):
                 raise InputError("give --text NAME (tools/texts.py --list), or --calib FILE and --eval FILE")
             for flag, p in (("--calib", a.calib), ("--eval", a.eval)):
@@ -250,6 +534,7 @@ def main(argv=None):
                     raise InputError(f"{flag} {p}: no such file")
             calib_text, eval_text, text_title = a.calib, a.eval, f"{a.calib} / {a.eval}"
             text_name = os.path.splitext(os.path.basename(a.eval))[0]
+            calib_name = os.path.splitext(os.path.basename(a.calib))[0]
         manifest = models.load_manifest()
         title = a.model
         name = a.model
@@ -263,7 +548,8 @@ def main(argv=None):
         else:
             name = os.path.basename(os.path.normpath(a.model))
         seconds["fetch"] = time.time() - t
-        out = a.out or os.path.join(cache_root(), "tables", f"{name}-{text_name}")
+        out = a.out or os.path.join(cache_root(), "tables", f"{name}-{text_name}"
+                                    + (f"-calib-{calib_name}" if calib_name != text_name else ""))
         os.makedirs(out, exist_ok=True)
 
         log(f"loading {a.model}")
@@ -287,76 +573,40 @@ def main(argv=None):
         log(f"evaluation dump: {a.eval_samples} × {a.seq_len} tokens -> {evald}")
         seconds["evaluation dump"] = dump(a, loaded, eval_text, a.eval_samples, False, evald, "evaluation")
 
-        books = {}
+        books = {}  # method name -> [(seed, codebooks path, training summary)]
         seconds["training"] = 0.0
         for m in methods:
             if m["kind"] in ("trained", "cq"):
-                log(f"training {m['name']} on every layer's keys and values")
-                path, summary, s = train_method(a, m, calib, evald, out)
-                books[m["name"]] = (path, summary)
-                seconds["training"] += s
-                def nm(v):
-                    return f"{v:.4f}" if v is not None else "-"
-                log(f"  {m['name']}: {summary['settings']}; NMSE train {nm(summary['train_nmse'])}, held-out "
-                    f"{nm(summary['heldout_nmse'])}; {s:.0f} s")
+                books[m["name"]] = []
+                for seed in range(a.seeds):  # every seed's K-means starts differ: a unit each
+                    log(f"training {m['name']} (seed {seed}) on every layer's keys and values")
+                    path, summary, s = train_method(a, m, calib, evald, out, seed)
+                    books[m["name"]].append((seed, path, summary))
+                    seconds["training"] += s
+
+                    def nm(v):
+                        return f"{v:.4f}" if v is not None else "-"
+                    log(f"  {m['name']} seed {seed}: {summary['settings']}; NMSE train {nm(summary['train_nmse'])}, "
+                        f"held-out {nm(summary['heldout_nmse'])}; {s:.0f} s")
 
         log(f"perplexity: {a.eval_sequences} × {a.seq_len} tokens of the evaluation text, {len(methods)} methods")
         t = time.time()
-        args = ["--model", a.model, "--text", eval_text, "--seq-len", str(a.seq_len), "--sequences",
-                str(a.eval_sequences), "--device", a.device, "--json",
-                "--methods", ",".join(m["name"] for m in methods if m["kind"] == "kivi")]
-        for m in methods:
-            if m["name"] in books:
-                args += ["-c", books[m["name"]][0]]
-        import contextlib
-        import io
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            rc = hf_ppl.main(args, loaded=loaded)
-        if rc == 2:
-            raise InputError("tools/hf_ppl.py refused its input (its message is above)")
-        if rc != 0:
-            raise RuntimeError(f"tools/hf_ppl.py exited {rc}")
-        res = json.loads(buf.getvalue())["results"]
+        rows, tokens = measure_rows(a, loaded, info, methods, books, eval_text, out, text_name)
         seconds["perplexity"] = time.time() - t
-        fp32 = res[0]["perplexity"]
-        by_source = {r["codebooks"]: r for r in res}
-        rows = []
-        for m in methods:
-            if m["kind"] == "fp32":
-                rows.append({"name": "fp32", "family": "fp32", "bits": 32, "effective_bits": 32, "perplexity": fp32,
-                             "settings": "FP32"})
-            elif m["kind"] == "kivi":
-                r = by_source[m["name"]]
-                k = r["kivi"]
-                rows.append({"name": m["name"], "family": "kivi", "bits": r["bpa"], "effective_bits": r["bpa"],
-                             "perplexity": r["perplexity"],
-                             "settings": f"{k['bits']} bit{'s' if k['bits'] != 1 else ''}, groups of {k['group']}"
-                                         + (f", the last {k['residual']} tokens in FP16" if k["residual"] else "")})
-            else:
-                path, s = books[m["name"]]
-                r = by_source[path]
-                rows.append({"name": m["name"], "family": m["family"], "bits": s["bpa"] if s["bpa"] else m["bpa"],
-                             "effective_bits": s["effective_bpa"], "perplexity": r["perplexity"],
-                             "train_nmse": s["train_nmse"], "heldout_nmse": s["heldout_nmse"],
-                             "settings": s["settings"], "codebooks": path})
-        for r in rows:
-            r["delta_percent"] = 100 * (r["perplexity"] - fp32) / fp32
         report = {"tool": "real_table.py", "model": a.model, "model_name": name, "model_title": title,
                   "model_type": info["model_type"], "head_dim": info["head_dim"], "text": text_name,
-                  "text_title": text_title, "calib_text": calib_text, "eval_text": eval_text, "budget": a.budget,
-                  "seq_len": a.seq_len, "calib_samples": a.calib_samples, "eval_samples": a.eval_samples,
-                  "eval_sequences": a.eval_sequences, "iters": a.iters, "fp32": fp32, "rows": rows,
-                  "seconds": seconds, "peak_rss_gib": peak_rss_gib(), "calibration_dump": calib,
-                  "device": a.device}
+                  "text_title": text_title, "calib_text_name": calib_name, "calib_text": calib_text,
+                  "eval_text": eval_text, "budget": a.budget, "seq_len": a.seq_len, "calib_samples": a.calib_samples,
+                  "eval_samples": a.eval_samples, "eval_sequences": a.eval_sequences, "iters": a.iters,
+                  "seeds": a.seeds, "fp32": rows[0]["perplexity"], "sequence_tokens": tokens,
+                  "interval": stats.DESCRIPTION, "kv_values_per_token": 2 * info["num_layers"] * info["kv_heads"] *
+                  info["head_dim"], "rows": rows, "seconds": seconds, "peak_rss_gib": peak_rss_gib(),
+                  "calibration_dump": calib, "device": a.device}
+        add_memory(report)
         # table.json and table.md: this run's; table-<budget>.*: kept beside the other budgets' tables.
         for stem in ("table", f"table-{a.budget}"):
-            with open(os.path.join(out, stem + ".json.tmp"), "w", encoding="utf-8") as f:
-                json.dump(report, f, indent=1)
-            os.replace(os.path.join(out, stem + ".json.tmp"), os.path.join(out, stem + ".json"))
-            with open(os.path.join(out, stem + ".md.tmp"), "w", encoding="utf-8") as f:
-                f.write(markdown(report))
-            os.replace(os.path.join(out, stem + ".md.tmp"), os.path.join(out, stem + ".md"))
+            write_atomic(os.path.join(out, stem + ".json"), json.dumps(report, indent=1))
+            write_atomic(os.path.join(out, stem + ".md"), markdown(report))
         if not a.no_db and os.access(a.gsrq, os.X_OK):
             run_gsrq(a.gsrq, ["runs", "add-ppl", os.path.join(out, "table.json")], "gsrq runs add-ppl")
         sys.stdout.write(markdown(report))

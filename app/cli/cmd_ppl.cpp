@@ -72,6 +72,22 @@ template <class Opts> PplInput pplInput(const Opts& o)
     return in;
 }
 
+// [lo, hi] of a Δ% interval, null where there is none (FP32's own row).
+nlohmann::ordered_json intervalJson(const Interval& i)
+{
+    return i.valid() ? nlohmann::ordered_json::array({i.lo, i.hi}) : nlohmann::ordered_json(nullptr);
+}
+
+// "[-1.23, +4.56]", or "-" where there is no interval.
+std::string intervalText(const Interval& i)
+{
+    if (!i.valid())
+        return "-";
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "[%+.2f, %+.2f]", i.lo, i.hi);
+    return buf;
+}
+
 // The JSON envelope of every ppl run; the caller adds its results.
 nlohmann::ordered_json pplJson(CliRun& run, const nlohmann::ordered_json& settings, const ModelSequences& seqs)
 {
@@ -81,6 +97,12 @@ nlohmann::ordered_json pplJson(CliRun& run, const nlohmann::ordered_json& settin
     j["settings"] = settings;
     j["text_tokens"] = seqs.textTokens;
     j["predicted_tokens"] = predictedTokens(seqs.sequences);
+    // Each sequence's predicted tokens, the weights of the rows' sequence_nll (their mean NLL per token).
+    nlohmann::ordered_json tokens = nlohmann::ordered_json::array();
+    for (const auto& q : seqs.sequences)
+        tokens.push_back(std::max<std::int64_t>(std::int64_t(q.size()) - 1, 0));
+    j["sequence_tokens"] = tokens;
+    j["interval"] = "paired bootstrap over the sequences, percentile, 95%, 10000 resamples";
     return j;
 }
 
@@ -165,6 +187,8 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
                                             {"perplexity", row.perplexity},
                                             {"delta", row.perplexity - fp32},
                                             {"delta_percent", 100 * (row.perplexity - fp32) / fp32}};
+                j["delta_percent_interval"] = intervalJson(row.deltaInterval);
+                j["sequence_nll"] = row.sequenceNll;
                 j["attention_rel_l2"] =
                     row.attentionRelL2 ? nlohmann::ordered_json(*row.attentionRelL2) : nlohmann::ordered_json(nullptr);
                 j["settings"] = row.settings;
@@ -184,15 +208,17 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
         int width = 6;
         for (const auto& row : r.rows)
             width = std::max(width, int(row.name.size()));
-        std::printf("  %-*s %7s %10s %11s %10s %10s %10s  %s\n", width, "method", "bits", "eff. bits", "perplexity",
-                    "Δ", "Δ%", "attn relL2", "as");
+        std::printf("  %-*s %7s %10s %11s %10s %10s %18s %10s  %s\n", width, "method", "bits", "eff. bits",
+                    "perplexity", "Δ", "Δ%", "Δ% 95% interval", "attn relL2", "as");
         for (const auto& row : r.rows)
-            std::printf("  %-*s %7.4g %10.4g %11.4f %+10.4f %+9.2f%% %10s  %s\n", width, row.name.c_str(), row.bits,
-                        row.effectiveBits, row.perplexity, row.perplexity - fp32, 100 * (row.perplexity - fp32) / fp32,
+            std::printf("  %-*s %7.4g %10.4g %11.4f %+10.4f %+9.2f%% %18s %10s  %s\n", width, row.name.c_str(),
+                        row.bits, row.effectiveBits, row.perplexity, row.perplexity - fp32,
+                        100 * (row.perplexity - fp32) / fp32, intervalText(row.deltaInterval).c_str(),
                         row.attentionRelL2 ? cat(std::fixed, std::setprecision(4), *row.attentionRelL2).c_str() : "-",
                         row.settings.c_str());
         std::printf("\nbits: per cached value (KIVI: with its FP16 scales, zeros and window); eff. bits: with the "
-                    "codewords (F16) spread over these %lld tokens",
+                    "codewords (F16) spread over these %lld tokens; interval: paired bootstrap over the sequences "
+                    "(percentile, 95%%)",
                     static_cast<long long>(cachedTokens(seqs)));
         if (!o.trainDump.empty())
             std::printf("; attn relL2: attention error on %s (codebooks files: not measured)", o.trainDump.c_str());
@@ -306,7 +332,9 @@ Command registerPerplexity(CLI::App& root)
                                           {"effective_bpa", row.effectiveBpa},
                                           {"perplexity", row.perplexity},
                                           {"delta", row.perplexity - fp32},
-                                          {"delta_percent", 100 * (row.perplexity - fp32) / fp32}});
+                                          {"delta_percent", 100 * (row.perplexity - fp32) / fp32},
+                                          {"delta_percent_interval", intervalJson(row.deltaInterval)},
+                                          {"sequence_nll", row.sequenceNll}});
                         auto j = pplJson(run, settings, in.seqs);
                         j["fp32_seconds"] = r.fp32Seconds; // the FP32 forward passes over every sequence
                         j["results"] = rs;
@@ -318,12 +346,13 @@ Command registerPerplexity(CLI::App& root)
                                 o->model.c_str(), cfg.dim, cfg.layers, cfg.heads, cfg.kvHeads, seqs.size(),
                                 longestSequence(seqs), pplSource(*o, in.seqs).c_str(),
                                 static_cast<long long>(predictedTokens(seqs)));
-                    std::printf("  %-32s %-6s %-10s %6s %9s %11s %9s %8s\n", "codebooks", "method", "layers", "bits",
-                                "eff. bits", "perplexity", "Δ", "Δ%");
+                    std::printf("  %-32s %-6s %-10s %6s %9s %11s %9s %8s %18s\n", "codebooks", "method", "layers",
+                                "bits", "eff. bits", "perplexity", "Δ", "Δ%", "Δ% 95% interval");
                     for (const auto& row : r.rows)
-                        std::printf("  %-32s %-6s %-10s %6.3g %9.4g %11.4f %+9.4f %+7.2f%%\n", row.codebooks.c_str(),
-                                    row.method.c_str(), row.layers.c_str(), row.bpa, row.effectiveBpa, row.perplexity,
-                                    row.perplexity - fp32, 100 * (row.perplexity - fp32) / fp32);
+                        std::printf("  %-32s %-6s %-10s %6.3g %9.4g %11.4f %+9.4f %+7.2f%% %18s\n",
+                                    row.codebooks.c_str(), row.method.c_str(), row.layers.c_str(), row.bpa,
+                                    row.effectiveBpa, row.perplexity, row.perplexity - fp32,
+                                    100 * (row.perplexity - fp32) / fp32, intervalText(row.deltaInterval).c_str());
                     if (run)
                         std::printf("\nrecorded as run %lld\n", static_cast<long long>(run->id()));
                 });

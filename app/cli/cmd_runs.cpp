@@ -93,6 +93,33 @@ std::string fmt(const char* format, double v)
     return buf;
 }
 
+// Within one run, every two methods at the same bits (GSRQ against KM-RQ at 1 BPA, say): the gap in
+// points of Δ% with its paired 95% interval, where the run recorded its sequences.
+void printGaps(const RunPerplexities& p, std::int64_t id)
+{
+    if (p.fp32SequenceNll.empty() || p.sequenceTokens.size() != p.fp32SequenceNll.size())
+        return;
+    bool header = false;
+    for (std::size_t i = 0; i < p.points.size(); ++i)
+        for (std::size_t j = i + 1; j < p.points.size(); ++j) {
+            const auto &a = p.points[i], &b = p.points[j];
+            if (a.bits != b.bits || a.sequenceNll.size() != p.sequenceTokens.size() ||
+                b.sequenceNll.size() != p.sequenceTokens.size())
+                continue;
+            if (!header) {
+                std::printf("\nrun %lld, methods at the same bits: the gap in points of Δ%% with its 95%% interval "
+                            "(paired over the same sequences; an interval without 0 is not the sequences' noise)\n",
+                            static_cast<long long>(id));
+                header = true;
+            }
+            const double gap = deltaPercent(a.sequenceNll, p.fp32SequenceNll, p.sequenceTokens) -
+                               deltaPercent(b.sequenceNll, p.fp32SequenceNll, p.sequenceTokens);
+            const Interval in = gapInterval(a.sequenceNll, b.sequenceNll, p.fp32SequenceNll, p.sequenceTokens);
+            std::printf("  %s − %s at %.4g bits: %+.2f [%+.2f, %+.2f]\n", a.label.c_str(), b.label.c_str(), a.bits, gap,
+                        in.lo, in.hi);
+        }
+}
+
 // The perplexity rows of two runs side by side, as the Runs page compares them: FP32, then each
 // evaluated cache (a codebooks file or a comparison's method) with its bits, effective bits, and
 // each run's perplexity with its Δ against that run's own FP32. Nothing when neither run has any.
@@ -105,6 +132,7 @@ void printPerplexities(RunStore& store, std::int64_t idA, std::int64_t idB)
     struct Row {
         std::optional<double> bitsA, bitsB, effA, effB; // each run's own (they differ for other settings)
         std::optional<double> a, b;
+        Interval ia, ib; // Δ% against each run's FP32, 95%
     };
     std::vector<std::string> order;
     std::map<std::string, Row> rows;
@@ -116,21 +144,25 @@ void printPerplexities(RunStore& store, std::int64_t idA, std::int64_t idB)
             (first ? r.bitsA : r.bitsB) = pt.bits;
             (first ? r.effA : r.effB) = pt.effectiveBits;
             (first ? r.a : r.b) = pt.perplexity;
+            (first ? r.ia : r.ib) = pt.deltaInterval;
         }
     };
     add(pa, true);
     add(pb, false);
-    auto cell = [](std::optional<double> v, std::optional<double> fp32) {
+    auto cell = [](std::optional<double> v, std::optional<double> fp32, const Interval& interval) {
         if (!v)
             return std::string("-");
         if (!fp32 || *fp32 <= 0)
             return fmt("%.4f", *v);
-        return cat(fmt("%.4f", *v), " (", fmt("%+.2f", 100 * (*v - *fp32) / *fp32), "%)");
+        return cat(fmt("%.4f", *v), " (", fmt("%+.2f", 100 * (*v - *fp32) / *fp32), "%",
+                   interval.valid() ? cat(" [", fmt("%+.2f", interval.lo), ", ", fmt("%+.2f", interval.hi), "]") : "",
+                   ")");
     };
-    std::printf("\nperplexity (Δ against each run's FP32; bits a/b where the runs differ):\n%-40s %7s %11s %22s %22s\n",
+    std::printf("\nperplexity (Δ against each run's FP32 with its 95%% interval, a paired bootstrap over the "
+                "sequences; bits a/b where the runs differ):\n%-40s %7s %11s %34s %34s\n",
                 "method", "bits", "eff. bits", cat("run ", idA).c_str(), cat("run ", idB).c_str());
-    std::printf("%-40s %7s %11s %22s %22s\n", "fp32", "32", "32", cell(pa.fp32, std::nullopt).c_str(),
-                cell(pb.fp32, std::nullopt).c_str());
+    std::printf("%-40s %7s %11s %34s %34s\n", "fp32", "32", "32", cell(pa.fp32, std::nullopt, {}).c_str(),
+                cell(pb.fp32, std::nullopt, {}).c_str());
     for (const auto& label : order) {
         const Row& r = rows[label];
         // One figure where both runs agree (or one has the row), else run A's / run B's.
@@ -139,9 +171,12 @@ void printPerplexities(RunStore& store, std::int64_t idA, std::int64_t idB)
                 return fmt("%.4g", *x) + "/" + fmt("%.4g", *y);
             return fmt("%.4g", x ? *x : *y);
         };
-        std::printf("%-40s %7s %11s %22s %22s\n", label.c_str(), both(r.bitsA, r.bitsB).c_str(),
-                    both(r.effA, r.effB).c_str(), cell(r.a, pa.fp32).c_str(), cell(r.b, pb.fp32).c_str());
+        std::printf("%-40s %7s %11s %34s %34s\n", label.c_str(), both(r.bitsA, r.bitsB).c_str(),
+                    both(r.effA, r.effB).c_str(), cell(r.a, pa.fp32, r.ia).c_str(), cell(r.b, pb.fp32, r.ib).c_str());
     }
+    printGaps(pa, idA);
+    if (idB != idA)
+        printGaps(pb, idB);
 }
 
 // A perplexity table measured outside gsrq (tools/real_table.py's table.json: a transformers or GGUF
@@ -165,6 +200,17 @@ void addPplTable(const std::string& path)
             throwInvalid("runs add-ppl: ", path, ": \"", key, "\" has the wrong type");
         }
     };
+    auto numbers = [&](const nlohmann::json& a, const std::string& what) {
+        std::vector<double> v;
+        if (!a.is_array())
+            throwInvalid("runs add-ppl: ", path, ": ", what, " is not a list of numbers");
+        for (const auto& x : a) {
+            if (!x.is_number() || !std::isfinite(x.get<double>()))
+                throwInvalid("runs add-ppl: ", path, ": ", what, " is not a list of numbers");
+            v.push_back(x.get<double>());
+        }
+        return v;
+    };
     MethodTableResult r;
     if (!j.contains("rows") || !j["rows"].is_array() || j["rows"].empty())
         throwInvalid("runs add-ppl: ", path, ": no \"rows\"");
@@ -180,7 +226,34 @@ void addPplTable(const std::string& path)
         m.settings = row.value("settings", std::string());
         if (!(m.perplexity > 0) || !std::isfinite(m.perplexity))
             throwInvalid("runs add-ppl: ", path, ": ", m.name, "'s perplexity is not a positive number");
+        // Its sequences' NLL (of the seeds' mean, with seeds) and its interval, where the table has them.
+        if (row.contains("sequence_nll"))
+            m.sequenceNll = numbers(row["sequence_nll"], cat(m.name, "'s \"sequence_nll\""));
+        if (row.contains("delta_percent_interval") && !row["delta_percent_interval"].is_null()) {
+            const auto in = numbers(row["delta_percent_interval"], cat(m.name, "'s \"delta_percent_interval\""));
+            if (in.size() != 2 || !(in[0] <= in[1]))
+                throwInvalid("runs add-ppl: ", path, ": ", m.name, "'s \"delta_percent_interval\" is not [low, high]");
+            m.deltaInterval = {in[0], in[1]};
+        }
         r.rows.push_back(std::move(m));
+    }
+    if (j.contains("sequence_tokens")) {
+        const auto tokens = numbers(j["sequence_tokens"], "\"sequence_tokens\"");
+        for (auto& m : r.rows) {
+            if (m.sequenceNll.empty())
+                continue;
+            if (m.sequenceNll.size() != tokens.size())
+                throwInvalid("runs add-ppl: ", path, ": ", m.name, " has ", m.sequenceNll.size(),
+                             " sequences' NLL for ", tokens.size(), " sequences");
+            m.sequenceTokens = tokens;
+        }
+        // A row with its sequences and no interval of its own gets the engine's (FP32's row has none).
+        const auto& fp32 = r.rows.front();
+        for (std::size_t i = 1; i < r.rows.size(); ++i) {
+            auto& m = r.rows[i];
+            if (!m.deltaInterval.valid() && !m.sequenceNll.empty() && fp32.sequenceNll.size() == m.sequenceNll.size())
+                m.deltaInterval = deltaPercentInterval(m.sequenceNll, fp32.sequenceNll, tokens);
+        }
     }
     if (r.rows.front().family != "fp32")
         throwInvalid("runs add-ppl: ", path, ": the first row must be fp32 (every Δ is against it)");

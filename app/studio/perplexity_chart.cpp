@@ -79,6 +79,9 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
 {
     chart.clear();
     std::map<QString, QList<QPointF>> series;
+    // Each point's perplexity interval (its Δ% interval on its set's FP32), keyed by the point.
+    std::map<QString, std::map<std::pair<double, double>, QPair<double, double>>> whiskers;
+    bool anyInterval = false;
     double lo = INFINITY, hi = -INFINITY, pLo = INFINITY, pHi = -INFINITY;
     for (const auto& set : sets) {
         const QString prefix = sets.size() > 1 ? set.name + QStringLiteral(": ") : QString();
@@ -89,6 +92,14 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
             const QString family =
                 QString::fromStdString(p.family) + (p.effectiveRecorded ? QString() : QObject::tr(" (nominal bits)"));
             series[prefix + family] << QPointF(p.effectiveBits, p.perplexity);
+            QPair<double, double> w(p.perplexity, p.perplexity);
+            if (set.fp32 && p.deltaInterval.valid()) {
+                w = {*set.fp32 * (1 + p.deltaInterval.lo / 100), *set.fp32 * (1 + p.deltaInterval.hi / 100)};
+                anyInterval = true;
+                pLo = std::min(pLo, w.first);
+                pHi = std::max(pHi, w.second);
+            }
+            whiskers[prefix + family][{p.effectiveBits, p.perplexity}] = w;
             lo = std::min(lo, p.effectiveBits);
             hi = std::max(hi, p.effectiveBits);
             pLo = std::min(pLo, p.perplexity);
@@ -104,13 +115,21 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
     const bool logX = lo > 0 && hi / lo >= 4;
     chart.setLogX(logX);
     chart.setLogY(pLo > 0 && pHi / pLo > 10); // a 1-bit KIVI far above the rest
-    chart.setTitle(QObject::tr("Perplexity against effective bits (codewords counted)"));
+    chart.setTitle(anyInterval ? QObject::tr("Perplexity against effective bits (codewords counted), with 95% "
+                                             "intervals")
+                               : QObject::tr("Perplexity against effective bits (codewords counted)"));
     chart.setAxisTitles(QObject::tr("effective bits per activation"), QObject::tr("perplexity"));
     for (auto& [name, points] : series) {
         std::sort(points.begin(), points.end(), [](const QPointF& a, const QPointF& b) {
             return a.x() < b.x() || (a.x() == b.x() && a.y() < b.y());
         });
         chart.setSeries(name, points);
+        if (anyInterval) { // whiskers: the 95% interval of each point's Δ% against FP32
+            QList<QPair<double, double>> in;
+            for (const auto& pt : points)
+                in << whiskers[name][{pt.x(), pt.y()}];
+            chart.setIntervals(name, in);
+        }
     }
     // FP32 across the bits drawn, and a little beyond, so that no point sits on the plot's edge.
     const double x0 = logX ? lo / 1.25 : lo - std::max(0.1 * (hi - lo), 0.1 * lo);

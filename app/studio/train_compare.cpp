@@ -157,13 +157,27 @@ void TrainPage::compareMethods()
     });
 }
 
+namespace {
+
+QString signedNumber(double v)
+{
+    return QStringLiteral("%1%2").arg(v >= 0 ? "+" : "").arg(v, 0, 'f', 2);
+}
+
+} // namespace
+
 void TrainPage::showComparison(const MethodTableResult& r)
 {
     m_compareModel->clear();
     m_compareModel->setHorizontalHeaderLabels({tr("method"), tr("bits"), tr("perplexity"), tr("Δ%"),
-                                               tr("attention rel. L2"), tr("effective bits"), tr("as")});
+                                               tr("Δ% 95% interval"), tr("attention rel. L2"), tr("effective bits"),
+                                               tr("as")});
+    if (auto* h = m_compareModel->horizontalHeaderItem(4))
+        h->setToolTip(tr("a paired bootstrap over the %1 sequences (percentile, 95%): with so few sequences it is "
+                         "wide; an interval that holds 0 is not a change")
+                          .arg(kSequences));
     // Effective bits spread the codewords over this comparison's few tokens: more than a deployment's.
-    if (auto* h = m_compareModel->horizontalHeaderItem(5))
+    if (auto* h = m_compareModel->horizontalHeaderItem(6))
         h->setToolTip(tr("bits + the codewords (F16) spread over the %1 × %2 tokens compared here: a cache of "
                          "more tokens pays less per token (the README's first job: 4 × 512)")
                           .arg(kSequences)
@@ -181,6 +195,10 @@ void TrainPage::showComparison(const MethodTableResult& r)
             new QStandardItem(QString::number(row.bits, 'g', 4)),
             new QStandardItem(QString::number(row.perplexity, 'f', 3)),
             new QStandardItem(QStringLiteral("%1%2%").arg(dp >= 0 ? "+" : "").arg(dp, 0, 'f', 2)),
+            new QStandardItem(row.deltaInterval.valid() ? QStringLiteral("[%1, %2]")
+                                                              .arg(signedNumber(row.deltaInterval.lo))
+                                                              .arg(signedNumber(row.deltaInterval.hi))
+                                                        : QStringLiteral("-")),
             new QStandardItem(row.attentionRelL2 ? QString::number(*row.attentionRelL2, 'f', 4) : QStringLiteral("-")),
             new QStandardItem(QString::number(row.effectiveBits, 'g', 4)),
             new QStandardItem(QString::fromStdString(row.settings))};
@@ -188,7 +206,8 @@ void TrainPage::showComparison(const MethodTableResult& r)
             it->setEditable(false);
         m_compareModel->appendRow(items);
         if (row.family != "fp32" && std::isfinite(row.bits))
-            set.points.push_back({row.family, row.name, row.bits, row.effectiveBits, row.perplexity});
+            set.points.push_back(
+                {row.family, row.name, row.bits, row.effectiveBits, row.perplexity, true, row.deltaInterval, {}});
     }
     drawPerplexity(*m_compareChart, {set});
     m_compareTable->setVisible(true);

@@ -10,6 +10,17 @@
 
 namespace gsrq {
 
+namespace {
+
+void setPerplexity(CodebookPerplexityRow& row, const PerplexityResult& r)
+{
+    row.perplexity = r.perplexity();
+    row.sequenceNll = r.sequenceNll;
+    row.sequenceTokens = r.sequenceTokens;
+}
+
+} // namespace
+
 std::optional<double> CodebookPerplexityResult::single() const
 {
     std::optional<double> one;
@@ -40,7 +51,7 @@ CodebookPerplexityRow measureCodebooks(const TransformerModel& model, const std:
     row.layers = joinInts(quantized);
     row.bpa = cost.bpa;
     row.effectiveBpa = cost.effectiveBpa;
-    row.perplexity = perplexity(model, sequences, codebookHook(file, label, cfg, layers, backend)).perplexity();
+    setPerplexity(row, perplexity(model, sequences, codebookHook(file, label, cfg, layers, backend)));
     return row;
 }
 
@@ -71,7 +82,11 @@ CodebookPerplexityResult runCodebookPerplexity(const TransformerModel& model,
         return out;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    out.rows.push_back({"FP32", "-", "-", 32, 32, perplexity(model, sequences).perplexity()});
+    CodebookPerplexityRow fp32;
+    fp32.codebooks = "FP32";
+    fp32.bpa = fp32.effectiveBpa = 32;
+    setPerplexity(fp32, perplexity(model, sequences));
+    out.rows.push_back(fp32);
     out.fp32Seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++done;
     for (const auto& f : files) {
@@ -79,7 +94,8 @@ CodebookPerplexityResult runCodebookPerplexity(const TransformerModel& model,
             out.cancelled = true;
             return out;
         }
-        const auto row = measureCodebooks(model, sequences, f.file, f.label, s.layers, s.layersText, backend);
+        auto row = measureCodebooks(model, sequences, f.file, f.label, s.layers, s.layersText, backend);
+        row.deltaInterval = deltaPercentInterval(row.sequenceNll, fp32.sequenceNll, fp32.sequenceTokens);
         out.rows.push_back(row);
         ++done;
         const auto quantized = quantizedLayers(f.file, s.layers);
@@ -93,8 +109,9 @@ CodebookPerplexityResult runCodebookPerplexity(const TransformerModel& model,
             auto one = row;
             one.layers = std::to_string(l);
             one.perLayer = true;
-            one.perplexity =
-                perplexity(model, sequences, codebookHook(f.file, f.label, model.config(), {l}, backend)).perplexity();
+            setPerplexity(one,
+                          perplexity(model, sequences, codebookHook(f.file, f.label, model.config(), {l}, backend)));
+            one.deltaInterval = deltaPercentInterval(one.sequenceNll, fp32.sequenceNll, fp32.sequenceTokens);
             out.rows.push_back(one);
             ++done;
         }
@@ -112,6 +129,9 @@ std::vector<MetricRow> codebookPerplexityMetrics(const CodebookPerplexityResult&
         } else {
             ms.push_back(pplMetric(row.method, row.codebooks, row.layers, row.perplexity));
         }
+        const MetricRow& at = ms.back();
+        for (auto& m : sequenceMetrics(at.method, at.tensor, row.sequenceNll, row.sequenceTokens, row.deltaInterval))
+            ms.push_back(std::move(m));
     }
     return ms;
 }

@@ -5,6 +5,7 @@
 // (and, asked for, each of those layers alone), with what each costs in bits per cached value; the
 // run store's rows and summary of the result. The commands parse flags and print.
 
+#include "core/base/bootstrap.h"
 #include "core/cluster/cluster_backend.h"
 #include "core/cluster/codebook_file.h"
 #include "core/cluster/progress.h"
@@ -27,6 +28,10 @@ struct CodebookPerplexityRow {
     std::string method = "-", layers = "-"; // the file's method; its quantized layers, e.g. "0,1,2"
     double bpa = std::nan(""), effectiveBpa = std::nan(""), perplexity = 0;
     bool perLayer = false; // one layer of a file alone (perLayer rows follow their file's row)
+    // Each sequence's mean NLL per predicted token and its predicted tokens, in the sequences' order;
+    // the paired bootstrap's 95% interval of Δ% against FP32 (invalid for FP32 itself).
+    std::vector<double> sequenceNll, sequenceTokens;
+    Interval deltaInterval;
 };
 
 // The perplexity with one codebooks file on `layers` (every layer it has when empty), and what it

@@ -238,8 +238,17 @@ MethodTableResult runMethodTable(const TransformerModel& model, const std::vecto
     const bool dumpRopes = dump && keysCanBeRotated(*dump);
 
     MethodTableResult out;
-    const double fp32 = perplexity(model, sequences).perplexity();
-    out.rows.push_back({"fp32", "fp32", 32, 32, fp32, std::nullopt, "the model as it is"});
+    const auto fp32Result = perplexity(model, sequences);
+    out.rows.push_back({"fp32",
+                        "fp32",
+                        32,
+                        32,
+                        fp32Result.perplexity(),
+                        std::nullopt,
+                        "the model as it is",
+                        fp32Result.sequenceNll,
+                        fp32Result.sequenceTokens,
+                        {}});
     const double step = 1.0 / double(s.methods.size());
     for (std::size_t mi = 0; mi < s.methods.size(); ++mi) {
         const auto& m = s.methods[mi];
@@ -264,7 +273,10 @@ MethodTableResult runMethodTable(const TransformerModel& model, const std::vecto
             row.family += cat("+r", m.refine);
         if (m.kind == TableMethod::Kivi) {
             auto counts = std::make_shared<KiviCounts>();
-            row.perplexity = perplexity(model, sequences, kiviHook(m.kivi, cfg, layers, counts)).perplexity();
+            const auto r = perplexity(model, sequences, kiviHook(m.kivi, cfg, layers, counts));
+            row.perplexity = r.perplexity();
+            row.sequenceNll = r.sequenceNll;
+            row.sequenceTokens = r.sequenceTokens;
             row.bits = counts->bitsPerValue(); // what a cached token costs: B, scales, zeros, FP16 window
             row.effectiveBits = row.bits;
             row.settings = cat(m.kivi.bits, m.kivi.bits == 1 ? " bit" : " bits", ", groups of ", m.kivi.group,
@@ -322,7 +334,10 @@ MethodTableResult runMethodTable(const TransformerModel& model, const std::vecto
             if (m.kind == TableMethod::File)
                 row.family = codebooksFamily(file);
             row.perplexity = measured.perplexity;
+            row.sequenceNll = measured.sequenceNll;
+            row.sequenceTokens = measured.sequenceTokens;
         }
+        row.deltaInterval = deltaPercentInterval(row.sequenceNll, fp32Result.sequenceNll, fp32Result.sequenceTokens);
         out.rows.push_back(row);
     }
     return out;

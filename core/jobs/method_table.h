@@ -18,6 +18,7 @@
 // model's head_dim (the paper's D = 128 on its models; paperBpa) where D divides the model's kv_dim,
 // else the setting suggestBpa finds closest to it.
 
+#include "core/base/bootstrap.h"
 #include "core/cluster/cluster_backend.h"
 #include "core/cluster/codebook_file.h"
 #include "core/cluster/kivi.h"
@@ -87,6 +88,10 @@ struct MethodTableRow {
     double perplexity = 0;
     std::optional<double> attentionRelL2; // mean over the dump's layers, where measured
     std::string settings;                 // what it ran as: "D=128 R=16 K=256 gskm grad-log", ...
+    // Each sequence's mean NLL per predicted token and its predicted tokens; the paired bootstrap's
+    // 95% interval of Δ% against fp32 (invalid for fp32's own row).
+    std::vector<double> sequenceNll, sequenceTokens;
+    Interval deltaInterval;
 };
 
 struct MethodTableResult {

@@ -198,6 +198,8 @@ std::vector<MetricRow> methodTableMetrics(const MethodTableResult& r)
         out.push_back({"perplexity", row.family, row.name, -1, -1, "effective_bits", row.effectiveBits});
         if (row.attentionRelL2)
             out.push_back({"perplexity", row.family, row.name, -1, -1, "attention_rel_l2", *row.attentionRelL2});
+        for (auto& m : sequenceMetrics(row.family, row.name, row.sequenceNll, row.sequenceTokens, row.deltaInterval))
+            out.push_back(std::move(m));
     }
     return out;
 }
@@ -241,11 +243,29 @@ std::vector<MetricRow> pplMetrics(const std::string& method, const std::string& 
     return {p, b, e};
 }
 
+std::vector<MetricRow> sequenceMetrics(const std::string& method, const std::string& tensor,
+                                       const std::vector<double>& nll, const std::vector<double>& tokens,
+                                       const Interval& deltaInterval)
+{
+    std::vector<MetricRow> out;
+    for (std::size_t i = 0; i < nll.size(); ++i)
+        out.push_back({"perplexity", method, tensor, int(i), -1, "sequence_nll", nll[i]});
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+        out.push_back({"perplexity", method, tensor, int(i), -1, "sequence_tokens", tokens[i]});
+    if (deltaInterval.valid()) {
+        out.push_back({"perplexity", method, tensor, -1, -1, "delta_percent_low", deltaInterval.lo});
+        out.push_back({"perplexity", method, tensor, -1, -1, "delta_percent_high", deltaInterval.hi});
+    }
+    return out;
+}
+
 RunPerplexities runPerplexities(const std::vector<MetricRow>& metrics, const std::vector<SeriesPoint>& series)
 {
     struct Entry {
         std::string family, label;
         std::optional<double> ppl, bits, effective;
+        Interval interval;
+        std::map<int, double> nll, tokens;
     };
     std::vector<Entry> entries; // in the order first recorded
     std::map<std::pair<std::string, std::string>, std::size_t> at;
@@ -256,7 +276,7 @@ RunPerplexities runPerplexities(const std::vector<MetricRow>& metrics, const std
         auto it = at.find(key);
         if (it == at.end()) {
             it = at.emplace(key, entries.size()).first;
-            entries.push_back({m.method, m.tensor, {}, {}, {}});
+            entries.push_back({m.method, m.tensor, {}, {}, {}, {}, {}, {}});
         }
         Entry& e = entries[it->second];
         if (m.name == "perplexity")
@@ -265,7 +285,22 @@ RunPerplexities runPerplexities(const std::vector<MetricRow>& metrics, const std
             e.bits = m.value;
         else if (m.name == "effective_bits")
             e.effective = m.value;
+        else if (m.name == "delta_percent_low")
+            e.interval.lo = m.value;
+        else if (m.name == "delta_percent_high")
+            e.interval.hi = m.value;
+        else if (m.name == "sequence_nll" && m.stage >= 0)
+            e.nll[m.stage] = m.value;
+        else if (m.name == "sequence_tokens" && m.stage >= 0)
+            e.tokens[m.stage] = m.value;
     }
+    const auto values = [](const std::map<int, double>& byIndex) {
+        std::vector<double> v;
+        for (const auto& [i, x] : byIndex)
+            if (i == int(v.size())) // a gap: not a full record, none
+                v.push_back(x);
+        return v.size() == byIndex.size() ? v : std::vector<double>();
+    };
     RunPerplexities out;
     for (auto& e : entries) {
         if (!e.ppl)
@@ -273,6 +308,8 @@ RunPerplexities runPerplexities(const std::vector<MetricRow>& metrics, const std
         // FP32: "FP32 layers -" from a ppl run of codebooks files, family "fp32" in a comparison.
         if (e.family == "fp32" || (e.family == "-" && e.label.rfind("FP32", 0) == 0)) {
             out.fp32 = e.ppl;
+            out.fp32SequenceNll = values(e.nll);
+            out.sequenceTokens = values(e.tokens);
             continue;
         }
         if (!e.bits) // recorded before bits were metrics: the series point at this perplexity
@@ -281,8 +318,8 @@ RunPerplexities runPerplexities(const std::vector<MetricRow>& metrics, const std
                     e.bits = s.x;
         if (!e.bits || !std::isfinite(*e.bits))
             continue; // a single layer of --per-layer
-        out.points.push_back(
-            {e.family, e.label, *e.bits, e.effective.value_or(*e.bits), *e.ppl, e.effective.has_value()});
+        out.points.push_back({e.family, e.label, *e.bits, e.effective.value_or(*e.bits), *e.ppl,
+                              e.effective.has_value(), e.interval, values(e.nll)});
     }
     return out;
 }

@@ -102,6 +102,13 @@ MetricRow pplMetric(const std::string& method, const std::string& codebooks, con
 std::vector<MetricRow> pplMetrics(const std::string& method, const std::string& codebooks, const std::string& layers,
                                   double ppl, double bits, double effectiveBits);
 
+// One evaluation's sequences as metric rows beside its perplexity (same scope, method and tensor):
+// "sequence_nll" and "sequence_tokens" with stage = the sequence's index, and its Δ% interval
+// against FP32 as "delta_percent_low" and "delta_percent_high" where it is valid.
+std::vector<MetricRow> sequenceMetrics(const std::string& method, const std::string& tensor,
+                                       const std::vector<double>& nll, const std::vector<double>& tokens,
+                                       const Interval& deltaInterval);
+
 // A ppl run's evaluations, read back from its rows: FP32's perplexity and each evaluated cache that
 // has bits (a whole codebooks file or a comparison's method; not --per-layer's single layers), for
 // the perplexity-against-bits charts of both pages and the Runs page's comparison of runs.
@@ -112,10 +119,13 @@ struct PerplexityPoint {
     double effectiveBits = 0; // the nominal bits where a run recorded none (before they were)
     double perplexity = 0;
     bool effectiveRecorded = true; // false: effectiveBits is the nominal bits
+    Interval deltaInterval;        // Δ% against FP32, 95% (invalid: recorded before intervals were)
+    std::vector<double> sequenceNll;
 };
 struct RunPerplexities {
     std::optional<double> fp32;
-    std::vector<PerplexityPoint> points; // in the order recorded
+    std::vector<double> fp32SequenceNll, sequenceTokens; // FP32's per sequence (empty: not recorded)
+    std::vector<PerplexityPoint> points;                 // in the order recorded
 };
 // From the run's metric rows (scope "perplexity") and its series (<method>.perplexity_vs_bpa gives
 // the bits of runs recorded before their bits were metrics).

@@ -78,9 +78,14 @@ PerplexityResult perplexity(const TransformerModel& model, const std::vector<std
     for (const auto& seq : sequences) {
         TransformerModel::Cache cache;
         const MatrixRF logits = model.forward(seq, cache, hook);
+        double nll = 0;
         for (std::size_t t = 0; t + 1 < seq.size(); ++t)
-            r.nll += nllOf(logits.row(Eigen::Index(t)), seq[t + 1]);
-        r.tokens += std::int64_t(seq.size()) - 1;
+            nll += nllOf(logits.row(Eigen::Index(t)), seq[t + 1]);
+        const auto predicted = std::int64_t(seq.size()) - 1;
+        r.nll += nll;
+        r.tokens += predicted;
+        r.sequenceNll.push_back(predicted > 0 ? nll / double(predicted) : 0.0);
+        r.sequenceTokens.push_back(double(std::max<std::int64_t>(predicted, 0)));
     }
     return r;
 }

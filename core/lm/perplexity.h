@@ -31,6 +31,9 @@ CodebookCost codebookCost(const CodebookFile& file, const std::vector<int>& quan
 struct PerplexityResult {
     double nll = 0;          // Σ −log p(next token), natural log
     std::int64_t tokens = 0; // predictions: S·(T − 1)
+    // Per sequence, in order: its mean NLL per predicted token and its predicted tokens (the
+    // paired bootstrap's inputs, core/base/bootstrap.h).
+    std::vector<double> sequenceNll, sequenceTokens;
     double perplexity() const;
 };
 
