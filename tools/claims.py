@@ -124,8 +124,8 @@ TITLES = {1: "GSRQ below KM-RQ at every rate", 2: "The gap grows as bits fall",
 def generate(paths):
     tables = [Table(p) for p in paths]
     lines = [BEGIN, "",
-             f"Computed by `python3 tools/claims.py` from the {len(tables)} raw table{'s' if len(tables) != 1 else ''} "
-             "in docs/real-models/raw/ (tools/real_table.py's table.json, unedited). Each line is a contrast of Δ% "
+             f"Computed by `python3 tools/claims.py` from {len(tables)} raw table{'s' if len(tables) != 1 else ''} "
+             "(tools/real_table.py's table.json, unedited; each claim names its file). Each line is a contrast of Δ% "
              "in points of perplexity change against FP32, on the same sequences, with its "
              f"{stats.DESCRIPTION} interval: a claim *holds* where the whole interval is below 0, *does not hold* "
              "where it is above, and is *within the interval* otherwise.", ""]
@@ -141,7 +141,13 @@ def generate(paths):
                 lines += [f"     - {x}" for x in mine]
         if not found:
             lines.append("   - not measured in these tables")
-    lines += ["", END]
+    lines += ["", "The tables these claims come from, as real_table.py writes them:", ""]
+    for t in tables:
+        md = real_table.markdown(t.t).rstrip("\n").split("\n")
+        lines.append(f"### {md[0].lstrip('# ')} ({os.path.basename(t.path)})")
+        lines += md[1:]
+        lines.append("")
+    lines.append(END)
     return "\n".join(lines) + "\n"
 
 

@@ -566,7 +566,10 @@ def main(argv=None):
         log(f"{info['model_type']}: {info['num_layers']} layers, {info['heads']} heads on {info['kv_heads']} KV heads "
             f"of head_dim {info['head_dim']}")
 
-        calib = os.path.join(out, f"calib-{a.calib_samples}x{a.seq_len}")
+        # Another text's calibration dump has its own name: a later run in the same --out never takes
+        # one for the other.
+        calib = os.path.join(out, f"calib-{a.calib_samples}x{a.seq_len}" if calib_name == text_name
+                             else f"calib-{calib_name}-{a.calib_samples}x{a.seq_len}")
         evald = os.path.join(out, f"eval-{a.eval_samples}x{a.seq_len}")
         log(f"calibration dump: {a.calib_samples} × {a.seq_len} tokens with gradients -> {calib}")
         seconds["calibration dump"] = dump(a, loaded, calib_text, a.calib_samples, True, calib, "calibration")

@@ -115,8 +115,7 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
     const bool logX = lo > 0 && hi / lo >= 4;
     chart.setLogX(logX);
     chart.setLogY(pLo > 0 && pHi / pLo > 10); // a 1-bit KIVI far above the rest
-    chart.setTitle(anyInterval ? QObject::tr("Perplexity against effective bits (codewords counted), with 95% "
-                                             "intervals")
+    chart.setTitle(anyInterval ? QObject::tr("Perplexity against effective bits, 95% intervals")
                                : QObject::tr("Perplexity against effective bits (codewords counted)"));
     chart.setAxisTitles(QObject::tr("effective bits per activation"), QObject::tr("perplexity"));
     for (auto& [name, points] : series) {

@@ -374,12 +374,20 @@ void RunsPage::onSelectionChanged()
                 if (!r.error.empty())
                     text += tr("error: %1\n").arg(QString::fromStdString(r.error));
                 text += tr("\nsettings %1\n\nfinal metrics\n").arg(QString::fromStdString(r.settingsJson));
+                int perSequence = 0; // each evaluation's sequences: the intervals' data, not a figure to read
                 for (const auto& m : store.metrics(id))
-                    if (m.scope == "final" || m.scope == "heldout" || m.scope == "attention" || m.scope == "perplexity")
+                    if (m.scope == "perplexity" && m.stage >= 0)
+                        ++perSequence;
+                    else if (m.scope == "final" || m.scope == "heldout" || m.scope == "attention" ||
+                             m.scope == "perplexity")
                         text += QStringLiteral("  %1 %2 %3 %4 = %5\n")
                                     .arg(QString::fromStdString(m.scope), QString::fromStdString(m.tensor),
                                          QString::fromStdString(m.method), QString::fromStdString(m.name))
                                     .arg(m.value, 0, 'g', 6);
+                if (perSequence > 0)
+                    text += tr("  (and %1 per-sequence figures behind the intervals: gsrq runs show %2 --json)\n")
+                                .arg(perSequence)
+                                .arg(id);
                 for (const auto& a : store.artifacts(id))
                     text += tr("artifact %1 (sha256 %2)\n")
                                 .arg(QString::fromStdString(a.path), QString::fromStdString(a.sha256));

