@@ -27,11 +27,9 @@ import os
 import re
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from gsrqtools import stats  # noqa: E402
-from gsrqtools.hf import InputError  # noqa: E402
-import real_table  # noqa: E402
+import real_table
+from gsrqtools import stats
+from gsrqtools.hf import InputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RAW = os.path.join(ROOT, "docs", "real-models", "raw")
