@@ -160,6 +160,7 @@ private slots:
     void unusableStoreIsADialog();
     void chartsExportPngSvgCsv();
     void logAxesKeepTheEndPointsInside();
+    void seriesWithErrorBarsKeepTheirColours();
     void histogramsAreBars();
     void legendNamesWrapWhereTheyDoNotFit();
     void badSettingIsAMessage();
@@ -1206,6 +1207,35 @@ void TestStudio::logAxesKeepTheEndPointsInside()
     QFile f(csv);
     QVERIFY(f.open(QIODevice::ReadOnly));
     QVERIFY(f.readAll().contains("\"fp32\",120,0.5\n\"fp32\",900,0.5\n")); // as given
+}
+
+// Every series keeps a colour of its own: three methods, each with error bars (which are series of
+// the chart too), drawn in three colours, and each whisker in its series' colour. (With the theme's
+// five-colour cycle, whiskers took colours and the third method came out in the first's.)
+void TestStudio::seriesWithErrorBarsKeepTheirColours()
+{
+    views::ChartPanel chart("c", "bits", "perplexity");
+    for (const QString name : {"gsrq", "kivi", "km-rq"}) {
+        chart.setSeries(name, {{1, 80}, {2, 70}});
+        chart.setIntervals(name, {{75, 85}, {65, 75}});
+    }
+    chart.flush();
+    QMap<QString, QColor> colours;
+    QList<QColor> whiskers;
+    for (auto* s : chart.view()->chart()->series()) {
+        auto* line = qobject_cast<QLineSeries*>(s);
+        QVERIFY(line);
+        if (s->name().isEmpty())
+            whiskers << line->pen().color();
+        else
+            colours[s->name()] = line->color();
+    }
+    QCOMPARE(colours.size(), 3);
+    QVERIFY(colours["gsrq"] != colours["kivi"] && colours["kivi"] != colours["km-rq"] &&
+            colours["gsrq"] != colours["km-rq"]);
+    QCOMPARE(whiskers.size(), 6);
+    for (const auto& c : whiskers)
+        QVERIFY(colours.values().contains(c));
 }
 
 void TestStudio::histogramsAreBars()

@@ -100,12 +100,28 @@ bool ChartPanel::pointsDrawn(const QString& name) const
     return s && s->pointsVisible();
 }
 
+QColor ChartPanel::seriesColor(const QString& name) const
+{
+    // Tableau 10: ten hues told apart on screen and in print. The theme's own palette cycles over
+    // every series the chart holds, whiskers included, and gave two methods one colour.
+    static const QColor palette[] = {QColor(0x4e79a7), QColor(0xf28e2b), QColor(0xe15759), QColor(0x76b7b2),
+                                     QColor(0x59a14f), QColor(0xedc948), QColor(0xb07aa1), QColor(0xff9da7),
+                                     QColor(0x9c755f), QColor(0xbab0ac)};
+    const auto at = m_order.indexOf(name);
+    return palette[std::size_t(std::max<qsizetype>(at, 0)) % std::size(palette)];
+}
+
 QLineSeries* ChartPanel::seriesFor(const QString& name)
 {
     if (auto* s = m_series.value(name))
         return s;
     auto* s = new QLineSeries();
     s->setName(name);
+    QPen pen = s->pen();
+    pen.setColor(seriesColor(name));
+    pen.setWidthF(2);
+    s->setPen(pen);
+    s->setBrush(seriesColor(name)); // the point markers
     QAbstractSeries* drawn = s;
     if (m_histograms.contains(name)) {
         // Bars: the area between the outline and a baseline (zero, or below the smallest count
@@ -116,7 +132,7 @@ QLineSeries* ChartPanel::seriesFor(const QString& name)
         lower->setParent(area);
         area->setName(name);
         m_view->chart()->addSeries(area);
-        QColor c = area->color();
+        QColor c = seriesColor(name);
         area->setBorderColor(c);
         c.setAlpha(110);
         area->setColor(c);

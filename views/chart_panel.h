@@ -9,6 +9,7 @@
 #include "core/base/stats.h"
 
 #include <QChartView>
+#include <QColor>
 #include <QHash>
 #include <QList>
 #include <QPair>
@@ -42,6 +43,9 @@ public:
     // points() and the CSV export give its bins as (centre, count).
     void setHistogram(const QString& name, const Histogram& h);
     bool isHistogram(const QString& name) const { return m_histograms.contains(name); }
+    // A series' colour: the palette's, by the order the series were first set (error bars and
+    // reference lines take none of it), so that no two of the first ten series share one.
+    QColor seriesColor(const QString& name) const;
     // Error bars of a series: one (low, high) interval of y per point, in the points' order, drawn as
     // vertical whiskers in the series' colour (a 95% interval, say); cleared by an empty list and
     // by setSeries. The axes fit them; the CSV export gives them as columns low and high.
