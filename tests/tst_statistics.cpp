@@ -133,6 +133,9 @@ void TestStatistics::refusesUnpairedInput()
 {
     const auto msg = test::invalidInputMessage([] { deltaPercentInterval({1, 2}, {1, 2, 3}, {1, 1, 1}); });
     QVERIFY2(msg.find("per sequence") != std::string::npos, msg.c_str());
+    const auto zero = test::invalidInputMessage([] { deltaPercentInterval({1, 2}, {1, 2}, {3, 0}); });
+    QVERIFY2(zero.find("positive count") != std::string::npos, zero.c_str());
+    QVERIFY(std::isnan(quantile({1, std::nan(""), 2}, 0.5)));
     QVERIFY(!pairedBootstrap(0, [](const std::vector<std::size_t>&) { return 0.0; }).valid());
 }
 

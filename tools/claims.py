@@ -57,6 +57,7 @@ class Table:
         calib = self.t.get("calib_text_name") or self.t["text"]
         self.title = (f"{self.t['model_title']}, {self.t['text']}"
                       + (f" (calibrated on {calib})" if calib != self.t["text"] else "")
+                      + (", out of domain" if self.t.get("out_of_domain") else "")
                       + f", {self.t['eval_sequences']} × {self.t['seq_len']} tokens, "
                       f"{self.t.get('seeds', 1)} seed{'s' if self.t.get('seeds', 1) != 1 else ''}")
 

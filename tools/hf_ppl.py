@@ -45,6 +45,11 @@ def sequence_nll(model, seqs, device, torch):
     return out
 
 
+def perplexity(model, seqs, device, torch):
+    """The perplexity of every predicted token of seqs together."""
+    return perplexity_of(sequence_nll(model, seqs, device, torch), sequence_tokens(seqs))
+
+
 def sequence_tokens(seqs):
     return [len(s) - 1 for s in seqs]
 

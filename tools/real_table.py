@@ -192,6 +192,32 @@ def peak_rss_gib():
         return None
 
 
+def stamp_out(out, model, calib_text, eval_text):
+    """--out keeps one model's work on one evaluation and calibration text: its dumps and codebooks are
+    reused by name, so another model's or text's run there is refused (exit 2) rather than mixed in."""
+    def size(p):
+        return os.path.getsize(p) if os.path.isfile(p) else None
+    want = {"model": os.path.abspath(model), "model_bytes": size(model), "calib_text": os.path.abspath(calib_text),
+            "eval_text": os.path.abspath(eval_text)}
+    path = os.path.join(out, "stamp.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            have = json.load(f)
+        for k, v in want.items():
+            if k in have and have[k] != v:
+                raise InputError(f"--out {out}: holds the work of {k} {have[k]}, not {v}: give another --out")
+    write_atomic(path, json.dumps(want, indent=1))
+
+
+def sha256_of(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def write_atomic(path, body):
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write(body)
@@ -219,16 +245,19 @@ def measure_rows(a, loaded, info, methods, books, eval_text, out, text_name):
     ppl_dir = os.path.join(out, f"ppl-{text_name}-{a.eval_sequences}x{a.seq_len}")
     os.makedirs(ppl_dir, exist_ok=True)
 
-    def unit(key, measure):
+    def unit(key, measure, books=None):
+        """A measurement kept under ppl_dir: reused only for the same sequences (and codebooks file)."""
         path = os.path.join(ppl_dir, re.sub(r"[^A-Za-z0-9.@-]+", "_", key) + ".json")
+        books_sha = sha256_of(books) if books else None
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as f:
                 r = json.load(f)
-            if r.get("sequences_sha256") == sha:
+            if r.get("sequences_sha256") == sha and r.get("codebooks_sha256") == books_sha:
                 return r
         log(f"  perplexity of {key}")
         r = measure()
         r["sequences_sha256"] = sha
+        r["codebooks_sha256"] = books_sha
         write_atomic(path, json.dumps(r))
         return r
 
@@ -261,7 +290,7 @@ def measure_rows(a, loaded, info, methods, books, eval_text, out, text_name):
             per_seed = []
             for seed, path, summary in books[m["name"]]:
                 r = unit(os.path.basename(path), lambda: hf_ppl.measure_codebooks(model, info, path, seqs, device,
-                                                                                  torch))
+                                                                                  torch), books=path)
                 ppl, delta = entry(r["sequence_nll"])
                 per_seed.append({"seed": seed, "perplexity": ppl, "delta_percent": delta,
                                  "train_nmse": summary["train_nmse"], "heldout_nmse": summary["heldout_nmse"],
@@ -332,7 +361,8 @@ def markdown(report):
              f"FP32 perplexity {report['fp32']:.4f} on {report['eval_sequences']} × {report['seq_len']} tokens of "
              f"the evaluation part of {report['text']}; calibration {report['calib_samples']} × {report['seq_len']} "
              f"tokens of {calib}'s calibration part"
-             + (" (out of domain)" if calib != report["text"] else " (in domain)")
+             + {True: " (out of domain)", False: " (in domain)"}.get(
+                 report["out_of_domain"] if "out_of_domain" in report else calib != report["text"], "")
              + f"; every layer's keys and values quantized; {seeds} seed{'s' if seeds != 1 else ''} per trained "
              f"method. Δ%: against FP32; interval: {report.get('interval', stats.DESCRIPTION)}.", "",
              "| method | bits | effective bits¹ | perplexity | Δ% | Δ% 95% interval | seeds | train NMSE | held-out NMSE | "
@@ -387,15 +417,31 @@ def load_table(path):
     if not isinstance(t.get("sequence_tokens"), list):
         raise InputError(f"{path}: has no per-sequence figures (\"sequence_tokens\"): a table from before they were "
                          "recorded; measure it again")
+    tokens = t["sequence_tokens"]
+    if not tokens or not all(isinstance(x, (int, float)) and x > 0 for x in tokens):
+        raise InputError(f"{path}: \"sequence_tokens\" is not a positive count per sequence")
+    for k in ("model_title", "text", "seq_len", "eval_sequences", "kv_values_per_token"):
+        if k not in t:
+            raise InputError(f"{path}: no \"{k}\" (not a table.json of tools/real_table.py)")
+
+    def numbers(x):
+        return (isinstance(x, list) and len(x) == len(tokens)
+                and all(isinstance(v, (int, float)) and math.isfinite(v) for v in x))
     for i, r in enumerate(t["rows"]):
         if not isinstance(r, dict) or not isinstance(r.get("name"), str):
             raise InputError(f"{path}: row {i + 1} has no \"name\"")
-        nll = r.get("sequence_nll")
-        if (not isinstance(nll, list) or len(nll) != len(t["sequence_tokens"])
-                or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in nll)):
+        if not numbers(r.get("sequence_nll")):
             raise InputError(f"{path}: {r['name']}'s \"sequence_nll\" is not one number per sequence")
-        if not isinstance(r.get("perplexity"), (int, float)) or not r["perplexity"] > 0:
-            raise InputError(f"{path}: {r['name']}'s \"perplexity\" is not a positive number")
+        for k in ("perplexity", "bits"):
+            if not isinstance(r.get(k), (int, float)) or not r[k] > 0:
+                raise InputError(f"{path}: {r['name']}'s \"{k}\" is not a positive number")
+        if not isinstance(r.get("delta_percent"), (int, float)):
+            raise InputError(f"{path}: {r['name']}'s \"delta_percent\" is not a number")
+        for x in r.get("seeds") or []:
+            if (not isinstance(x, dict) or not isinstance(x.get("seed"), int) or not numbers(x.get("sequence_nll"))
+                    or not isinstance(x.get("perplexity"), (int, float))):
+                raise InputError(f"{path}: {r['name']}'s \"seeds\" entry {x.get('seed') if isinstance(x, dict) else x} "
+                                 "lacks its seed, perplexity or one NLL per sequence")
     if t["rows"][0]["name"] != "fp32":
         raise InputError(f"{path}: the first row must be fp32 (every Δ is against it)")
     return t
@@ -414,8 +460,10 @@ def merge(paths, out):
             if t.get(k) != base.get(k):
                 raise InputError(f"{p}: {k} is {t.get(k)!r} where {paths[0]} has {base.get(k)!r}: tables of other "
                                  "settings do not merge")
+        # The same sequences give FP32 the same NLL to float rounding (1e-4 nat allows another device or
+        # BLAS); other sequences differ by tenths.
         if (t["sequence_tokens"] != base["sequence_tokens"]
-                or max(abs(x - y) for x, y in zip(t["rows"][0]["sequence_nll"], fp32)) > 1e-6):
+                or max(abs(x - y) for x, y in zip(t["rows"][0]["sequence_nll"], fp32)) > 1e-4):
             raise InputError(f"{p}: measured other sequences than {paths[0]} (FP32's per-sequence NLL differs)")
     tokens = base["sequence_tokens"]
     rows, order = {}, []
@@ -433,7 +481,8 @@ def merge(paths, out):
                 continue  # FP32 and KIVI: no seeds, the same measurement
             by_seed = {x["seed"]: x for x in have["seeds"]}
             for x in r["seeds"]:
-                if x["seed"] in by_seed and abs(by_seed[x["seed"]]["perplexity"] - x["perplexity"]) > 1e-9:
+                if (x["seed"] in by_seed
+                        and abs(by_seed[x["seed"]]["perplexity"] / x["perplexity"] - 1) > 1e-6):
                     raise InputError(f"{p}: {r['name']} seed {x['seed']} has perplexity {x['perplexity']} where "
                                      f"another table has {by_seed[x['seed']]['perplexity']}")
                 by_seed[x["seed"]] = x
@@ -476,6 +525,8 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=1,
                     help="train each codebook method this many times (K-means seeds 0 … N−1); the table gives the "
                          "mean, the spread, and an interval over seeds and sequences")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="the first seed (seeds S … S+N−1): jobs of a Slurm array train other seeds, merged after")
     ap.add_argument("--calib", help="calibration text file (instead of --text)")
     ap.add_argument("--eval", help="evaluation text file (instead of --text)")
     ap.add_argument("--budget", choices=sorted(BUDGETS), default="quick")
@@ -500,6 +551,8 @@ def main(argv=None):
                 raise InputError(f"--{k.replace('_', '-')} {getattr(a, k)}: must be at least 1")
         if a.seeds < 1:
             raise InputError(f"--seeds {a.seeds}: must be at least 1")
+        if a.first_seed < 0:
+            raise InputError(f"--first-seed {a.first_seed}: must be at least 0")
         methods = [parse_method(m.strip()) for m in (a.methods or budget["methods"]).split(",") if m.strip()]
         if not any(m["kind"] == "fp32" for m in methods):
             methods.insert(0, {"name": "fp32", "kind": "fp32"})
@@ -518,7 +571,8 @@ def main(argv=None):
             text_title = texts.TEXTS[a.text]["title"]
             text_name = a.text
             calib_name = a.text
-            if a.calib_text and a.calib_text != a.text:
+            out_of_domain = bool(a.calib_text and a.calib_text != a.text)
+            if out_of_domain:
                 try:
                     calib_text, _ = texts.prepare(a.calib_text)
                 except texts.InputError as e:
@@ -535,6 +589,7 @@ def main(argv=None):
             calib_text, eval_text, text_title = a.calib, a.eval, f"{a.calib} / {a.eval}"
             text_name = os.path.splitext(os.path.basename(a.eval))[0]
             calib_name = os.path.splitext(os.path.basename(a.calib))[0]
+            out_of_domain = None  # two files: whether they share a domain is the user's to say
         manifest = models.load_manifest()
         title = a.model
         name = a.model
@@ -551,6 +606,7 @@ def main(argv=None):
         out = a.out or os.path.join(cache_root(), "tables", f"{name}-{text_name}"
                                     + (f"-calib-{calib_name}" if calib_name != text_name else ""))
         os.makedirs(out, exist_ok=True)
+        stamp_out(out, a.model, calib_text, eval_text)
 
         log(f"loading {a.model}")
         try:  # this tool logs its own steps: transformers' per-tensor progress bars would bury them
@@ -581,7 +637,7 @@ def main(argv=None):
         for m in methods:
             if m["kind"] in ("trained", "cq"):
                 books[m["name"]] = []
-                for seed in range(a.seeds):  # every seed's K-means starts differ: a unit each
+                for seed in range(a.first_seed, a.first_seed + a.seeds):  # each seed's K-means starts: a unit
                     log(f"training {m['name']} (seed {seed}) on every layer's keys and values")
                     path, summary, s = train_method(a, m, calib, evald, out, seed)
                     books[m["name"]].append((seed, path, summary))
@@ -599,6 +655,7 @@ def main(argv=None):
         report = {"tool": "real_table.py", "model": a.model, "model_name": name, "model_title": title,
                   "model_type": info["model_type"], "head_dim": info["head_dim"], "text": text_name,
                   "text_title": text_title, "calib_text_name": calib_name, "calib_text": calib_text,
+                  "out_of_domain": out_of_domain,
                   "eval_text": eval_text, "budget": a.budget, "seq_len": a.seq_len, "calib_samples": a.calib_samples,
                   "eval_samples": a.eval_samples, "eval_sequences": a.eval_sequences, "iters": a.iters,
                   "seeds": a.seeds, "fp32": rows[0]["perplexity"], "sequence_tokens": tokens,

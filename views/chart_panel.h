@@ -43,8 +43,9 @@ public:
     // points() and the CSV export give its bins as (centre, count).
     void setHistogram(const QString& name, const Histogram& h);
     bool isHistogram(const QString& name) const { return m_histograms.contains(name); }
-    // A series' colour: the palette's, by the order the series were first set (error bars and
-    // reference lines take none of it), so that no two of the first ten series share one.
+    // A series' colour: the palette's, by the order the series were first set (error bars take none
+    // of it; a reference line keeps its place though it is drawn gray), so that no two of the first
+    // ten series share one.
     QColor seriesColor(const QString& name) const;
     // Error bars of a series: one (low, high) interval of y per point, in the points' order, drawn as
     // vertical whiskers in the series' colour (a 95% interval, say); cleared by an empty list and

@@ -95,7 +95,7 @@ std::string fmt(const char* format, double v)
 
 // Within one run, every two methods at the same bits (GSRQ against KM-RQ at 1 BPA, say): the gap in
 // points of Δ% with its paired 95% interval, where the run recorded its sequences.
-void printGaps(const RunPerplexities& p, std::int64_t id)
+void printGaps(const RunPerplexities& p, std::int64_t id, int seeds)
 {
     if (p.fp32SequenceNll.empty() || p.sequenceTokens.size() != p.fp32SequenceNll.size())
         return;
@@ -110,6 +110,10 @@ void printGaps(const RunPerplexities& p, std::int64_t id)
                 std::printf("\nrun %lld, methods at the same bits: the gap in points of Δ%% with its 95%% interval "
                             "(paired over the same sequences; an interval without 0 is not the sequences' noise)\n",
                             static_cast<long long>(id));
+                if (seeds > 1)
+                    std::printf("  (its rows are the means of %d training seeds: these intervals cover the sequences, "
+                                "not the seeds; tools/claims.py gives intervals over both)\n",
+                                seeds);
                 header = true;
             }
             const double gap = deltaPercent(a.sequenceNll, p.fp32SequenceNll, p.sequenceTokens) -
@@ -159,9 +163,9 @@ void printPerplexities(RunStore& store, std::int64_t idA, std::int64_t idB)
                    ")");
     };
     std::printf("\nperplexity (Δ against each run's FP32 with its 95%% interval, a paired bootstrap over the "
-                "sequences; bits a/b where the runs differ):\n%-40s %7s %11s %34s %34s\n",
+                "sequences; bits a/b where the runs differ):\n%-40s %7s %11s %38s %38s\n",
                 "method", "bits", "eff. bits", cat("run ", idA).c_str(), cat("run ", idB).c_str());
-    std::printf("%-40s %7s %11s %34s %34s\n", "fp32", "32", "32", cell(pa.fp32, std::nullopt, {}).c_str(),
+    std::printf("%-40s %7s %11s %38s %38s\n", "fp32", "32", "32", cell(pa.fp32, std::nullopt, {}).c_str(),
                 cell(pb.fp32, std::nullopt, {}).c_str());
     for (const auto& label : order) {
         const Row& r = rows[label];
@@ -171,12 +175,16 @@ void printPerplexities(RunStore& store, std::int64_t idA, std::int64_t idB)
                 return fmt("%.4g", *x) + "/" + fmt("%.4g", *y);
             return fmt("%.4g", x ? *x : *y);
         };
-        std::printf("%-40s %7s %11s %34s %34s\n", label.c_str(), both(r.bitsA, r.bitsB).c_str(),
+        std::printf("%-40s %7s %11s %38s %38s\n", label.c_str(), both(r.bitsA, r.bitsB).c_str(),
                     both(r.effA, r.effB).c_str(), cell(r.a, pa.fp32, r.ia).c_str(), cell(r.b, pb.fp32, r.ib).c_str());
     }
-    printGaps(pa, idA);
+    const auto seedsOf = [&](std::int64_t id) {
+        const auto j = nlohmann::json::parse(store.requireRun(id).settingsJson, nullptr, false);
+        return j.is_object() && j.contains("seeds") && j["seeds"].is_number_integer() ? j["seeds"].get<int>() : 1;
+    };
+    printGaps(pa, idA, seedsOf(idA));
     if (idB != idA)
-        printGaps(pb, idB);
+        printGaps(pb, idB, seedsOf(idB));
 }
 
 // A perplexity table measured outside gsrq (tools/real_table.py's table.json: a transformers or GGUF
@@ -239,6 +247,10 @@ void addPplTable(const std::string& path)
     }
     if (j.contains("sequence_tokens")) {
         const auto tokens = numbers(j["sequence_tokens"], "\"sequence_tokens\"");
+        for (double t : tokens)
+            if (!(t > 0))
+                throwInvalid("runs add-ppl: ", path, ": \"sequence_tokens\" holds ", t,
+                             ": each sequence's count of predicted tokens must be positive");
         for (auto& m : r.rows) {
             if (m.sequenceNll.empty())
                 continue;
@@ -271,6 +283,7 @@ void addPplTable(const std::string& path)
     settings["model_type"] = j.value("model_type", std::string());
     settings["budget"] = j.value("budget", std::string());
     settings["calib_samples"] = j.value("calib_samples", 0);
+    settings["seeds"] = j.contains("seeds") && j["seeds"].is_number_integer() ? j["seeds"].get<int>() : 1;
     std::vector<std::string> files;
     if (std::filesystem::is_regular_file(ps.model))
         files.push_back(ps.model);

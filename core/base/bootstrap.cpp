@@ -9,8 +9,8 @@ namespace gsrq {
 
 double quantile(std::vector<double> values, double q)
 {
-    if (values.empty())
-        return std::nan("");
+    if (values.empty() || std::any_of(values.begin(), values.end(), [](double v) { return std::isnan(v); }))
+        return std::nan(""); // no order among NaNs: no quantile
     std::sort(values.begin(), values.end());
     const double h = std::clamp(q, 0.0, 1.0) * double(values.size() - 1);
     const auto lo = std::size_t(std::floor(h));
@@ -38,11 +38,14 @@ Interval pairedBootstrap(std::size_t n, const std::function<double(const std::ve
 
 namespace {
 
-void checkLengths(std::size_t a, std::size_t b, std::size_t tokens)
+void checkLengths(std::size_t a, std::size_t b, const std::vector<double>& tokens)
 {
-    if (a != b || a != tokens)
+    if (a != b || a != tokens.size())
         throwInvalid("a paired interval needs one NLL and one token count per sequence for every method (got ", a, ", ",
-                     b, " and ", tokens, ")");
+                     b, " and ", tokens.size(), ")");
+    for (double t : tokens)
+        if (!(t > 0) || !std::isfinite(t))
+            throwInvalid("a paired interval needs a positive count of predicted tokens per sequence (got ", t, ")");
 }
 
 // Σ tᵢ (aᵢ − rᵢ) / Σ tᵢ over the drawn sequences: the log of the perplexities' ratio.
@@ -70,14 +73,14 @@ std::vector<std::size_t> all(std::size_t n)
 double deltaPercent(const std::vector<double>& method, const std::vector<double>& reference,
                     const std::vector<double>& tokens)
 {
-    checkLengths(method.size(), reference.size(), tokens.size());
+    checkLengths(method.size(), reference.size(), tokens);
     return 100 * std::expm1(logRatio(method, reference, tokens, all(method.size())));
 }
 
 Interval deltaPercentInterval(const std::vector<double>& method, const std::vector<double>& reference,
                               const std::vector<double>& tokens, const BootstrapSettings& s)
 {
-    checkLengths(method.size(), reference.size(), tokens.size());
+    checkLengths(method.size(), reference.size(), tokens);
     return pairedBootstrap(
         method.size(),
         [&](const std::vector<std::size_t>& d) { return 100 * std::expm1(logRatio(method, reference, tokens, d)); }, s);
@@ -86,8 +89,8 @@ Interval deltaPercentInterval(const std::vector<double>& method, const std::vect
 Interval gapInterval(const std::vector<double>& a, const std::vector<double>& b, const std::vector<double>& reference,
                      const std::vector<double>& tokens, const BootstrapSettings& s)
 {
-    checkLengths(a.size(), reference.size(), tokens.size());
-    checkLengths(b.size(), reference.size(), tokens.size());
+    checkLengths(a.size(), reference.size(), tokens);
+    checkLengths(b.size(), reference.size(), tokens);
     return pairedBootstrap(
         a.size(),
         [&](const std::vector<std::size_t>& d) {

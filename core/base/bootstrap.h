@@ -30,7 +30,7 @@ Interval pairedBootstrap(std::size_t n, const std::function<double(const std::ve
                          const BootstrapSettings& s = {});
 
 // The q-quantile (0 ≤ q ≤ 1) of values with linear interpolation between order statistics (NumPy's
-// default, Hyndman & Fan type 7); NaN for none.
+// default, Hyndman & Fan type 7); NaN for none, or where a value is NaN.
 double quantile(std::vector<double> values, double q);
 
 // Perplexity change in percent of `method` against `reference` on the same sequences: each entry is
@@ -38,7 +38,8 @@ double quantile(std::vector<double> values, double q);
 // 100 · (exp(Σ tᵢ mᵢ / Σ tᵢ − Σ tᵢ rᵢ / Σ tᵢ) − 1) is exactly the perplexities' Δ%.
 double deltaPercent(const std::vector<double>& method, const std::vector<double>& reference,
                     const std::vector<double>& tokens);
-// Its paired bootstrap interval. Throws Error(InvalidInput) when the three lengths differ.
+// Its paired bootstrap interval. Throws Error(InvalidInput) when the three lengths differ or a
+// sequence has no predicted token.
 Interval deltaPercentInterval(const std::vector<double>& method, const std::vector<double>& reference,
                               const std::vector<double>& tokens, const BootstrapSettings& s = {});
 // The gap between two methods in points of Δ% (Δ%(a) − Δ%(b), both against `reference`), with its

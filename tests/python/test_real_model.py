@@ -283,6 +283,12 @@ def test_quick_table_end_to_end(smollm2, devil, loaded, capsys, tmp_path):
     two = {row["name"]: row for row in json.loads((out / "table.json").read_text())["rows"]}["gsrq@1"]
     assert [x["seed"] for x in two["seeds"]] == [0, 1] and two["perplexity_sd"] is not None
     assert two["seeds"][0]["perplexity"] == pytest.approx(rows["gsrq@1"]["perplexity"], rel=1e-12)
+    # The same --out for another calibration text is refused before anything runs: its dumps and
+    # codebooks are reused by name, so mixing the two would mix their figures.
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "real_table.py"), "--model", "smollm2",
+                        "--text", "devil", "--calib-text", "debian-reference", "--budget", "quick", "--out", str(out),
+                        "--gsrq", GSRQ, "--no-db"], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and f"--out {out}" in r.stderr and "calib_text" in r.stderr, r.stderr
 
 
 def test_a_model_too_big_for_memory_is_refused(smollm2, monkeypatch):

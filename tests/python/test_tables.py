@@ -1,4 +1,4 @@
-"""Tables a reviewer trusts: the bootstrap of tools/gsrqtools/stats.py against closed-form cases, the
+"""Tables one can trust: the bootstrap of tools/gsrqtools/stats.py against closed-form cases, the
 seeds in its interval, tools/real_table.py's merge and refusals, and tools/claims.py: its verdicts on
 tables whose answer is known, and docs/real-models.md's claims section equal to a fresh generation
 from the raw tables. The tables here are synthetic (made below, no model runs); the document's are
@@ -103,7 +103,7 @@ def synthetic_table(tmp_path, name, seq_len=512, seeds=(0, 1, 2), methods=None, 
                                           {"bpa": bits, "settings": f"synthetic {m}"}, per_seed, fp32, tokens))
     t = {"tool": "real_table.py", "model": "/synthetic", "model_name": "synthetic", "model_title": "A synthetic model",
          "model_type": "llama", "head_dim": 64, "text": "devil", "text_title": "synthetic text",
-         "calib_text_name": calib or "devil", "budget": "table", "seq_len": seq_len, "calib_samples": 64,
+         "calib_text_name": calib or "devil", "out_of_domain": bool(calib), "budget": "table", "seq_len": seq_len, "calib_samples": 64,
          "eval_samples": 8, "eval_sequences": n, "iters": 25, "seeds": len(seeds), "fp32": rows[0]["perplexity"],
          "sequence_tokens": tokens, "interval": stats.DESCRIPTION, "kv_values_per_token": 2 * 30 * 192, "rows": rows,
          "seconds": {"training": 10.0}}
@@ -156,6 +156,23 @@ def test_refusals_name_the_file_or_flag(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps(old))
     r = tool("claims.py", str(tmp_path / "old.json"))
     assert r.returncode == 2 and "old.json" in r.stderr and "sequence_tokens" in r.stderr, r.stderr
+    for field, value, phrase in (("sequence_tokens", [0] * 24, "positive count"),
+                                 ("model_title", None, "no \"model_title\"")):
+        t = json.loads(synthetic_table(tmp_path, "f.json").read_text())
+        if value is None:
+            del t[field]
+        else:
+            t[field] = value
+        (tmp_path / "f.json").write_text(json.dumps(t))
+        r = tool("claims.py", str(tmp_path / "f.json"))
+        assert r.returncode == 2 and "f.json" in r.stderr and phrase in r.stderr, r.stderr
+    t = json.loads(synthetic_table(tmp_path, "g.json").read_text())
+    t["rows"][-1]["seeds"][0]["sequence_nll"] = [1.0]  # one NLL for 24 sequences
+    (tmp_path / "g.json").write_text(json.dumps(t))
+    r = tool("claims.py", str(tmp_path / "g.json"))
+    assert r.returncode == 2 and "g.json" in r.stderr and "seeds" in r.stderr, r.stderr
+    r = tool("real_table.py", "--model", "smollm2", "--text", "devil", "--first-seed", "-1")
+    assert r.returncode == 2 and "--first-seed -1" in r.stderr, r.stderr
 
 
 def test_claims_give_the_known_verdicts(tmp_path):

@@ -6,7 +6,9 @@ with replacement once and evaluates every method on that draw (paired): what the
 cancels in a difference. Where a method was trained with several seeds, each replicate also draws one
 of its seeds at random, so the interval covers both the sequences and the seeds (a two-level
 bootstrap). The interval is the percentile interval of the replicates, 95% unless told; the draws
-are seeded, so a table regenerates exactly.
+are seeded, so a table regenerates exactly. Drawing one seed per replicate gives the interval of
+what one training run of the method scores, wider than that of the seeds' mean (the row's figure):
+an interval that excludes 0 holds for any one seed, not only on average.
 
 Inputs are per sequence: each sequence's mean NLL per predicted token (natural log), and its
 predicted tokens as weights, so that exp(Σ tᵢ nllᵢ / Σ tᵢ) is the perplexity.
@@ -15,14 +17,12 @@ import math
 
 import numpy as np
 
+from gsrqtools.hf import InputError
+
 RESAMPLES = 10000
 LEVEL = 0.95
 SEED = 0x5EED0F5EED
 DESCRIPTION = "paired bootstrap over the sequences (and the seeds, where a row has several), percentile, 95%"
-
-
-class InputError(Exception):
-    """Exit code 2."""
 
 
 def _as_seeds(x):
@@ -33,6 +33,9 @@ def _as_seeds(x):
 
 def _check(arrays, tokens):
     n = len(tokens)
+    if n == 0 or not all(t > 0 for t in tokens):
+        raise InputError("a paired interval needs at least one sequence, each with a positive count of predicted "
+                         "tokens")
     for a in arrays:
         if a.shape[1] != n:
             raise InputError(f"a paired interval needs one NLL per sequence for every method ({a.shape[1]} against "
