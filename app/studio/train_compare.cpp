@@ -87,17 +87,8 @@ void TrainPage::compareMethods()
             }
             validateMethods(settings.methods, model.config(), "Methods");
             auto backend = gpu::makeBackend(backendRequest).backend;
-            RunInfo info;
-            info.kind = "ppl";
-            info.backend = backend->name();
-            info.device = backend->device();
-            info.dumpPath = modelPath.toStdString(); // as every ppl run; the training dump is in the settings
             PplRunSettings ps;
-            ps.model = modelPath.toStdString();
-            ps.tokenizer = tokPath.toStdString();
-            ps.text = textPath.toStdString();
-            ps.seqLen = kSeqLen;
-            ps.sequences = kSequences;
+            RunInfo info = pagePplRun(modelPath, tokPath, textPath, *backend, ps);
             for (const auto& m : settings.methods)
                 ps.methods.push_back(m.name);
             ps.trainDump = settings.trainDump;

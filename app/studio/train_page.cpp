@@ -462,17 +462,8 @@ void TrainPage::evaluatePerplexity()
             auto backend = gpu::makeBackend(backendRequest).backend;
             // Recorded from the start: the run's start and finish span the job (loading the model and
             // its text, then the measurement); a model that cannot be read fails the run.
-            RunInfo info;
-            info.kind = "ppl";
-            info.backend = backend->name();
-            info.device = backend->device();
-            info.dumpPath = modelPath.toStdString();
             PplRunSettings ps;
-            ps.model = modelPath.toStdString();
-            ps.tokenizer = tokPath.toStdString();
-            ps.text = textPath.toStdString();
-            ps.seqLen = kSeqLen;
-            ps.sequences = kSequences;
+            RunInfo info = pagePplRun(modelPath, tokPath, textPath, *backend, ps);
             ps.codebookSettings = {last->file.metadata};
             info.settingsJson = pplRunSettings(ps).dump();
             WorkerRecording rec(storePath, info, "", job, &m_ctx, {modelPath.toStdString()});
