@@ -713,15 +713,28 @@ void TestModel::generateReportsLatencyPerPath()
     QCOMPARE(j["weights"].toString(), QString("FP32"));
     const QString q = test::sourcePath("tests/data/tiny-llama-q.gguf");
     for (const auto& [w, want] :
-         {std::pair<QString, QString>{"blocks", "GGUF Q4_0, Q4_1, Q8_0 blocks for 15 of 15"}, {"fp32", "FP32"}}) {
+         {std::pair<QString, QString>{"blocks",
+                                      "GGUF Q4_0, Q4_1, Q8_0 blocks for 15 of 15 matrices (FP32 activations)"},
+          {"blocks-q8", "GGUF Q4_0, Q4_1, Q8_0 blocks for 15 of 15 matrices (8-bit activations"},
+          {"fp32", "FP32"}}) {
         r = test::gsrqRun({"--no-db", "generate", q, "--text", text, "-c", post, "--context", "64", "--prefill", "32",
                            "--tokens", "2", "--weights", w, "--json"});
         QVERIFY2(r.code == 0, r.err.constData());
-        QVERIFY2(QJsonDocument::fromJson(r.out).object()["weights"].toString().startsWith(want), r.out.constData());
+        const auto o = QJsonDocument::fromJson(r.out).object();
+        QVERIFY2(o["weights"].toString().startsWith(want), r.out.constData());
+        // The prefill's time beside the steps: 32 tokens, in the top level and each point.
+        QCOMPARE(o["prefill_tokens"].toInt(), 32);
+        QVERIFY(o["prefill_seconds"].toDouble() > 0);
+        QVERIFY(std::abs(o["prefill_tokens_per_second"].toDouble() * o["prefill_seconds"].toDouble() - 32) < 1e-6);
+        QCOMPARE(o["points"].toArray()[0].toObject()["prefill_tokens"].toInt(), 32);
     }
     r = test::gsrqRun({"--no-db", "generate", q, "--text", text, "-c", post, "--weights", "q4"});
     QCOMPARE(r.code, 2);
     QVERIFY(r.err.contains("--weights"));
+    // A prefill past the model's positions (the tiny model has 512): exit 2 naming --prefill.
+    r = test::gsrqRun({"--no-db", "generate", q, "--text", text, "-c", post, "--context", "700", "--prefill", "600"});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("--prefill 600"), r.err.constData());
 }
 
 // The decode step's products from GGUF blocks (core/lm/quant_matvec.h): random blocks of each type

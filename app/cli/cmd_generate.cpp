@@ -44,8 +44,10 @@ Command registerGenerate(CLI::App& root)
     cmd->add_option("--paths", o->paths, "fp16, lookup")->capture_default_str();
     cmd->add_option("--threads", o->threads, "The decode kernels' threads (0: one per core)")->capture_default_str();
     cmd->add_option("--weights", o->weights,
-                    "blocks: a GGUF model's products read its quantized blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K; FP32 "
-                    "activations), fp32: the dequantized FP32 matrices")
+                    "The prefill's and the step's products: blocks, a GGUF model's quantized blocks (Q4_0, Q4_1, "
+                    "Q8_0, Q4_K, Q6_K) with FP32 activations (the prefill's GEMMs read the FP32 matrices of the "
+                    "same values); blocks-q8, the blocks with activations rounded to 8 bits and integer dot "
+                    "products (llama.cpp's arithmetic); fp32, the dequantized FP32 matrices")
         ->capture_default_str();
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     cmd->add_flag("--quiet,-q", o->quiet, "No progress lines");
@@ -68,10 +70,10 @@ Command registerGenerate(CLI::App& root)
                 }
                 if (o->prefill < 2)
                     throwInvalid("--prefill ", o->prefill, ": at least 2 tokens");
-                if (o->weights != "blocks" && o->weights != "fp32")
-                    throwInvalid("--weights '", o->weights, "': blocks or fp32");
-                g.weights =
-                    o->weights == "fp32" ? TransformerModel::StepWeights::Fp32 : TransformerModel::StepWeights::Blocks;
+                const auto weights = parseStepWeights(o->weights);
+                if (!weights)
+                    throwInvalid("--weights '", o->weights, "': blocks-q8, blocks or fp32");
+                g.weights = *weights;
                 g.steps = o->steps;
                 g.threads = o->threads;
                 const auto books = readCodebookFile(o->codebooks);
@@ -83,6 +85,8 @@ Command registerGenerate(CLI::App& root)
                 src.lengthFlag = "--prefill";
                 const auto setup = openWithSequences(o->model, o->tokenizer, src);
                 const auto& model = setup.opened.model;
+                if (o->prefill > model.config().maxSeq)
+                    throwInvalid("--prefill ", o->prefill, ": past the model's ", model.config().maxSeq, " positions");
                 const auto& prefill = setup.seqs.sequences.front();
                 for (auto n : g.contexts)
                     if (n + g.steps + 1 > model.config().maxSeq)
@@ -118,12 +122,18 @@ Command registerGenerate(CLI::App& root)
                                            {"attention_share", p.stepMs > 0 ? p.attentionMs / p.stepMs : 0.0},
                                            {"tokens_per_second", p.tokensPerSecond},
                                            {"cache_bytes", p.cacheBytes},
+                                           {"prefill_tokens", rep.prefillTokens},
+                                           {"prefill_seconds", rep.prefillSeconds},
+                                           {"prefill_tokens_per_second", rep.prefillTokensPerSecond()},
                                            {"tokens", p.tokens}});
                         nlohmann::ordered_json j = {{"tool", "gsrq"},
                                                     {"version", kVersion},
                                                     {"command", "generate"},
                                                     {"settings", settings},
                                                     {"context_note", rep.contextNote},
+                                                    {"prefill_tokens", rep.prefillTokens},
+                                                    {"prefill_seconds", rep.prefillSeconds},
+                                                    {"prefill_tokens_per_second", rep.prefillTokensPerSecond()},
                                                     {"weights", rep.weights},
                                                     {"isa", rep.isa},
                                                     {"threads", rep.threads},
@@ -136,6 +146,10 @@ Command registerGenerate(CLI::App& root)
                                 o->model.c_str(), model.config().layers, model.config().heads, model.config().kvHeads,
                                 model.config().headDim(), rep.contextNote.c_str(), rep.isa.c_str(), rep.threads,
                                 rep.weights.c_str());
+                    std::printf("prefill: %lld tokens in %.2f s, %.1f tokens/s (chunks of %d, logits of the last token "
+                                "only)\n\n",
+                                (long long)rep.prefillTokens, rep.prefillSeconds, rep.prefillTokensPerSecond(),
+                                g.prefillChunk);
                     std::printf("  %8s %-7s %10s %12s %8s %10s %9s %12s\n", "context", "path", "ms/token",
                                 "attention ms", "share", "append ms", "tokens/s", "cache");
                     for (const auto& p : rep.points)

@@ -43,6 +43,10 @@ template <class Opts> PplInput pplInput(const Opts& o)
 {
     // The model first (its file's errors before the flags'); a llama2.c tokenizer only where it is read.
     PplInput in{openModel(o.model, o.tokenIds.empty() ? o.tokenizer : std::string()), {}};
+    const auto weights = parseStepWeights(o.weights);
+    if (!weights)
+        throwInvalid("--weights '", o.weights, "': fp32, blocks or blocks-q8");
+    in.opened.model.setForwardWeights(*weights);
     if (!o.tokenIds.empty() && (!o.text.empty() || o.generate))
         throwInvalid("--token-ids: not with --text or --generate");
     if (o.tokenIds.empty()) {
@@ -125,6 +129,7 @@ template <class Opts> PplRunSettings pplSettingsOf(const Opts& o)
     ps.sequences = o.sequences;
     ps.codebooks = o.codebooks;
     ps.layers = o.layers;
+    ps.weights = o.weights;
     return ps;
 }
 
@@ -235,7 +240,7 @@ template <class Opts> void runMethodTableCommand(const Opts& o)
 Command registerPerplexity(CLI::App& root)
 {
     struct Opts {
-        std::string model, tokenizer, text, tokenIds, layers;
+        std::string model, tokenizer, text, tokenIds, layers, weights = "fp32";
         bool generate = false, json = false, perLayer = false, quiet = false;
         std::uint64_t seed = 0;
         int seqLen = 256, sequences = 16;
@@ -263,6 +268,11 @@ Command registerPerplexity(CLI::App& root)
     cmd->add_option("--sequences", o->sequences, "Sequences")->capture_default_str();
     cmd->add_option("--codebooks,-c", o->codebooks, "Codebooks files (gsrq train) to measure, one or more");
     cmd->add_option("--layers", o->layers, "Only these layers' KV cache is quantized, e.g. 0-4 or 1,3 (default: all)");
+    cmd->add_option("--weights", o->weights,
+                    "The forward pass's products: fp32 (the dequantized FP32 matrices, exact), blocks (a GGUF model's "
+                    "quantized blocks, FP32 activations), blocks-q8 (the blocks with activations rounded to 8 bits, "
+                    "as gsrq generate runs by default): what the rounding costs in perplexity")
+        ->capture_default_str();
     cmd->add_flag("--per-layer", o->perLayer, "Also quantize one layer at a time: which layers are sensitive");
     cmd->add_option(
         "--methods", o->methods,

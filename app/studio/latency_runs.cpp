@@ -71,8 +71,8 @@ void LatencyPage::startGenerate()
             throwInvalid("Codebooks: choose the codebooks of every layer's keys and values");
         g.contexts = parseList(m_genContexts->text(), tr("Context lengths"));
         g.steps = m_genTokens->value();
-        g.weights = m_genWeights->currentData().toString() == "fp32" ? TransformerModel::StepWeights::Fp32
-                                                                     : TransformerModel::StepWeights::Blocks;
+        g.weights = parseStepWeights(m_genWeights->currentData().toString().toStdString())
+                        .value_or(TransformerModel::StepWeights::Blocks);
         g.threads = m_genThreads->value();
     } catch (const std::exception& e) {
         m_ctx.showMessage(QString::fromUtf8(e.what()));
@@ -140,6 +140,10 @@ void LatencyPage::startGenerate()
             [&] { return job.cancelled(); });
         rec.finish(job.cancelled() ? RunStatus::Cancelled : RunStatus::Done, generateRunSummary(report).dump());
         job.post([this, report] {
+            m_genLog->appendPlainText(tr("prefill: %1 tokens in %2 s, %3 tokens/s")
+                                          .arg(report.prefillTokens)
+                                          .arg(report.prefillSeconds, 0, 'f', 2)
+                                          .arg(report.prefillTokensPerSecond(), 0, 'f', 1));
             m_genLog->appendPlainText(tr("context: %1; kernels %2, %3 thread(s); weights: %4")
                                           .arg(QString::fromStdString(report.contextNote))
                                           .arg(QString::fromStdString(report.isa))

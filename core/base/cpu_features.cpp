@@ -28,6 +28,7 @@ CpuFeatures readFeatures()
         return f;
     f.avx2 = ymm && fma && f16c && (b & (1u << 5));
     f.avx512 = f.avx2 && zmm && (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31));
+    f.avx512vnni = f.avx512 && (c & (1u << 11));
 #endif
     return f;
 }

@@ -4,6 +4,7 @@
 #include "core/base/error.h"
 #include "core/base/stats.h"
 #include "core/decode/cpu_decode.h"
+#include "core/lm/quant_gemm.h"
 
 #include <algorithm>
 #include <chrono>
@@ -83,16 +84,18 @@ GenerateReport runGenerate(const TransformerModel& model, const std::vector<std:
     if (stop())
         return rep;
     TransformerModel::Cache pc;
-    const MatrixRF prefillLogits = model.forward(prefill, pc);
-    const std::int32_t first = argmax(prefillLogits.row(prefillLogits.rows() - 1));
+    const double p0 = nowMs();
+    const std::int32_t first = argmax(model.prefill(prefill, pc, o.prefillChunk, {}, o.weights));
+    rep.prefillSeconds = (nowMs() - p0) / 1000.0;
 
     rep.prefillTokens = P;
     rep.contextNote = cat("a ", P, "-token prefill of the text, repeated to each context length (keys and values ",
                           "copied; positions continue after the context)");
     const std::string blocks = model.weightBlocksNote();
-    rep.weights = o.weights == TransformerModel::StepWeights::Blocks && !blocks.empty()
+    rep.weights = o.weights == TransformerModel::StepWeights::Fp32 || blocks.empty() ? std::string("FP32")
+                  : o.weights == TransformerModel::StepWeights::Blocks
                       ? cat("GGUF ", blocks, " (FP32 activations)")
-                      : "FP32";
+                      : cat("GGUF ", blocks, " (8-bit activations, ", quantGemmIsa(), ")");
     const DecodeShape shape{cfg.heads, cfg.kvHeads, cfg.headDim()};
     for (const auto context : o.contexts) {
         for (const DecodePath path : o.paths) {

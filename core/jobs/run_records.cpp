@@ -163,20 +163,23 @@ nlohmann::ordered_json pplRunSettings(const PplRunSettings& s)
     nlohmann::ordered_json books = nlohmann::ordered_json::array();
     for (const auto& m : s.codebookSettings)
         books.push_back(m);
-    return {{"model", s.model},
-            {"tokenizer", s.tokenizer},
-            {"source", s.text.empty() ? "generate" : "text"},
-            {"text", s.text},
-            {"seed", s.seed},
-            {"seq_len", s.seqLen},
-            {"sequences", s.sequences},
-            {"codebooks", s.codebooks},
-            {"layers", s.layers},
-            {"codebook_settings", books},
-            {"methods", s.methods},
-            {"train_dump", s.trainDump},
-            {"train_iterations", s.trainIterations},
-            {"train_seed", s.trainSeed}};
+    nlohmann::ordered_json j = {{"model", s.model},
+                                {"tokenizer", s.tokenizer},
+                                {"source", s.text.empty() ? "generate" : "text"},
+                                {"text", s.text},
+                                {"seed", s.seed},
+                                {"seq_len", s.seqLen},
+                                {"sequences", s.sequences},
+                                {"codebooks", s.codebooks},
+                                {"layers", s.layers},
+                                {"codebook_settings", books},
+                                {"methods", s.methods},
+                                {"train_dump", s.trainDump},
+                                {"train_iterations", s.trainIterations},
+                                {"train_seed", s.trainSeed}};
+    if (s.weights != "fp32") // what every earlier run used, unnamed
+        j["weights"] = s.weights;
+    return j;
 }
 
 nlohmann::ordered_json methodTableSummary(const MethodTableResult& r)
@@ -453,20 +456,16 @@ nlohmann::ordered_json generateRunSettings(const std::string& model, const std::
     auto paths = nlohmann::ordered_json::array();
     for (const DecodePath p : o.paths)
         paths.push_back(decodePathName(p));
-    return {{"model", model},
-            {"text", text},
-            {"codebooks", codebooks},
-            {"contexts", o.contexts},
-            {"prefill", prefill},
-            {"steps", o.steps},
-            {"paths", paths},
-            {"threads", o.threads},
-            {"weights", o.weights == TransformerModel::StepWeights::Blocks ? "blocks" : "fp32"}};
+    return {{"model", model},         {"text", text},         {"codebooks", codebooks},
+            {"contexts", o.contexts}, {"prefill", prefill},   {"steps", o.steps},
+            {"paths", paths},         {"threads", o.threads}, {"weights", stepWeightsName(o.weights)}};
 }
 
 nlohmann::ordered_json generateRunSummary(const GenerateReport& r)
 {
     return {{"prefill_tokens", r.prefillTokens},
+            {"prefill_seconds", r.prefillSeconds},
+            {"prefill_tokens_per_second", r.prefillTokensPerSecond()},
             {"context_note", r.contextNote},
             {"weights", r.weights},
             {"isa", r.isa},

@@ -76,6 +76,7 @@ struct PplRunSettings {
     int seqLen = 0, sequences = 0;
     std::vector<std::string> codebooks; // the files measured; empty for codebooks held in memory
     std::string layers;                 // "" for all
+    std::string weights = "fp32";       // the forward pass's products (TransformerModel::StepWeights)
     // Each measured file's metadata (the app's in-memory codebooks: theirs).
     std::vector<std::map<std::string, std::string>> codebookSettings;
     // The comparison table (core/jobs/method_table.h): the methods as named, the dump trained

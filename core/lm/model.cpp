@@ -2,6 +2,7 @@
 #include "core/lm/model.h"
 
 #include "core/base/error.h"
+#include "core/lm/quant_gemm.h"
 #include "core/lm/quant_matvec.h"
 #include "core/lm/rope.h"
 
@@ -52,9 +53,51 @@ TransformerModel::TransformerModel(ModelConfig cfg, ModelWeights weights)
 {
 }
 
-MatrixRF TransformerModel::forward(std::span<const std::int32_t> tokens, Cache& cache, const KvHook& hook,
-                                   Logits logits) const
+MatrixRF TransformerModel::product(const MatrixRF& h, const MatrixRF& w, const std::vector<QuantMatrix>* q,
+                                   std::size_t l, StepWeights weights, const Q8Activations* hq) const
 {
+    const ModelWeightBlocks* blocks = weights == StepWeights::Fp32 ? nullptr : m_w.blocks.get();
+    const QuantMatrix* m = !blocks ? nullptr : q ? &(*q)[l] : &blocks->classifier;
+    if (!m || !*m)
+        return mulT(h, w);
+    // Many tokens with FP32 activations: the FP32 matrix holds the same values, and Eigen's GEMM
+    // reuses each weight across the tokens where the one-token kernels would reread the blocks.
+    if (weights == StepWeights::Blocks && h.rows() > 1 && w.size() > 0)
+        return mulT(h, w);
+    MatrixRF y(h.rows(), m->rows);
+    if (weights == StepWeights::BlocksQ8 && m->cols % 32 == 0) {
+        if (hq && hq->rows == h.rows() && hq->cols == h.cols()) {
+            quantGemm(*m, *hq, y.data(), y.cols());
+        } else {
+            Q8Activations x;
+            quantizeActivations(h.data(), h.rows(), h.cols(), h.cols(), x);
+            quantGemm(*m, x, y.data(), y.cols());
+        }
+    } else {
+        for (Eigen::Index t = 0; t < h.rows(); ++t)
+            quantMatVec(*m, h.row(t).data(), y.row(t).data());
+    }
+    return y;
+}
+
+MatrixRF TransformerModel::forward(std::span<const std::int32_t> tokens, Cache& cache, const KvHook& hook,
+                                   Logits logits, std::optional<StepWeights> asked) const
+{
+    const StepWeights weights = asked.value_or(m_forwardWeights);
+    const ModelWeightBlocks* blocks = weights == StepWeights::Fp32 ? nullptr : m_w.blocks.get();
+    // h rounded to 8 bits once for the products that share it (q, k, v; gate, up).
+    Q8Activations hq;
+    const bool q8 = blocks && weights == StepWeights::BlocksQ8 && m_cfg.dim % 32 == 0;
+    const auto shared = [&](const MatrixRF& h) {
+        if (q8)
+            quantizeActivations(h.data(), h.rows(), h.cols(), h.cols(), hq);
+    };
+    const auto mul = [&](const MatrixRF& a, const MatrixRF& w, const std::vector<QuantMatrix> ModelWeightBlocks::*q,
+                         int l, bool useShared = false) {
+        return product(a, w, blocks ? &(blocks->*q) : nullptr, std::size_t(l), weights,
+                       useShared && q8 ? &hq : nullptr);
+    };
+
     const auto& c = m_cfg;
     const int T = int(tokens.size()), start = cache.length, hd = c.headDim(), group = c.heads / c.kvHeads;
     if (start + T > c.maxSeq)
@@ -77,9 +120,10 @@ MatrixRF TransformerModel::forward(std::span<const std::int32_t> tokens, Cache& 
     for (int l = 0; l < c.layers; ++l) {
         for (int t = 0; t < T; ++t)
             h.row(t) = rmsNorm(x.row(t), m_w.attnNorm[std::size_t(l)], c.rmsEps);
-        MatrixRF q = mulT(h, m_w.wq[std::size_t(l)]);
-        MatrixRF k = mulT(h, m_w.wk[std::size_t(l)]);
-        MatrixRF v = mulT(h, m_w.wv[std::size_t(l)]);
+        shared(h);
+        MatrixRF q = mul(h, m_w.wq[std::size_t(l)], &ModelWeightBlocks::wq, l, true);
+        MatrixRF k = mul(h, m_w.wk[std::size_t(l)], &ModelWeightBlocks::wk, l, true);
+        MatrixRF v = mul(h, m_w.wv[std::size_t(l)], &ModelWeightBlocks::wv, l, true);
         if (c.attentionBias) {
             q.rowwise() += m_w.bq[std::size_t(l)];
             k.rowwise() += m_w.bk[std::size_t(l)];
@@ -117,24 +161,25 @@ MatrixRF TransformerModel::forward(std::span<const std::int32_t> tokens, Cache& 
                 }
             }
         }
-        x += mulT(attn, m_w.wo[std::size_t(l)]);
+        x += mul(attn, m_w.wo[std::size_t(l)], &ModelWeightBlocks::wo, l);
         for (int t = 0; t < T; ++t)
             h.row(t) = rmsNorm(x.row(t), m_w.ffnNorm[std::size_t(l)], c.rmsEps);
-        const MatrixRF a = mulT(h, m_w.w1[std::size_t(l)]);
-        const MatrixRF b = mulT(h, m_w.w3[std::size_t(l)]);
+        shared(h);
+        const MatrixRF a = mul(h, m_w.w1[std::size_t(l)], &ModelWeightBlocks::w1, l, true);
+        const MatrixRF b = mul(h, m_w.w3[std::size_t(l)], &ModelWeightBlocks::w3, l, true);
         const MatrixRF g = (a.array() / (1.0f + (-a.array()).exp())) * b.array(); // silu(W1 h) ⊙ W3 h
-        x += mulT(g, m_w.w2[std::size_t(l)]);
+        x += mul(g, m_w.w2[std::size_t(l)], &ModelWeightBlocks::w2, l);
     }
     cache.length = start + T;
     const int first = logits == Logits::All ? 0 : logits == Logits::Last ? std::max(T - 1, 0) : T;
     MatrixRF out(T - first, c.dim);
     for (int t = first; t < T; ++t)
         out.row(t - first) = rmsNorm(x.row(t), m_w.finalNorm, c.rmsEps);
-    return mulT(out, m_cfg.sharedClassifier ? m_w.embed : m_w.classifier);
+    return product(out, m_cfg.sharedClassifier ? m_w.embed : m_w.classifier, nullptr, 0, weights);
 }
 
 Eigen::RowVectorXf TransformerModel::prefill(std::span<const std::int32_t> tokens, Cache& cache, int chunk,
-                                             const KvHook& hook) const
+                                             const KvHook& hook, std::optional<StepWeights> weights) const
 {
     if (tokens.empty())
         throwInvalid("prefill: no tokens");
@@ -144,7 +189,7 @@ Eigen::RowVectorXf TransformerModel::prefill(std::span<const std::int32_t> token
     for (std::size_t at = 0; at < tokens.size(); at += std::size_t(chunk)) {
         const std::size_t n = std::min(tokens.size() - at, std::size_t(chunk));
         const bool final = at + n == tokens.size();
-        last = forward(tokens.subspan(at, n), cache, hook, final ? Logits::Last : Logits::None);
+        last = forward(tokens.subspan(at, n), cache, hook, final ? Logits::Last : Logits::None, weights);
     }
     return last.row(0);
 }
@@ -161,17 +206,9 @@ Eigen::RowVectorXf TransformerModel::decodeStep(std::int32_t token, std::int64_t
                                                 StepWeights weights) const
 {
     const auto& c = m_cfg;
-    const ModelWeightBlocks* blocks = weights == StepWeights::Blocks ? m_w.blocks.get() : nullptr;
-    // h · Wᵀ for one row: from the blocks where there are some, else the FP32 matrix.
-    const auto mul = [&](const MatrixRF& h, const MatrixRF& w, const std::vector<QuantMatrix>* q,
-                         std::size_t l) -> MatrixRF {
-        const QuantMatrix* m = blocks && q ? &(*q)[l] : nullptr;
-        if (!m || !*m)
-            return mulT(h, w);
-        MatrixRF y(1, m->rows);
-        quantMatVec(*m, h.data(), y.data());
-        return y;
-    };
+    const ModelWeightBlocks* blocks = weights == StepWeights::Fp32 ? nullptr : m_w.blocks.get();
+    const auto mul = [&](const MatrixRF& h, const MatrixRF& w, const std::vector<QuantMatrix> ModelWeightBlocks::*q,
+                         std::size_t l) { return product(h, w, blocks ? &(blocks->*q) : nullptr, l, weights); };
     if (token < 0 || token >= c.vocab)
         throwInvalid("decode: token ", token, " is outside the vocabulary (", c.vocab, ")");
     const int hd = c.headDim();
@@ -181,9 +218,8 @@ Eigen::RowVectorXf TransformerModel::decodeStep(std::int32_t token, std::int64_t
     for (int l = 0; l < c.layers; ++l) {
         const auto L = std::size_t(l);
         h.row(0) = rmsNorm(x.row(0), m_w.attnNorm[L], c.rmsEps);
-        MatrixRF q = mul(h, m_w.wq[L], blocks ? &blocks->wq : nullptr, L),
-                 k = mul(h, m_w.wk[L], blocks ? &blocks->wk : nullptr, L),
-                 v = mul(h, m_w.wv[L], blocks ? &blocks->wv : nullptr, L);
+        MatrixRF q = mul(h, m_w.wq[L], &ModelWeightBlocks::wq, L), k = mul(h, m_w.wk[L], &ModelWeightBlocks::wk, L),
+                 v = mul(h, m_w.wv[L], &ModelWeightBlocks::wv, L);
         if (c.attentionBias) {
             q.row(0) += m_w.bq[L];
             k.row(0) += m_w.bk[L];
@@ -195,20 +231,37 @@ Eigen::RowVectorXf TransformerModel::decodeStep(std::int32_t token, std::int64_t
         if (attn.cols() != c.dim)
             throwRuntime("decode: layer ", l, "'s attention gave ", attn.cols(), " values; heads × head_dim is ",
                          c.dim);
-        x += mul(attn, m_w.wo[L], blocks ? &blocks->wo : nullptr, L);
+        x += mul(attn, m_w.wo[L], &ModelWeightBlocks::wo, L);
         h.row(0) = rmsNorm(x.row(0), m_w.ffnNorm[L], c.rmsEps);
-        const MatrixRF a = mul(h, m_w.w1[L], blocks ? &blocks->w1 : nullptr, L);
-        const MatrixRF b = mul(h, m_w.w3[L], blocks ? &blocks->w3 : nullptr, L);
+        const MatrixRF a = mul(h, m_w.w1[L], &ModelWeightBlocks::w1, L);
+        const MatrixRF b = mul(h, m_w.w3[L], &ModelWeightBlocks::w3, L);
         const MatrixRF g = (a.array() / (1.0f + (-a.array()).exp())) * b.array();
-        x += mul(g, m_w.w2[L], blocks ? &blocks->w2 : nullptr, L);
+        x += mul(g, m_w.w2[L], &ModelWeightBlocks::w2, L);
     }
     h.row(0) = rmsNorm(x.row(0), m_w.finalNorm, c.rmsEps);
-    if (blocks && blocks->classifier) {
-        Eigen::RowVectorXf logits(blocks->classifier.rows);
-        quantMatVec(blocks->classifier, h.data(), logits.data());
-        return logits;
+    return product(h, m_cfg.sharedClassifier ? m_w.embed : m_w.classifier, nullptr, 0, weights).row(0);
+}
+
+const char* stepWeightsName(TransformerModel::StepWeights weights)
+{
+    switch (weights) {
+    case TransformerModel::StepWeights::Fp32:
+        return "fp32";
+    case TransformerModel::StepWeights::Blocks:
+        return "blocks";
+    case TransformerModel::StepWeights::BlocksQ8:
+        return "blocks-q8";
     }
-    return mulT(h, m_cfg.sharedClassifier ? m_w.embed : m_w.classifier).row(0);
+    return "?";
+}
+
+std::optional<TransformerModel::StepWeights> parseStepWeights(const std::string& name)
+{
+    for (const auto w : {TransformerModel::StepWeights::Fp32, TransformerModel::StepWeights::Blocks,
+                         TransformerModel::StepWeights::BlocksQ8})
+        if (name == stepWeightsName(w))
+            return w;
+    return std::nullopt;
 }
 
 } // namespace gsrq

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@
 namespace gsrq {
 
 struct ModelWeightBlocks;
+struct QuantMatrix;
+struct Q8Activations;
 
 struct ModelConfig {
     int dim = 0, hidden = 0, layers = 0, heads = 0, kvHeads = 0, vocab = 0, maxSeq = 0;
@@ -76,17 +79,29 @@ public:
     // prefill before decoding: Qwen's 151,936-word classifier over 8K tokens would be 5 GB), or none
     // (a chunk of a longer prefill).
     enum class Logits { All, Last, None };
+    // Which weights the products multiply: the FP32 matrices (exact; perplexity's default), a GGUF
+    // model's quantized blocks where the kernels take their type with FP32 activations
+    // (quant_matvec.h: the same weight values, sums grouped per block), or the blocks with the
+    // activations rounded to 8 bits per 32 values and integer dot products (quant_gemm.h: llama.cpp's
+    // arithmetic; the fastest). A matrix whose type the kernels do not take uses its FP32 copy.
+    enum class StepWeights { Blocks, Fp32, BlocksQ8 };
+
     // Logits [tokens, vocab] for `tokens` at positions cache.length, cache.length + 1, ...; appends
     // their keys and values to the cache. The hook sees each layer's new keys and values. With
     // Logits::Last one row (the last token's), with Logits::None zero rows.
+    // weights: the model's forward weights (setForwardWeights) unless given.
     MatrixRF forward(std::span<const std::int32_t> tokens, Cache& cache, const KvHook& hook = {},
-                     Logits logits = Logits::All) const;
+                     Logits logits = Logits::All, std::optional<StepWeights> weights = std::nullopt) const;
     // A causal forward over `tokens` in chunks of `chunk` tokens (the cache grows chunk by chunk;
     // the same keys, values and logits as one forward call, within float rounding: each chunk's
     // queries attend over everything before them), returning the last token's logits. The hook
     // sees each chunk's new keys and values.
-    Eigen::RowVectorXf prefill(std::span<const std::int32_t> tokens, Cache& cache, int chunk,
-                               const KvHook& hook = {}) const;
+    Eigen::RowVectorXf prefill(std::span<const std::int32_t> tokens, Cache& cache, int chunk, const KvHook& hook = {},
+                               std::optional<StepWeights> weights = std::nullopt) const;
+    // The products every forward pass of this model uses unless told (FP32 after load): how `gsrq
+    // ppl --weights` measures what the 8-bit activations cost. Not while another thread runs the model.
+    void setForwardWeights(StepWeights w) { m_forwardWeights = w; }
+    StepWeights forwardWeights() const { return m_forwardWeights; }
 
     // One token of incremental decoding whose attention is someone else's (a compressed cache's
     // decode kernels): in each layer the normalised input is projected to q, k and v (biases added),
@@ -94,10 +109,6 @@ public:
     // (heads·headDim), appending k and v to whatever cache it keeps. Returns the logits (vocab).
     using StepAttention = std::function<Eigen::RowVectorXf(int layer, const Eigen::RowVectorXf& q,
                                                            const Eigen::RowVectorXf& k, const Eigen::RowVectorXf& v)>;
-    // Which weights the step multiplies: a GGUF model's quantized blocks where the kernels take their
-    // type (quant_matvec.h: the same weight values, FP32 activations, sums grouped per block), or the
-    // FP32 matrices the forward pass uses.
-    enum class StepWeights { Blocks, Fp32 };
     Eigen::RowVectorXf decodeStep(std::int32_t token, std::int64_t position, const StepAttention& attend,
                                   StepWeights weights = StepWeights::Blocks) const;
     // What StepWeights::Blocks reads: "Q4_K, Q6_K blocks for 197 of 197 matrices", or "" (FP32 only:
@@ -105,9 +116,20 @@ public:
     std::string weightBlocksNote() const;
 
 private:
+    // h · Wᵀ for the weights asked (l: the layer's matrix in q, or the classifier when q is null).
+    // hq: h already rounded to 8 bits (StepWeights::BlocksQ8), shared by the products that read it.
+    MatrixRF product(const MatrixRF& h, const MatrixRF& w, const std::vector<QuantMatrix>* q, std::size_t l,
+                     StepWeights weights, const Q8Activations* hq = nullptr) const;
+
     ModelConfig m_cfg;
     ModelWeights m_w;
+    StepWeights m_forwardWeights = StepWeights::Fp32;
     std::vector<double> m_invFreq;
 };
+
+// The products' names on the command line and in run settings: "fp32", "blocks", "blocks-q8"; the
+// parse gives nothing for another name.
+const char* stepWeightsName(TransformerModel::StepWeights weights);
+std::optional<TransformerModel::StepWeights> parseStepWeights(const std::string& name);
 
 } // namespace gsrq

@@ -1,0 +1,475 @@
+// Block weights times 8-bit activations (quant_gemm.h). A row of W is unpacked once into bytes,
+// a scale per 4 values and an offset coefficient per 16; then every token's dot product with it
+// runs in integers 4 values to a 32-bit lane (vpdpbusd, or vpmaddubsw + vpmaddwd), each lane's sum
+// scaled by the weight's and the activation's scales, the offsets added as a dot product of the
+// coefficients with the activations' 16-value sums. Block layouts are gguf_dequant.cpp's.
+#include "core/lm/quant_gemm.h"
+
+#include "core/base/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <omp.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define GSRQ_QG_X86 1
+#include <immintrin.h>
+#else
+#define GSRQ_QG_X86 0
+#endif
+
+namespace gsrq {
+
+namespace {
+
+float f16(const std::uint8_t* p)
+{
+    return halfToFloat(std::uint16_t(p[0] | (p[1] << 8)));
+}
+
+struct Layout {
+    int elements, bytes;
+};
+
+Layout layoutOf(GgmlType t)
+{
+    switch (t) {
+    case GgmlType::Q4_0:
+        return {32, 18};
+    case GgmlType::Q4_1:
+        return {32, 20};
+    case GgmlType::Q8_0:
+        return {32, 34};
+    case GgmlType::Q4_K:
+        return {256, 144};
+    case GgmlType::Q6_K:
+        return {256, 210};
+    default:
+        return {0, 0};
+    }
+}
+
+// One row of W unpacked: w (cols bytes), ls (cols/4 scales), oc (cols/16 offset coefficients).
+// Q8_0's signed quants: stored as they are (signedQuants, no offset; the AVX2 and portable kernels
+// take them with the sign trick or plainly), or shifted by 128 into unsigned bytes with a −128·d
+// offset (the VNNI kernel, whose vpdpbusd multiplies unsigned by signed bytes without saturating).
+struct Unpacked {
+    std::vector<std::uint8_t> w;
+    std::vector<float> ls, oc;
+    void size(std::int64_t cols)
+    {
+        w.resize(std::size_t(cols));
+        ls.resize(std::size_t(cols / 4));
+        oc.resize(std::size_t(cols / 16));
+    }
+};
+
+void fill(float* p, int n, float v)
+{
+    for (int i = 0; i < n; ++i)
+        p[i] = v;
+}
+
+void unpackRow(GgmlType type, const std::uint8_t* b, std::int64_t cols, bool shiftQ8, Unpacked& u)
+{
+    std::uint8_t* w = u.w.data();
+    float* ls = u.ls.data();
+    float* oc = u.oc.data();
+    const Layout lay = layoutOf(type);
+    const std::int64_t blocks = cols / lay.elements;
+    for (std::int64_t k = 0; k < blocks;
+         ++k, b += lay.bytes, w += lay.elements, ls += lay.elements / 4, oc += lay.elements / 16) {
+        switch (type) {
+        case GgmlType::Q4_0:
+        case GgmlType::Q4_1: {
+            const bool one = type == GgmlType::Q4_1;
+            const float d = f16(b);
+            const std::uint8_t* qs = b + (one ? 4 : 2);
+            for (int j = 0; j < 16; ++j) {
+                w[j] = qs[j] & 0x0f;
+                w[j + 16] = qs[j] >> 4;
+            }
+            fill(ls, 8, d);
+            fill(oc, 2, one ? f16(b + 2) : -8.0f * d);
+            break;
+        }
+        case GgmlType::Q8_0: {
+            const float d = f16(b);
+            for (int j = 0; j < 32; ++j)
+                w[j] = shiftQ8 ? std::uint8_t(b[2 + j] ^ 0x80) : b[2 + j];
+            fill(ls, 8, d);
+            fill(oc, 2, shiftQ8 ? -128.0f * d : 0.0f);
+            break;
+        }
+        case GgmlType::Q4_K: {
+            const float d = f16(b), dmin = f16(b + 2);
+            std::uint8_t sc[8], mn[8];
+            ggufKScaleMin(b + 4, sc, mn);
+            const std::uint8_t* qs = b + 16;
+            for (int p = 0; p < 4; ++p)
+                for (int l = 0; l < 32; ++l) {
+                    w[64 * p + l] = qs[32 * p + l] & 0x0f;
+                    w[64 * p + 32 + l] = qs[32 * p + l] >> 4;
+                }
+            for (int i = 0; i < 8; ++i) {
+                fill(ls + 8 * i, 8, d * float(sc[i]));
+                fill(oc + 2 * i, 2, -dmin * float(mn[i]));
+            }
+            break;
+        }
+        case GgmlType::Q6_K: {
+            const std::uint8_t* ql = b;
+            const std::uint8_t* qh = b + 128;
+            const auto* scales = reinterpret_cast<const std::int8_t*>(b + 192);
+            const float d = f16(b + 208);
+            for (int half = 0; half < 2; ++half)
+                for (int r = 0; r < 128; ++r) {
+                    const int low = (ql[half * 64 + r % 64] >> ((r / 64) * 4)) & 0x0f;
+                    const int high = (qh[half * 32 + r % 32] >> ((r / 32) * 2)) & 0x03;
+                    w[128 * half + r] = std::uint8_t(low | (high << 4));
+                }
+            for (int g = 0; g < 16; ++g) {
+                fill(ls + 4 * g, 4, d * float(scales[g]));
+                oc[g] = -32.0f * d * float(scales[g]);
+            }
+            break;
+        }
+        default:
+            break;
+        }
+    }
+}
+
+// Σ_g oc[g] · sum16[g]: the offset terms of one row and token.
+float offsets(const float* oc, const float* s16, std::int64_t groups)
+{
+    float s = 0;
+    for (std::int64_t g = 0; g < groups; ++g)
+        s += oc[g] * s16[g];
+    return s;
+}
+
+// ---- the dot products of one unpacked row with up to four tokens ----------------------------------
+
+constexpr int kTile = 4;
+
+struct TokenRefs {
+    const std::int8_t* q[kTile];
+    const float* ls[kTile];
+    const float* s16[kTile]; // the activations' 16-value sums, for the offsets
+};
+
+void dotsPortable(const Unpacked& u, bool signedQuants, std::int64_t cols, const TokenRefs& t, int n, float* out)
+{
+    for (int j = 0; j < n; ++j) {
+        float s = 0;
+        for (std::int64_t lane = 0; lane < cols / 4; ++lane) {
+            int acc = 0;
+            for (int e = 0; e < 4; ++e) {
+                const int wv = signedQuants ? int(std::int8_t(u.w[std::size_t(4 * lane + e)]))
+                                            : int(u.w[std::size_t(4 * lane + e)]);
+                acc += wv * int(t.q[j][4 * lane + e]);
+            }
+            s += float(acc) * (u.ls[std::size_t(lane)] * t.ls[j][lane]);
+        }
+        out[j] = s + offsets(u.oc.data(), t.s16[j], cols / 16);
+    }
+}
+
+#if GSRQ_QG_X86
+#define GSRQ_QG_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define GSRQ_QG_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+
+GSRQ_QG_AVX2 float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// Σ oc · s16 over `groups` for N tokens, 8 lanes a step.
+template <int N> GSRQ_QG_AVX2 void offsetsAvx2(const float* oc, const TokenRefs& t, std::int64_t groups, float* out)
+{
+    __m256 acc[N];
+    for (int j = 0; j < N; ++j)
+        acc[j] = _mm256_setzero_ps();
+    std::int64_t g = 0;
+    for (; g + 8 <= groups; g += 8) {
+        const __m256 c = _mm256_loadu_ps(oc + g);
+        for (int j = 0; j < N; ++j)
+            acc[j] = _mm256_fmadd_ps(c, _mm256_loadu_ps(t.s16[j] + g), acc[j]);
+    }
+    for (int j = 0; j < N; ++j) {
+        float rest = 0;
+        for (std::int64_t h = g; h < groups; ++h)
+            rest += oc[h] * t.s16[j][h];
+        out[j] += hsum8(acc[j]) + rest;
+    }
+}
+
+// 32 values a step: vpmaddubsw (unsigned × signed bytes, pairs summed to 16 bits: at most 2·63·127
+// for the unpacked 6-bit values, and 2·128·127 for Q8_0's magnitudes with the sign moved onto the
+// activations) and vpmaddwd with ones (four values to a 32-bit lane). N tokens, their accumulators
+// in registers.
+template <bool Signed, int N>
+GSRQ_QG_AVX2 void dotsAvx2(const Unpacked& u, std::int64_t cols, const TokenRefs& t, float* out)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[N];
+    for (int j = 0; j < N; ++j)
+        acc[j] = _mm256_setzero_ps();
+    for (std::int64_t c = 0; c < cols; c += 32) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.w.data() + c));
+        const __m256 ws = _mm256_loadu_ps(u.ls.data() + c / 4);
+        const __m256i wa = Signed ? _mm256_abs_epi8(w) : w;
+        for (int j = 0; j < N; ++j) {
+            __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.q[j] + c));
+            if constexpr (Signed)
+                x = _mm256_sign_epi8(x, w);
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, x), ones);
+            acc[j] =
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(ws, _mm256_loadu_ps(t.ls[j] + c / 4)), acc[j]);
+        }
+    }
+    for (int j = 0; j < N; ++j)
+        out[j] = hsum8(acc[j]);
+    offsetsAvx2<N>(u.oc.data(), t, cols / 16, out);
+}
+
+// 64 values a step: vpdpbusd (unsigned × signed bytes, four to a 32-bit lane, no saturation).
+// Column counts that are an odd multiple of 32 finish with one 256-bit step.
+template <int N> GSRQ_QG_VNNI void dotsVnni(const Unpacked& u, std::int64_t cols, const TokenRefs& t, float* out)
+{
+    __m512 acc[N];
+    for (int j = 0; j < N; ++j)
+        acc[j] = _mm512_setzero_ps();
+    std::int64_t c = 0;
+    for (; c + 64 <= cols; c += 64) {
+        const __m512i w = _mm512_loadu_si512(u.w.data() + c);
+        const __m512 ws = _mm512_loadu_ps(u.ls.data() + c / 4);
+        for (int j = 0; j < N; ++j) {
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(t.q[j] + c));
+            acc[j] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(ws, _mm512_loadu_ps(t.ls[j] + c / 4)), acc[j]);
+        }
+    }
+    if (c < cols) { // 32 values: the lower half of a step
+        const __m512i w = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.w.data() + c)));
+        const __m512 ws = _mm512_maskz_loadu_ps(0x00ff, u.ls.data() + c / 4);
+        for (int j = 0; j < N; ++j) {
+            const __m512i x = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.q[j] + c)));
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+                                     _mm512_mul_ps(ws, _mm512_maskz_loadu_ps(0x00ff, t.ls[j] + c / 4)), acc[j]);
+        }
+    }
+    // The offsets: Σ oc · s16, 16 groups a step, the last ones masked.
+    const std::int64_t groups = cols / 16;
+    for (std::int64_t g = 0; g < groups; g += 16) {
+        const __mmask16 m = groups - g >= 16 ? __mmask16(0xffff) : __mmask16((1u << (groups - g)) - 1);
+        const __m512 oc = _mm512_maskz_loadu_ps(m, u.oc.data() + g);
+        for (int j = 0; j < N; ++j)
+            acc[j] = _mm512_fmadd_ps(oc, _mm512_maskz_loadu_ps(m, t.s16[j] + g), acc[j]);
+    }
+    for (int j = 0; j < N; ++j)
+        out[j] = _mm512_reduce_add_ps(acc[j]);
+}
+#endif
+
+enum class Isa { Portable, Avx2, Vnni };
+
+// f.template operator()<N>() for N = n (1 to kTile): the kernels' token counts as constants, so
+// their accumulators stay in registers.
+template <class F> void dispatch(int n, F&& f)
+{
+    switch (n) {
+    case 1:
+        f.template operator()<1>();
+        break;
+    case 2:
+        f.template operator()<2>();
+        break;
+    case 3:
+        f.template operator()<3>();
+        break;
+    default:
+        f.template operator()<4>();
+    }
+}
+
+void run(Isa isa, const QuantMatrix& w, const Q8Activations& x, float* y, std::int64_t ldy)
+{
+    const std::int64_t cols = w.cols, rows = w.rows, T = x.rows;
+    const bool isQ8 = w.type == GgmlType::Q8_0;
+    const bool shiftQ8 = isa == Isa::Vnni;
+    const bool signedQuants = isQ8 && !shiftQ8;
+    const bool ordered = !w.rowOrder.empty();
+    // Threads pay from about a megabyte of weights read, or a few tokens.
+    const bool parallel = double(rows) * double(w.rowBytes) * double(T) >= double(1 << 20);
+#pragma omp parallel if (parallel)
+    {
+        Unpacked u;
+        u.size(cols);
+        float dots[kTile];
+#pragma omp for schedule(static)
+        for (std::int64_t r = 0; r < rows; ++r) {
+            const std::int64_t stored = ordered ? w.rowOrder[std::size_t(r)] : r;
+            unpackRow(w.type, w.data + stored * w.rowBytes, cols, shiftQ8, u);
+            for (std::int64_t t0 = 0; t0 < T; t0 += kTile) {
+                const int n = int(std::min<std::int64_t>(kTile, T - t0));
+                TokenRefs refs{};
+                for (int j = 0; j < n; ++j) {
+                    refs.q[j] = x.q.data() + (t0 + j) * cols;
+                    refs.ls[j] = x.laneScale.data() + (t0 + j) * (cols / 4);
+                    refs.s16[j] = x.sum16.data() + (t0 + j) * (cols / 16);
+                }
+                switch (isa) {
+#if GSRQ_QG_X86
+                case Isa::Vnni:
+                    dispatch(n, [&]<int N> { dotsVnni<N>(u, cols, refs, dots); });
+                    break;
+                case Isa::Avx2:
+                    if (signedQuants)
+                        dispatch(n, [&]<int N> { dotsAvx2<true, N>(u, cols, refs, dots); });
+                    else
+                        dispatch(n, [&]<int N> { dotsAvx2<false, N>(u, cols, refs, dots); });
+                    break;
+#endif
+                default:
+                    dotsPortable(u, signedQuants, cols, refs, n, dots);
+                }
+                for (int j = 0; j < n; ++j)
+                    y[(t0 + j) * ldy + r] = dots[j];
+            }
+        }
+    }
+}
+
+bool fits(const QuantMatrix& w, const Q8Activations& x)
+{
+    const Layout lay = layoutOf(w.type);
+    return w && lay.elements > 0 && w.cols % lay.elements == 0 && w.cols == x.cols && x.cols % 32 == 0;
+}
+
+} // namespace
+
+void quantizeActivations(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, Q8Activations& out)
+{
+    if (cols % 32 != 0 || cols < 0 || rows < 0)
+        throwInvalid("8-bit activations: ", cols, " values a row; blocks of 32 need a multiple of 32");
+    // Non-finite values first (a NaN would round to anything), named by row and column.
+    for (std::int64_t r = 0; r < rows; ++r) {
+        float sum = 0;
+        for (std::int64_t c = 0; c < cols; ++c)
+            sum += x[r * ld + c] * 0.0f; // NaN where any value is NaN or infinite
+        if (!(sum == 0.0f))
+            for (std::int64_t c = 0; c < cols; ++c)
+                if (!std::isfinite(x[r * ld + c]))
+                    throwInvalid("8-bit activations: value ", c, " of row ", r, " is not finite");
+    }
+    out.rows = rows;
+    out.cols = cols;
+    out.q.resize(std::size_t(rows * cols));
+    out.laneScale.resize(std::size_t(rows * cols / 4));
+    out.sum16.resize(std::size_t(rows * cols / 16));
+    out.absMax.resize(std::size_t(rows * cols / 32));
+    const std::int64_t blocks = cols / 32;
+#pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * ld;
+        for (std::int64_t b = 0; b < blocks; ++b) {
+            const float* xb = xr + 32 * b;
+            float amax = 0;
+            for (int i = 0; i < 32; ++i)
+                amax = std::max(amax, std::fabs(xb[i]));
+            const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+            std::int8_t* q = out.q.data() + r * cols + 32 * b;
+            int s0 = 0, s1 = 0;
+            for (int i = 0; i < 16; ++i) {
+                const int v = int(std::nearbyint(xb[i] * inv)); // |x·inv| ≤ 127: no clamp needed
+                q[i] = std::int8_t(v);
+                s0 += v;
+            }
+            for (int i = 16; i < 32; ++i) {
+                const int v = int(std::nearbyint(xb[i] * inv));
+                q[i] = std::int8_t(v);
+                s1 += v;
+            }
+            std::fill_n(out.laneScale.data() + r * (cols / 4) + 8 * b, 8, d);
+            out.sum16[std::size_t(r * (cols / 16) + 2 * b)] = d * float(s0);
+            out.sum16[std::size_t(r * (cols / 16) + 2 * b + 1)] = d * float(s1);
+            out.absMax[std::size_t(r * blocks + b)] = amax;
+        }
+    }
+}
+
+const char* quantGemmIsaFor(const CpuFeatures& f)
+{
+    if (f.avx512vnni)
+        return "avx512-vnni";
+    if (f.avx2)
+        return "avx2";
+    return "portable";
+}
+
+const char* quantGemmIsa()
+{
+#if GSRQ_QG_X86
+    return quantGemmIsaFor(cpuFeatures());
+#else
+    return "portable";
+#endif
+}
+
+bool quantGemmBuild(const std::string& isa, const QuantMatrix& w, const Q8Activations& x, float* y, std::int64_t ldy)
+{
+    if (!fits(w, x))
+        return false;
+    if (isa == "portable") {
+        run(Isa::Portable, w, x, y, ldy);
+        return true;
+    }
+#if GSRQ_QG_X86
+    if (isa == "avx2" && cpuFeatures().avx2) {
+        run(Isa::Avx2, w, x, y, ldy);
+        return true;
+    }
+    if (isa == "avx512-vnni" && cpuFeatures().avx512vnni) {
+        run(Isa::Vnni, w, x, y, ldy);
+        return true;
+    }
+#endif
+    return false;
+}
+
+void quantGemm(const QuantMatrix& w, const Q8Activations& x, float* y, std::int64_t ldy)
+{
+    quantGemmBuild(quantGemmIsa(), w, x, y, ldy);
+}
+
+std::vector<double> quantGemmErrorBound(const QuantMatrix& w, const Q8Activations& x)
+{
+    std::vector<double> bound(std::size_t(x.rows * w.rows), 0.0);
+    if (!fits(w, x))
+        return bound;
+    std::vector<float> row(std::size_t(w.cols));
+    for (std::int64_t r = 0; r < w.rows; ++r) {
+        const std::int64_t stored = w.rowOrder.empty() ? r : w.rowOrder[std::size_t(r)];
+        dequantizeGgufBlocks(w.type, w.data + stored * w.rowBytes, w.cols, row.data());
+        for (std::int64_t t = 0; t < x.rows; ++t) {
+            double b = 0;
+            for (std::int64_t k = 0; k < w.cols / 32; ++k) {
+                double s = 0;
+                for (int i = 0; i < 32; ++i)
+                    s += std::fabs(double(row[std::size_t(32 * k + i)]));
+                b += double(x.absMax[std::size_t(t * (w.cols / 32) + k)]) / 254.0 * s;
+            }
+            bound[std::size_t(t * w.rows + r)] = b;
+        }
+    }
+    return bound;
+}
+
+} // namespace gsrq

@@ -1,0 +1,311 @@
+// Products of GGUF block weights with activations rounded to 8 bits (core/lm/quant_gemm.h): every
+// block type the engine reads and every build this CPU runs against the FP32 product, the dispatch
+// on a CPU without VNNI, the refusals; and the prefill through those products (and the others) in
+// chunks against the token-by-token path.
+
+#include "core/base/cpu_features.h"
+#include "core/base/error.h"
+#include "core/io/gguf.h"
+#include "core/lm/gguf_model.h"
+#include "core/lm/quant_gemm.h"
+#include "core/lm/quant_matvec.h"
+#include "test_util.h"
+
+#include <QtTest>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+using namespace gsrq;
+
+namespace {
+
+// A rows × cols matrix of random blocks of `type` (random quants; scales drawn from a few FP16
+// values of both signs and several magnitudes, subnormal included).
+struct RandomBlocks {
+    std::vector<std::uint8_t> raw;
+    GgufTensor tensor;
+    QuantMatrix matrix;
+    std::vector<float> dequantized;
+};
+
+RandomBlocks randomBlocks(GgmlType type, std::int64_t rows, std::int64_t cols, std::mt19937& rng)
+{
+    std::uniform_int_distribution<int> byte(0, 255);
+    const std::uint16_t halves[] = {0x2e66, 0x3c00, 0xb4cd, 0x1400, 0x8001, 0x2a00, 0xa1f0};
+    RandomBlocks b;
+    const auto traits = *ggmlTypeTraits(std::uint32_t(type));
+    const std::int64_t blocks = rows * cols / traits.blockElements;
+    b.raw.resize(std::size_t(blocks * traits.blockBytes));
+    for (auto& v : b.raw)
+        v = std::uint8_t(byte(rng));
+    const std::vector<int> scaleAt = type == GgmlType::Q6_K                             ? std::vector<int>{208}
+                                     : type == GgmlType::Q4_1 || type == GgmlType::Q4_K ? std::vector<int>{0, 2}
+                                                                                        : std::vector<int>{0};
+    for (std::int64_t k = 0; k < blocks; ++k)
+        for (int at : scaleAt) {
+            const std::uint16_t h = halves[std::size_t(byte(rng)) % std::size(halves)];
+            b.raw[std::size_t(k * traits.blockBytes + at)] = std::uint8_t(h & 0xff);
+            b.raw[std::size_t(k * traits.blockBytes + at + 1)] = std::uint8_t(h >> 8);
+        }
+    b.tensor.name = "w";
+    b.tensor.dims = {cols, rows};
+    b.tensor.type = type;
+    b.tensor.data = reinterpret_cast<const std::byte*>(b.raw.data());
+    b.tensor.bytes = b.raw.size();
+    b.matrix = quantMatrix(b.tensor);
+    b.dequantized.resize(std::size_t(rows * cols));
+    dequantizeGgufBlocks(type, b.raw.data(), rows * cols, b.dequantized.data());
+    return b;
+}
+
+float f16At(const std::vector<std::uint8_t>& raw, std::size_t at)
+{
+    return halfToFloat(std::uint16_t(raw[at] | (raw[at + 1] << 8)));
+}
+
+} // namespace
+
+class TestQuantProducts : public QObject {
+    Q_OBJECT
+private slots:
+    void q8ProductsWithinTheRoundingBound();
+    void buildsAgreeAndTokensAreIndependent();
+    void withoutVnniTheAvx2BuildRuns();
+    void refusals();
+    void prefillInChunksEqualsTokenByToken();
+};
+
+// Against W·x in double over the FP32 activations, each output of every build lies within the
+// activation-rounding bound (quantGemmErrorBound: each activation moves by at most amax/254 of its
+// block) plus FP32 summation slop. The slop: the kernel's sums hold the unpacked quants (Q4_0's q
+// with its −8 as an offset, Q8_0's q + 128 in the VNNI build, Q6_K's q with its −32), so its terms
+// reach about |scale|·256·|x| where the true product's are |w·x|; FP32 sums of up to 2,048 such
+// terms err by at most n·u ≈ 2048 · 6e-8 ≈ 1.2e-4 of Σ|terms|. A wrong quant, scale, shift, offset
+// or lane order (errors of the size of whole terms) fails.
+void TestQuantProducts::q8ProductsWithinTheRoundingBound()
+{
+    std::mt19937 rng(23);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::vector<std::tuple<GgmlType, std::int64_t, std::int64_t>> cases;
+    for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
+        cases.emplace_back(type, 37, 512);
+    // An odd number of 32-value blocks (the VNNI build's 256-bit tail), and a matrix over the threads.
+    for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0})
+        cases.emplace_back(type, 19, 352);
+    cases.emplace_back(GgmlType::Q6_K, 700, 1536);
+    for (const auto& [type, rows, cols] : cases) {
+        const RandomBlocks b = randomBlocks(type, rows, cols, rng);
+        QVERIFY(b.matrix);
+        const int T = 5; // a tile of four tokens and one more
+        std::vector<float> x(std::size_t(T * cols));
+        for (auto& v : x)
+            v = normal(rng);
+        x[7] = 0; // a zero among them; and a whole block of zeros in the last token
+        std::fill_n(x.begin() + (T - 1) * cols, 32, 0.0f);
+        Q8Activations q;
+        quantizeActivations(x.data(), T, cols, cols, q);
+        const std::vector<double> bound = quantGemmErrorBound(b.matrix, q);
+        int builds = 0;
+        for (const char* isa : {"portable", "avx2", "avx512-vnni"}) {
+            std::vector<float> y(std::size_t(T * rows), std::numeric_limits<float>::quiet_NaN());
+            if (!quantGemmBuild(isa, b.matrix, q, y.data(), rows))
+                continue;
+            ++builds;
+            double worst = 0;
+            for (int t = 0; t < T; ++t)
+                for (std::int64_t r = 0; r < rows; ++r) {
+                    double ref = 0, slop = 0;
+                    for (std::int64_t c = 0; c < cols; ++c) {
+                        const double w = b.dequantized[std::size_t(r * cols + c)], xv = x[std::size_t(t * cols + c)];
+                        ref += w * xv;
+                        slop += std::abs(w * xv);
+                    }
+                    // The unpacked terms' magnitudes: at most 256 × each block's largest |scale|.
+                    const auto traits = *ggmlTypeTraits(std::uint32_t(type));
+                    double big = 0;
+                    for (std::int64_t k = 0; k < cols / traits.blockElements; ++k) {
+                        const std::size_t at = std::size_t((r * cols / traits.blockElements + k) * traits.blockBytes);
+                        double scale = std::abs(f16At(b.raw, type == GgmlType::Q6_K ? at + 208 : at));
+                        if (type == GgmlType::Q4_1 || type == GgmlType::Q4_K)
+                            scale = std::max(scale, double(std::abs(f16At(b.raw, at + 2))));
+                        if (type == GgmlType::Q4_K || type == GgmlType::Q6_K)
+                            scale *= 128; // the 6-bit or 8-bit sub-block scales
+                        double sx = 0;
+                        for (int i = 0; i < traits.blockElements; ++i)
+                            sx += std::abs(x[std::size_t(t * cols + k * traits.blockElements + i)]);
+                        big += 256 * scale * sx;
+                    }
+                    const double y1 = y[std::size_t(t * rows + r)];
+                    const double tol = bound[std::size_t(t * rows + r)] + 1.2e-4 * (slop + big);
+                    worst = std::max(worst, std::abs(y1 - ref));
+                    QVERIFY2(std::abs(y1 - ref) <= tol,
+                             qPrintable(QString("%1 %2, token %3 row %4: %5 against %6 (bound %7)")
+                                            .arg(ggmlTypeName(type))
+                                            .arg(isa)
+                                            .arg(t)
+                                            .arg(r)
+                                            .arg(y1)
+                                            .arg(ref)
+                                            .arg(tol)));
+                }
+            // The activations are rounded (errors far above FP32 activations' 1e-7 of the bound).
+            QVERIFY2(worst > 1e-3 * *std::max_element(bound.begin(), bound.end()),
+                     qPrintable(QString("%1 %2: largest error %3").arg(ggmlTypeName(type)).arg(isa).arg(worst)));
+        }
+        QCOMPARE(builds, 1 + int(cpuFeatures().avx2) + int(cpuFeatures().avx512vnni));
+    }
+}
+
+// Every build gives every token the same result to FP32 rounding, whether the token is computed
+// alone or in a tile of four (a token's integers do not depend on its neighbours), and a row order
+// picks the stored rows.
+void TestQuantProducts::buildsAgreeAndTokensAreIndependent()
+{
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+        const std::int64_t rows = 21, cols = 512;
+        const RandomBlocks b = randomBlocks(type, rows, cols, rng);
+        std::vector<float> x(std::size_t(6 * cols));
+        for (auto& v : x)
+            v = normal(rng);
+        Q8Activations all, one;
+        quantizeActivations(x.data(), 6, cols, cols, all);
+        std::vector<float> y(std::size_t(6 * rows)), single(static_cast<std::size_t>(rows));
+        quantGemm(b.matrix, all, y.data(), rows);
+        for (int t = 0; t < 6; ++t) {
+            quantizeActivations(x.data() + t * cols, 1, cols, cols, one);
+            quantGemm(b.matrix, one, single.data(), rows);
+            for (std::int64_t r = 0; r < rows; ++r)
+                QCOMPARE(y[std::size_t(t * rows + r)], single[std::size_t(r)]);
+        }
+        std::vector<float> portable(y.size());
+        QVERIFY(quantGemmBuild("portable", b.matrix, all, portable.data(), rows));
+        for (std::size_t i = 0; i < y.size(); ++i) {
+            // Same integers, FP32 sums in other orders: relative 1e-3 of the row's magnitude is far
+            // above their rounding and far below one quant's weight.
+            double mag = 0;
+            for (std::int64_t c = 0; c < cols; ++c)
+                mag += std::abs(b.dequantized[std::size_t((std::int64_t(i) % rows) * cols + c)] *
+                                x[std::size_t((std::int64_t(i) / rows) * cols + c)]);
+            QVERIFY2(
+                std::abs(y[i] - portable[i]) <= 1e-3 * mag + 1e-6,
+                qPrintable(
+                    QString("%1 output %2: %3 against %4").arg(ggmlTypeName(type)).arg(i).arg(y[i]).arg(portable[i])));
+        }
+        QuantMatrix reversed = b.matrix;
+        for (std::int64_t r = rows - 1; r >= 0; --r)
+            reversed.rowOrder.push_back(std::int32_t(r));
+        std::vector<float> back(y.size());
+        quantGemm(reversed, all, back.data(), rows);
+        for (int t = 0; t < 6; ++t)
+            for (std::int64_t r = 0; r < rows; ++r)
+                QCOMPARE(back[std::size_t(t * rows + r)], y[std::size_t(t * rows + rows - 1 - r)]);
+    }
+}
+
+// The dispatch: VNNI where the CPU has it, AVX2 on a CPU without (many AVX2 machines), plain C++
+// below that; and on this CPU the AVX2 build runs where AVX2 is present (the products above compare it).
+void TestQuantProducts::withoutVnniTheAvx2BuildRuns()
+{
+    CpuFeatures f;
+    QCOMPARE(QString(quantGemmIsaFor(f)), QString("portable"));
+    f.avx2 = true;
+    QCOMPARE(QString(quantGemmIsaFor(f)), QString("avx2"));
+    f.avx512 = true; // AVX-512 without VNNI (Skylake-X)
+    QCOMPARE(QString(quantGemmIsaFor(f)), QString("avx2"));
+    f.avx512vnni = true;
+    QCOMPARE(QString(quantGemmIsaFor(f)), QString("avx512-vnni"));
+    QCOMPARE(QString(quantGemmIsa()), QString(quantGemmIsaFor(cpuFeatures())));
+}
+
+void TestQuantProducts::refusals()
+{
+    std::vector<float> x(100, 1.0f);
+    Q8Activations q;
+    try {
+        quantizeActivations(x.data(), 1, 100, 100, q);
+        QFAIL("100 values a row were taken");
+    } catch (const Error& e) {
+        QCOMPARE(e.kind(), ErrorKind::InvalidInput);
+        QVERIFY(QString(e.what()).contains("multiple of 32"));
+    }
+    x[40] = std::numeric_limits<float>::infinity();
+    try {
+        quantizeActivations(x.data(), 1, 64, 64, q);
+        QFAIL("an infinite activation was taken");
+    } catch (const Error& e) {
+        QVERIFY(QString(e.what()).contains("value 40 of row 0"));
+    }
+    std::mt19937 rng(1);
+    const RandomBlocks b = randomBlocks(GgmlType::Q8_0, 4, 64, rng);
+    std::vector<float> ones(96, 1.0f), y(4, -1.0f);
+    quantizeActivations(ones.data(), 1, 96, 96, q); // 96 columns against the matrix's 64
+    for (const char* isa : {"portable", "avx2", "avx512-vnni", "sse9"})
+        QVERIFY(!quantGemmBuild(isa, b.matrix, q, y.data(), 4));
+    QCOMPARE(y[0], -1.0f); // nothing written
+}
+
+// The bundled synthetic tiny llama (Q8_0, Q4_0 and Q4_1 blocks): a prefill in chunks that do and do
+// not divide the 13 tokens gives the last token's logits and the cache of the token-by-token path
+// (chunks of one). With FP32 activations (the FP32 matrices, or the blocks) the two differ only in
+// the grouping of FP32 sums (the attention's products over the chunk): relative 1e-4 of the largest
+// logit allows a few ulps through two layers. With 8-bit activations each product is the same
+// integer sum for the same inputs, but an input that differs by an ulp can round to the
+// neighbouring 8-bit step, moving that product by up to amax/127 · |w| in one term: 1e-2 of the
+// largest logit covers a few such steps and still fails a wrong chunk boundary (a token attending
+// past itself changes the logits by tenths of their range). The 8-bit logits lie within a few
+// percent of the FP32 ones (the rounding's cost; its perplexity cost is measured on real models).
+void TestQuantProducts::prefillInChunksEqualsTokenByToken()
+{
+    const auto model = loadGgufModel(GgufFile::open(test::sourcePath("tests/data/tiny-llama-q.gguf").toStdString()));
+    const std::vector<std::int32_t> tokens{1, 45, 280, 7, 99, 210, 3, 66, 120, 5, 290, 18, 250};
+    using W = TransformerModel::StepWeights;
+    Eigen::RowVectorXf fp32;
+    for (const W weights : {W::Fp32, W::Blocks, W::BlocksQ8}) {
+        const float tol = weights == W::BlocksQ8 ? 1e-2f : 1e-4f;
+        TransformerModel::Cache ref;
+        const Eigen::RowVectorXf one = model.prefill(tokens, ref, 1, {}, weights);
+        if (weights == W::Fp32)
+            fp32 = one;
+        const float scale = one.cwiseAbs().maxCoeff();
+        QVERIFY(scale > 0);
+        for (const int chunk : {3, 4, 5, 13, 64}) {
+            TransformerModel::Cache c;
+            const Eigen::RowVectorXf last = model.prefill(tokens, c, chunk, {}, weights);
+            QCOMPARE(c.length, int(tokens.size()));
+            const float diff = (last - one).cwiseAbs().maxCoeff();
+            QVERIFY2(
+                diff <= tol * scale,
+                qPrintable(
+                    QString("weights %1, chunks of %2: %3 of %4").arg(int(weights)).arg(chunk).arg(diff).arg(scale)));
+            for (std::size_t l = 0; l < c.keys.size(); ++l) {
+                const float kScale = ref.keys[l].cwiseAbs().maxCoeff();
+                QVERIFY((c.keys[l] - ref.keys[l]).cwiseAbs().maxCoeff() <= tol * kScale);
+                QVERIFY((c.values[l] - ref.values[l]).cwiseAbs().maxCoeff() <=
+                        tol * ref.values[l].cwiseAbs().maxCoeff());
+            }
+        }
+        const float fromFp32 = (one - fp32).cwiseAbs().maxCoeff();
+        QVERIFY2(fromFp32 <= (weights == W::BlocksQ8 ? 0.05f : 1e-4f) * fp32.cwiseAbs().maxCoeff(),
+                 qPrintable(QString("weights %1 against FP32: %2").arg(int(weights)).arg(fromFp32)));
+        if (weights == W::BlocksQ8)
+            QVERIFY(fromFp32 > 0); // the 8-bit activations are in use
+    }
+    // A prefill past the model's positions is refused, naming the positions.
+    TransformerModel::Cache c;
+    std::vector<std::int32_t> longer(std::size_t(model.config().maxSeq + 1), 5);
+    try {
+        model.prefill(longer, c, 64, {}, W::BlocksQ8);
+        QFAIL("a prefill past the model's positions was taken");
+    } catch (const Error& e) {
+        QCOMPARE(e.kind(), ErrorKind::InvalidInput);
+        QVERIFY(QString(e.what()).contains("positions"));
+    }
+}
+
+QTEST_APPLESS_MAIN(TestQuantProducts)
+#include "tst_quant_products.moc"
