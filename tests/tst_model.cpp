@@ -731,6 +731,23 @@ void TestModel::generateReportsLatencyPerPath()
     r = test::gsrqRun({"--no-db", "generate", q, "--text", text, "-c", post, "--weights", "q4"});
     QCOMPARE(r.code, 2);
     QVERIFY(r.err.contains("--weights"));
+    r = test::gsrqRun({"--no-db", "generate", q, "--text", text, "-c", post, "--prefill-weights", "q8"});
+    QCOMPARE(r.code, 2);
+    QVERIFY(r.err.contains("--prefill-weights 'q8'"));
+    // By default the step reads the blocks with 8-bit activations and the prefill the FP32 activations.
+    r = test::gsrqRun({"--no-db", "generate", q, "--text", text, "-c", post, "--context", "64", "--prefill", "32",
+                       "--tokens", "1", "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    QVERIFY(QJsonDocument::fromJson(r.out).object()["weights"].toString().contains("8-bit activations"));
+    QVERIFY(QJsonDocument::fromJson(r.out).object()["prefill_weights"].toString().contains("FP32 activations"));
+    // The FP16 path alone runs without codebooks; the lookup path needs them.
+    r = test::gsrqRun({"--no-db", "generate", q, "--text", text, "--paths", "fp16", "--context", "64", "--prefill",
+                       "32", "--tokens", "2", "--json"});
+    QVERIFY2(r.code == 0, r.err.constData());
+    QCOMPARE(QJsonDocument::fromJson(r.out).object()["points"].toArray().size(), 1);
+    r = test::gsrqRun({"--no-db", "generate", q, "--text", text, "--context", "64", "--prefill", "32"});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains("--codebooks"), r.err.constData());
     // A prefill past the model's positions (the tiny model has 512): exit 2 naming --prefill.
     r = test::gsrqRun({"--no-db", "generate", q, "--text", text, "-c", post, "--context", "700", "--prefill", "600"});
     QCOMPARE(r.code, 2);

@@ -14,6 +14,7 @@
 #include "core/lm/sequences.h"
 #include "recording.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -22,7 +23,8 @@ namespace gsrq::cli {
 Command registerGenerate(CLI::App& root)
 {
     struct Opts {
-        std::string model, tokenizer, text, codebooks, contexts = "4096", paths = "fp16,lookup", weights = "blocks";
+        std::string model, tokenizer, text, codebooks, contexts = "4096", paths = "fp16,lookup", weights = "blocks-q8",
+                                                       prefillWeights = "blocks";
         int prefill = 256, steps = 8, threads = 0;
         bool json = false, quiet = false;
     };
@@ -34,8 +36,8 @@ Command registerGenerate(CLI::App& root)
     cmd->add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer (.bin): a llama2.c model's");
     cmd->add_option("--text", o->text, "Text whose first --prefill tokens start the context")->required();
     cmd->add_option("--codebooks,-c", o->codebooks,
-                    "Codebooks of every layer's keys (after RoPE: gsrq train --key-rope post) and values")
-        ->required();
+                    "Codebooks of every layer's keys (after RoPE: gsrq train --key-rope post) and values; needed by "
+                    "the lookup path (--paths fp16 runs without)");
     cmd->add_option("--context", o->contexts, "Cached tokens before the timed steps, e.g. 4096,16384,32768")
         ->capture_default_str();
     cmd->add_option("--prefill", o->prefill, "Tokens of the text run through the forward pass, then repeated")
@@ -44,10 +46,13 @@ Command registerGenerate(CLI::App& root)
     cmd->add_option("--paths", o->paths, "fp16, lookup")->capture_default_str();
     cmd->add_option("--threads", o->threads, "The decode kernels' threads (0: one per core)")->capture_default_str();
     cmd->add_option("--weights", o->weights,
-                    "The prefill's and the step's products: blocks, a GGUF model's quantized blocks (Q4_0, Q4_1, "
-                    "Q8_0, Q4_K, Q6_K) with FP32 activations (the prefill's GEMMs read the FP32 matrices of the "
-                    "same values); blocks-q8, the blocks with activations rounded to 8 bits and integer dot "
-                    "products (llama.cpp's arithmetic); fp32, the dequantized FP32 matrices")
+                    "The step's products: blocks-q8, a GGUF model's quantized blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) "
+                    "with activations rounded to 8 bits and integer dot products (llama.cpp's arithmetic); blocks, "
+                    "the same blocks with FP32 activations; fp32, the dequantized FP32 matrices")
+        ->capture_default_str();
+    cmd->add_option("--prefill-weights", o->prefillWeights,
+                    "The prefill's products, the same choices (blocks: many tokens through the FP32 matrices of "
+                    "the blocks' values, Eigen's GEMM)")
         ->capture_default_str();
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     cmd->add_flag("--quiet,-q", o->quiet, "No progress lines");
@@ -70,13 +75,20 @@ Command registerGenerate(CLI::App& root)
                 }
                 if (o->prefill < 2)
                     throwInvalid("--prefill ", o->prefill, ": at least 2 tokens");
-                const auto weights = parseStepWeights(o->weights);
+                const auto weights = parseStepWeights(o->weights), prefillWeights = parseStepWeights(o->prefillWeights);
                 if (!weights)
                     throwInvalid("--weights '", o->weights, "': blocks-q8, blocks or fp32");
+                if (!prefillWeights)
+                    throwInvalid("--prefill-weights '", o->prefillWeights, "': blocks, blocks-q8 or fp32");
                 g.weights = *weights;
+                g.prefillWeights = *prefillWeights;
                 g.steps = o->steps;
                 g.threads = o->threads;
-                const auto books = readCodebookFile(o->codebooks);
+                const bool lookup = std::find(g.paths.begin(), g.paths.end(), DecodePath::Lookup) != g.paths.end();
+                if (o->codebooks.empty() && lookup)
+                    throwInvalid("--codebooks: the lookup path reads a compressed cache; give its codebooks, or "
+                                 "--paths fp16");
+                const auto books = o->codebooks.empty() ? CodebookFile{} : readCodebookFile(o->codebooks);
                 SequenceSource src;
                 src.text = o->text;
                 src.generate = o->text.empty();
@@ -135,6 +147,7 @@ Command registerGenerate(CLI::App& root)
                                                     {"prefill_seconds", rep.prefillSeconds},
                                                     {"prefill_tokens_per_second", rep.prefillTokensPerSecond()},
                                                     {"weights", rep.weights},
+                                                    {"prefill_weights", rep.prefillWeights},
                                                     {"isa", rep.isa},
                                                     {"threads", rep.threads},
                                                     {"points", pts}};
@@ -147,9 +160,9 @@ Command registerGenerate(CLI::App& root)
                                 model.config().headDim(), rep.contextNote.c_str(), rep.isa.c_str(), rep.threads,
                                 rep.weights.c_str());
                     std::printf("prefill: %lld tokens in %.2f s, %.1f tokens/s (chunks of %d, logits of the last token "
-                                "only)\n\n",
+                                "only; weights: %s)\n\n",
                                 (long long)rep.prefillTokens, rep.prefillSeconds, rep.prefillTokensPerSecond(),
-                                g.prefillChunk);
+                                g.prefillChunk, rep.prefillWeights.c_str());
                     std::printf("  %8s %-7s %10s %12s %8s %10s %9s %12s\n", "context", "path", "ms/token",
                                 "attention ms", "share", "append ms", "tokens/s", "cache");
                     for (const auto& p : rep.points)

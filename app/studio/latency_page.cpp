@@ -203,13 +203,14 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     m_genThreads->setToolTip(tr("The decode kernels' threads (the products use OpenMP's)"));
     m_genWeights = new QComboBox(this);
     m_genWeights->setObjectName("genWeights");
-    m_genWeights->addItem(tr("GGUF blocks, FP32 activations"), "blocks");
     m_genWeights->addItem(tr("GGUF blocks, 8-bit activations"), "blocks-q8");
+    m_genWeights->addItem(tr("GGUF blocks, FP32 activations"), "blocks");
     m_genWeights->addItem(tr("FP32"), "fp32");
-    m_genWeights->setToolTip(tr("What the prefill's and the step's products read: a GGUF model's quantized blocks "
-                                "(Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) with FP32 activations, the same blocks with the "
-                                "activations rounded to 8 bits and integer dot products (llama.cpp's arithmetic), or "
-                                "the dequantized FP32 matrices"));
+    m_genWeights->setToolTip(tr("What the step's products read: a GGUF model's quantized blocks (Q4_0, Q4_1, Q8_0, "
+                                "Q4_K, Q6_K) with the activations rounded to 8 bits and integer dot products "
+                                "(llama.cpp's arithmetic; the fastest step measured), the same blocks with FP32 "
+                                "activations, or the dequantized FP32 matrices. The prefill multiplies through the "
+                                "FP32 matrices of the blocks' values (the fastest prefill measured)"));
     m_genRun = new QPushButton(tr("Decode the model"), this);
     m_genRun->setObjectName("runGenerate");
     auto* genCancel = new QPushButton(tr("Cancel"), this);

@@ -72,7 +72,7 @@ void LatencyPage::startGenerate()
         g.contexts = parseList(m_genContexts->text(), tr("Context lengths"));
         g.steps = m_genTokens->value();
         g.weights = parseStepWeights(m_genWeights->currentData().toString().toStdString())
-                        .value_or(TransformerModel::StepWeights::Blocks);
+                        .value_or(TransformerModel::StepWeights::BlocksQ8);
         g.threads = m_genThreads->value();
     } catch (const std::exception& e) {
         m_ctx.showMessage(QString::fromUtf8(e.what()));

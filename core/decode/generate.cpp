@@ -4,6 +4,7 @@
 #include "core/base/error.h"
 #include "core/base/stats.h"
 #include "core/decode/cpu_decode.h"
+#include "core/decode/decode_bench.h"
 #include "core/lm/quant_gemm.h"
 
 #include <algorithm>
@@ -62,7 +63,17 @@ GenerateReport runGenerate(const TransformerModel& model, const std::vector<std:
     }
     const int L = cfg.layers;
     std::vector<const CodebookEntry*> kb(static_cast<std::size_t>(L)), vb(static_cast<std::size_t>(L));
-    for (int l = 0; l < L; ++l) {
+    // Without codebooks only the FP16 path runs: its caches are given stand-in codebooks they never read.
+    const bool fp16Only =
+        std::all_of(o.paths.begin(), o.paths.end(), [](DecodePath p) { return p == DecodePath::Fp16; });
+    CodebookEntry standIn;
+    if (books.entries.empty() && fp16Only) {
+        const DecodeShape shape{cfg.heads, cfg.kvHeads, cfg.headDim()};
+        standIn.codebooks = syntheticDecodeBooks(shape, cfg.headDim(), 1, 16, 1);
+        std::fill(kb.begin(), kb.end(), &standIn);
+        std::fill(vb.begin(), vb.end(), &standIn);
+    }
+    for (int l = 0; l < L && !(books.entries.empty() && fp16Only); ++l) {
         kb[std::size_t(l)] = books.find(cat("layers.", l, ".key"));
         vb[std::size_t(l)] = books.find(cat("layers.", l, ".value"));
         for (const auto* e : {kb[std::size_t(l)], vb[std::size_t(l)]}) {
@@ -85,17 +96,21 @@ GenerateReport runGenerate(const TransformerModel& model, const std::vector<std:
         return rep;
     TransformerModel::Cache pc;
     const double p0 = nowMs();
-    const std::int32_t first = argmax(model.prefill(prefill, pc, o.prefillChunk, {}, o.weights));
+    const std::int32_t first = argmax(model.prefill(prefill, pc, o.prefillChunk, {}, o.prefillWeights));
     rep.prefillSeconds = (nowMs() - p0) / 1000.0;
 
     rep.prefillTokens = P;
     rep.contextNote = cat("a ", P, "-token prefill of the text, repeated to each context length (keys and values ",
                           "copied; positions continue after the context)");
     const std::string blocks = model.weightBlocksNote();
-    rep.weights = o.weights == TransformerModel::StepWeights::Fp32 || blocks.empty() ? std::string("FP32")
-                  : o.weights == TransformerModel::StepWeights::Blocks
-                      ? cat("GGUF ", blocks, " (FP32 activations)")
-                      : cat("GGUF ", blocks, " (8-bit activations, ", quantGemmIsa(), ")");
+    const auto describe = [&](TransformerModel::StepWeights w) {
+        return w == TransformerModel::StepWeights::Fp32 || blocks.empty() ? std::string("FP32")
+               : w == TransformerModel::StepWeights::Blocks
+                   ? cat("GGUF ", blocks, " (FP32 activations)")
+                   : cat("GGUF ", blocks, " (8-bit activations, ", quantGemmIsa(), ")");
+    };
+    rep.weights = describe(o.weights);
+    rep.prefillWeights = describe(o.prefillWeights);
     const DecodeShape shape{cfg.heads, cfg.kvHeads, cfg.headDim()};
     for (const auto context : o.contexts) {
         for (const DecodePath path : o.paths) {

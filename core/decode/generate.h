@@ -24,11 +24,13 @@ struct GenerateOptions {
     int steps = 8;                            // timed decode steps per (context, path)
     std::vector<DecodePath> paths{DecodePath::Fp16, DecodePath::Lookup};
     int threads = 0; // the decode kernels' (0: one per core); the products use OpenMP's threads
-    // The products of the prefill and the step: a GGUF model's quantized blocks with FP32 activations
-    // (quant_matvec.h; the step reads the blocks, the prefill's GEMMs the FP32 matrices of the same
-    // values: the fastest measured, docs/benchmarks.md), the blocks with 8-bit activations
-    // (core/lm/quant_gemm.h, llama.cpp's arithmetic), or the FP32 matrices.
-    TransformerModel::StepWeights weights = TransformerModel::StepWeights::Blocks;
+    // The step's products: a GGUF model's quantized blocks with 8-bit activations (core/lm/quant_gemm.h,
+    // llama.cpp's arithmetic: the fastest step measured, docs/benchmarks.md), the blocks with FP32
+    // activations (quant_matvec.h), or the FP32 matrices. The prefill's: the same choices, where the
+    // blocks with FP32 activations multiply many tokens through the FP32 matrices of the same values
+    // (Eigen's GEMM; the fastest prefill measured).
+    TransformerModel::StepWeights weights = TransformerModel::StepWeights::BlocksQ8;
+    TransformerModel::StepWeights prefillWeights = TransformerModel::StepWeights::Blocks;
     int prefillChunk = 512; // tokens per forward call of the prefill
 };
 
@@ -45,8 +47,9 @@ struct GenerateReport {
     std::int64_t prefillTokens = 0;
     double prefillSeconds = 0; // the prefill's forward pass, in chunks, logits for the last token only
     double prefillTokensPerSecond() const { return prefillSeconds > 0 ? double(prefillTokens) / prefillSeconds : 0; }
-    std::string contextNote; // how the context was made
-    std::string weights;     // what the step's products read: "FP32", or the blocks' note
+    std::string contextNote;    // how the context was made
+    std::string weights;        // what the step's products read: "FP32", or the blocks' note
+    std::string prefillWeights; // and the prefill's
     std::string isa;
     int threads = 0;
     std::vector<GeneratePoint> points;

@@ -468,6 +468,7 @@ nlohmann::ordered_json generateRunSummary(const GenerateReport& r)
             {"prefill_tokens_per_second", r.prefillTokensPerSecond()},
             {"context_note", r.contextNote},
             {"weights", r.weights},
+            {"prefill_weights", r.prefillWeights},
             {"isa", r.isa},
             {"threads", r.threads},
             {"points", r.points.size()}};

@@ -141,25 +141,31 @@ MatrixRF TransformerModel::forward(std::span<const std::int32_t> tokens, Cache& 
         V.bottomRows(T) = v;
 
         MatrixRF attn(T, c.dim);
-#pragma omp parallel for schedule(static) if (T > 1)
-        for (int head = 0; head < c.heads; ++head) {
-            const int kvh = head / group;
-            const auto Kh = K.middleCols(kvh * hd, hd);
-            const auto Vh = V.middleCols(kvh * hd, hd);
-            // Queries in blocks of rows, each against the keys it can see: the scores of a block are
-            // rows × visible keys (16 MB at 16K keys), not T × (start + T) (1 GB per thread at 16K).
-            constexpr int kRows = 256;
-            for (int r0 = 0; r0 < T; r0 += kRows) {
-                const int rows = std::min(kRows, T - r0), seen = start + r0 + rows;
-                const MatrixRF s = (q.block(r0, head * hd, rows, hd) * Kh.topRows(seen).transpose()) * scale;
-                for (int t = 0; t < rows; ++t) {
-                    const int visible = start + r0 + t + 1; // causal
-                    Eigen::RowVectorXf p = s.row(t).head(visible);
-                    p = (p.array() - p.maxCoeff()).exp();
-                    p /= p.sum();
-                    attn.row(r0 + t).segment(head * hd, hd) = p * Vh.topRows(visible);
-                }
+        // Per KV head, its group's queries stacked (a GQA group reads each key and value row once a
+        // block), in blocks of rows against the keys they can see: the scores of a block are (group ·
+        // rows) × visible keys (16 MB at 16K keys, not T × (start + T)), each row's softmax zero past
+        // its causal end, and the values multiplied in one product.
+        const int kRows = std::max(16, 256 / group);
+        const int blocksPerHead = (T + kRows - 1) / kRows;
+#pragma omp parallel for schedule(dynamic) if (T > 1)
+        for (int task = 0; task < c.kvHeads * blocksPerHead; ++task) {
+            const int kvh = task / blocksPerHead, r0 = (task % blocksPerHead) * kRows;
+            const int rows = std::min(kRows, T - r0), seen = start + r0 + rows;
+            MatrixRF qs(group * rows, hd);
+            for (int g = 0; g < group; ++g)
+                qs.middleRows(g * rows, rows) = q.block(r0, (kvh * group + g) * hd, rows, hd);
+            MatrixRF s = (qs * K.block(0, kvh * hd, seen, hd).transpose()) * scale;
+            for (int i = 0; i < group * rows; ++i) {
+                const int visible = start + r0 + i % rows + 1; // causal
+                auto p = s.row(i);
+                const float top = p.head(visible).maxCoeff();
+                p.head(visible) = (p.head(visible).array() - top).exp();
+                p.head(visible) /= p.head(visible).sum();
+                p.tail(seen - visible).setZero();
             }
+            const MatrixRF o = s * V.block(0, kvh * hd, seen, hd);
+            for (int g = 0; g < group; ++g)
+                attn.block(r0, (kvh * group + g) * hd, rows, hd) = o.middleRows(g * rows, rows);
         }
         x += mul(attn, m_w.wo[std::size_t(l)], &ModelWeightBlocks::wo, l);
         for (int t = 0; t < T; ++t)

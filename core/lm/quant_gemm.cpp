@@ -181,12 +181,95 @@ void dotsPortable(const Unpacked& u, bool signedQuants, std::int64_t cols, const
 #define GSRQ_QG_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define GSRQ_QG_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 
+// FP16 to FP32 in one instruction (F16C), for the vector builds.
+GSRQ_QG_AVX2 inline float h16(const std::uint8_t* p)
+{
+    return _cvtsh_ss(std::uint16_t(p[0] | (p[1] << 8)));
+}
+
 GSRQ_QG_AVX2 float hsum8(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+// unpackRow in AVX2: the same bytes, scales and offsets, 16 or 32 quants a step.
+GSRQ_QG_AVX2 void unpackRowAvx2(GgmlType type, const std::uint8_t* b, std::int64_t cols, bool shiftQ8, Unpacked& u)
+{
+    std::uint8_t* w = u.w.data();
+    float* ls = u.ls.data();
+    float* oc = u.oc.data();
+    const Layout lay = layoutOf(type);
+    const std::int64_t blocks = cols / lay.elements;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03), flip = _mm256_set1_epi8(char(0x80));
+    const __m128i m4x = _mm_set1_epi8(0x0f);
+    const auto store = [](std::uint8_t* at, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), v); };
+    const auto load = [](const std::uint8_t* at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)); };
+    for (std::int64_t k = 0; k < blocks;
+         ++k, b += lay.bytes, w += lay.elements, ls += lay.elements / 4, oc += lay.elements / 16) {
+        switch (type) {
+        case GgmlType::Q4_0:
+        case GgmlType::Q4_1: {
+            const bool one = type == GgmlType::Q4_1;
+            const float d = h16(b);
+            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (one ? 4 : 2)));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(w), _mm_and_si128(q, m4x));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(w + 16), _mm_and_si128(_mm_srli_epi16(q, 4), m4x));
+            _mm256_storeu_ps(ls, _mm256_set1_ps(d));
+            oc[0] = oc[1] = one ? h16(b + 2) : -8.0f * d;
+            break;
+        }
+        case GgmlType::Q8_0: {
+            const float d = h16(b);
+            const __m256i q = load(b + 2);
+            store(w, shiftQ8 ? _mm256_xor_si256(q, flip) : q);
+            _mm256_storeu_ps(ls, _mm256_set1_ps(d));
+            oc[0] = oc[1] = shiftQ8 ? -128.0f * d : 0.0f;
+            break;
+        }
+        case GgmlType::Q4_K: {
+            const float d = h16(b), dmin = h16(b + 2);
+            std::uint8_t sc[8], mn[8];
+            ggufKScaleMin(b + 4, sc, mn);
+            for (int p = 0; p < 4; ++p) {
+                const __m256i v = load(b + 16 + 32 * p);
+                store(w + 64 * p, _mm256_and_si256(v, m4));
+                store(w + 64 * p + 32, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            }
+            for (int i = 0; i < 8; ++i) {
+                _mm256_storeu_ps(ls + 8 * i, _mm256_set1_ps(d * float(sc[i])));
+                oc[2 * i] = oc[2 * i + 1] = -dmin * float(mn[i]);
+            }
+            break;
+        }
+        case GgmlType::Q6_K: {
+            const auto* scales = reinterpret_cast<const std::int8_t*>(b + 192);
+            const float d = h16(b + 208);
+            for (int half = 0; half < 2; ++half) {
+                const __m256i l0 = load(b + 64 * half), l1 = load(b + 64 * half + 32), h = load(b + 128 + 32 * half);
+                const auto six = [&](__m256i low, int highShift) {
+                    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(h, highShift), m2);
+                    return _mm256_or_si256(low, _mm256_slli_epi16(high, 4)); // high ≤ 3: stays in its byte
+                };
+                std::uint8_t* o = w + 128 * half;
+                store(o, six(_mm256_and_si256(l0, m4), 0));
+                store(o + 32, six(_mm256_and_si256(l1, m4), 2));
+                store(o + 64, six(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), 4));
+                store(o + 96, six(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), 6));
+            }
+            for (int g = 0; g < 16; ++g) {
+                const float sg = d * float(scales[g]);
+                _mm_storeu_ps(ls + 4 * g, _mm_set1_ps(sg));
+                oc[g] = -32.0f * sg;
+            }
+            break;
+        }
+        default:
+            break;
+        }
+    }
 }
 
 // Σ oc · s16 over `groups` for N tokens, 8 lanes a step.
@@ -276,6 +359,123 @@ template <int N> GSRQ_QG_VNNI void dotsVnni(const Unpacked& u, std::int64_t cols
     for (int j = 0; j < N; ++j)
         out[j] = _mm512_reduce_add_ps(acc[j]);
 }
+
+// One token straight from the blocks, no unpacked row (a decode step reads each weight once): 64
+// quants a step, unpacked in registers, vpdpbusd with the token's bytes; the offsets as scalars per
+// block (a vector per Q6_K block). Q8_0's quants shifted by 128 as in the unpacked build.
+GSRQ_QG_VNNI float rowVnni(GgmlType type, const std::uint8_t* b, std::int64_t cols, const std::int8_t* xq,
+                           const float* xl, const float* s16)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m256i m4y = _mm256_set1_epi8(0x0f), m2y = _mm256_set1_epi8(0x03), flip = _mm256_set1_epi8(char(0x80));
+    const __m128i m4x = _mm_set1_epi8(0x0f);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), offv = _mm512_setzero_ps();
+    float off = 0;
+    const auto step = [&](__m512i w, __m512 ws, std::int64_t c, __m512& acc) {
+        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(xq + c));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(ws, _mm512_loadu_ps(xl + c / 4)), acc);
+    };
+    const auto pairScales = [](float a, float c) {
+        return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(c), 1);
+    };
+    const auto load32 = [](const void* at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)); };
+    const auto s32 = [&](std::int64_t block) { return s16[2 * block] + s16[2 * block + 1]; };
+    // The last 32-value block of an odd count alone: the upper half zero.
+    const auto single = [&](__m256i w, float d, std::int64_t k) {
+        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(w),
+                                              _mm512_zextsi256_si512(load32(xq + 32 * k)));
+        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_maskz_mov_ps(0x00ff, _mm512_set1_ps(d * xl[8 * k])), acc0);
+    };
+    switch (type) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1: {
+        const bool one = type == GgmlType::Q4_1;
+        const int bytes = one ? 20 : 18, qat = one ? 4 : 2;
+        const std::int64_t blocks = cols / 32;
+        const auto nibbles = [&](const std::uint8_t* blk) {
+            const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qat));
+            return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(q, m4x)),
+                                           _mm_and_si128(_mm_srli_epi16(q, 4), m4x), 1);
+        };
+        std::int64_t k = 0;
+        for (; k + 2 <= blocks; k += 2, b += 2 * bytes) {
+            const float da = h16(b), db = h16(b + bytes);
+            const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(nibbles(b)), nibbles(b + bytes), 1);
+            step(w, pairScales(da, db), 32 * k, (k & 2) ? acc1 : acc0);
+            off +=
+                one ? h16(b + 2) * s32(k) + h16(b + bytes + 2) * s32(k + 1) : -8.0f * (da * s32(k) + db * s32(k + 1));
+        }
+        if (k < blocks) {
+            single(nibbles(b), h16(b), k);
+            off += one ? h16(b + 2) * s32(k) : -8.0f * h16(b) * s32(k);
+        }
+        break;
+    }
+    case GgmlType::Q8_0: {
+        const std::int64_t blocks = cols / 32;
+        std::int64_t k = 0;
+        for (; k + 2 <= blocks; k += 2, b += 68) {
+            const float da = h16(b), db = h16(b + 34);
+            const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_xor_si256(load32(b + 2), flip)),
+                                                 _mm256_xor_si256(load32(b + 36), flip), 1);
+            step(w, pairScales(da, db), 32 * k, (k & 2) ? acc1 : acc0);
+            off -= 128.0f * (da * s32(k) + db * s32(k + 1));
+        }
+        if (k < blocks) {
+            single(_mm256_xor_si256(load32(b + 2), flip), h16(b), k);
+            off -= 128.0f * h16(b) * s32(k);
+        }
+        break;
+    }
+    case GgmlType::Q4_K: {
+        for (std::int64_t k = 0; k < cols / 256; ++k, b += 144) {
+            const float d = h16(b), dmin = h16(b + 2);
+            std::uint8_t sc[8], mn[8];
+            ggufKScaleMin(b + 4, sc, mn);
+            for (int p = 0; p < 4; ++p) {
+                const __m256i v = load32(b + 16 + 32 * p);
+                const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4y)),
+                                                     _mm256_and_si256(_mm256_srli_epi16(v, 4), m4y), 1);
+                step(w, pairScales(d * float(sc[2 * p]), d * float(sc[2 * p + 1])), 256 * k + 64 * p,
+                     (p & 1) ? acc1 : acc0);
+            }
+            float m = 0;
+            for (int i = 0; i < 8; ++i)
+                m += float(mn[i]) * s32(8 * k + i);
+            off -= dmin * m;
+        }
+        break;
+    }
+    case GgmlType::Q6_K: {
+        // Lane l of a 64-quant step belongs to 16-value group 4p + l / 4.
+        const __m512i groupOf[4] = {_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                    _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7),
+                                    _mm512_setr_epi32(8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11),
+                                    _mm512_setr_epi32(12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15)};
+        for (std::int64_t k = 0; k < cols / 256; ++k, b += 210) {
+            const __m512 sf = _mm512_mul_ps(
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)))),
+                _mm512_set1_ps(h16(b + 208)));
+            for (int p = 0; p < 4; ++p) {
+                const int half = p / 2, odd = p % 2;
+                const __m512i l = _mm512_loadu_si512(b + 64 * half);
+                const __m512i low = _mm512_and_si512(odd ? _mm512_srli_epi16(l, 4) : l, m4);
+                const __m256i h = load32(b + 128 + 32 * half);
+                const __m256i ha = _mm256_and_si256(_mm256_srli_epi16(h, 4 * odd), m2y);
+                const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(h, 4 * odd + 2), m2y);
+                const __m512i high = _mm512_inserti64x4(_mm512_castsi256_si512(ha), hb, 1);
+                const __m512i w = _mm512_or_si512(low, _mm512_slli_epi16(high, 4)); // high ≤ 3: stays in its byte
+                step(w, _mm512_permutexvar_ps(groupOf[p], sf), 256 * k + 64 * p, (p & 1) ? acc1 : acc0);
+            }
+            offv = _mm512_fmadd_ps(sf, _mm512_loadu_ps(s16 + 16 * k), offv); // × −32 below
+        }
+        break;
+    }
+    default:
+        return 0;
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + off - 32.0f * _mm512_reduce_add_ps(offv);
+}
 #endif
 
 enum class Isa { Portable, Avx2, Vnni };
@@ -308,6 +508,16 @@ void run(Isa isa, const QuantMatrix& w, const Q8Activations& x, float* y, std::i
     const bool ordered = !w.rowOrder.empty();
     // Threads pay from about a megabyte of weights read, or a few tokens.
     const bool parallel = double(rows) * double(w.rowBytes) * double(T) >= double(1 << 20);
+#if GSRQ_QG_X86
+    if (isa == Isa::Vnni && T == 1) { // a decode step: straight from the blocks
+#pragma omp parallel for schedule(static) if (parallel)
+        for (std::int64_t r = 0; r < rows; ++r) {
+            const std::int64_t stored = ordered ? w.rowOrder[std::size_t(r)] : r;
+            y[r] = rowVnni(w.type, w.data + stored * w.rowBytes, cols, x.q.data(), x.laneScale.data(), x.sum16.data());
+        }
+        return;
+    }
+#endif
 #pragma omp parallel if (parallel)
     {
         Unpacked u;
@@ -316,7 +526,12 @@ void run(Isa isa, const QuantMatrix& w, const Q8Activations& x, float* y, std::i
 #pragma omp for schedule(static)
         for (std::int64_t r = 0; r < rows; ++r) {
             const std::int64_t stored = ordered ? w.rowOrder[std::size_t(r)] : r;
-            unpackRow(w.type, w.data + stored * w.rowBytes, cols, shiftQ8, u);
+#if GSRQ_QG_X86
+            if (isa != Isa::Portable)
+                unpackRowAvx2(w.type, w.data + stored * w.rowBytes, cols, shiftQ8, u);
+            else
+#endif
+                unpackRow(w.type, w.data + stored * w.rowBytes, cols, shiftQ8, u);
             for (std::int64_t t0 = 0; t0 < T; t0 += kTile) {
                 const int n = int(std::min<std::int64_t>(kTile, T - t0));
                 TokenRefs refs{};

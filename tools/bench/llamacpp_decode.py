@@ -2,7 +2,7 @@
 """llama.cpp's token-by-token decode beside `gsrq generate`, on the same GGUF file, threads and
 contexts, in one script.
 
-  python3 tools/bench/llamacpp_decode.py --model smollm2 -c CODEBOOKS --context 1024,4096,8000
+  python3 tools/bench/llamacpp_decode.py --model smollm2 [-c CODEBOOKS] --context 1024,4096,8000
         [--tokens 8] [--threads 2] [--python ~/.cache/gsrq-studio/llamacpp/bin/python3]
 
 For each context: llama.cpp (llama-cpp-python 0.3.36, built from its PyPI sources for this CPU) with
@@ -26,6 +26,12 @@ llama-cpp-python is not in the pinned PyTorch environments; make its own once (a
 of compiling on two cores):
   python3 -m venv ~/.cache/gsrq-studio/llamacpp
   CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF" ~/.cache/gsrq-studio/llamacpp/bin/pip install llama-cpp-python==0.3.36
+On a CPU that reports AMX (Intel Sapphire Rapids and later) GGML_NATIVE builds llama.cpp's AMX
+kernels, which stop with "Illegal instruction" where the process is not granted the tile state
+(llama.cpp does not ask for it); there, name its other instruction sets instead:
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+    -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF
+    -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_CURL=OFF" .../pip install llama-cpp-python==0.3.36
 """
 import argparse
 import inspect
@@ -34,7 +40,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 from gsrqtools import models, texts
 from gsrqtools.paths import default_gsrq
@@ -135,12 +140,13 @@ def repeat_state(state, unit, length):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2", help="a model of tools/python/models.json, or a GGUF file")
-    ap.add_argument("-c", "--codebooks", required=True, help="codebooks for gsrq generate (keys after RoPE)")
+    ap.add_argument("-c", "--codebooks", help="codebooks for gsrq generate's lookup path (keys after RoPE); "
+                    "without, its FP16 path alone")
     ap.add_argument("--context", default="1024,4096")
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--kv", default="f16,q4_0", help="llama.cpp's cache types (f16, q4_0)")
     ap.add_argument("--weights", default="blocks",
-                    help="gsrq generate's weights: blocks, fp32, or both (blocks,fp32)")
+                    help="gsrq generate's weights: blocks, blocks-q8, fp32, or several (blocks,blocks-q8)")
     ap.add_argument("--fill", default="prefill", choices=("prefill", "repeat"),
                     help="llama.cpp's context: prefilled with the text, or --prefill tokens of it repeated")
     ap.add_argument("--prefill", type=int, default=256,
@@ -163,8 +169,8 @@ def main(argv=None):
         print(f"llamacpp_decode.py: --prefill {a.prefill}: at least 2 and at most the smallest context",
               file=sys.stderr)
         return 2
-    if any(k not in ("f16", "q4_0") for k in kvs) or any(w not in ("blocks", "fp32") for w in weights):
-        print("llamacpp_decode.py: --kv takes f16 and q4_0, --weights blocks and fp32", file=sys.stderr)
+    if any(k not in ("f16", "q4_0") for k in kvs) or any(w not in ("blocks", "blocks-q8", "fp32") for w in weights):
+        print("llamacpp_decode.py: --kv takes f16 and q4_0, --weights blocks, blocks-q8 and fp32", file=sys.stderr)
         return 2
     rows, prefill = {}, {}
     for kv in kvs:
@@ -180,7 +186,8 @@ def main(argv=None):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     shares = {}
     for w in weights:
-        r = subprocess.run([a.gsrq, "--no-db", "generate", path, "--text", text, "-c", a.codebooks, "--context",
+        books = ["-c", a.codebooks] if a.codebooks else ["--paths", "fp16"]
+        r = subprocess.run([a.gsrq, "--no-db", "generate", path, "--text", text, *books, "--context",
                             ",".join(map(str, contexts)), "--tokens", str(a.tokens), "--prefill", str(a.prefill), "--threads", str(a.threads),
                             "--weights", w, "--json", "-q"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
