@@ -269,9 +269,10 @@ Command registerPerplexity(CLI::App& root)
     cmd->add_option("--codebooks,-c", o->codebooks, "Codebooks files (gsrq train) to measure, one or more");
     cmd->add_option("--layers", o->layers, "Only these layers' KV cache is quantized, e.g. 0-4 or 1,3 (default: all)");
     cmd->add_option("--weights", o->weights,
-                    "The forward pass's products: fp32 (the dequantized FP32 matrices, exact), blocks (a GGUF model's "
-                    "quantized blocks, FP32 activations), blocks-q8 (the blocks with activations rounded to 8 bits, "
-                    "as gsrq generate runs by default): what the rounding costs in perplexity")
+                    "The forward pass's products: fp32 (the dequantized FP32 matrices), blocks (a GGUF model's "
+                    "quantized blocks with FP32 activations: the same values, so for many tokens the FP32 matrices' "
+                    "GEMM; fp32 but for the order of sums), blocks-q8 (the blocks with activations rounded to 8 "
+                    "bits, as gsrq generate's step runs by default): what the rounding costs in perplexity")
         ->capture_default_str();
     cmd->add_flag("--per-layer", o->perLayer, "Also quantize one layer at a time: which layers are sensitive");
     cmd->add_option(

@@ -456,9 +456,16 @@ nlohmann::ordered_json generateRunSettings(const std::string& model, const std::
     auto paths = nlohmann::ordered_json::array();
     for (const DecodePath p : o.paths)
         paths.push_back(decodePathName(p));
-    return {{"model", model},         {"text", text},         {"codebooks", codebooks},
-            {"contexts", o.contexts}, {"prefill", prefill},   {"steps", o.steps},
-            {"paths", paths},         {"threads", o.threads}, {"weights", stepWeightsName(o.weights)}};
+    return {{"model", model},
+            {"text", text},
+            {"codebooks", codebooks},
+            {"contexts", o.contexts},
+            {"prefill", prefill},
+            {"steps", o.steps},
+            {"paths", paths},
+            {"threads", o.threads},
+            {"weights", stepWeightsName(o.weights)},
+            {"prefill_weights", stepWeightsName(o.prefillWeights)}};
 }
 
 nlohmann::ordered_json generateRunSummary(const GenerateReport& r)

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <omp.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -205,8 +206,10 @@ GSRQ_QG_AVX2 void unpackRowAvx2(GgmlType type, const std::uint8_t* b, std::int64
     const std::int64_t blocks = cols / lay.elements;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03), flip = _mm256_set1_epi8(char(0x80));
     const __m128i m4x = _mm_set1_epi8(0x0f);
-    const auto store = [](std::uint8_t* at, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), v); };
-    const auto load = [](const std::uint8_t* at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)); };
+    const auto store = [](std::uint8_t* at, __m256i v)
+                           GSRQ_QG_AVX2 { _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), v); };
+    const auto load = [](const std::uint8_t* at)
+                          GSRQ_QG_AVX2 { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)); };
     for (std::int64_t k = 0; k < blocks;
          ++k, b += lay.bytes, w += lay.elements, ls += lay.elements / 4, oc += lay.elements / 16) {
         switch (type) {
@@ -249,7 +252,7 @@ GSRQ_QG_AVX2 void unpackRowAvx2(GgmlType type, const std::uint8_t* b, std::int64
             const float d = h16(b + 208);
             for (int half = 0; half < 2; ++half) {
                 const __m256i l0 = load(b + 64 * half), l1 = load(b + 64 * half + 32), h = load(b + 128 + 32 * half);
-                const auto six = [&](__m256i low, int highShift) {
+                const auto six = [&](__m256i low, int highShift) GSRQ_QG_AVX2 {
                     const __m256i high = _mm256_and_si256(_mm256_srli_epi16(h, highShift), m2);
                     return _mm256_or_si256(low, _mm256_slli_epi16(high, 4)); // high ≤ 3: stays in its byte
                 };
@@ -371,17 +374,17 @@ GSRQ_QG_VNNI float rowVnni(GgmlType type, const std::uint8_t* b, std::int64_t co
     const __m128i m4x = _mm_set1_epi8(0x0f);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), offv = _mm512_setzero_ps();
     float off = 0;
-    const auto step = [&](__m512i w, __m512 ws, std::int64_t c, __m512& acc) {
+    const auto step = [&](__m512i w, __m512 ws, std::int64_t c, __m512& acc) GSRQ_QG_VNNI {
         const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(xq + c));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(ws, _mm512_loadu_ps(xl + c / 4)), acc);
     };
-    const auto pairScales = [](float a, float c) {
-        return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(c), 1);
-    };
-    const auto load32 = [](const void* at) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)); };
+    const auto pairScales = [](float a, float c)
+                                GSRQ_QG_VNNI { return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(c), 1); };
+    const auto load32 = [](const void* at)
+                            GSRQ_QG_VNNI { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)); };
     const auto s32 = [&](std::int64_t block) { return s16[2 * block] + s16[2 * block + 1]; };
     // The last 32-value block of an odd count alone: the upper half zero.
-    const auto single = [&](__m256i w, float d, std::int64_t k) {
+    const auto single = [&](__m256i w, float d, std::int64_t k) GSRQ_QG_VNNI {
         const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(w),
                                               _mm512_zextsi256_si512(load32(xq + 32 * k)));
         acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_maskz_mov_ps(0x00ff, _mm512_set1_ps(d * xl[8 * k])), acc0);
@@ -392,7 +395,7 @@ GSRQ_QG_VNNI float rowVnni(GgmlType type, const std::uint8_t* b, std::int64_t co
         const bool one = type == GgmlType::Q4_1;
         const int bytes = one ? 20 : 18, qat = one ? 4 : 2;
         const std::int64_t blocks = cols / 32;
-        const auto nibbles = [&](const std::uint8_t* blk) {
+        const auto nibbles = [&](const std::uint8_t* blk) GSRQ_QG_VNNI {
             const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + qat));
             return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(q, m4x)),
                                            _mm_and_si128(_mm_srli_epi16(q, 4), m4x), 1);
@@ -502,6 +505,8 @@ template <class F> void dispatch(int n, F&& f)
 void run(Isa isa, const QuantMatrix& w, const Q8Activations& x, float* y, std::int64_t ldy)
 {
     const std::int64_t cols = w.cols, rows = w.rows, T = x.rows;
+    if (T == 0) // no tokens (a prefill chunk's logits that are not asked for): nothing to unpack
+        return;
     const bool isQ8 = w.type == GgmlType::Q8_0;
     const bool shiftQ8 = isa == Isa::Vnni;
     const bool signedQuants = isQ8 && !shiftQ8;
@@ -599,7 +604,9 @@ void quantizeActivations(const float* x, std::int64_t rows, std::int64_t cols, s
             float amax = 0;
             for (int i = 0; i < 32; ++i)
                 amax = std::max(amax, std::fabs(xb[i]));
-            const float d = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+            // A block too small for 127/amax to be finite (below about 4e-37) rounds to zeros.
+            const bool tiny = !(127.0f / amax < std::numeric_limits<float>::infinity());
+            const float d = tiny ? 0.0f : amax / 127.0f, inv = tiny ? 0.0f : 127.0f / amax;
             std::int8_t* q = out.q.data() + r * cols + 32 * b;
             int s0 = 0, s1 = 0;
             for (int i = 0; i < 16; ++i) {
