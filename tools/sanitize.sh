@@ -19,7 +19,7 @@ preset=$kind
 case "$kind" in
   asan | asan-all)
     preset=asan
-    suites='tst_(readers|malformed|clustering|compare|cli|train_cli|run_store|decode|cpu_decode|plan|baselines|statistics)$|_replay$'
+    suites='tst_(readers|malformed|clustering|compare|cli|train_cli|run_store|decode|cpu_decode|plan|baselines|statistics|quant_products)$|_replay$'
     # Leaks are checked; those of the libraries Qt loads (fontconfig's caches) are theirs.
     export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1
     export LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0
