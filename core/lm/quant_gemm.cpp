@@ -29,28 +29,6 @@ float f16(const std::uint8_t* p)
     return halfToFloat(std::uint16_t(p[0] | (p[1] << 8)));
 }
 
-struct Layout {
-    int elements, bytes;
-};
-
-Layout layoutOf(GgmlType t)
-{
-    switch (t) {
-    case GgmlType::Q4_0:
-        return {32, 18};
-    case GgmlType::Q4_1:
-        return {32, 20};
-    case GgmlType::Q8_0:
-        return {32, 34};
-    case GgmlType::Q4_K:
-        return {256, 144};
-    case GgmlType::Q6_K:
-        return {256, 210};
-    default:
-        return {0, 0};
-    }
-}
-
 // One row of W unpacked: w (cols bytes), ls (cols/4 scales), oc (cols/16 offset coefficients).
 // Q8_0's signed quants: stored as they are (signedQuants, no offset; the AVX2 and portable kernels
 // take them with the sign trick or plainly), or shifted by 128 into unsigned bytes with a −128·d
@@ -77,7 +55,7 @@ void unpackRow(GgmlType type, const std::uint8_t* b, std::int64_t cols, bool shi
     std::uint8_t* w = u.w.data();
     float* ls = u.ls.data();
     float* oc = u.oc.data();
-    const Layout lay = layoutOf(type);
+    const QuantBlockLayout lay = quantBlockLayout(type);
     const std::int64_t blocks = cols / lay.elements;
     for (std::int64_t k = 0; k < blocks;
          ++k, b += lay.bytes, w += lay.elements, ls += lay.elements / 4, oc += lay.elements / 16) {
@@ -202,7 +180,7 @@ GSRQ_QG_AVX2 void unpackRowAvx2(GgmlType type, const std::uint8_t* b, std::int64
     std::uint8_t* w = u.w.data();
     float* ls = u.ls.data();
     float* oc = u.oc.data();
-    const Layout lay = layoutOf(type);
+    const QuantBlockLayout lay = quantBlockLayout(type);
     const std::int64_t blocks = cols / lay.elements;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03), flip = _mm256_set1_epi8(char(0x80));
     const __m128i m4x = _mm_set1_epi8(0x0f);
@@ -569,7 +547,7 @@ void run(Isa isa, const QuantMatrix& w, const Q8Activations& x, float* y, std::i
 
 bool fits(const QuantMatrix& w, const Q8Activations& x)
 {
-    const Layout lay = layoutOf(w.type);
+    const QuantBlockLayout lay = quantBlockLayout(w.type);
     return w && lay.elements > 0 && w.cols % lay.elements == 0 && w.cols == x.cols && x.cols % 32 == 0;
 }
 

@@ -33,28 +33,6 @@ float f16(const std::uint8_t* p)
     return halfToFloat(u16(p));
 }
 
-struct Layout {
-    int elements, bytes;
-};
-
-Layout layoutOf(GgmlType t)
-{
-    switch (t) {
-    case GgmlType::Q4_0:
-        return {32, 18};
-    case GgmlType::Q4_1:
-        return {32, 20};
-    case GgmlType::Q8_0:
-        return {32, 34};
-    case GgmlType::Q4_K:
-        return {256, 144};
-    case GgmlType::Q6_K:
-        return {256, 210};
-    default:
-        return {0, 0};
-    }
-}
-
 // ---- plain C++: one row --------------------------------------------------------------------------
 
 float rowPortable(GgmlType type, const std::uint8_t* b, std::int64_t blocks, const float* x, const float* xs32)
@@ -321,7 +299,7 @@ using RowFn = float (*)(GgmlType, const std::uint8_t*, std::int64_t, const float
 
 void run(RowFn row, const QuantMatrix& w, const float* x, float* y)
 {
-    const Layout lay = layoutOf(w.type);
+    const QuantBlockLayout lay = quantBlockLayout(w.type);
     const std::int64_t blocks = w.cols / lay.elements;
     // Σx over each 32 values, for the offset terms.
     std::vector<float> xs32(std::size_t(w.cols / 32));
@@ -344,15 +322,33 @@ void run(RowFn row, const QuantMatrix& w, const float* x, float* y)
 
 } // namespace
 
+QuantBlockLayout quantBlockLayout(GgmlType type)
+{
+    switch (type) {
+    case GgmlType::Q4_0:
+        return {32, 18};
+    case GgmlType::Q4_1:
+        return {32, 20};
+    case GgmlType::Q8_0:
+        return {32, 34};
+    case GgmlType::Q4_K:
+        return {256, 144};
+    case GgmlType::Q6_K:
+        return {256, 210};
+    default:
+        return {};
+    }
+}
+
 bool quantMatVecTakes(GgmlType type)
 {
-    return layoutOf(type).elements > 0;
+    return quantBlockLayout(type).elements > 0;
 }
 
 QuantMatrix quantMatrix(const GgufTensor& t)
 {
     QuantMatrix m;
-    const Layout lay = layoutOf(t.type);
+    const QuantBlockLayout lay = quantBlockLayout(t.type);
     if (!lay.elements || t.dims.size() != 2 || t.dims[0] % lay.elements)
         return m;
     m.type = t.type;
@@ -365,7 +361,7 @@ QuantMatrix quantMatrix(const GgufTensor& t)
 
 bool quantMatVecBuild(const std::string& isa, const QuantMatrix& w, const float* x, float* y)
 {
-    if (!w || !quantMatVecTakes(w.type) || w.cols % layoutOf(w.type).elements)
+    if (!w || !quantMatVecTakes(w.type) || w.cols % quantBlockLayout(w.type).elements)
         return false;
     if (isa == "portable") {
         run(rowPortable, w, x, y);

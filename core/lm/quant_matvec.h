@@ -27,6 +27,12 @@ struct QuantMatrix {
 // are made of; others stay on the FP32 path).
 bool quantMatVecTakes(GgmlType type);
 
+// Values and bytes per block of a type the kernels read ({0, 0} for another); quant_gemm.h's too.
+struct QuantBlockLayout {
+    int elements = 0, bytes = 0;
+};
+QuantBlockLayout quantBlockLayout(GgmlType type);
+
 // Tensor t (GGUF dims {cols, rows}) as a matrix of its blocks; an empty one (false) for a type the
 // kernels do not take or a tensor that is not 2-D. The tensor's data must outlive the view.
 QuantMatrix quantMatrix(const GgufTensor& t);
