@@ -18,6 +18,7 @@
 #include "core/lm/perplexity.h"
 #include "core/lm/quant_matvec.h"
 #include "core/lm/sequences.h"
+#include "test_blocks.h"
 #include "test_util.h"
 
 #include <QJsonArray>
@@ -763,9 +764,7 @@ void TestModel::generateReportsLatencyPerPath()
 void TestModel::quantMatVecEqualsTheDequantizedProduct()
 {
     std::mt19937 rng(11);
-    std::uniform_int_distribution<int> byte(0, 255);
     std::normal_distribution<float> normal(0.f, 1.f);
-    const std::uint16_t halves[] = {0x2e66, 0x3c00, 0xb4cd, 0x1400, 0x8001, 0x2a00, 0xa1f0};
     // Every type on a small matrix (one thread), and Q4_K on one of 1.2 MB (the rows split over the
     // threads, row order included).
     std::vector<std::tuple<GgmlType, std::int64_t, std::int64_t>> cases;
@@ -776,31 +775,11 @@ void TestModel::quantMatVecEqualsTheDequantizedProduct()
         std::vector<float> x(static_cast<std::size_t>(cols));
         for (auto& v : x)
             v = normal(rng);
-        const auto traits = *ggmlTypeTraits(std::uint32_t(type));
-        const std::int64_t blocks = rows * cols / traits.blockElements;
-        std::vector<std::uint8_t> raw(std::size_t(blocks * traits.blockBytes));
-        for (auto& b : raw)
-            b = std::uint8_t(byte(rng));
-        // The scale fields: Q4_0, Q8_0: d at 0; Q4_1: d, m; Q4_K: d, dmin; Q6_K: d at 208.
-        const std::vector<int> scaleAt = type == GgmlType::Q6_K                             ? std::vector<int>{208}
-                                         : type == GgmlType::Q4_1 || type == GgmlType::Q4_K ? std::vector<int>{0, 2}
-                                                                                            : std::vector<int>{0};
-        for (std::int64_t k = 0; k < blocks; ++k)
-            for (int at : scaleAt) {
-                const std::uint16_t h = halves[std::size_t(byte(rng)) % std::size(halves)];
-                raw[std::size_t(k * traits.blockBytes + at)] = std::uint8_t(h & 0xff);
-                raw[std::size_t(k * traits.blockBytes + at + 1)] = std::uint8_t(h >> 8);
-            }
-        GgufTensor t;
-        t.name = "w";
-        t.dims = {cols, rows};
-        t.type = type;
-        t.data = reinterpret_cast<const std::byte*>(raw.data());
-        t.bytes = raw.size();
-        const QuantMatrix q = quantMatrix(t);
+        const test::RandomBlocks b = test::randomBlocks(type, rows, cols, rng);
+        const QuantMatrix& q = b.matrix;
         QVERIFY(q);
-        std::vector<float> w(std::size_t(rows * cols));
-        QVERIFY(dequantizeGgufBlocks(type, raw.data(), rows * cols, w.data()));
+        QVERIFY(b.dequantizedOk);
+        const std::vector<float>& w = b.dequantized;
         std::vector<std::vector<float>> builds;
         for (const char* isa : {"portable", "avx2+fma", "avx512"}) {
             std::vector<float> y(static_cast<std::size_t>(rows));

@@ -66,14 +66,15 @@ GenerateReport runGenerate(const TransformerModel& model, const std::vector<std:
     // Without codebooks only the FP16 path runs: its caches are given stand-in codebooks they never read.
     const bool fp16Only =
         std::all_of(o.paths.begin(), o.paths.end(), [](DecodePath p) { return p == DecodePath::Fp16; });
+    const bool standInBooks = books.entries.empty() && fp16Only;
     CodebookEntry standIn;
-    if (books.entries.empty() && fp16Only) {
+    if (standInBooks) {
         const DecodeShape shape{cfg.heads, cfg.kvHeads, cfg.headDim()};
         standIn.codebooks = syntheticDecodeBooks(shape, cfg.headDim(), 1, 16, 1);
         std::fill(kb.begin(), kb.end(), &standIn);
         std::fill(vb.begin(), vb.end(), &standIn);
     }
-    for (int l = 0; l < L && !(books.entries.empty() && fp16Only); ++l) {
+    for (int l = 0; l < L && !standInBooks; ++l) {
         kb[std::size_t(l)] = books.find(cat("layers.", l, ".key"));
         vb[std::size_t(l)] = books.find(cat("layers.", l, ".value"));
         for (const auto* e : {kb[std::size_t(l)], vb[std::size_t(l)]}) {
