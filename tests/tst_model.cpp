@@ -80,7 +80,6 @@ private slots:
     void ggufDecodeStepsMatchTheForwardPass();
     void generateReportsLatencyPerPath();
     void quantMatVecEqualsTheDequantizedProduct();
-    void decodeStepReadsTheWeightBlocks();
 
 private:
     QTemporaryDir m_dir;
@@ -824,40 +823,6 @@ void TestModel::quantMatVecEqualsTheDequantizedProduct()
     other.type = GgmlType::Q5_K; // dequantized, but not read as blocks
     QVERIFY(!quantMatrix(other));
     QVERIFY(!quantMatVecTakes(GgmlType::F16));
-}
-
-// The bundled synthetic tiny llama with its products' weights in Q8_0, Q4_0 and Q4_1 blocks: the
-// decode step reads every matrix from its blocks (llama's permuted q and k rows put back by the row
-// order) and gives the logits of the FP32 step to FP32 rounding. The attention here is a stand-in
-// (a mix of q, k and v), the same for both, so the products are what is compared: relative 1e-4 of the
-// largest logit allows a few ulps through two layers of products of 32 and 64 terms.
-void TestModel::decodeStepReadsTheWeightBlocks()
-{
-    const auto model = loadGgufModel(GgufFile::open(test::sourcePath("tests/data/tiny-llama-q.gguf").toStdString()));
-    QCOMPARE(QString::fromStdString(model.weightBlocksNote()),
-             QString("Q4_0, Q4_1, Q8_0 blocks for 15 of 15 matrices"));
-    QVERIFY(loadGgufModel(GgufFile::open(test::sourcePath("tests/data/tiny-llama.gguf").toStdString()))
-                .weightBlocksNote()
-                .empty()); // F32 and F16 only: the FP32 step
-    // The attention's stand-in uses q, k and v (the model's 2 query heads share its 1 KV head), so all
-    // three products and their row orders reach the logits.
-    const auto attend = [](int, const Eigen::RowVectorXf& q, const Eigen::RowVectorXf& k, const Eigen::RowVectorXf& v) {
-        Eigen::RowVectorXf out = q;
-        for (Eigen::Index i = 0; i < q.size(); ++i)
-            out[i] += k[i % k.size()] - 0.5f * v[i % v.size()];
-        return out;
-    };
-    for (const std::int32_t token : {5, 120, 290}) {
-        const Eigen::RowVectorXf a = model.decodeStep(token, 7, attend, TransformerModel::StepWeights::Blocks);
-        const Eigen::RowVectorXf b = model.decodeStep(token, 7, attend, TransformerModel::StepWeights::Fp32);
-        QCOMPARE(a.size(), b.size());
-        const float scale = b.cwiseAbs().maxCoeff();
-        QVERIFY(scale > 0);
-        QVERIFY2((a - b).cwiseAbs().maxCoeff() <= 1e-4f * scale,
-                 qPrintable(QString("token %1: %2 of %3").arg(token).arg((a - b).cwiseAbs().maxCoeff()).arg(scale)));
-    }
-    // A wrong row order would not give the FP32 step's q or k: the check above would fail. The step
-    // over FP32 matches the forward pass (ggufDecodeStepsMatchTheForwardPass).
 }
 
 QTEST_APPLESS_MAIN(TestModel)

@@ -18,6 +18,8 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <span>
+#include <vector>
 
 using namespace gsrq;
 using gsrq::test::RandomBlocks;
@@ -40,6 +42,8 @@ private slots:
     void withoutVnniTheAvx2BuildRuns();
     void refusals();
     void prefillInChunksEqualsTokenByToken();
+    void decodeStepReadsTheWeightBlocks();
+    void blocksOnlyModelEqualsItsFp32Copies();
 };
 
 // Against W·x in double over the FP32 activations, each output of every build lies within the
@@ -286,6 +290,95 @@ void TestQuantProducts::prefillInChunksEqualsTokenByToken()
         QCOMPARE(e.kind(), ErrorKind::InvalidInput);
         QVERIFY(QString(e.what()).contains("positions"));
     }
+}
+
+// The bundled synthetic tiny llama with its products' weights in Q8_0, Q4_0 and Q4_1 blocks: the
+// decode step reads every matrix from its blocks (llama's permuted q and k rows put back by the row
+// order) and gives the logits of the step over the FP32 copies (GgufLoadOptions::fp32Copies: the
+// dequantized file, unpermuted as matrices) to FP32 rounding. The attention here is a stand-in (a
+// mix of q, k and v), the same for both, so the products are what is compared: relative 1e-4 of the
+// largest logit allows a few ulps through two layers of products of 32 and 64 terms.
+void TestQuantProducts::decodeStepReadsTheWeightBlocks()
+{
+    const auto file = GgufFile::open(test::sourcePath("tests/data/tiny-llama-q.gguf").toStdString());
+    const auto model = loadGgufModel(file);
+    const auto copies = loadGgufModel(file, {.fp32Copies = true});
+    QCOMPARE(QString::fromStdString(model.weightBlocksNote()),
+             QString("Q4_0, Q4_1, Q8_0 blocks for 15 of 15 matrices"));
+    QVERIFY(loadGgufModel(GgufFile::open(test::sourcePath("tests/data/tiny-llama.gguf").toStdString()))
+                .weightBlocksNote()
+                .empty()); // F32 and F16 only: the FP32 step
+    // The attention's stand-in uses q, k and v (the model's 2 query heads share its 1 KV head), so all
+    // three products and their row orders reach the logits.
+    const auto attend = [](int, const Eigen::RowVectorXf& q, const Eigen::RowVectorXf& k, const Eigen::RowVectorXf& v) {
+        Eigen::RowVectorXf out = q;
+        for (Eigen::Index i = 0; i < q.size(); ++i)
+            out[i] += k[i % k.size()] - 0.5f * v[i % v.size()];
+        return out;
+    };
+    using W = TransformerModel::StepWeights;
+    for (const std::int32_t token : {5, 120, 290}) {
+        const Eigen::RowVectorXf b = copies.decodeStep(token, 7, attend, W::Fp32);
+        const float scale = b.cwiseAbs().maxCoeff();
+        QVERIFY(scale > 0);
+        for (const W weights : {W::Blocks, W::Fp32}) { // Fp32 without copies: the blocks' exact values
+            const Eigen::RowVectorXf a = model.decodeStep(token, 7, attend, weights);
+            QCOMPARE(a.size(), b.size());
+            QVERIFY2((a - b).cwiseAbs().maxCoeff() <= 1e-4f * scale,
+                     qPrintable(QString("token %1, weights %2: %3 of %4")
+                                    .arg(token)
+                                    .arg(stepWeightsName(weights))
+                                    .arg((a - b).cwiseAbs().maxCoeff())
+                                    .arg(scale)));
+        }
+    }
+    // A wrong row order would not give the FP32 step's q or k: the check above would fail.
+}
+
+// As loaded, a GGUF model whose products are all blocks the kernels take holds no FP32 copy of them
+// (the memory ceiling: Qwen2.5-Coder-1.5B's would be 6.2 GB beside its 1.0 GB file), and its forward
+// pass gives the FP32 copies' logits, keys and values: over 20 tokens (the blocks dequantized a panel
+// at a time into a GEMM, rows split among threads), over 3 (the one-token kernels), with FP32
+// weights and with blocks. The values are the same, only the order of the sums differs: relative
+// 1e-4 of the largest logit, as above. A model of F32 and F16 tensors keeps them as FP32.
+void TestQuantProducts::blocksOnlyModelEqualsItsFp32Copies()
+{
+    const auto file = GgufFile::open(test::sourcePath("tests/data/tiny-llama-q.gguf").toStdString());
+    const auto model = loadGgufModel(file);
+    const auto copies = loadGgufModel(file, {.fp32Copies = true});
+    QCOMPARE(model.fp32WeightBytes(), std::int64_t(0));
+    const auto& c = model.config();
+    const std::int64_t all = 4 * (std::int64_t(c.vocab) * c.dim * (c.sharedClassifier ? 1 : 2) +
+                                  std::int64_t(c.layers) * (2 * c.dim * c.dim + 2 * c.kvDim() * c.dim +
+                                                            3 * std::int64_t(c.hidden) * c.dim));
+    QCOMPARE(copies.fp32WeightBytes(), all);
+    QVERIFY(loadGgufModel(GgufFile::open(test::sourcePath("tests/data/tiny-llama.gguf").toStdString()))
+                .fp32WeightBytes() > 0);
+
+    using W = TransformerModel::StepWeights;
+    std::vector<std::int32_t> tokens;
+    for (int i = 0; i < 20; ++i)
+        tokens.push_back(std::int32_t((i * 53 + 7) % c.vocab));
+    for (const std::size_t n : {std::size_t(20), std::size_t(3)})
+        for (const W weights : {W::Fp32, W::Blocks}) {
+            const std::span<const std::int32_t> part(tokens.data(), n);
+            TransformerModel::Cache a, b;
+            const MatrixRF ref = copies.forward(part, b, {}, TransformerModel::Logits::All, W::Fp32);
+            const MatrixRF got = model.forward(part, a, {}, TransformerModel::Logits::All, weights);
+            QCOMPARE(got.rows(), Eigen::Index(n));
+            const float scale = ref.cwiseAbs().maxCoeff(), diff = (got - ref).cwiseAbs().maxCoeff();
+            QVERIFY(scale > 0);
+            QVERIFY2(diff <= 1e-4f * scale, qPrintable(QString("%1 tokens, weights %2: %3 of %4")
+                                                           .arg(n)
+                                                           .arg(stepWeightsName(weights))
+                                                           .arg(diff)
+                                                           .arg(scale)));
+            for (std::size_t l = 0; l < a.keys.size(); ++l) {
+                QVERIFY((a.keys[l] - b.keys[l]).cwiseAbs().maxCoeff() <= 1e-4f * b.keys[l].cwiseAbs().maxCoeff());
+                QVERIFY((a.values[l] - b.values[l]).cwiseAbs().maxCoeff() <=
+                        1e-4f * b.values[l].cwiseAbs().maxCoeff());
+            }
+        }
 }
 
 QTEST_APPLESS_MAIN(TestQuantProducts)

@@ -26,38 +26,82 @@ namespace gsrq {
 using cpudecode::CodeView;
 using cpudecode::HeadDims;
 using cpudecode::Kernels;
+using cpudecodeimpl::FewPanels;
 using namespace cpudecodeimpl;
 
 namespace {
 
-// Greedy encoding of a few rows through every stage, as encode(X, cb, 1, backend) gives it with the
-// CPU backend: each stage's label is the assignment kernel's nearest codeword of the residual (the
-// backend's exact bounds pick that kernel's label bit for bit, nearest_kernels.h and exact_bounds.h),
-// and the residual drops that codeword, in float, as the backend subtracts it. Only for the vector
-// kernels, which score a pair the same wherever it lies; the caller falls back to encode() elsewhere.
-Codes encodeFew(const MatrixRF& X, const Codebooks& cb, std::vector<nearest::NearestPanels>& panels,
-                const nearest::NearestKernels& kernel)
+// The panels of every (subspace, stage) of a book, packed at the first append of a few rows: FP16
+// with an exact second look where the CPU has AVX-512 and every codeword fits FP16 (none is needed
+// past that), else the assignment kernel's FP32 panels.
+void packFew(const Codebooks& cb, FewPanels& p, const nearest::NearestKernels& kernel)
 {
-    const int M = cb.subspaces, R = cb.stages, D = cb.dim;
-    if (panels.empty()) {
-        panels.reserve(std::size_t(M) * std::size_t(R));
+    if (p.packed)
+        return;
+    const int M = cb.subspaces, R = cb.stages;
+    for (int m = 0; m < M; ++m)
+        for (int r = 0; r < R; ++r)
+            p.screened.push_back(nearest::packScreened(MatrixRF(cb.book(m, r))));
+    if (std::any_of(p.screened.begin(), p.screened.end(), [](const auto& s) { return !s; })) {
+        p.screened.clear();
         for (int m = 0; m < M; ++m)
             for (int r = 0; r < R; ++r)
-                panels.push_back(nearest::packCodewords(MatrixRF(cb.book(m, r)), kernel));
+                p.fp32.push_back(nearest::packCodewords(MatrixRF(cb.book(m, r)), kernel));
     }
-    Codes codes(X.rows(), Eigen::Index(M) * R);
-    MatrixRF res = X;
-    for (Eigen::Index i = 0; i < X.rows(); ++i)
-        for (int m = 0; m < M; ++m)
-            for (int r = 0; r < R; ++r) {
-                std::int32_t label = 0;
-                float score = 0;
-                kernel.nearest(res.data() + i * res.cols() + Eigen::Index(m) * D, 1, res.cols(),
-                               panels[std::size_t(m) * std::size_t(R) + std::size_t(r)], &label, &score);
-                codes(i, Eigen::Index(m) * R + r) = label;
-                res.block(i, Eigen::Index(m) * D, 1, D) -= cb.book(m, r).row(label);
-            }
-    return codes;
+    p.packed = true;
+}
+
+// Greedy encoding of a few rows of keys and of values through every stage, as encode(X, cb, 1,
+// backend) gives it with the CPU backend: each stage's label is the assignment kernel's nearest
+// codeword of the residual (the backend's exact bounds pick that kernel's label bit for bit,
+// nearest_kernels.h and exact_bounds.h; the FP16 screen picks the same, nearest_screened.h), and the
+// residual drops that codeword, in float, as the backend subtracts it. Only for the vector kernels,
+// which score a pair the same wherever it lies; the caller falls back to encode() elsewhere. Each
+// (keys or values, row, subspace) is a chain of stages of its own: the chains run on the cache's
+// threads, whose combined read rate the codebooks' bytes are bound by.
+struct FewBooks {
+    const Codebooks& keyBooks;
+    const Codebooks& valueBooks;
+    FewPanels& keyFew;
+    FewPanels& valueFew;
+    int threads;
+};
+
+void encodeFew(const MatrixRF& keys, const MatrixRF& values, const FewBooks& c, const nearest::NearestKernels& kernel,
+               Codes& ck, Codes& cv)
+{
+    packFew(c.keyBooks, c.keyFew, kernel);
+    packFew(c.valueBooks, c.valueFew, kernel);
+    const int M = c.keyBooks.subspaces, R = c.keyBooks.stages, D = c.keyBooks.dim;
+    const std::int64_t rows = keys.rows();
+    ck.resize(rows, Eigen::Index(M) * R);
+    cv.resize(rows, Eigen::Index(M) * R);
+    const std::int64_t items = 2 * rows * M;
+#pragma omp parallel for num_threads(c.threads) schedule(static) if (c.threads > 1 && items > 1)
+    for (std::int64_t item = 0; item < items; ++item) {
+        const bool isKey = item < rows * M;
+        const std::int64_t i = (item % (rows * M)) / M;
+        const int m = int(item % M);
+        const MatrixRF& X = isKey ? keys : values;
+        const Codebooks& cb = isKey ? c.keyBooks : c.valueBooks;
+        const auto& few = isKey ? c.keyFew : c.valueFew;
+        Codes& codes = isKey ? ck : cv;
+        thread_local std::vector<float> res, scratch;
+        res.assign(X.row(i).data() + std::int64_t(m) * D, X.row(i).data() + std::int64_t(m + 1) * D);
+        for (int r = 0; r < R; ++r) {
+            const std::size_t at = std::size_t(m) * std::size_t(R) + std::size_t(r);
+            std::int32_t label = 0;
+            float score = 0;
+            if (!few.screened.empty())
+                nearest::nearestScreened(res.data(), few.screened[at], &label, &score, scratch);
+            else
+                kernel.nearest(res.data(), 1, D, few.fp32[at], &label, &score);
+            codes(i, Eigen::Index(m) * R + r) = label;
+            const float* cw = cb.book(m, r).row(label).data();
+            for (int d = 0; d < D; ++d)
+                res[std::size_t(d)] -= cw[d];
+        }
+    }
 }
 
 } // namespace
@@ -93,12 +137,15 @@ std::pair<Codes, Codes> CpuDecodeCache::appendRows(const MatrixRF& keys, const M
     const bool few = keys.rows() <= 16 && kernel.width > 0 && m->keyBooks.order.empty() && m->valueBooks.order.empty();
     // Without quantizing, the tokens' codes are code 0 of every stage (the FP16 path never reads them).
     const Codes zero = Codes::Zero(keys.rows(), Eigen::Index(m->keyBooks.subspaces) * m->keyBooks.stages);
-    const Codes ck = !quantize ? zero
-                     : few     ? encodeFew(keys, m->keyBooks, m->keyPanels, kernel)
-                               : encode(keys, m->keyBooks, 1, *m->encoder);
-    const Codes cv = !quantize ? zero
-                     : few     ? encodeFew(values, m->valueBooks, m->valuePanels, kernel)
-                               : encode(values, m->valueBooks, 1, *m->encoder);
+    Codes ck, cv;
+    if (!quantize) {
+        ck = cv = zero;
+    } else if (few) {
+        encodeFew(keys, values, {m->keyBooks, m->valueBooks, m->keyFew, m->valueFew, m->threads}, kernel, ck, cv);
+    } else {
+        ck = encode(keys, m->keyBooks, 1, *m->encoder);
+        cv = encode(values, m->valueBooks, 1, *m->encoder);
+    }
     for (int b = 0; b < B; ++b) {
         appendCodes(m->kc[std::size_t(b)], ck.middleRows(std::int64_t(b) * n, n));
         appendCodes(m->vc[std::size_t(b)], cv.middleRows(std::int64_t(b) * n, n));

@@ -4,6 +4,7 @@
 
 #include "core/cluster/cluster_backend.h"
 #include "core/cluster/nearest_kernels.h"
+#include "core/cluster/nearest_screened.h"
 #include "core/decode/cpu_decode.h"
 #include "core/decode/cpu_kernels.h"
 
@@ -39,6 +40,15 @@ inline std::vector<std::uint16_t> halves(const Codebooks& cb)
 inline constexpr std::int64_t kMinFp16SplitTokens = 512;
 inline constexpr std::int64_t kMinBinSplitTokens = 2048;
 
+// A book's codewords packed per (subspace, stage) for encoding a few rows: where the CPU has AVX-512
+// they are read in FP16 and the few that could win scored again in FP32 (nearest_screened.h: the
+// same labels from half the bytes), else the assignment kernel's FP32 panels.
+struct FewPanels {
+    std::vector<nearest::NearestPanels> fp32;
+    std::vector<nearest::ScreenedPanels> screened; // empty where not used
+    bool packed = false;
+};
+
 } // namespace cpudecodeimpl
 
 struct CpuDecodeCache::Impl {
@@ -51,8 +61,8 @@ struct CpuDecodeCache::Impl {
     std::unique_ptr<ClusterBackend> encoder; // the quantizer's greedy encode of new tokens, made once
     // A decode step's few new rows are encoded by the assignment kernel directly, on codewords packed
     // once per (subspace, stage) (made at the first such append): the backend's labels, bit for bit
-    // (see encodeFew), without its per-call packing, binding and threads.
-    std::vector<nearest::NearestPanels> keyPanels, valuePanels;
+    // (see encodeFew), without its per-call packing and binding.
+    cpudecodeimpl::FewPanels keyFew, valueFew;
     Codebooks kb16, vb16; // rounded to FP16, as floats (for references)
     std::vector<std::uint16_t> kbh, vbh;
     std::vector<PackedCodes> kc, vc;                  // per sequence, with room for `capacity` tokens

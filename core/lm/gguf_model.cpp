@@ -98,9 +98,27 @@ MatrixRF unpermuteRows(const MatrixRF& w, int heads)
     return out;
 }
 
+// Every value of a matrix kept only as blocks is finite (what ggufMatrix checks of a copy): the
+// blocks dequantized a few rows at a time, threads over the rows.
+void requireFinite(const GgufFile& f, const std::string& name, const QuantMatrix& q)
+{
+    const std::int64_t step = std::max<std::int64_t>(1, (1 << 16) / q.cols);
+    bool finite = true;
+#pragma omp parallel for schedule(dynamic) reduction(&& : finite)
+    for (std::int64_t r0 = 0; r0 < q.rows; r0 += step) {
+        thread_local std::vector<float> rows;
+        const std::int64_t n = std::min(step, q.rows - r0);
+        rows.resize(std::size_t(n * q.cols));
+        quantRows(q, r0, n, rows.data());
+        finite = finite && Eigen::Map<const Eigen::ArrayXf>(rows.data(), Eigen::Index(rows.size())).allFinite();
+    }
+    if (!finite)
+        throwInvalid(f.path(), ": GGUF tensor '", name, "' holds NaN or Inf");
+}
+
 } // namespace
 
-TransformerModel loadGgufModel(const GgufFile& f)
+TransformerModel loadGgufModel(const GgufFile& f, const GgufLoadOptions& options)
 {
     const std::string& path = f.path();
     const GgufModelFacts facts = ggufModelFacts(f);
@@ -151,21 +169,54 @@ TransformerModel loadGgufModel(const GgufFile& f)
     c.rmsEps = float(facts.rmsEps);
     c.attentionBias = f.tensor("blk.0.attn_q.bias") != nullptr;
 
-    w.embed = ggufMatrix(f, "token_embd.weight", c.vocab, c.dim);
+    // The products' weights as views of their blocks, where the kernels take the type: the forward
+    // pass dequantizes them a panel at a time, so no FP32 copy is kept (Qwen2.5-Coder-1.5B's would be
+    // 6.2 GB beside its 1.0 GB file). Another type, or options.fp32Copies, is dequantized to FP32.
+    auto blocks = std::make_shared<ModelWeightBlocks>();
+    blocks->file = f;
     const bool permuted = arch == "llama";
+    const auto linear = [&](const std::string& name, std::int64_t rows, std::int64_t cols, int heads, MatrixRF& fp32) {
+        QuantMatrix q = quantMatrix(*f.tensor(name));
+        if (q && (q.rows != rows || q.cols != cols)) // the shapes' message
+            ggufMatrix(f, name, rows, cols);
+        if (q && permuted && heads > 0) { // output row head·hd + h·hd/2 + i is the file's row head·hd + 2i + h
+            const int hd = c.headDim();
+            q.rowOrder.resize(std::size_t(q.rows));
+            for (int head = 0; head < heads; ++head)
+                for (int i = 0; i < hd / 2; ++i)
+                    for (int h = 0; h < 2; ++h)
+                        q.rowOrder[std::size_t(head * hd + h * (hd / 2) + i)] = head * hd + 2 * i + h;
+        }
+        if (!q || options.fp32Copies) {
+            fp32 = ggufMatrix(f, name, rows, cols);
+            if (permuted && heads > 0)
+                fp32 = unpermuteRows(fp32, heads);
+        }
+        if (q && !options.fp32Copies)
+            requireFinite(f, name, q);
+        return q;
+    };
+    const auto present = [&](const std::string& name) {
+        if (!f.tensor(name))
+            throwInvalid(path, ": GGUF model has no tensor '", name, "'");
+        return name;
+    };
+    w.wq.resize(std::size_t(c.layers));
+    w.wk.resize(std::size_t(c.layers));
+    w.wv.resize(std::size_t(c.layers));
+    w.wo.resize(std::size_t(c.layers));
+    w.w1.resize(std::size_t(c.layers));
+    w.w2.resize(std::size_t(c.layers));
+    w.w3.resize(std::size_t(c.layers));
+    blocks->embed = linear("token_embd.weight", c.vocab, c.dim, 0, w.embed);
     for (int l = 0; l < c.layers; ++l) {
         const std::string b = "blk." + std::to_string(l) + ".";
+        const auto L = std::size_t(l);
         w.attnNorm.push_back(ggufMatrix(f, b + "attn_norm.weight", 1, c.dim).row(0).transpose());
-        MatrixRF wq = ggufMatrix(f, b + "attn_q.weight", c.dim, c.dim);
-        MatrixRF wk = ggufMatrix(f, b + "attn_k.weight", c.kvDim(), c.dim);
-        if (permuted) {
-            wq = unpermuteRows(wq, c.heads);
-            wk = unpermuteRows(wk, c.kvHeads);
-        }
-        w.wq.push_back(std::move(wq));
-        w.wk.push_back(std::move(wk));
-        w.wv.push_back(ggufMatrix(f, b + "attn_v.weight", c.kvDim(), c.dim));
-        w.wo.push_back(ggufMatrix(f, b + "attn_output.weight", c.dim, c.dim));
+        blocks->wq.push_back(linear(present(b + "attn_q.weight"), c.dim, c.dim, c.heads, w.wq[L]));
+        blocks->wk.push_back(linear(present(b + "attn_k.weight"), c.kvDim(), c.dim, c.kvHeads, w.wk[L]));
+        blocks->wv.push_back(linear(present(b + "attn_v.weight"), c.kvDim(), c.dim, 0, w.wv[L]));
+        blocks->wo.push_back(linear(present(b + "attn_output.weight"), c.dim, c.dim, 0, w.wo[L]));
         if (c.attentionBias) {
             MatrixRF bq = ggufMatrix(f, b + "attn_q.bias", 1, c.dim),
                      bk = ggufMatrix(f, b + "attn_k.bias", 1, c.kvDim());
@@ -178,40 +229,13 @@ TransformerModel loadGgufModel(const GgufFile& f)
             w.bv.push_back(ggufMatrix(f, b + "attn_v.bias", 1, c.kvDim()).row(0));
         }
         w.ffnNorm.push_back(ggufMatrix(f, b + "ffn_norm.weight", 1, c.dim).row(0).transpose());
-        w.w1.push_back(ggufMatrix(f, b + "ffn_gate.weight", c.hidden, c.dim));
-        w.w2.push_back(ggufMatrix(f, b + "ffn_down.weight", c.dim, c.hidden));
-        w.w3.push_back(ggufMatrix(f, b + "ffn_up.weight", c.hidden, c.dim));
+        blocks->w1.push_back(linear(present(b + "ffn_gate.weight"), c.hidden, c.dim, 0, w.w1[L]));
+        blocks->w2.push_back(linear(present(b + "ffn_down.weight"), c.dim, c.hidden, 0, w.w2[L]));
+        blocks->w3.push_back(linear(present(b + "ffn_up.weight"), c.hidden, c.dim, 0, w.w3[L]));
     }
     w.finalNorm = ggufMatrix(f, "output_norm.weight", 1, c.dim).row(0).transpose();
-    if (!c.sharedClassifier)
-        w.classifier = ggufMatrix(f, "output.weight", c.vocab, c.dim);
-
-    // The same weights as blocks, for the decode step (shapes checked above by ggufMatrix).
-    auto blocks = std::make_shared<ModelWeightBlocks>();
-    blocks->file = f;
-    const auto view = [&](const std::string& name, int heads) {
-        QuantMatrix q = quantMatrix(*blocks->file.tensor(name));
-        if (q && permuted && heads > 0) { // output row head·hd + h·hd/2 + i is the file's row head·hd + 2i + h
-            const int hd = c.headDim();
-            q.rowOrder.resize(std::size_t(q.rows));
-            for (int head = 0; head < heads; ++head)
-                for (int i = 0; i < hd / 2; ++i)
-                    for (int h = 0; h < 2; ++h)
-                        q.rowOrder[std::size_t(head * hd + h * (hd / 2) + i)] = head * hd + 2 * i + h;
-        }
-        return q;
-    };
-    for (int l = 0; l < c.layers; ++l) {
-        const std::string b = "blk." + std::to_string(l) + ".";
-        blocks->wq.push_back(view(b + "attn_q.weight", c.heads));
-        blocks->wk.push_back(view(b + "attn_k.weight", c.kvHeads));
-        blocks->wv.push_back(view(b + "attn_v.weight", 0));
-        blocks->wo.push_back(view(b + "attn_output.weight", 0));
-        blocks->w1.push_back(view(b + "ffn_gate.weight", 0));
-        blocks->w2.push_back(view(b + "ffn_down.weight", 0));
-        blocks->w3.push_back(view(b + "ffn_up.weight", 0));
-    }
-    blocks->classifier = view(c.sharedClassifier ? "token_embd.weight" : "output.weight", 0);
+    blocks->classifier = c.sharedClassifier ? blocks->embed
+                                            : linear(present("output.weight"), c.vocab, c.dim, 0, w.classifier);
     w.blocks = std::move(blocks);
     return TransformerModel(std::move(c), std::move(w));
 }

@@ -31,11 +31,19 @@ struct GgufModelFacts {
 // (heads not a multiple of KV heads, embedding not heads × head_dim where no key_length says so).
 GgufModelFacts ggufModelFacts(const GgufFile& file);
 
-// A GGUF model of the llama or qwen2 architecture: weights dequantized to FP32, q and k rows in
-// transformers' rotate-half order (llama GGUF files store them permuted for interleaved RoPE; they
-// are put back), so keys and values are those tools/dump_kv.py dumps; the quantized blocks kept
-// beside them for the decode step. Throws Error(InvalidInput) naming the file and the architecture
-// or tensor it cannot run.
-TransformerModel loadGgufModel(const GgufFile& file);
+struct GgufLoadOptions {
+    // Also dequantize the matrices the kernels read as blocks into FP32 copies (the products then
+    // multiply the copies where they multiplied FP32: the reference the tests hold the blocks' paths
+    // to). Without, the model holds its file's blocks and little else.
+    bool fp32Copies = false;
+};
+
+// A GGUF model of the llama or qwen2 architecture: q and k rows in transformers' rotate-half order
+// (llama GGUF files store them permuted for interleaved RoPE; they are put back, by the blocks' row
+// order), so keys and values are those tools/dump_kv.py dumps. The linear weights the kernels take
+// (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) stay blocks in the mapped file; any other type is dequantized to
+// FP32. Throws Error(InvalidInput) naming the file and the architecture or tensor it cannot run
+// (a weight that holds NaN or Inf included).
+TransformerModel loadGgufModel(const GgufFile& file, const GgufLoadOptions& options = {});
 
 } // namespace gsrq

@@ -46,6 +46,34 @@ MatrixRF mulT(const MatrixRF& a, const MatrixRF& b)
     return out;
 }
 
+// Fewer tokens than this multiply a matrix kept only as blocks one token at a time (quant_matvec.h)
+// rather than dequantizing it: the panels cost about as much as 8 tokens' products.
+constexpr Eigen::Index kPanelTokens = 8;
+
+// a · Wᵀ for W kept only as blocks: dequantized a panel of rows at a time into each thread's buffer
+// (at most 16 MB of FP32, reused across calls), each panel one Eigen GEMM. The weights are exactly
+// the FP32 copy's values, so is the product up to the order of the sums; peak memory is the panels,
+// not the matrix (Qwen2.5-Coder-1.5B's classifier alone is 0.9 GB in FP32).
+MatrixRF mulBlocksT(const MatrixRF& a, const QuantMatrix& w)
+{
+    MatrixRF out(a.rows(), w.rows);
+    const int threads = omp_get_max_threads();
+    const std::int64_t most = std::max<std::int64_t>(16, (std::int64_t(4) << 20) / w.cols); // rows per panel
+    const std::int64_t perThread = (w.rows + threads - 1) / threads;
+    const std::int64_t panel = std::min(most, perThread);
+    const std::int64_t panels = (w.rows + panel - 1) / panel;
+#pragma omp parallel for schedule(dynamic) if (threads > 1 && panels > 1)
+    for (std::int64_t p = 0; p < panels; ++p) {
+        thread_local std::vector<float> buffer;
+        const std::int64_t r0 = p * panel, n = std::min(panel, w.rows - r0);
+        buffer.resize(std::size_t(n * w.cols));
+        quantRows(w, r0, n, buffer.data());
+        const Eigen::Map<const MatrixRF> part(buffer.data(), Eigen::Index(n), Eigen::Index(w.cols));
+        out.middleCols(Eigen::Index(r0), Eigen::Index(n)).noalias() = a * part.transpose();
+    }
+    return out;
+}
+
 } // namespace
 
 TransformerModel::TransformerModel(ModelConfig cfg, ModelWeights weights)
@@ -56,16 +84,22 @@ TransformerModel::TransformerModel(ModelConfig cfg, ModelWeights weights)
 MatrixRF TransformerModel::product(const MatrixRF& h, const MatrixRF& w, const std::vector<QuantMatrix>* q,
                                    std::size_t l, StepWeights weights, const Q8Activations* hq) const
 {
-    const ModelWeightBlocks* blocks = weights == StepWeights::Fp32 ? nullptr : m_w.blocks.get();
+    const ModelWeightBlocks* blocks = m_w.blocks.get();
     const QuantMatrix* m = !blocks ? nullptr : q ? &(*q)[l] : &blocks->classifier;
+    // No blocks: the FP32 matrix (the loaders keep one of every matrix without).
     if (!m || !*m)
         return mulT(h, w);
-    // Many tokens with FP32 activations: the FP32 matrix holds the same values, and Eigen's GEMM
-    // reuses each weight across the tokens where the one-token kernels would reread the blocks.
-    if (weights == StepWeights::Blocks && h.rows() > 1 && w.size() > 0)
+    // FP32 activations over many tokens, or the FP32 path: the FP32 copy where the loader kept one
+    // (Eigen's GEMM reuses each weight across the tokens where the one-token kernels would reread the
+    // blocks), else the blocks dequantized a panel at a time for as many tokens.
+    const bool copy = w.size() > 0;
+    const bool q8 = weights == StepWeights::BlocksQ8 && m->cols % 32 == 0;
+    if (copy && (weights == StepWeights::Fp32 || (weights == StepWeights::Blocks && h.rows() > 1)))
         return mulT(h, w);
+    if (!q8 && h.rows() >= kPanelTokens)
+        return mulBlocksT(h, *m);
     MatrixRF y(h.rows(), m->rows);
-    if (weights == StepWeights::BlocksQ8 && m->cols % 32 == 0) {
+    if (q8) {
         if (hq && hq->rows == h.rows() && hq->cols == h.cols()) {
             quantGemm(*m, *hq, y.data(), y.cols());
         } else {
@@ -80,11 +114,29 @@ MatrixRF TransformerModel::product(const MatrixRF& h, const MatrixRF& w, const s
     return y;
 }
 
+void TransformerModel::embedding(std::int32_t token, float* out) const
+{
+    if (m_w.embed.size() > 0) {
+        Eigen::Map<Eigen::RowVectorXf>(out, m_cfg.dim) = m_w.embed.row(token);
+        return;
+    }
+    quantRows(m_w.blocks->embed, token, 1, out);
+}
+
+std::int64_t TransformerModel::fp32WeightBytes() const
+{
+    std::int64_t n = m_w.embed.size() + m_w.classifier.size();
+    for (const auto* v : {&m_w.wq, &m_w.wk, &m_w.wv, &m_w.wo, &m_w.w1, &m_w.w2, &m_w.w3})
+        for (const auto& m : *v)
+            n += m.size();
+    return n * std::int64_t(sizeof(float));
+}
+
 MatrixRF TransformerModel::forward(std::span<const std::int32_t> tokens, Cache& cache, const KvHook& hook,
                                    Logits logits, std::optional<StepWeights> asked) const
 {
     const StepWeights weights = asked.value_or(m_forwardWeights);
-    const ModelWeightBlocks* blocks = weights == StepWeights::Fp32 ? nullptr : m_w.blocks.get();
+    const ModelWeightBlocks* blocks = m_w.blocks.get();
     // h rounded to 8 bits once for the products that share it (q, k, v; gate, up).
     Q8Activations hq;
     const bool q8 = blocks && weights == StepWeights::BlocksQ8 && m_cfg.dim % 32 == 0;
@@ -114,7 +166,7 @@ MatrixRF TransformerModel::forward(std::span<const std::int32_t> tokens, Cache& 
 
     MatrixRF x(T, c.dim);
     for (int t = 0; t < T; ++t)
-        x.row(t) = m_w.embed.row(tokens[std::size_t(t)]);
+        embedding(tokens[std::size_t(t)], x.row(t).data());
     const float scale = 1.0f / std::sqrt(float(hd));
     MatrixRF h(T, c.dim);
     for (int l = 0; l < c.layers; ++l) {
@@ -212,14 +264,15 @@ Eigen::RowVectorXf TransformerModel::decodeStep(std::int32_t token, std::int64_t
                                                 StepWeights weights) const
 {
     const auto& c = m_cfg;
-    const ModelWeightBlocks* blocks = weights == StepWeights::Fp32 ? nullptr : m_w.blocks.get();
+    const ModelWeightBlocks* blocks = m_w.blocks.get();
     const auto mul = [&](const MatrixRF& h, const MatrixRF& w, const std::vector<QuantMatrix> ModelWeightBlocks::*q,
                          std::size_t l) { return product(h, w, blocks ? &(blocks->*q) : nullptr, l, weights); };
     if (token < 0 || token >= c.vocab)
         throwInvalid("decode: token ", token, " is outside the vocabulary (", c.vocab, ")");
     const int hd = c.headDim();
     const std::vector<std::int64_t> pos{position};
-    MatrixRF x = m_w.embed.row(token);
+    MatrixRF x(1, c.dim);
+    embedding(token, x.data());
     MatrixRF h(1, c.dim);
     for (int l = 0; l < c.layers; ++l) {
         const auto L = std::size_t(l);

@@ -41,7 +41,8 @@ struct ModelConfig {
 };
 
 // What a loader reads: per layer, matrices [out, in]; w1 the gate, w2 the down and w3 the up
-// projection. blocks: a GGUF model's quantized views of the same weights, read by the decode step.
+// projection. blocks: a GGUF model's quantized weights; a matrix (or the embedding) the blocks hold
+// is empty here unless the loader was asked for FP32 copies, and the products read the blocks.
 struct ModelWeights {
     MatrixRF embed;                                 // vocab × dim
     std::vector<Eigen::VectorXf> attnNorm, ffnNorm; // per layer, dim
@@ -83,7 +84,9 @@ public:
     // model's quantized blocks where the kernels take their type with FP32 activations
     // (quant_matvec.h: the same weight values, sums grouped per block), or the blocks with the
     // activations rounded to 8 bits per 32 values and integer dot products (quant_gemm.h: llama.cpp's
-    // arithmetic; the fastest). A matrix whose type the kernels do not take uses its FP32 copy.
+    // arithmetic; the fastest). A matrix whose type the kernels do not take uses its FP32 copy. A
+    // matrix held only as blocks (a GGUF model's, as loaded) gives Fp32 its exact values too: a GEMM
+    // over panels dequantized on the fly for 8 tokens or more, the one-token kernels for fewer.
     enum class StepWeights { Blocks, Fp32, BlocksQ8 };
 
     // Logits [tokens, vocab] for `tokens` at positions cache.length, cache.length + 1, ...; appends
@@ -114,12 +117,17 @@ public:
     // What StepWeights::Blocks reads: "Q4_K, Q6_K blocks for 197 of 197 matrices", or "" (FP32 only:
     // a llama2.c model, or no type the kernels take).
     std::string weightBlocksNote() const;
+    // Bytes of the FP32 linear weights and embedding the model holds (a GGUF model whose matrices are
+    // all blocks the kernels take: none; norms and biases aside).
+    std::int64_t fp32WeightBytes() const;
 
 private:
     // h · Wᵀ for the weights asked (l: the layer's matrix in q, or the classifier when q is null).
     // hq: h already rounded to 8 bits (StepWeights::BlocksQ8), shared by the products that read it.
     MatrixRF product(const MatrixRF& h, const MatrixRF& w, const std::vector<QuantMatrix>* q, std::size_t l,
                      StepWeights weights, const Q8Activations* hq = nullptr) const;
+    // The token's embedding row (dim values), from the FP32 matrix or the blocks.
+    void embedding(std::int32_t token, float* out) const;
 
     ModelConfig m_cfg;
     ModelWeights m_w;

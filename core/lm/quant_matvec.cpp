@@ -7,6 +7,7 @@
 #include "core/lm/quant_matvec.h"
 
 #include "core/base/cpu_features.h"
+#include "core/base/error.h"
 
 #include <cstring>
 #include <omp.h>
@@ -337,6 +338,16 @@ QuantBlockLayout quantBlockLayout(GgmlType type)
         return {256, 210};
     default:
         return {};
+    }
+}
+
+void quantRows(const QuantMatrix& w, std::int64_t row0, std::int64_t count, float* out)
+{
+    if (!w || row0 < 0 || count < 0 || row0 + count > w.rows)
+        throwInvalid("quantRows: rows ", row0, " to ", row0 + count, " of a ", w.rows, "-row matrix");
+    for (std::int64_t r = row0; r < row0 + count; ++r) {
+        const std::int64_t stored = w.rowOrder.empty() ? r : w.rowOrder[std::size_t(r)];
+        dequantizeGgufBlocks(w.type, w.data + stored * w.rowBytes, w.cols, out + (r - row0) * w.cols);
     }
 }
 

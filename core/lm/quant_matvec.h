@@ -37,6 +37,11 @@ QuantBlockLayout quantBlockLayout(GgmlType type);
 // kernels do not take or a tensor that is not 2-D. The tensor's data must outlive the view.
 QuantMatrix quantMatrix(const GgufTensor& t);
 
+// Rows [row0, row0 + count) of W in output order (the row order applied) as FP32, into out (count ×
+// w.cols): exactly dequantizeGguf()'s values. How many-token products read a matrix kept only as
+// blocks: a panel at a time (TransformerModel's forward pass), never the whole matrix.
+void quantRows(const QuantMatrix& w, std::int64_t row0, std::int64_t count, float* out);
+
 // y (w.rows values) = W·x (w.cols values), rows split over OpenMP's threads; the widest build the CPU
 // runs. quantMatVecIsa() names it: "avx512", "avx2+fma" or "portable".
 void quantMatVec(const QuantMatrix& w, const float* x, float* y);
@@ -46,13 +51,14 @@ const char* quantMatVecIsa();
 // matrix is empty. quantMatVec() writes nothing for an empty matrix.
 bool quantMatVecBuild(const std::string& isa, const QuantMatrix& w, const float* x, float* y);
 
-// A GGUF model's linear weights as blocks, beside its FP32 matrices (TransformerModel::decodeStep reads
-// these where present): per layer q, k, v, o, gate (w1), down (w2), up (w3), and the classifier
-// (output.weight, or token_embd.weight when tied). An empty matrix: that tensor's type is not taken.
+// A GGUF model's linear weights as blocks (TransformerModel's products read these where present; the
+// loader keeps no FP32 copy of a matrix it has here): per layer q, k, v, o, gate (w1), down (w2), up
+// (w3), the classifier (output.weight, or token_embd.weight when tied) and the token embedding, whose
+// rows the forward pass reads one token at a time. An empty matrix: that tensor's type is not taken.
 struct ModelWeightBlocks {
     GgufFile file; // keeps the mapping the views point into
     std::vector<QuantMatrix> wq, wk, wv, wo, w1, w2, w3;
-    QuantMatrix classifier;
+    QuantMatrix classifier, embed;
     int matrices() const;      // linear weights in all
     int blockMatrices() const; // of which read from blocks
     std::string types() const; // the block types read, e.g. "Q4_K, Q6_K"
