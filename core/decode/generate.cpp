@@ -130,7 +130,11 @@ GenerateReport runGenerate(const TransformerModel& model, const std::vector<std:
                 cc.threads = o.threads;
                 auto c =
                     std::make_unique<CpuDecodeCache>(cc, kb[std::size_t(l)]->codebooks, vb[std::size_t(l)]->codebooks);
-                c->append(pc.keys[std::size_t(l)], pc.values[std::size_t(l)]);
+                // The FP16 path reads the rows only: its prefill is not quantized (nor held as codes).
+                if (path == DecodePath::Fp16)
+                    c->appendFp16(pc.keys[std::size_t(l)], pc.values[std::size_t(l)]);
+                else
+                    c->append(pc.keys[std::size_t(l)], pc.values[std::size_t(l)]);
                 c->appendRepeat(context - P);
                 caches.push_back(std::move(c));
             }

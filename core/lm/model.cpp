@@ -51,14 +51,14 @@ MatrixRF mulT(const MatrixRF& a, const MatrixRF& b)
 constexpr Eigen::Index kPanelTokens = 8;
 
 // a · Wᵀ for W kept only as blocks: dequantized a panel of rows at a time into each thread's buffer
-// (at most 16 MB of FP32, reused across calls), each panel one Eigen GEMM. The weights are exactly
+// (8 MB of FP32 or 16 rows, reused across calls), each panel one Eigen GEMM. The weights are exactly
 // the FP32 copy's values, so is the product up to the order of the sums; peak memory is the panels,
 // not the matrix (Qwen2.5-Coder-1.5B's classifier alone is 0.9 GB in FP32).
 MatrixRF mulBlocksT(const MatrixRF& a, const QuantMatrix& w)
 {
     MatrixRF out(a.rows(), w.rows);
     const int threads = omp_get_max_threads();
-    const std::int64_t most = std::max<std::int64_t>(16, (std::int64_t(4) << 20) / w.cols); // rows per panel
+    const std::int64_t most = std::max<std::int64_t>(16, (std::int64_t(2) << 20) / w.cols); // rows per panel
     const std::int64_t perThread = (w.rows + threads - 1) / threads;
     const std::int64_t panel = std::min(most, perThread);
     const std::int64_t panels = (w.rows + panel - 1) / panel;
@@ -223,10 +223,10 @@ MatrixRF TransformerModel::forward(std::span<const std::int32_t> tokens, Cache& 
         for (int t = 0; t < T; ++t)
             h.row(t) = rmsNorm(x.row(t), m_w.ffnNorm[std::size_t(l)], c.rmsEps);
         shared(h);
-        const MatrixRF a = mul(h, m_w.w1[std::size_t(l)], &ModelWeightBlocks::w1, l, true);
+        MatrixRF a = mul(h, m_w.w1[std::size_t(l)], &ModelWeightBlocks::w1, l, true);
         const MatrixRF b = mul(h, m_w.w3[std::size_t(l)], &ModelWeightBlocks::w3, l, true);
-        const MatrixRF g = (a.array() / (1.0f + (-a.array()).exp())) * b.array(); // silu(W1 h) ⊙ W3 h
-        x += mul(g, m_w.w2[std::size_t(l)], &ModelWeightBlocks::w2, l);
+        a.array() = (a.array() / (1.0f + (-a.array()).exp())) * b.array(); // silu(W1 h) ⊙ W3 h, in place
+        x += mul(a, m_w.w2[std::size_t(l)], &ModelWeightBlocks::w2, l);
     }
     cache.length = start + T;
     const int first = logits == Logits::All ? 0 : logits == Logits::Last ? std::max(T - 1, 0) : T;
