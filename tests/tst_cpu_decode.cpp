@@ -234,61 +234,78 @@ private slots:
     }
 
     // A decode step's new token is encoded through FP16 copies of the codewords and an exact second
-    // look (nearest_screened.h): the label and score must be the FP32 kernel's bit for bit, on random
-    // rows and on rows built to defeat the screen: codewords in pairs a few FP16 steps apart (their
-    // FP16 scores can order them the other way round from their FP32 ones), rows halfway between a
-    // pair, and exact duplicates (a tie goes to the lower index). The screen must also screen: on
-    // random rows it scores few codewords again.
+    // look (nearest_screened.h): the label and score must be every vector kernel build's bit for bit
+    // (AVX-512 and AVX2 score a pair alike), on random rows and on rows built to defeat the screen:
+    // codewords in pairs up to 1.5 FP16 steps (3·2⁻¹² relative) apart or equal (their FP16 scores can
+    // order them the other way round from their FP32 ones), rows halfway between a pair, exact
+    // duplicates (a tie goes to the lower index), codewords FP16 holds only as subnormals, rows of
+    // very different sizes, and a NaN row (every kernel: codeword 0 at −∞). K not a multiple of 16 or
+    // 128 and D not a multiple of 16 exercise the padding. The screen must also screen: on random rows
+    // it scores few codewords again.
     void screenedNearestIsTheKernelsBitForBit()
     {
         if (!cpuFeatures().avx512)
             QSKIP("the FP16 screen runs where the CPU has AVX-512; this one has not");
-        const nearest::NearestKernels& kernel = nearest::bestNearest();
         std::mt19937 rng(17);
         std::normal_distribution<float> normal;
-        for (const int D : {16, 64, 80}) {
-            const int K = 256;
-            MatrixRF C = test::randomRows(K, D, std::uint64_t(D), 0.6f);
-            // Codewords 1, 3, 5, … a few FP16 steps (2⁻¹¹ relative) from the one before; 200 a copy of 100.
-            for (int c = 1; c < 64; c += 2)
+        for (const auto& [K, D] : {std::pair{256, 64}, {256, 16}, {100, 24}, {7, 80}}) {
+            MatrixRF C = test::randomRows(K, D, std::uint64_t(K * D), 0.6f);
+            const int pairs = std::min(64, K - K % 2);
+            for (int c = 1; c < pairs; c += 2)
                 for (int d = 0; d < D; ++d)
                     C(c, d) = C(c - 1, d) * (1.0f + std::ldexp(float(int(rng() % 7) - 3), -12));
-            C.row(200) = C.row(100);
+            if (K > 100)
+                C.row(K - 1) = C.row(K / 2);
+            if (K > 4)
+                C.row(3) *= 1e-6f; // below FP16's normal range (6.1e-5): subnormal halves
             const nearest::ScreenedPanels screened = nearest::packScreened(C);
             QVERIFY(screened);
-            const nearest::NearestPanels panels = nearest::packCodewords(C, kernel);
             std::vector<float> scratch;
-            nearest::screenedCounts() = {};
-            const auto check = [&](const Eigen::RowVectorXf& x, const char* what) {
-                std::int32_t a = -1, b = -1;
-                float sa = 0, sb = 0;
-                nearest::nearestScreened(x.data(), screened, &a, &sa, scratch);
-                kernel.nearest(x.data(), 1, D, panels, &b, &sb);
-                QVERIFY2(a == b && std::memcmp(&sa, &sb, sizeof sa) == 0,
-                         qPrintable(QString("D %1, %2: screened %3 (%4), the kernel %5 (%6)")
-                                        .arg(D)
-                                        .arg(what)
-                                        .arg(a)
-                                        .arg(double(sa), 0, 'g', 9)
-                                        .arg(b)
-                                        .arg(double(sb), 0, 'g', 9)));
-            };
-            for (int t = 0; t < 300; ++t)
-                check(test::randomRows(1, D, 1000 + std::uint64_t(t), 0.6f).row(0), "a random row");
-            const auto random = nearest::screenedCounts();
-            QVERIFY2(double(random.rescored) < 4.0 * double(random.calls),
-                     qPrintable(QString("%1 rescored in %2 calls").arg(random.rescored).arg(random.calls)));
-            for (int t = 0; t < 400; ++t) {
-                const int c = 2 * int(rng() % 32);
-                Eigen::RowVectorXf x = 0.5f * (C.row(c) + C.row(c + 1));
-                for (int d = 0; d < D; ++d)
-                    x[d] += std::ldexp(normal(rng), -16) * std::fabs(x[d]);
-                check(x, "a row halfway between a pair");
-            }
-            for (int t = 0; t < 20; ++t) {
-                Eigen::RowVectorXf x = C.row(100);
-                x[t % D] += 1e-3f;
-                check(x, "a row at a duplicated codeword");
+            for (const nearest::NearestKernels* kernel : nearest::availableNearest()) {
+                if (kernel->width == 0)
+                    continue; // the portable build's GEMM rounds otherwise; append does not use it
+                const nearest::NearestPanels panels = nearest::packCodewords(C, *kernel);
+                nearest::screenedCounts() = {};
+                const auto check = [&](const Eigen::RowVectorXf& x, const char* what) {
+                    std::int32_t a = -1, b = -1;
+                    float sa = 0, sb = 0;
+                    nearest::nearestScreened(x.data(), screened, &a, &sa, scratch);
+                    kernel->nearest(x.data(), 1, D, panels, &b, &sb);
+                    QVERIFY2(a == b && std::memcmp(&sa, &sb, sizeof sa) == 0,
+                             qPrintable(QString("%1, K %2, D %3, %4: screened %5 (%6), the kernel %7 (%8)")
+                                            .arg(kernel->isa)
+                                            .arg(K)
+                                            .arg(D)
+                                            .arg(what)
+                                            .arg(a)
+                                            .arg(double(sa), 0, 'g', 9)
+                                            .arg(b)
+                                            .arg(double(sb), 0, 'g', 9)));
+                };
+                for (int t = 0; t < 300; ++t)
+                    check(test::randomRows(1, D, 1000 + std::uint64_t(t), 0.6f).row(0), "a random row");
+                const auto random = nearest::screenedCounts();
+                QVERIFY2(double(random.rescored) < 4.0 * double(random.calls),
+                         qPrintable(QString("%1 rescored in %2 calls").arg(random.rescored).arg(random.calls)));
+                for (int t = 0; t < 400 && pairs > 0; ++t) {
+                    const int c = 2 * int(rng() % std::uint32_t(pairs / 2));
+                    Eigen::RowVectorXf x = 0.5f * (C.row(c) + C.row(c + 1));
+                    for (int d = 0; d < D; ++d)
+                        x[d] += std::ldexp(normal(rng), -16) * std::fabs(x[d]);
+                    check(x, "a row halfway between a pair");
+                }
+                for (int t = 0; t < 20; ++t) {
+                    Eigen::RowVectorXf x = C.row(K / 2);
+                    x[t % D] += 1e-3f;
+                    check(x, "a row at a duplicated codeword");
+                }
+                for (const float scale : {1e-6f, 1e-3f, 30.0f, 3e4f}) {
+                    check(scale * test::randomRows(1, D, 77, 1.0f).row(0), "a row far from the codewords' size");
+                    check(scale * C.row(3), "a row at a subnormal codeword");
+                }
+                Eigen::RowVectorXf nan = C.row(0);
+                nan[D / 2] = std::numeric_limits<float>::quiet_NaN();
+                check(nan, "a NaN row");
             }
         }
         // Codewords FP16 cannot hold, or not finite: no panels (the FP32 kernel is used).

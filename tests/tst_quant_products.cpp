@@ -12,10 +12,13 @@
 #include "test_blocks.h"
 #include "test_util.h"
 
+#include <QFile>
+#include <QTemporaryDir>
 #include <QtTest>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <span>
@@ -338,9 +341,10 @@ void TestQuantProducts::decodeStepReadsTheWeightBlocks()
 // As loaded, a GGUF model whose products are all blocks the kernels take holds no FP32 copy of them
 // (the memory ceiling: Qwen2.5-Coder-1.5B's would be 6.2 GB beside its 1.0 GB file), and its forward
 // pass gives the FP32 copies' logits, keys and values: over 20 tokens (the blocks dequantized a panel
-// at a time into a GEMM, rows split among threads), over 3 (the one-token kernels), with FP32
-// weights and with blocks. The values are the same, only the order of the sums differs: relative
-// 1e-4 of the largest logit, as above. A model of F32 and F16 tensors keeps them as FP32.
+// at a time into a GEMM, rows split among threads; FP32 weights and blocks both take that path for
+// many tokens), over 3 (the one-token kernels). The values are the same, only the order of the sums
+// differs: relative 1e-4 of the largest logit, as above. A model of F32 and F16 tensors keeps them
+// as FP32. A block whose scale is NaN is refused at load, naming the tensor, as the copies were.
 void TestQuantProducts::blocksOnlyModelEqualsItsFp32Copies()
 {
     const auto file = GgufFile::open(test::sourcePath("tests/data/tiny-llama-q.gguf").toStdString());
@@ -379,6 +383,27 @@ void TestQuantProducts::blocksOnlyModelEqualsItsFp32Copies()
                         1e-4f * b.values[l].cwiseAbs().maxCoeff());
             }
         }
+
+    // The first block of blk.1.ffn_down.weight (Q4_0, Q4_1 or Q8_0: each block starts with its FP16
+    // scale) given a NaN scale: refused without copies as with them.
+    const GgufTensor* down = file.tensor("blk.1.ffn_down.weight");
+    QVERIFY(down && quantMatVecTakes(down->type));
+    QTemporaryDir dir;
+    const std::string bad = dir.filePath("nan-scale.gguf").toStdString();
+    QVERIFY(QFile::copy(test::sourcePath("tests/data/tiny-llama-q.gguf"), QString::fromStdString(bad)));
+    {
+        std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(std::streamoff(file.dataOffset() + down->offset));
+        const unsigned char nan[2] = {0x00, 0x7E}; // FP16 NaN, little-endian
+        f.write(reinterpret_cast<const char*>(nan), 2);
+        QVERIFY(f.good());
+    }
+    for (const bool copiesToo : {false, true}) {
+        const std::string why = test::invalidInputMessage(
+            [&] { loadGgufModel(GgufFile::open(bad), {.fp32Copies = copiesToo}); });
+        QVERIFY2(why.find("blk.1.ffn_down.weight") != std::string::npos && why.find("NaN") != std::string::npos,
+                 why.c_str());
+    }
 }
 
 QTEST_APPLESS_MAIN(TestQuantProducts)

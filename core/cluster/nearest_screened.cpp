@@ -133,8 +133,10 @@ void nearestScreened(const float* x, const ScreenedPanels& p, std::int32_t* labe
     //   so Σ x_d c_d moves by at most h·S + 2⁻²⁵·‖x‖₁, with S = Σ|x_d c_d| ≤ ‖x‖₂‖c‖₂;
     //   each of the two sums adds at most γ·(1 + h)·S; 2·sum + bias rounds once in each, at most
     //   u·(2·(1 + h)·S + ‖c‖²) each.
-    // Doubled for the 2 in 2·sum, and again as a margin (it also covers the bound's own FP32
-    // arithmetic): a wider screen only costs a few FP32 scores.
+    // Doubled for the 2 in 2·sum, and again as a margin: it covers the bound's own FP32 arithmetic,
+    // codewords FP16 holds only as subnormals (where |ĉ| ≤ (1 + h)|c| fails by at most 2⁻²⁵) and
+    // products below FP32's normal range, which the γ model leaves out. A wider screen only costs a
+    // few FP32 scores.
     const double u = std::ldexp(1.0, -24), h = std::ldexp(1.0, -11);
     const double gamma = D * u / (1 - D * u);
     double x2 = 0, x1 = 0;
@@ -150,12 +152,18 @@ void nearestScreened(const float* x, const ScreenedPanels& p, std::int32_t* labe
 #endif
     // The winner's FP32 score is at least `floor` (every codeword's FP16 score less its bound), so
     // only a codeword whose FP16 score plus its bound reaches it can win: those are scored in FP32 as
-    // the kernels score them, in index order (the lowest index keeps a tie).
-    std::int32_t best = -1;
+    // the kernels score them, in index order. As in the kernels, a codeword wins only by a strictly
+    // larger score (the lowest index keeps a tie; a NaN never wins; none at all leaves codeword 0 at
+    // −∞). A row whose scores are not all numbers (a NaN or infinite row, or sums past FP32's range)
+    // has no floor to trust: every codeword is scored in FP32 then.
+    bool whole = !std::isfinite(floor);
+    for (int c = 0; c < K && !whole; ++c)
+        whole = std::isnan(s[c]) || std::isnan(err[c]);
+    std::int32_t best = 0;
     float top = -std::numeric_limits<float>::infinity();
     std::int64_t rescored = 0;
     for (int c = 0; c < K; ++c) {
-        if (!(s[c] + err[c] >= floor))
+        if (!whole && !(s[c] + err[c] >= floor))
             continue;
         ++rescored;
         const float* row = p.C.row(c).data();
@@ -163,7 +171,7 @@ void nearestScreened(const float* x, const ScreenedPanels& p, std::int32_t* labe
         for (int d = 0; d < D; ++d)
             acc = std::fma(x[d], row[d], acc);
         const float v = std::fma(2.0f, acc, p.bias[std::size_t(c)]);
-        if (best < 0 || v > top) {
+        if (v > top) {
             best = c;
             top = v;
         }

@@ -16,6 +16,12 @@
 namespace gsrq::nearest {
 
 struct ScreenedPanels {
+    ScreenedPanels() = default;
+    ScreenedPanels(ScreenedPanels&&) = default; // the storage moves with its alignment
+    ScreenedPanels& operator=(ScreenedPanels&&) = default;
+    ScreenedPanels(const ScreenedPanels&) = delete; // a copy's buffer would sit at another offset
+    ScreenedPanels& operator=(const ScreenedPanels&) = delete;
+
     int K = 0, D = 0, groups = 0;   // groups of 16 codewords
     std::vector<std::uint16_t> halves; // groups × D × 16 FP16 values (64-byte aligned from first())
     std::vector<float> bias;        // −‖c‖² as every backend rounds it, −∞ past K
@@ -30,7 +36,8 @@ struct ScreenedPanels {
 ScreenedPanels packScreened(const MatrixRF& C);
 
 // The nearest codeword of x (D floats) and its score 2·x·c − ‖c‖²: the largest score, the lowest index
-// among equal ones, as nearest_kernels.h's vector builds give them. scratch: resized as needed.
+// among equal ones, as nearest_kernels.h's vector builds give them (for a row whose scores are all
+// NaN, as theirs: codeword 0 at −∞). scratch: resized as needed.
 void nearestScreened(const float* x, const ScreenedPanels& p, std::int32_t* label, float* score,
                      std::vector<float>& scratch);
 

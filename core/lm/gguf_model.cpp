@@ -102,6 +102,8 @@ MatrixRF unpermuteRows(const MatrixRF& w, int heads)
 // blocks dequantized a few rows at a time, threads over the rows.
 void requireFinite(const GgufFile& f, const std::string& name, const QuantMatrix& q)
 {
+    if (q.rows == 0 || q.cols == 0)
+        return;
     const std::int64_t step = std::max<std::int64_t>(1, (1 << 16) / q.cols);
     bool finite = true;
 #pragma omp parallel for schedule(dynamic) reduction(&& : finite)

@@ -424,8 +424,9 @@ int ModelWeightBlocks::blockMatrices() const
 std::string ModelWeightBlocks::types() const
 {
     std::set<std::string> names;
-    if (classifier)
-        names.insert(ggmlTypeName(classifier.type));
+    for (const QuantMatrix* m : {&classifier, &embed})
+        if (*m)
+            names.insert(ggmlTypeName(m->type));
     for (const auto* v : {&wq, &wk, &wv, &wo, &w1, &w2, &w3})
         for (const auto& m : *v)
             if (m)
