@@ -4,8 +4,8 @@
 // every kernel build (AVX2, and AVX-512 where the CPU has it) against the plain C++ one; appending real rows as the
 // quantizer encodes them; the cost model; and `gsrq bench-decode --backend cpu` end to end into the run store.
 
-#include "core/base/error.h"
 #include "core/base/cpu_features.h"
+#include "core/base/error.h"
 #include "core/cluster/cluster_backend.h"
 #include "core/cluster/nearest_kernels.h"
 #include "core/cluster/nearest_screened.h"

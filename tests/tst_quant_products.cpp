@@ -352,12 +352,13 @@ void TestQuantProducts::blocksOnlyModelEqualsItsFp32Copies()
     const auto copies = loadGgufModel(file, {.fp32Copies = true});
     QCOMPARE(model.fp32WeightBytes(), std::int64_t(0));
     const auto& c = model.config();
-    const std::int64_t all = 4 * (std::int64_t(c.vocab) * c.dim * (c.sharedClassifier ? 1 : 2) +
-                                  std::int64_t(c.layers) * (2 * c.dim * c.dim + 2 * c.kvDim() * c.dim +
-                                                            3 * std::int64_t(c.hidden) * c.dim));
+    const std::int64_t all =
+        4 * (std::int64_t(c.vocab) * c.dim * (c.sharedClassifier ? 1 : 2) +
+             std::int64_t(c.layers) * (2 * c.dim * c.dim + 2 * c.kvDim() * c.dim + 3 * std::int64_t(c.hidden) * c.dim));
     QCOMPARE(copies.fp32WeightBytes(), all);
-    QVERIFY(loadGgufModel(GgufFile::open(test::sourcePath("tests/data/tiny-llama.gguf").toStdString()))
-                .fp32WeightBytes() > 0);
+    QVERIFY(
+        loadGgufModel(GgufFile::open(test::sourcePath("tests/data/tiny-llama.gguf").toStdString())).fp32WeightBytes() >
+        0);
 
     using W = TransformerModel::StepWeights;
     std::vector<std::int32_t> tokens;
@@ -379,8 +380,7 @@ void TestQuantProducts::blocksOnlyModelEqualsItsFp32Copies()
                                                            .arg(scale)));
             for (std::size_t l = 0; l < a.keys.size(); ++l) {
                 QVERIFY((a.keys[l] - b.keys[l]).cwiseAbs().maxCoeff() <= 1e-4f * b.keys[l].cwiseAbs().maxCoeff());
-                QVERIFY((a.values[l] - b.values[l]).cwiseAbs().maxCoeff() <=
-                        1e-4f * b.values[l].cwiseAbs().maxCoeff());
+                QVERIFY((a.values[l] - b.values[l]).cwiseAbs().maxCoeff() <= 1e-4f * b.values[l].cwiseAbs().maxCoeff());
             }
         }
 
@@ -399,8 +399,8 @@ void TestQuantProducts::blocksOnlyModelEqualsItsFp32Copies()
         QVERIFY(f.good());
     }
     for (const bool copiesToo : {false, true}) {
-        const std::string why = test::invalidInputMessage(
-            [&] { loadGgufModel(GgufFile::open(bad), {.fp32Copies = copiesToo}); });
+        const std::string why =
+            test::invalidInputMessage([&] { loadGgufModel(GgufFile::open(bad), {.fp32Copies = copiesToo}); });
         QVERIFY2(why.find("blk.1.ffn_down.weight") != std::string::npos && why.find("NaN") != std::string::npos,
                  why.c_str());
     }

@@ -56,8 +56,7 @@ GSRQ_SCREEN_AVX512 __m512 groupScores(const float* x, const ScreenedPanels& p, i
             acc[j] = _mm512_fmadd_ps(xv, _mm512_cvtph_ps(h), acc[j]);
         }
     }
-    const __m512 two = _mm512_set1_ps(2.0f), a = _mm512_set1_ps(k.a), b = _mm512_set1_ps(k.b),
-                 e = _mm512_set1_ps(k.e);
+    const __m512 two = _mm512_set1_ps(2.0f), a = _mm512_set1_ps(k.a), b = _mm512_set1_ps(k.b), e = _mm512_set1_ps(k.e);
     for (int j = 0; j < G; ++j) {
         const std::size_t at = std::size_t(g0 + j) * kLanes;
         const __m512 bias = _mm512_loadu_ps(p.bias.data() + at);

@@ -22,11 +22,11 @@ struct ScreenedPanels {
     ScreenedPanels(const ScreenedPanels&) = delete; // a copy's buffer would sit at another offset
     ScreenedPanels& operator=(const ScreenedPanels&) = delete;
 
-    int K = 0, D = 0, groups = 0;   // groups of 16 codewords
+    int K = 0, D = 0, groups = 0;      // groups of 16 codewords
     std::vector<std::uint16_t> halves; // groups × D × 16 FP16 values (64-byte aligned from first())
-    std::vector<float> bias;        // −‖c‖² as every backend rounds it, −∞ past K
-    std::vector<float> norm;        // ‖c‖₂ of each codeword (for the bound), 0 past K
-    MatrixRF C;                     // the codewords in FP32, for the exact scores
+    std::vector<float> bias;           // −‖c‖² as every backend rounds it, −∞ past K
+    std::vector<float> norm;           // ‖c‖₂ of each codeword (for the bound), 0 past K
+    MatrixRF C;                        // the codewords in FP32, for the exact scores
     const std::uint16_t* first() const;
     explicit operator bool() const { return K > 0; }
 };

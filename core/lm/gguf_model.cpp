@@ -236,8 +236,8 @@ TransformerModel loadGgufModel(const GgufFile& f, const GgufLoadOptions& options
         blocks->w3.push_back(linear(present(b + "ffn_up.weight"), c.hidden, c.dim, 0, w.w3[L]));
     }
     w.finalNorm = ggufMatrix(f, "output_norm.weight", 1, c.dim).row(0).transpose();
-    blocks->classifier = c.sharedClassifier ? blocks->embed
-                                            : linear(present("output.weight"), c.vocab, c.dim, 0, w.classifier);
+    blocks->classifier =
+        c.sharedClassifier ? blocks->embed : linear(present("output.weight"), c.vocab, c.dim, 0, w.classifier);
     w.blocks = std::move(blocks);
     return TransformerModel(std::move(c), std::move(w));
 }

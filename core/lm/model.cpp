@@ -51,9 +51,9 @@ MatrixRF mulT(const MatrixRF& a, const MatrixRF& b)
 constexpr Eigen::Index kPanelTokens = 8;
 
 // a · Wᵀ for W kept only as blocks: dequantized a panel of rows at a time into each thread's buffer
-// (at most 8 MB of FP32 or 16 rows, and at most its share of the rows; reused across calls), each panel one Eigen GEMM. The weights are exactly
-// the FP32 copy's values, so is the product up to the order of the sums; peak memory is the panels,
-// not the matrix (Qwen2.5-Coder-1.5B's classifier alone is 0.9 GB in FP32).
+// (at most 8 MB of FP32 or 16 rows, and at most its share of the rows; reused across calls), each panel one Eigen GEMM.
+// The weights are exactly the FP32 copy's values, so is the product up to the order of the sums; peak memory is the
+// panels, not the matrix (Qwen2.5-Coder-1.5B's classifier alone is 0.9 GB in FP32).
 MatrixRF mulBlocksT(const MatrixRF& a, const QuantMatrix& w)
 {
     MatrixRF out(a.rows(), w.rows);
