@@ -248,7 +248,8 @@ private slots:
             QSKIP("the FP16 screen runs where the CPU has AVX-512; this one has not");
         std::mt19937 rng(17);
         std::normal_distribution<float> normal;
-        for (const auto& [K, D] : {std::pair{256, 64}, {256, 16}, {100, 24}, {7, 80}}) {
+        for (const auto& shape : {std::pair{256, 64}, {256, 16}, {100, 24}, {7, 80}}) {
+            const int K = shape.first, D = shape.second; // named, not bound: the lambda below captures them
             MatrixRF C = test::randomRows(K, D, std::uint64_t(K * D), 0.6f);
             const int pairs = std::min(64, K - K % 2);
             for (int c = 1; c < pairs; c += 2)
