@@ -11,7 +11,9 @@ attention on), timed; then `gsrq generate --paths fp16 --prefill N --context N -
 --weights as its --prefill-weights (the forward pass over the N tokens in chunks of 512, logits of
 the last token only; its JSON's prefill_seconds). Prints tokens per second of each, the ratio
 gsrq / llama.cpp (above 1: the engine is faster), and each process's peak resident memory (wait4's
-rusage: the model loaded, the caches and the prefill's buffers).
+rusage: the model loaded, the caches and the prefill's buffers) beside the engine's memory ceiling:
+the GGUF file, plus the caches it keeps at N tokens (the forward pass's keys and values in FP32 and
+the decode cache's in FP16, from `gsrq info`'s layers, KV heads and head size), plus 20%.
 """
 import argparse
 import json
@@ -80,6 +82,17 @@ def main(argv=None):
         return 2
     text = texts.prepare("devil")[1]
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    code, out, err, _ = run([a.gsrq, "info", path, "--json"])
+    if code != 0:
+        print(err[-2000:], file=sys.stderr)
+        return 1
+    info = json.loads(out)
+    kv = info["layers"] * info["kv_heads"] * info["head_dim"]  # values per token, keys or values
+
+    def ceiling(n):
+        """The file plus the caches at n tokens (FP32 forward cache, FP16 decode cache of n + 2), plus 20%."""
+        return 1.2 * (info["bytes"] + n * kv * 2 * 4 + (n + 2) * kv * 2 * 2)
+
     print(f"{os.path.basename(path)} ({os.path.getsize(path) / 2**20:.0f} MiB): prefill tokens per second, "
           f"{a.threads} threads, best of {a.reps}; peak resident memory of each run")
     def best(cmd, env, rate):
@@ -105,7 +118,9 @@ def main(argv=None):
                         "-q"], env, lambda out: json.loads(out)["prefill_tokens_per_second"])
             if got is None:
                 return 1
-            line += f"; gsrq {w} {got[0]:7.1f}/s, ×{got[0] / base[0]:.2f} ({got[1] / 2**20:.2f} GiB)"
+            peak = got[1] * 1024
+            line += (f"; gsrq {w} {got[0]:7.1f}/s, ×{got[0] / base[0]:.2f} ({got[1] / 2**20:.2f} GiB, "
+                     f"{'within' if peak <= ceiling(n) else 'over'} the ceiling {ceiling(n) / 2**30:.2f} GiB)")
         print(line, flush=True)
     print("×: gsrq's tokens per second over llama.cpp's (above 1: the engine is faster); in brackets each "
           "process's peak resident set")
