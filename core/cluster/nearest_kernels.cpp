@@ -110,97 +110,70 @@ inline std::int32_t minOverLanes(__m512i v)
 constexpr int kWidth = 32; // codewords per panel: two registers of 16
 constexpr int kRows = 12;  // rows per tile: 24 accumulators of the 32 registers
 
-// What a tile keeps per row: each lane's best score and its codeword, and with Second its runner-up.
-template <int R> struct Bests {
-    __m512 v[R], second[R];
-    __m512i i[R];
-};
-
-// Panels [g, g + G) against the tile's R rows: the products over k in registers, then each panel's
-// scores folded into each row's per-lane best in panel order (strictly greater: the earlier index
-// keeps a tie). G panels at once only give the FMA units independent sums when R is small: every
-// score is the same sum in the same order whatever G, so the labels and scores are too.
-template <int R, bool Second, int G>
-void panelsStep(const float* x, std::int64_t ldx, int D, const float* panels, const float* bias, int groups, int g,
-                int base, Bests<R>& b, float* panelMax)
-{
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512 two = _mm512_set1_ps(2.0f);
-    __m512 a0[G][R], a1[G][R];
-    for (int p = 0; p < G; ++p)
-        for (int r = 0; r < R; ++r)
-            a0[p][r] = a1[p][r] = _mm512_setzero_ps();
-    const float* P = panels + std::int64_t(g) * D * kWidth;
-    for (int k = 0; k < D; ++k) {
-#pragma GCC unroll 4
-        for (int p = 0; p < G; ++p) {
-            const float* Pk = P + std::int64_t(p) * D * kWidth + k * kWidth;
-            const __m512 b0 = _mm512_load_ps(Pk), b1 = _mm512_load_ps(Pk + 16);
-#pragma GCC unroll 12
-            for (int r = 0; r < R; ++r) {
-                const __m512 xv = _mm512_set1_ps(x[r * ldx + k]);
-                a0[p][r] = _mm512_fmadd_ps(xv, b0, a0[p][r]);
-                a1[p][r] = _mm512_fmadd_ps(xv, b1, a1[p][r]);
-            }
-        }
-    }
-    for (int p = 0; p < G; ++p) {
-        const int at = g + p;
-        const __m512 c0 = _mm512_loadu_ps(bias + at * kWidth), c1 = _mm512_loadu_ps(bias + at * kWidth + 16);
-        const __m512i i0 = _mm512_add_epi32(_mm512_set1_epi32(base + at * kWidth), lane);
-        const __m512i i1 = _mm512_add_epi32(_mm512_set1_epi32(base + at * kWidth + 16), lane);
-        for (int r = 0; r < R; ++r) {
-            // 2·(x·c) is exact, so one rounding of its sum with −‖c‖², as the GEMM path's 2s − ‖c‖².
-            const __m512 s0 = _mm512_fmadd_ps(two, a0[p][r], c0), s1 = _mm512_fmadd_ps(two, a1[p][r], c1);
-            if constexpr (Second)
-                b.second[r] = _mm512_max_ps(b.second[r], _mm512_min_ps(s0, b.v[r]));
-            const __mmask16 m0 = _mm512_cmp_ps_mask(s0, b.v[r], _CMP_GT_OQ);
-            b.v[r] = _mm512_mask_blend_ps(m0, b.v[r], s0);
-            b.i[r] = _mm512_mask_blend_epi32(m0, b.i[r], i0);
-            if constexpr (Second)
-                b.second[r] = _mm512_max_ps(b.second[r], _mm512_min_ps(s1, b.v[r]));
-            const __mmask16 m1 = _mm512_cmp_ps_mask(s1, b.v[r], _CMP_GT_OQ);
-            b.v[r] = _mm512_mask_blend_ps(m1, b.v[r], s1);
-            b.i[r] = _mm512_mask_blend_epi32(m1, b.i[r], i1);
-            if constexpr (Second)
-                if (panelMax)
-                    panelMax[r * groups + at] = maxOverLanes(_mm512_max_ps(s0, s1));
-        }
-    }
-}
-
-// Rows [0, R) of a tile against every panel (panelsStep), then across lanes. With Second, each lane
-// also keeps the largest score it did not keep as its best (a tie counts), and the row's
-// second-largest over its lanes is the largest of those and of the other lanes' bests.
+// Rows [0, R) of a tile: the product with each panel in registers, then the panel's scores folded into
+// each row's per-lane best (strictly greater: the earlier index keeps a tie), then across lanes.
+// With Second, each lane also keeps the largest score it did not keep as its best (a tie counts), and the
+// row's second-largest over its lanes is the largest of those and of the other lanes' bests.
 template <int R, bool Second>
 void tile(const float* x, std::int64_t ldx, int D, const float* panels, const float* bias, int groups, int base,
           std::int32_t* label, float* score, float* second, float* panelMax)
 {
-    Bests<R> b;
+    __m512 bestV[R], secondV[R];
+    __m512i bestI[R];
     for (int r = 0; r < R; ++r) {
-        b.v[r] = b.second[r] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-        b.i[r] = _mm512_setzero_si512();
+        bestV[r] = secondV[r] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+        bestI[r] = _mm512_setzero_si512();
     }
-    // Panels at once: 8 chains of FMAs (their latency is 4 cycles, two issue a cycle) for one or two rows.
-    constexpr int G = R == 1 ? 4 : R == 2 ? 2 : 1;
-    int g = 0;
-    for (; g + G <= groups; g += G)
-        panelsStep<R, Second, G>(x, ldx, D, panels, bias, groups, g, base, b, panelMax);
-    for (; g < groups; ++g)
-        panelsStep<R, Second, 1>(x, ldx, D, panels, bias, groups, g, base, b, panelMax);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 two = _mm512_set1_ps(2.0f);
+    for (int g = 0; g < groups; ++g) {
+        const float* P = panels + std::int64_t(g) * D * kWidth;
+        __m512 a0[R], a1[R];
+        for (int r = 0; r < R; ++r)
+            a0[r] = a1[r] = _mm512_setzero_ps();
+        for (int k = 0; k < D; ++k) {
+            const __m512 b0 = _mm512_load_ps(P + k * kWidth), b1 = _mm512_load_ps(P + k * kWidth + 16);
+#pragma GCC unroll 12
+            for (int r = 0; r < R; ++r) {
+                const __m512 xv = _mm512_set1_ps(x[r * ldx + k]);
+                a0[r] = _mm512_fmadd_ps(xv, b0, a0[r]);
+                a1[r] = _mm512_fmadd_ps(xv, b1, a1[r]);
+            }
+        }
+        const __m512 c0 = _mm512_loadu_ps(bias + g * kWidth), c1 = _mm512_loadu_ps(bias + g * kWidth + 16);
+        const __m512i i0 = _mm512_add_epi32(_mm512_set1_epi32(base + g * kWidth), lane);
+        const __m512i i1 = _mm512_add_epi32(_mm512_set1_epi32(base + g * kWidth + 16), lane);
+        for (int r = 0; r < R; ++r) {
+            // 2·(x·c) is exact, so one rounding of its sum with −‖c‖², as the GEMM path's 2s − ‖c‖².
+            const __m512 s0 = _mm512_fmadd_ps(two, a0[r], c0), s1 = _mm512_fmadd_ps(two, a1[r], c1);
+            if constexpr (Second)
+                secondV[r] = _mm512_max_ps(secondV[r], _mm512_min_ps(s0, bestV[r]));
+            const __mmask16 m0 = _mm512_cmp_ps_mask(s0, bestV[r], _CMP_GT_OQ);
+            bestV[r] = _mm512_mask_blend_ps(m0, bestV[r], s0);
+            bestI[r] = _mm512_mask_blend_epi32(m0, bestI[r], i0);
+            if constexpr (Second)
+                secondV[r] = _mm512_max_ps(secondV[r], _mm512_min_ps(s1, bestV[r]));
+            const __mmask16 m1 = _mm512_cmp_ps_mask(s1, bestV[r], _CMP_GT_OQ);
+            bestV[r] = _mm512_mask_blend_ps(m1, bestV[r], s1);
+            bestI[r] = _mm512_mask_blend_epi32(m1, bestI[r], i1);
+            if constexpr (Second)
+                if (panelMax)
+                    panelMax[r * groups + g] = maxOverLanes(_mm512_max_ps(s0, s1));
+        }
+    }
     for (int r = 0; r < R; ++r) {
         if constexpr (!Second) {
-            acrossLanes<16>(b.v[r], b.i[r], label + r, score + r);
+            acrossLanes<16>(bestV[r], bestI[r], label + r, score + r);
         } else {
             // The largest score, the lowest index among the lanes holding it, and the largest of
             // everything else: the lanes' seconds and every other lane's best.
             const __m512 none = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-            const float top = maxOverLanes(b.v[r]);
-            const __mmask16 atTop = _mm512_cmp_ps_mask(b.v[r], _mm512_set1_ps(top), _CMP_EQ_OQ);
+            const float top = maxOverLanes(bestV[r]);
+            const __mmask16 atTop = _mm512_cmp_ps_mask(bestV[r], _mm512_set1_ps(top), _CMP_EQ_OQ);
             const std::int32_t at = minOverLanes(
-                _mm512_mask_blend_epi32(atTop, _mm512_set1_epi32(std::numeric_limits<std::int32_t>::max()), b.i[r]));
-            const __mmask16 winner = _mm512_mask_cmpeq_epi32_mask(atTop, b.i[r], _mm512_set1_epi32(at));
-            const __m512 rest = _mm512_max_ps(b.second[r], _mm512_mask_blend_ps(winner, b.v[r], none));
+                _mm512_mask_blend_epi32(atTop, _mm512_set1_epi32(std::numeric_limits<std::int32_t>::max()), bestI[r]));
+            const __mmask16 winner = _mm512_mask_cmpeq_epi32_mask(atTop, bestI[r], _mm512_set1_epi32(at));
+            const __m512 rest = _mm512_max_ps(secondV[r], _mm512_mask_blend_ps(winner, bestV[r], none));
             label[r] = at;
             score[r] = top;
             second[r] = maxOverLanes(rest);

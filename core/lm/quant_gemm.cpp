@@ -656,8 +656,7 @@ std::vector<double> quantGemmErrorBound(const QuantMatrix& w, const Q8Activation
         return bound;
     std::vector<float> row(std::size_t(w.cols));
     for (std::int64_t r = 0; r < w.rows; ++r) {
-        const std::int64_t stored = w.rowOrder.empty() ? r : w.rowOrder[std::size_t(r)];
-        dequantizeGgufBlocks(w.type, w.data + stored * w.rowBytes, w.cols, row.data());
+        quantRows(w, r, 1, row.data());
         for (std::int64_t t = 0; t < x.rows; ++t) {
             double b = 0;
             for (std::int64_t k = 0; k < w.cols / 32; ++k) {

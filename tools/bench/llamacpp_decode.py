@@ -42,7 +42,7 @@ import subprocess
 import sys
 
 from gsrqtools import models, texts
-from gsrqtools.paths import default_gsrq
+from gsrqtools.paths import default_gsrq, llamacpp_python
 
 # Runs inside the llama-cpp-python environment (after repeat_state's source): prints {"prefill_s":
 # [...], "ms": [[...], ...]} for one cache type. By prefill, one prefill serves every context: filled to
@@ -152,7 +152,7 @@ def main(argv=None):
     ap.add_argument("--prefill", type=int, default=256,
                     help="tokens gsrq generate (and --fill repeat) prefill before repeating them")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--python", default=os.path.expanduser("~/.cache/gsrq-studio/llamacpp/bin/python3"))
+    ap.add_argument("--python", default=llamacpp_python())
     ap.add_argument("--gsrq", default=default_gsrq())
     a = ap.parse_args(argv)
     path = models.report(models.resolve, a.model)

@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 from gsrqtools import models, texts
-from gsrqtools.paths import default_gsrq
+from gsrqtools.paths import default_gsrq, llamacpp_python
 
 CHILD = r"""
 import json, resource, sys, time
@@ -58,7 +58,7 @@ def main(argv=None):
     ap.add_argument("--weights", default="blocks,blocks-q8", help="gsrq generate's --prefill-weights, each a run")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=1, help="runs of each side, the best kept (a shared machine varies)")
-    ap.add_argument("--python", default=os.path.expanduser("~/.cache/gsrq-studio/llamacpp/bin/python3"))
+    ap.add_argument("--python", default=llamacpp_python())
     ap.add_argument("--gsrq", default=default_gsrq())
     a = ap.parse_args(argv)
     path = models.report(models.resolve, a.model)

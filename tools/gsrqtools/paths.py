@@ -19,6 +19,12 @@ def default_gsrq():
     return os.environ.get("GSRQ_CLI", os.path.join(ROOT, "build", "app", "cli", "gsrq"))
 
 
+def llamacpp_python():
+    """The llama-cpp-python environment's interpreter the llama.cpp benchmarks run (tools/bench/
+    llamacpp_decode.py --help says how to make it): the cache's llamacpp/bin/python3."""
+    return os.path.join(cache_root(), "llamacpp", "bin", "python3")
+
+
 def import_built_gsrq():
     """The Python package `gsrq` as the build made it ($GSRQ_PYTHON_PATH, else build/python/)."""
     import sys
