@@ -22,12 +22,6 @@
 
 namespace gsrq::views {
 
-namespace {
-// A log x axis reaches this factor past the data at each end: a point at the end keeps its whole
-// marker (at the data's exact range, half of it was cut off).
-constexpr double kLogAxisMargin = 1.1;
-} // namespace
-
 QList<QPointF> histogramPoints(const Histogram& h)
 {
     QList<QPointF> out;
@@ -68,6 +62,13 @@ ChartPanel::ChartPanel(const QString& title, const QString& xTitle, const QStrin
     auto* emptyLayout = new QVBoxLayout(m_view->viewport());
     emptyLayout->addWidget(m_empty, 0, Qt::AlignCenter);
     m_empty->hide();
+    // What a clipped axis leaves out, named at the plot's top.
+    m_clipNote = new QLabel(m_view->viewport());
+    m_clipNote->setWordWrap(true);
+    m_clipNote->setAttribute(Qt::WA_TransparentForMouseEvents);
+    m_clipNote->setStyleSheet(QStringLiteral("color: #7a1f1f; background: rgba(255, 255, 255, 200);"));
+    emptyLayout->insertWidget(0, m_clipNote, 0, Qt::AlignTop | Qt::AlignRight);
+    m_clipNote->hide();
 
     auto* bar = new QHBoxLayout();
     bar->addWidget(reset);
@@ -84,6 +85,14 @@ ChartPanel::ChartPanel(const QString& title, const QString& xTitle, const QStrin
     m_timer.setInterval(40);
     m_timer.setSingleShot(true);
     connect(&m_timer, &QTimer::timeout, this, &ChartPanel::onTick);
+    // A new width may want other ticks (their labels side by side): the axes are fitted again.
+    connect(chart, &QChart::plotAreaChanged, this, [this](const QRectF& area) {
+        if (m_fittedWidth >= 0 && std::abs(area.width() - m_fittedWidth) >= 1 && !m_timer.isActive()) {
+            for (auto it = m_dirty.begin(); it != m_dirty.end(); ++it)
+                it.value() = true;
+            m_timer.start();
+        }
+    });
     rebuildAxes();
 }
 
@@ -159,8 +168,18 @@ QLineSeries* ChartPanel::seriesFor(const QString& name)
     }
     m_series.insert(name, s); // the legend is placed once the tick has made every new series
     connect(s, &QLineSeries::hovered, this, [this, name](const QPointF& p, bool state) {
+        // The data's own point nearest to where the pointer is (a dodged or clipped one is drawn elsewhere).
+        QPointF at = p;
+        const auto drawn = m_series.value(name) ? m_series.value(name)->points() : QList<QPointF>();
+        const auto data = points(name);
+        double best = INFINITY;
+        for (int i = 0; i < std::min(drawn.size(), data.size()); ++i)
+            if (const double d = std::hypot(drawn[i].x() - p.x(), drawn[i].y() - p.y()); d < best) {
+                best = d;
+                at = data[i];
+            }
         m_hover->setText(
-            state ? QStringLiteral("%1: x = %2, y = %3").arg(name).arg(p.x(), 0, 'g', 6).arg(p.y(), 0, 'g', 4)
+            state ? QStringLiteral("%1: x = %2, y = %3").arg(name).arg(at.x(), 0, 'g', 6).arg(at.y(), 0, 'g', 4)
                   : QString());
     });
     // Clicking a legend marker hides or shows its series.
@@ -272,15 +291,18 @@ void ChartPanel::drawWhiskers(const QString& name)
     const auto pts = m_data.value(name);
     if (!s || bars.isEmpty())
         return;
+    const auto clipped = [&](const QPointF& p) {
+        return m_clipped.contains(QStringLiteral("%1 at %2: %3").arg(name).arg(p.x(), 0, 'g', 4).arg(p.y(), 0, 'g', 4));
+    };
     QPen pen(s->color());
     pen.setWidthF(1.5);
     const auto axes = m_view->chart()->axes();
     for (int i = 0; i < std::min<int>(int(bars.size()), int(pts.size())); ++i) {
-        if (m_logY && !(bars[i].first > 0))
+        if ((m_logY && !(bars[i].first > 0)) || clipped(pts[i])) // a point off the axis has no bar on it
             continue;
         auto* w = new QLineSeries();
-        w->append(pts[i].x(), bars[i].first);
-        w->append(pts[i].x(), bars[i].second);
+        w->append(dodged(name, pts[i].x()), bars[i].first);
+        w->append(dodged(name, pts[i].x()), bars[i].second);
         m_view->chart()->addSeries(w);
         w->setPen(pen);
         for (auto* a : axes)
@@ -348,6 +370,53 @@ void ChartPanel::flush()
 
 void ChartPanel::onTick()
 {
+    // A dodged series' place, and what lies above a clipped axis, depend on every series: all are redrawn.
+    if (m_dodge || m_clip) {
+        bool anyDirty = false;
+        for (auto it = m_dirty.cbegin(); it != m_dirty.cend(); ++it)
+            anyDirty = anyDirty || it.value();
+        if (anyDirty)
+            for (auto it = m_dirty.begin(); it != m_dirty.end(); ++it)
+                it.value() = true;
+    }
+    // A reference line across the plot (two points at one y, as the perplexity chart's FP32) takes
+    // part in the fit by its data, as given, and is then drawn across the whole x axis as fitted.
+    const auto across = [&](const QString& name) {
+        const QList<QPointF> d = m_data.value(name);
+        return m_references.contains(name) && d.size() == 2 && d[0].y() == d[1].y() && d[0].x() != d[1].x();
+    };
+    const auto plain = [&](const QString& name) {
+        return !m_histograms.contains(name) && !m_references.contains(name);
+    };
+    const auto shown = [&](const QPointF& p) { return !m_logY || p.y() > 0; }; // a log axis cannot show values ≤ 0
+    // Dodging: each plain series with points gets its slot, in the order they were set.
+    m_dodgeSlot.clear();
+    if (m_dodge) {
+        QStringList dodgedNames;
+        double lo = INFINITY, hi = -INFINITY;
+        for (const QString& name : m_order)
+            if (plain(name) && !m_data.value(name).isEmpty()) {
+                dodgedNames << name;
+                for (const auto& p : m_data.value(name))
+                    lo = std::min(lo, p.x()), hi = std::max(hi, p.x());
+            }
+        m_dodgeSpan = m_logX ? (lo > 0 && hi > lo ? std::log2(hi / lo) : 2.0) : (hi > lo ? hi - lo : 1.0);
+        for (int i = 0; i < dodgedNames.size(); ++i)
+            m_dodgeSlot.insert(dodgedNames[i], kDodgeShare * (i - (dodgedNames.size() - 1) / 2.0));
+    }
+    // Clipping: the cut over every plain series' values.
+    std::optional<double> cut;
+    if (m_clip) {
+        QList<double> ys;
+        for (const QString& name : m_order)
+            if (plain(name))
+                for (const auto& p : m_data.value(name))
+                    if (shown(p) && std::isfinite(p.y()))
+                        ys << p.y();
+        cut = outlierCut(ys, m_logY);
+    }
+    m_clipped.clear();
+    QHash<QString, QList<int>> clippedAt; // the drawn points to lift to the axis's top once it is fitted
     bool any = false;
     for (const QString& name : m_order) { // in the order the series were first set: the legend's
         auto it = m_dirty.find(name);
@@ -377,9 +446,18 @@ void ChartPanel::onTick()
                 a->lowerSeries()->replace(
                     {QPointF(pts.front().x() - w / 2, base), QPointF(pts.back().x() + w / 2, base)});
         } else {
-            if (m_logY) // a log axis cannot show values ≤ 0
-                pts.erase(std::remove_if(pts.begin(), pts.end(), [](const QPointF& p) { return !(p.y() > 0); }),
-                          pts.end());
+            pts.erase(std::remove_if(pts.begin(), pts.end(), [&](const QPointF& p) { return !shown(p); }), pts.end());
+            for (int i = 0; i < pts.size(); ++i) {
+                if (cut && plain(name) && pts[i].y() > *cut) {
+                    m_clipped << QStringLiteral("%1 at %2: %3")
+                                     .arg(name)
+                                     .arg(pts[i].x(), 0, 'g', 4)
+                                     .arg(pts[i].y(), 0, 'g', 4);
+                    clippedAt[name] << i;
+                    pts[i].setY(*cut); // lifted to the axis's top below
+                }
+                pts[i].setX(dodged(name, pts[i].x()));
+            }
             auto* s = seriesFor(it.key());
             s->replace(pts);
             // A line of one point draws nothing, and a few points are read one by one (a run's
@@ -400,13 +478,6 @@ void ChartPanel::onTick()
         return;
     placeLegend();
     updateEmptyHint();
-    // Fit the axes to the data. A reference line across the plot (two points at one y, as the
-    // perplexity chart's FP32) takes part in the fit by its data, as given, and is then drawn across
-    // the whole x axis as fitted.
-    const auto across = [&](const QString& name) {
-        const QList<QPointF> d = m_data.value(name);
-        return m_references.contains(name) && d.size() == 2 && d[0].y() == d[1].y() && d[0].x() != d[1].x();
-    };
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     for (auto it = m_series.cbegin(); it != m_series.cend(); ++it)
         for (const auto& p : across(it.key()) ? m_data.value(it.key()) : it.value()->points()) {
@@ -419,98 +490,39 @@ void ChartPanel::onTick()
         for (const auto& b : it.value()) {
             if (!m_logY || b.first > 0)
                 y0 = std::min(y0, b.first);
-            y1 = std::max(y1, b.second);
+            if (!cut || b.second <= *cut)
+                y1 = std::max(y1, b.second);
         }
     if (std::isfinite(x0)) {
-        const auto axesX = m_view->chart()->axes(Qt::Horizontal);
-        const auto axesY = m_view->chart()->axes(Qt::Vertical);
-        const double padY = (y1 - y0) * 0.05 + (y1 == y0 ? std::abs(y0) * 0.05 + 1e-12 : 0);
-        if (m_integerX && !m_logX)
-            fitIntegerTicks(x0, x1);
-        else if (!axesX.isEmpty() && x1 > x0 && m_logX) // a margin, so the end points' markers are whole
-            axesX.first()->setRange(x0 / kLogAxisMargin, x1 * kLogAxisMargin);
-        else if (!axesX.isEmpty() && x1 > x0)
-            axesX.first()->setRange(x0, x1);
-        else if (!axesX.isEmpty()) // one x: centred, not at the left edge
-            axesX.first()->setRange(m_logX ? x0 / 2 : x0 - 0.5, m_logX ? x0 * 2 : x0 + 0.5);
-        // Linear axes end on round numbers with ticks at round steps (0.2, 0.25), not at fifths of the data's span.
-        if (auto* vx = qobject_cast<QValueAxis*>(axesX.value(0)); vx && !m_integerX)
-            vx->applyNiceNumbers();
-        // Counts and other non-negative data keep their axis at zero.
-        const double lowY = m_logY ? y0 / 1.2 : (y0 >= 0 && y0 - padY < 0 ? 0.0 : y0 - padY);
-        if (!axesY.isEmpty())
-            axesY.first()->setRange(lowY, m_logY ? y1 * 1.2 : y1 + padY);
-        if (auto* vy = qobject_cast<QValueAxis*>(axesY.value(0)))
-            vy->applyNiceNumbers();
-        if (!axesX.isEmpty()) {
-            double lo = 0, hi = 0;
-            if (auto* l = qobject_cast<QLogValueAxis*>(axesX.first()))
-                lo = l->min(), hi = l->max();
-            else if (auto* v = qobject_cast<QValueAxis*>(axesX.first()))
-                lo = v->min(), hi = v->max();
-            for (auto it = m_series.begin(); it != m_series.end(); ++it)
-                if (hi > lo && across(it.key())) {
-                    const double y = m_data.value(it.key()).front().y();
-                    it.value()->replace({QPointF(lo, y), QPointF(hi, y)});
-                }
+        fitAxes(x0, x1, y0, y1);
+        double lo = 0, hi = 0, top = 0;
+        const auto range = [](QAbstractAxis* a, double* from, double* to) {
+            if (auto* l = qobject_cast<QLogValueAxis*>(a))
+                *from = l->min(), *to = l->max();
+            else if (auto* v = qobject_cast<QValueAxis*>(a))
+                *from = v->min(), *to = v->max();
+        };
+        range(m_view->chart()->axes(Qt::Horizontal).value(0), &lo, &hi);
+        double bottom = 0;
+        range(m_view->chart()->axes(Qt::Vertical).value(0), &bottom, &top);
+        for (auto it = m_series.begin(); it != m_series.end(); ++it) {
+            if (hi > lo && across(it.key())) {
+                const double y = m_data.value(it.key()).front().y();
+                it.value()->replace({QPointF(lo, y), QPointF(hi, y)});
+            }
+            if (const auto at = clippedAt.value(it.key()); !at.isEmpty()) {
+                auto pts = it.value()->points();
+                for (int i : at)
+                    pts[i].setY(top);
+                it.value()->replace(pts);
+            }
         }
     }
+    m_clipNote->setText(m_clipped.isEmpty() ? QString()
+                                            : tr("Above the axis: %1").arg(m_clipped.join(QStringLiteral("; "))));
+    m_clipNote->setVisible(!m_clipped.isEmpty());
+    fitTicks();
     emit redrawn();
-}
-
-void ChartPanel::rebuildAxes()
-{
-    auto* chart = m_view->chart();
-    for (auto* a : chart->axes()) {
-        chart->removeAxis(a); // hands the axis back to us
-        delete a;
-    }
-    QAbstractAxis* ax = nullptr;
-    QAbstractAxis* ay = nullptr;
-    if (m_logX) {
-        auto* l = new QLogValueAxis();
-        l->setBase(2);
-        l->setLabelFormat("%g");
-        ax = l;
-    } else {
-        auto* v = new QValueAxis();
-        v->setLabelFormat(m_integerX ? "%.0f" : "%.4g");
-        ax = v;
-    }
-    if (m_logY) {
-        auto* l = new QLogValueAxis();
-        l->setLabelFormat("%.3g");
-        l->setMinorTickCount(8);
-        ay = l;
-    } else {
-        auto* v = new QValueAxis();
-        v->setLabelFormat("%.4g"); // 0.000507 rather than 0.000507339
-        ay = v;
-    }
-    ax->setTitleText(m_xTitle);
-    ay->setTitleText(m_yTitle);
-    chart->addAxis(ax, Qt::AlignBottom);
-    chart->addAxis(ay, Qt::AlignLeft);
-    for (auto it = m_series.begin(); it != m_series.end(); ++it) {
-        auto* s = drawnSeries(it.key());
-        s->attachAxis(ax);
-        s->attachAxis(ay);
-    }
-    for (const auto& whiskers : std::as_const(m_whiskers))
-        for (auto* w : whiskers) {
-            w->attachAxis(ax);
-            w->attachAxis(ay);
-        }
-    for (auto it = m_dirty.begin(); it != m_dirty.end(); ++it)
-        it.value() = true;
-    if (!m_timer.isActive())
-        m_timer.start();
-}
-
-void ChartPanel::setLogY(bool on)
-{
-    m_logY = on;
-    rebuildAxes();
 }
 
 void ChartPanel::setAxisTitles(const QString& xTitle, const QString& yTitle)
@@ -531,34 +543,6 @@ QString ChartPanel::title() const
 void ChartPanel::setTitle(const QString& title)
 {
     m_view->chart()->setTitle(title);
-}
-
-void ChartPanel::setIntegerX(bool on)
-{
-    if (m_integerX == on)
-        return;
-    m_integerX = on;
-    rebuildAxes();
-}
-
-// Ticks at whole numbers, every 1, 2, 5, 10, 20, ... so that at most about ten are drawn.
-void ChartPanel::fitIntegerTicks(double x0, double x1)
-{
-    auto* axis = qobject_cast<QValueAxis*>(m_view->chart()->axes(Qt::Horizontal).value(0));
-    if (!axis)
-        return;
-    // One x (a single stage): a step either side, so that its points are not on the plot's edge.
-    const bool one = x1 == x0;
-    const double lo = one && x0 >= 1 ? std::floor(x0) - 1 : std::floor(x0);
-    const double hi = std::max(std::ceil(x1), one ? std::floor(x0) + 1 : lo + 1);
-    double step = 1;
-    for (int i = 0; (hi - lo) / step > 10; ++i)
-        step *= (i % 3 == 1) ? 2.5 : 2; // 1, 2, 5, 10, 20, 50, ...
-    axis->setRange(lo, hi);
-    axis->setTickType(QValueAxis::TicksDynamic);
-    axis->setTickAnchor(0);
-    axis->setTickInterval(step);
-    axis->setMinorTickCount(0);
 }
 
 void ChartPanel::setEmptyText(const QString& text)
@@ -585,12 +569,6 @@ void ChartPanel::updateEmptyHint()
     m_empty->setVisible(empty && !m_empty->text().isEmpty());
 }
 
-void ChartPanel::setLogX(bool on)
-{
-    m_logX = on;
-    rebuildAxes();
-}
-
 QStringList ChartPanel::seriesNames() const
 {
     return m_order;
@@ -598,8 +576,23 @@ QStringList ChartPanel::seriesNames() const
 
 QList<QPointF> ChartPanel::points(const QString& name) const
 {
+    const auto* s = m_series.value(name);
+    if (!s)
+        return {};
     if (m_histograms.contains(name))
-        return m_series.contains(name) ? m_data.value(name) : QList<QPointF>();
+        return m_data.value(name);
+    const auto data = m_data.value(name);
+    if (m_references.contains(name) && data.size() == 2 && data[0].y() == data[1].y() && data[0].x() != data[1].x())
+        return s->points(); // drawn across the plot
+    QList<QPointF> out;
+    for (const auto& p : data)
+        if (!m_logY || p.y() > 0)
+            out << p;
+    return out;
+}
+
+QList<QPointF> ChartPanel::drawnPoints(const QString& name) const
+{
     const auto* s = m_series.value(name);
     return s ? s->points() : QList<QPointF>();
 }

@@ -4,7 +4,10 @@
 // coalescing timer (setSeries marks them dirty; a 40 ms timer applies QXYSeries::replace), hover
 // values, rubber-band zoom and reset, log axes, integer ticks for counts, labels with four
 // significant digits, a hint while empty, legend markers that toggle series (full names in their
-// tooltips), and export to PNG, SVG and CSV. GUI thread only.
+// tooltips), and export to PNG, SVG and CSV. Ticks are spaced so that their labels fit the plot's
+// width, a log axis carries at least three labelled ticks, series that share x values can be drawn
+// side by side (setDodge), and values far above the rest can be left off the axis and named
+// instead (setClipOutliers). GUI thread only. The axes' fitting is in chart_axes.cpp.
 
 #include "core/base/stats.h"
 
@@ -18,6 +21,8 @@
 #include <QTimer>
 #include <QWidget>
 
+#include <optional>
+
 class QLabel;
 class QAreaSeries;
 class QLineSeries;
@@ -29,6 +34,11 @@ namespace gsrq::views {
 
 // A histogram's bins as points (bin centre, count), for a chart.
 QList<QPointF> histogramPoints(const Histogram& h);
+
+// Where an axis should stop so that a few values far above the rest do not flatten it: the largest
+// value below a gap of a factor of 10 or more (on a log scale; on a linear one, a gap of 10 times the
+// span below it), with at most a quarter of the values above it. Nothing when no value stands out so.
+std::optional<double> outlierCut(QList<double> values, bool logScale);
 
 class ChartPanel : public QWidget {
     Q_OBJECT
@@ -64,6 +74,15 @@ public:
     QString title() const;
     // x counts something (iterations, stages, layers): ticks at whole numbers, labelled without decimals.
     void setIntegerX(bool on);
+    // Series that share x values (methods at the same bits) are drawn side by side: each is moved by
+    // a fixed share of the x axis's span (a ratio on a log axis), in the order they were set, so that
+    // no point hides another. The data (points(), CSV, hover) keep their own x.
+    void setDodge(bool on);
+    // Values above outlierCut() of every series' y are drawn at the top of the plot, the axis fitted to
+    // the others, and named in a note on the plot ("Above the axis: kivi-1 at 1.06: 7.65e+04").
+    void setClipOutliers(bool on);
+    // What is drawn above the axis: "<series> at <x>: <y>", one entry a point; empty when nothing is.
+    QStringList clippedPoints() const { return m_clipped; }
     // What the chart says while it has no points: how to fill it ("Run a comparison to see…").
     void setEmptyText(const QString& text);
     QString emptyText() const;
@@ -71,7 +90,10 @@ public:
 
     // What the chart shows once pending updates are applied (tests and CSV export read this).
     QStringList seriesNames() const;
+    // A series' points as data (in order; on a log y axis, those above zero); a reference drawn across
+    // the plot, as drawn. drawnPoints() gives where they are drawn (dodged, clipped).
     QList<QPointF> points(const QString& name) const;
+    QList<QPointF> drawnPoints(const QString& name) const;
     bool pointsDrawn(const QString& name) const; // markers at each point (sparse series), not only a line
     void flush();                                // apply pending updates now
 
@@ -111,10 +133,22 @@ private:
     QAbstractSeries* drawnSeries(const QString& name) const;
     void updateEmptyHint();
     void fitIntegerTicks(double x0, double x1);
+    // The axes to the data (x0..x1, y0..y1 of what is drawn); the labels' spacing to the plot's width.
+    void fitAxes(double x0, double x1, double y0, double y1);
+    void fitTicks();
+    double dodged(const QString& name, double x) const; // where x of series `name` is drawn
+    double plotWidth() const;
 
     QLabel* m_empty = nullptr;
+    QLabel* m_clipNote = nullptr;
     QString m_xTitle, m_yTitle;
-    bool m_logX = false, m_logY = false, m_integerX = false;
+    bool m_logX = false, m_logY = false, m_integerX = false, m_dodge = false, m_clip = false;
+    QHash<QString, double> m_dodgeSlot; // a dodged series' offset, in shares of the x span (log: of its octaves)
+    double m_dodgeSpan = 0;             // the x span the offsets are shares of (log: in octaves)
+    QStringList m_clipped;
+    double m_fittedWidth = -1;                   // the plot width the x ticks were last spaced for
+    static constexpr double kDodgeShare = 0.015; // a dodged series' step: 1.5% of the x span
+    double m_intX0 = 0, m_intX1 = 0;             // the integer x axis's data range, for refitting on resize
 };
 
 } // namespace gsrq::views

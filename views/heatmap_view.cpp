@@ -104,7 +104,10 @@ QColor HeatmapView::colorAt(int row, int column) const
 
 QRect HeatmapView::gridRect() const
 {
-    const int labelWidth = fontMetrics().horizontalAdvance(QStringLiteral("layer 000")) + kMargin;
+    int widest = fontMetrics().horizontalAdvance(QStringLiteral("layer 00"));
+    for (const auto& r : m_rows)
+        widest = std::max(widest, fontMetrics().horizontalAdvance(r));
+    const int labelWidth = widest + 2 * kMargin;
     const QSize c = canvas();
     return QRect(labelWidth, kTitleHeight + fontMetrics().height() + 2, std::max(1, c.width() - labelWidth - kMargin),
                  std::max(1, c.height() - kTitleHeight - fontMetrics().height() - 2 - kBarHeight - kMargin));
@@ -133,14 +136,40 @@ bool HeatmapView::cellAt(QPoint p, int* row, int* column) const
     return false;
 }
 
-QSize HeatmapView::sizeHint() const
+QRect HeatmapView::rowLabelRect(int row) const
 {
-    return {260, kTitleHeight + kBarHeight + 2 * kMargin + std::max(4, rowCount()) * 22};
+    const QRect cr = cellRect(row, 0);
+    if (cr.height() >= fontMetrics().height()) // the row is a line tall: its label is beside it
+        return QRect(0, cr.top(), gridRect().left() - kMargin, cr.height());
+    const int h = fontMetrics().height();
+    return QRect(0, cr.center().y() - h / 2, gridRect().left() - kMargin, h);
 }
 
+QList<int> HeatmapView::labelledRows() const
+{
+    QList<int> rows;
+    if (rowCount() == 0 || columnCount() == 0)
+        return rows;
+    // Every n-th row, n the rows a line of text spans (the row pitch is the grid's height over its rows).
+    const double pitch = double(gridRect().height()) / rowCount();
+    // A line and a pixel: labels centred on rows rounded to whole pixels never touch.
+    const int every = std::max(1, int(std::ceil((fontMetrics().height() + 1) / std::max(pitch, 1e-9) - 1e-9)));
+    for (int r = 0; r < rowCount(); r += every)
+        rows << r;
+    return rows;
+}
+
+QSize HeatmapView::sizeHint() const
+{
+    return {260, kTitleHeight + kBarHeight + 2 * kMargin + fontMetrics().height() + std::max(4, rowCount()) * 22};
+}
+
+// Tall enough for every row to carry its label (a line of text each), as the model page's 30 layers
+// need: "layer 7" under "layer 6", none skipped or cut.
 QSize HeatmapView::minimumSizeHint() const
 {
-    return {160, kTitleHeight + kBarHeight + 2 * kMargin + std::max(2, rowCount()) * 8};
+    return {160, kTitleHeight + kBarHeight + 2 * kMargin + 2 + fontMetrics().height() +
+                     (fontMetrics().height() + 2) * std::max(2, rowCount())};
 }
 
 void HeatmapView::paintEvent(QPaintEvent*)
@@ -182,12 +211,8 @@ void HeatmapView::paint(QPainter& p) const
         p.drawText(QRect(r.left(), kTitleHeight, r.width(), fontMetrics().height()), Qt::AlignCenter,
                    fontMetrics().elidedText(m_columns[c], Qt::ElideRight, r.width()));
     }
-    const int every =
-        std::max(1, int(std::ceil(double(fontMetrics().height()) / std::max(1, cellRect(0, 0).height()))));
-    for (int r = 0; r < rowCount(); r += every) {
-        const QRect cr = cellRect(r, 0);
-        p.drawText(QRect(0, cr.top(), g.left() - kMargin, cr.height()), Qt::AlignRight | Qt::AlignVCenter, m_rows[r]);
-    }
+    for (int r : labelledRows())
+        p.drawText(rowLabelRect(r), Qt::AlignRight | Qt::AlignVCenter, m_rows[r]);
     for (int r = 0; r < rowCount(); ++r)
         for (int c = 0; c < columnCount(); ++c) {
             const QRect cr = cellRect(r, c);

@@ -49,6 +49,11 @@ public:
     QColor colorAt(int row, int column) const;
     double scaleMax() const; // the |score| drawn at full colour
     QRect cellRect(int row, int column) const;
+    // Where a row's label is drawn (at least a line of text tall, centred on its row; right-aligned in
+    // a column as wide as the widest label), and which rows are labelled: every row where the rows are
+    // a line tall or more, else every n-th so that labels do not overlap.
+    QRect rowLabelRect(int row) const;
+    QList<int> labelledRows() const;
     // The map drawn at `size` (wide enough for its labels), whether or not it is on screen: for
     // reports and exports.
     QImage toImage(QSize size) const;

@@ -7,6 +7,7 @@
 #include "latency_page.h"
 #include "long_context_page.h"
 #include "model_page.h"
+#include "page_settings.h"
 #include "report.h"
 #include "runs_page.h"
 #include "sweeps_page.h"
@@ -156,9 +157,32 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
         }
     }
     m_tabs->setCurrentIndex(settings.value("window/page", 0).toInt());
+    // Each page's settings as the window left them, and the Model page's last run from the store.
+    for (const auto& [name, page] : persistentPages())
+        restorePageSettings(settings, name, page);
+    if (const qint64 run = settings.value("pages/model/last_run", 0).toLongLong(); run > 0)
+        m_model->showRun(run);
 }
 
 MainWindow::~MainWindow() = default;
+
+QList<QPair<QString, QWidget*>> MainWindow::persistentPages() const
+{
+    // The pages whose controls are settings (the Dataset and Runs pages hold a selection instead).
+    return {{"model", m_model},     {"compare", m_compare}, {"sweeps", m_sweeps},           {"train", m_train},
+            {"weights", m_weights}, {"latency", m_latency}, {"long-context", m_longContext}};
+}
+
+void MainWindow::saveSettings()
+{
+    QSettings s;
+    s.setValue("window/geometry", saveGeometry());
+    s.setValue("window/page", m_tabs->currentIndex());
+    for (const auto& [name, page] : persistentPages())
+        savePageSettings(s, name, page);
+    if (m_model->lastRunId() > 0)
+        s.setValue("pages/model/last_run", qint64(m_model->lastRunId()));
+}
 
 void MainWindow::buildMenus()
 {
@@ -435,9 +459,7 @@ void MainWindow::dropEvent(QDropEvent* e)
 
 void MainWindow::closeEvent(QCloseEvent* e)
 {
-    QSettings s;
-    s.setValue("window/geometry", saveGeometry());
-    s.setValue("window/page", m_tabs->currentIndex());
+    saveSettings();
     m_ctx->runner().cancel();
     QMainWindow::closeEvent(e);
 }

@@ -58,6 +58,9 @@ public:
     // What exportReport writes: the model page's maps and table, then the open page's settings,
     // charts and tables.
     Report buildReport() const;
+    // The window's geometry and page, every settings page's controls (page_settings.h) and the Model
+    // page's last run, as the next start restores them; done on close.
+    void saveSettings();
 
 signals:
     void messageShown(const QString& text, bool error);
@@ -73,6 +76,7 @@ private:
     void rebuildRecentMenu();
     void onMessage(const QString& text, bool error);
     void updateStatus();
+    QList<QPair<QString, QWidget*>> persistentPages() const;
 
     StudioContext* m_ctx;
     QTabWidget* m_tabs;

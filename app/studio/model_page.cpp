@@ -2,6 +2,7 @@
 
 #include "core/base/stats.h"
 #include "core/jobs/run_records.h"
+#include "core/store/run_store.h"
 
 #include "core/jobs/result_json.h"
 #include "core/jobs/train_job.h"
@@ -19,12 +20,14 @@
 #include <QPainter>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSpinBox>
 #include <QStandardItemModel>
 #include <QVBoxLayout>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 namespace gsrq::studio {
@@ -115,9 +118,18 @@ ModelPage::ModelPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
                                  "open the tensor on the KM vs GSKM page."),
                               this);
     legend->setWordWrap(true);
+    // The maps keep a line of text a layer (every layer labelled): a deep model scrolls rather than
+    // squeezing its rows.
+    auto* maps = new QWidget(this);
+    maps->setLayout(grid);
+    auto* scroll = new QScrollArea(this);
+    scroll->setObjectName("heatmapScroll");
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    scroll->setWidget(maps);
     auto* right = new QVBoxLayout();
     right->addWidget(legend);
-    right->addLayout(grid, 1);
+    right->addWidget(scroll, 1);
     auto* layout = new QHBoxLayout(this);
     layout->addWidget(formBox);
     layout->addLayout(right, 1);
@@ -315,6 +327,82 @@ void ModelPage::start()
                 emit runFinished(true);
             });
         });
+}
+
+bool ModelPage::showRun(std::int64_t id)
+{
+    try {
+        RunStore store(m_ctx.storePath().toStdString());
+        const auto run = store.requireRun(id);
+        if (run.kind != "compare" || run.status != RunStatus::Done)
+            return false;
+        const auto settings = nlohmann::json::parse(run.settingsJson, nullptr, false);
+        if (!settings.is_object() || !settings.contains("tensors"))
+            return false; // a KM vs GSKM run of one tensor, not the model page's
+        // Each tensor's final metrics by method, in the order recorded.
+        std::vector<std::string> order;
+        std::map<std::string, std::map<std::string, QuantMetrics>> found;
+        for (const auto& m : store.metrics(id)) {
+            if (m.scope != "final" || m.tensor.empty())
+                continue;
+            if (!found.count(m.tensor))
+                order.push_back(m.tensor);
+            QuantMetrics& q = found[m.tensor][m.method];
+            if (m.name == "mse")
+                q.mse = m.value;
+            else if (m.name == "nmse")
+                q.nmse = m.value;
+            else if (m.name == "gain_error")
+                q.gainError = m.value;
+            else if (m.name == "cosine")
+                q.cosine = m.value;
+            else if (m.name == "shrinkage")
+                q.shrinkage = m.value;
+        }
+        std::vector<ModelCell> cells;
+        std::vector<ModelTarget> targets;
+        const std::string residualTag = " (1st residual)";
+        for (const auto& label : order) {
+            const auto& byMethod = found[label];
+            if (!byMethod.count(methodName(Method::KMeans)) || !byMethod.count(methodName(Method::GainShape)))
+                continue;
+            ModelCell c;
+            c.target.residual = label.size() > residualTag.size() && label.ends_with(residualTag);
+            c.target.tensor = c.target.residual ? label.substr(0, label.size() - residualTag.size()) : label;
+            const KvName n = parseKvName(c.target.tensor);
+            c.target.layer = n.layer;
+            c.target.kind = n.kind;
+            for (Method m : {Method::KMeans, Method::GainShape})
+                c.result.methods.push_back({m, byMethod.at(methodName(m)), 0, 0, 0, {}});
+            targets.push_back(c.target);
+            cells.push_back(std::move(c));
+        }
+        if (cells.empty())
+            return false;
+        m_settings.dim = settings.value("dim", 0);
+        m_settings.k = settings.value("k", 0);
+        m_settings.iterations = settings.value("iters", 0);
+        m_settings.seed = settings.value("seed", std::uint64_t(0));
+        m_weightsUsed = QString::fromStdString(settings.value("weights", std::string("none")));
+        m_globsUsed = QString::fromStdString(settings.value("tensors", std::string()));
+        m_residualsUsed = settings.value("with_residuals", false) || settings.value("residual", false);
+        m_cells.clear();
+        m_summary->clear();
+        layoutGrid(targets);
+        for (const auto& c : cells)
+            addCell(c);
+        m_runId = id;
+        m_progress->setValue(1000);
+        m_status->setText(tr("Run %1 (%2 tensors, D=%3, K=%4), from the run store; started %5")
+                              .arg(id)
+                              .arg(cells.size())
+                              .arg(m_settings.dim)
+                              .arg(m_settings.k)
+                              .arg(QString::fromStdString(run.startedAt).replace('T', ' ').left(19)));
+        return true;
+    } catch (const std::exception&) {
+        return false; // another store, or the run deleted: the page stays as it is
+    }
 }
 
 bool ModelPage::addToReport(Report& report) const

@@ -62,6 +62,10 @@ public:
     // The last job's settings, heatmaps, summary and a table of every tensor's metrics with GSKM's
     // change; false (nothing added) before any job finished a tensor.
     bool addToReport(class Report& report) const;
+    // Shows a finished model run from the run store (the window's last one, after a restart): its
+    // heatmaps, summary and settings, as when it finished. False (nothing changed) where the store has
+    // no such finished `compare` run with KM and GSKM results per tensor.
+    bool showRun(std::int64_t id);
 
 signals:
     void runFinished(bool ok);

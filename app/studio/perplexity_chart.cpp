@@ -14,7 +14,7 @@ namespace gsrq::studio {
 namespace {
 
 // What a ppl run measured, from its settings: the model and the tokens it was given.
-std::string measuredOn(const std::string& settingsJson, QString* name)
+std::string measuredOn(const std::string& settingsJson, QString* name, QStringList* parts = nullptr)
 {
     const auto s = nlohmann::json::parse(settingsJson, nullptr, false);
     if (!s.is_object())
@@ -22,11 +22,14 @@ std::string measuredOn(const std::string& settingsJson, QString* name)
     const auto get = [&](const char* k) { return s.contains(k) ? s[k].dump() : std::string(); };
     const std::string model = s.value("model", std::string());
     const std::string text = s.value("text", std::string());
-    *name = QStringLiteral("%1, %2, %3×%4 tokens")
-                .arg(QFileInfo(QString::fromStdString(model)).fileName(),
-                     text.empty() ? QObject::tr("own samples (seed %1)").arg(QString::fromStdString(get("seed")))
-                                  : QFileInfo(QString::fromStdString(text)).fileName(),
-                     QString::fromStdString(get("sequences")), QString::fromStdString(get("seq_len")));
+    const QStringList p{QFileInfo(QString::fromStdString(model)).fileName(),
+                        text.empty() ? QObject::tr("own samples (seed %1)").arg(QString::fromStdString(get("seed")))
+                                     : QFileInfo(QString::fromStdString(text)).fileName(),
+                        QObject::tr("%1×%2 tokens")
+                            .arg(QString::fromStdString(get("sequences")), QString::fromStdString(get("seq_len")))};
+    *name = p.join(QStringLiteral(", "));
+    if (parts)
+        *parts = p;
     return model + "\n" + get("source") + "\n" + text + "\n" + get("seed") + "\n" + get("seq_len") + "\n" +
            get("sequences");
 }
@@ -42,11 +45,12 @@ std::vector<PerplexitySet> perplexitySets(RunStore& store, const std::vector<std
         if (run.kind != "ppl")
             continue;
         QString name;
-        const std::string key = measuredOn(run.settingsJson, &name);
+        QStringList parts;
+        const std::string key = measuredOn(run.settingsJson, &name, &parts);
         auto it = at.find(key);
         if (it == at.end()) {
             it = at.emplace(key, sets.size()).first;
-            sets.push_back({name, std::nullopt, {}, {}});
+            sets.push_back({name, parts, std::nullopt, {}, {}});
         }
         PerplexitySet& set = sets[it->second];
         // Two sets whose names read the same (the same file names in other folders) stay apart.
@@ -75,16 +79,39 @@ std::vector<PerplexitySet> perplexitySetOf(RunStore& store, std::int64_t like)
     return perplexitySets(store, ids);
 }
 
+QStringList shortSetNames(const std::vector<PerplexitySet>& sets)
+{
+    QStringList names;
+    for (const auto& set : sets) {
+        QStringList kept;
+        for (int i = 0; i < set.parts.size(); ++i)
+            if (std::any_of(sets.begin(), sets.end(),
+                            [&](const PerplexitySet& o) { return o.parts.value(i) != set.parts[i]; }))
+                kept << set.parts[i];
+        names << (kept.isEmpty() ? set.name : kept.join(QStringLiteral(", ")));
+    }
+    // Sets whose differing parts read the same (the same file names in other folders) stay apart.
+    for (int i = 0; i < names.size(); ++i)
+        if (names.count(names[i]) > 1)
+            names[i] += QStringLiteral(" [%1]").arg(i + 1);
+    return names;
+}
+
 bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& sets)
 {
     chart.clear();
+    chart.setDodge(true);
+    chart.setClipOutliers(true);
+    const QStringList setNames = shortSetNames(sets);
+    QList<double> perplexities; // of every point: the body the y axis is fitted to
     std::map<QString, QList<QPointF>> series;
     // Each point's perplexity interval (its Δ% interval on its set's FP32), keyed by the point.
     std::map<QString, std::map<std::pair<double, double>, QPair<double, double>>> whiskers;
     bool anyInterval = false;
     double lo = INFINITY, hi = -INFINITY, pLo = INFINITY, pHi = -INFINITY;
-    for (const auto& set : sets) {
-        const QString prefix = sets.size() > 1 ? set.name + QStringLiteral(": ") : QString();
+    for (std::size_t si = 0; si < sets.size(); ++si) {
+        const auto& set = sets[si];
+        const QString prefix = sets.size() > 1 ? setNames[int(si)] + QStringLiteral(": ") : QString();
         for (const auto& p : set.points) {
             if (!std::isfinite(p.effectiveBits) || !(p.perplexity > 0))
                 continue;
@@ -100,6 +127,7 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
                 pHi = std::max(pHi, w.second);
             }
             whiskers[prefix + family][{p.effectiveBits, p.perplexity}] = w;
+            perplexities << p.perplexity;
             lo = std::min(lo, p.effectiveBits);
             hi = std::max(hi, p.effectiveBits);
             pLo = std::min(pLo, p.perplexity);
@@ -114,7 +142,11 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
         return false;
     const bool logX = lo > 0 && hi / lo >= 4;
     chart.setLogX(logX);
-    chart.setLogY(pLo > 0 && pHi / pLo > 10); // a 1-bit KIVI far above the rest
+    // Log y where the perplexities the axis shows span a decade; one far above them (a 1-bit KIVI)
+    // is named above the axis instead (the chart's outlier cut, on a log scale as the gap is a ratio).
+    if (const auto cut = views::outlierCut(perplexities, true))
+        pHi = std::min(pHi, *cut);
+    chart.setLogY(pLo > 0 && pHi / pLo > 10);
     chart.setTitle(anyInterval ? QObject::tr("Perplexity against effective bits, 95% intervals")
                                : QObject::tr("Perplexity against effective bits (codewords counted)"));
     chart.setAxisTitles(QObject::tr("effective bits per activation"), QObject::tr("perplexity"));
@@ -133,10 +165,10 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
     // FP32 across the bits drawn, and a little beyond, so that no point sits on the plot's edge.
     const double x0 = logX ? lo / 1.25 : lo - std::max(0.1 * (hi - lo), 0.1 * lo);
     const double x1 = logX ? hi * 1.25 : hi + std::max(0.1 * (hi - lo), 0.1 * lo);
-    for (const auto& set : sets)
-        if (set.fp32) {
+    for (std::size_t si = 0; si < sets.size(); ++si)
+        if (const auto& set = sets[si]; set.fp32) {
             const QString name = QStringLiteral("%1FP32 %2")
-                                     .arg(sets.size() > 1 ? set.name + QStringLiteral(": ") : QString())
+                                     .arg(sets.size() > 1 ? setNames[int(si)] + QStringLiteral(": ") : QString())
                                      .arg(*set.fp32, 0, 'f', 3);
             chart.setSeries(name, {QPointF(x0, *set.fp32), QPointF(x1, *set.fp32)});
             chart.setReference(name);

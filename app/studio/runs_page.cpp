@@ -9,9 +9,11 @@
 #include "views/metrics_table_model.h"
 #include "views/runs_table_model.h"
 
+#include "core/base/bootstrap.h"
 #include "core/base/error.h"
 #include "core/jobs/pass_curves.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QFileDialog>
 #include <QHBoxLayout>
@@ -91,6 +93,10 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     auto* allPpl = new QPushButton(tr("Perplexity of every evaluation"), this);
     allPpl->setToolTip(tr("Every recorded perplexity run against its bits per activation, beside FP32"));
     metricBar->addWidget(allPpl);
+    m_everyCurve = new QCheckBox(tr("Every curve"), this);
+    m_everyCurve->setToolTip(
+        tr("Draw every tensor's curve; unticked, a run with many is drawn as their median and interquartile range"));
+    metricBar->addWidget(m_everyCurve);
     metricBar->addStretch();
     connect(allPpl, &QPushButton::clicked, this, &RunsPage::showAllPerplexity);
     overlayLayout->addLayout(metricBar);
@@ -131,6 +137,7 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     connect(m_kind, &QComboBox::currentIndexChanged, this, &RunsPage::refresh);
     connect(m_status, &QComboBox::currentIndexChanged, this, &RunsPage::refresh);
     connect(m_overlayMetric, &QComboBox::currentIndexChanged, this, &RunsPage::onSelectionChanged);
+    connect(m_everyCurve, &QCheckBox::toggled, this, &RunsPage::onSelectionChanged);
     connect(m_filter, &QLineEdit::textChanged, m_proxy, &QSortFilterProxyModel::setFilterFixedString);
     connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunsPage::onSelectionChanged);
     // A job that ends in the window shows up at once; CLI runs on Refresh.
@@ -419,10 +426,40 @@ void RunsPage::onSelectionChanged()
                 if (!c.name.endsWith(suffix) || c.name == suffix)
                     suffix.clear();
         }
-        for (const auto& c : drawn) {
-            const QString name = c.name.left(c.name.size() - suffix.size());
-            m_overlay->setSeries(ids.size() > 1 ? tr("run %1: %2").arg(c.run).arg(name) : name, c.points);
+        // Many curves overlaid are a tangle: each run's are drawn as their median at each x, with their
+        // interquartile range as bars (a run of one curve as it is), unless every curve is asked for.
+        const bool aggregate = !m_everyCurve->isChecked() && int(drawn.size()) > kMostCurves;
+        m_everyCurve->setEnabled(int(drawn.size()) > kMostCurves);
+        for (auto id : ids) {
+            std::vector<const Curve*> mine;
+            for (const auto& c : drawn)
+                if (c.run == id)
+                    mine.push_back(&c);
+            if (!aggregate || mine.size() < 2) {
+                for (const auto* c : mine) {
+                    const QString name = c->name.left(c->name.size() - suffix.size());
+                    m_overlay->setSeries(ids.size() > 1 ? tr("run %1: %2").arg(c->run).arg(name) : name, c->points);
+                }
+                continue;
+            }
+            std::map<double, std::vector<double>> atX;
+            for (const auto* c : mine)
+                for (const auto& p : c->points)
+                    atX[p.x()].push_back(p.y());
+            QList<QPointF> mid;
+            QList<QPair<double, double>> iqr;
+            for (const auto& [x, ys] : atX) {
+                mid << QPointF(x, quantile(ys, 0.5));
+                iqr << qMakePair(quantile(ys, 0.25), quantile(ys, 0.75));
+            }
+            const QString name = tr("median of %1 curves").arg(mine.size());
+            const QString series = ids.size() > 1 ? tr("run %1: %2").arg(id).arg(name) : name;
+            m_overlay->setSeries(series, mid);
+            m_overlay->setIntervals(series, iqr);
         }
+        if (aggregate)
+            m_overlay->setTitle(tr("Selected runs: %1 (each run's median, bars from the 25th to the 75th percentile)")
+                                    .arg(QString::fromStdString(metric)));
         m_details->setPlainText(text);
         if (metric == "perplexity") {
             m_overlay->setIntegerX(false);

@@ -8,6 +8,7 @@
 
 #include <QWidget>
 
+class QCheckBox;
 class QComboBox;
 class QLineEdit;
 class QPlainTextEdit;
@@ -31,6 +32,10 @@ public:
     QTableView* table() const { return m_table; }
     views::ChartPanel* overlayChart() const { return m_overlay; }
     QComboBox* overlayMetric() const { return m_overlayMetric; }
+    // Over kMostCurves curves (two 60-tensor trainings), each run is drawn as the median of its curves
+    // with their interquartile range as bars, until this is ticked ("Every curve").
+    QCheckBox* everyCurveBox() const { return m_everyCurve; }
+    static constexpr int kMostCurves = 12;
     QString detailsText() const;
     void selectRuns(const QList<qint64>& ids);
     // Selects every ppl run and draws perplexity against bits per activation.
@@ -57,6 +62,7 @@ private:
     QLineEdit *m_filter, *m_note;
     QPlainTextEdit* m_details;
     views::ChartPanel* m_overlay;
+    QCheckBox* m_everyCurve;
 };
 
 } // namespace gsrq::studio

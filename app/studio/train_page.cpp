@@ -287,8 +287,12 @@ void TrainPage::start()
     const QString storePath = m_ctx.storePath();
     const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
 
+    s.rq.reportStages = true; // "After each stage" fills as the stages end
+    m_liveStagePoints = 0;
     m_live->clear();
     m_stageChart->clear();
+    m_stageChart->setLogY(m_stageMetric->currentText() == "nmse");
+    m_stageChart->setTitle(tr("%1 after each stage").arg(m_stageMetric->currentText()));
     m_model->setTable({}, {}, {});
     m_progress->setValue(0);
     m_status->setText(tr("Training…"));
@@ -309,6 +313,13 @@ void TrainPage::start()
         auto current = std::make_shared<std::string>();
         ProgressBatcher batch(job, [this, current](const std::vector<ProgressEvent>& events) {
             for (const auto& e : events) {
+                if (e.afterStage) { // a stage done: its point on "After each stage", as it happens
+                    ++m_liveStagePoints;
+                    m_stageChart->appendPoint(
+                        QString::fromStdString(e.tensor),
+                        QPointF(e.stage + 1, metricByName(*e.afterStage, m_stageMetric->currentText().toStdString())));
+                    continue;
+                }
                 const std::string key = e.tensor + cat(" stage ", e.stage + 1, " subspace ", e.subspace + 1);
                 if (key != *current) { // a new clustering: its own curve
                     *current = key;

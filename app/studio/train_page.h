@@ -50,6 +50,9 @@ public:
     QPushButton* runButton() const { return m_run; }
     QPushButton* cancelButton() const { return m_cancel; }
     views::ChartPanel* stageChart() const { return m_stageChart; }
+    // The stage points drawn while the last training ran (one a tensor's stage as it ends), before
+    // its result redrew the chart.
+    int liveStagePoints() const { return m_liveStagePoints; }
     QComboBox* stageMetricBox() const { return m_stageMetric; }
     views::ChartPanel* liveChart() const { return m_live; }
     views::MetricsTableModel* resultsModel() const { return m_model; }
@@ -107,6 +110,7 @@ private:
     QProgressBar *m_progress, *m_compareBar;
     QLabel* m_status;
     views::ChartPanel *m_live, *m_stageChart;
+    int m_liveStagePoints = 0;
     views::MetricsTableModel* m_model;
     std::shared_ptr<const TrainJobResult> m_last;
     QElapsedTimer m_clock;

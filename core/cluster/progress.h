@@ -4,8 +4,10 @@
 // Thread-safety: the callback runs on the job's thread; it must not block for long.
 
 #include "core/cluster/clustering.h"
+#include "core/cluster/metrics.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace gsrq {
@@ -20,6 +22,10 @@ struct ProgressEvent {
     int subspace = -1;   // the block of compare, the subspace of GSRQ
     int stage = -1;      // GSRQ stage; compare --residual: 0 for the first KM pass, 1 after
     int sweepPoint = -1; // index into the sweep's values
+    // Set on the event a GSRQ training sends once a stage is done (RqSettings::reportStages): the
+    // whole rows' metrics after stages 0..stage, as RqTrainResult::afterStage will hold them. Such an
+    // event is not an iteration (its `iteration` is empty): recorders of passes skip it.
+    std::optional<QuantMetrics> afterStage;
 };
 // Returns false to cancel.
 using ProgressFn = std::function<bool(const ProgressEvent&)>;

@@ -457,7 +457,7 @@ RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, con
         if (!progress)
             return true;
         const std::string what = cat("stage ", r + 1, "/", R, " subspace ", m + 1, "/", M);
-        if (!progress({what, std::min(1.0, doneNow / total), it, {}, s.method, m, r}))
+        if (!progress({what, std::min(1.0, doneNow / total), it, {}, s.method, m, r, -1, std::nullopt}))
             out.cancelled = true;
         return !out.cancelled;
     };
@@ -533,15 +533,28 @@ RqTrainResult trainResidualQuantizer(const RowsRef& X, const float* weights, con
             break;
         if (s.beam == 1) {
             out.afterStage.push_back(backend.reconstructionMetrics());
-            continue;
+        } else {
+            // Each row's best beam so far, in every subspace: the codes of stages 0..r.
+            for (int m = 0; m < M; ++m) {
+                const SubspaceBeams& b = beams[std::size_t(m)];
+                for (Eigen::Index i = 0; i < X.rows(); ++i)
+                    out.codes.block(i, Eigen::Index(m) * R, 1, r + 1) = b.codes.block(b.best(i), 0, 1, r + 1);
+            }
+            out.afterStage.push_back(computeMetrics(X, decode(out.codes, out.codebooks, r + 1)));
         }
-        // Each row's best beam so far, in every subspace: the codes of stages 0..r.
-        for (int m = 0; m < M; ++m) {
-            const SubspaceBeams& b = beams[std::size_t(m)];
-            for (Eigen::Index i = 0; i < X.rows(); ++i)
-                out.codes.block(i, Eigen::Index(m) * R, 1, r + 1) = b.codes.block(b.best(i), 0, 1, r + 1);
+        if (s.reportStages && progress) {
+            const ProgressEvent stageEnd{cat("stage ", r + 1, "/", R, " done"),
+                                         std::min(1.0, (r + 1.0) * M * units / total),
+                                         {},
+                                         {},
+                                         s.method,
+                                         -1,
+                                         r,
+                                         -1,
+                                         out.afterStage.back()};
+            if (!progress(stageEnd))
+                out.cancelled = true;
         }
-        out.afterStage.push_back(computeMetrics(X, decode(out.codes, out.codebooks, r + 1)));
     }
     if (!beamSearch)
         out.codes = codesFromColumns(codeColumns, X.rows(), backend.hostThreads());

@@ -45,6 +45,9 @@ struct RqSettings {
     // training beam) that keeps each row's new codes only where they lower its error.
     int refine = 0;
     int refineBeam = 0;
+    // Send a progress event with ProgressEvent::afterStage as each stage ends (a live chart of the
+    // metrics after each stage); off, every event is an iteration.
+    bool reportStages = false;
 };
 
 double bitsPerActivation(int dim, int stages, int k); // R·log2(K)/D

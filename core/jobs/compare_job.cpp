@@ -47,7 +47,8 @@ struct JobProgress {
     {
         if (!fn)
             return true;
-        ProgressEvent e{what, std::min(1.0, (done + unitsInStep) / total), it, {}, method, block, stage, sweepPoint};
+        ProgressEvent e{
+            what, std::min(1.0, (done + unitsInStep) / total), it, {}, method, block, stage, sweepPoint, std::nullopt};
         if (!fn(e))
             cancelled = true;
         return !cancelled;

@@ -46,6 +46,8 @@ RunRecorder::~RunRecorder()
 
 void RunRecorder::onProgress(const ProgressEvent& e)
 {
+    if (e.afterStage) // a stage's end, not a pass: the stages' metrics are recorded with the result
+        return;
     const auto& it = e.iteration;
     const std::string method = e.sweepPoint >= 0 ? cat(methodName(e.method), "@", e.sweepPoint) : methodName(e.method);
     m_pending.push_back({method, e.tensor.empty() ? m_tensor : e.tensor, e.subspace, e.stage, it.iteration,

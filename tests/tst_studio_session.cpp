@@ -1,0 +1,252 @@
+// The desktop app across what a user does over a session on a real model's results: the
+// perplexity chart of several evaluations, comparing two trainings of many tensors, watching a
+// training's stages as they end, and closing the app and opening it again. Offscreen, Fusion style,
+// real widgets; the store and settings are the test's own.
+
+#include "main_window.h"
+#include "model_page.h"
+#include "page_settings.h"
+#include "perplexity_chart.h"
+#include "runs_page.h"
+#include "test_util.h"
+#include "train_page.h"
+#include "views/chart_panel.h"
+#include "views/heatmap_view.h"
+
+#include "core/store/run_store.h"
+
+#include <QApplication>
+#include <QCheckBox>
+#include <QComboBox>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QtTest>
+
+using namespace gsrq;
+using namespace gsrq::studio;
+
+namespace {
+const QString kSample = QStringLiteral(GSRQ_SOURCE_DIR "/resources/samples/stories260K-gpl3.safetensors");
+
+PerplexityPoint point(const char* family, double bits, double perplexity)
+{
+    PerplexityPoint p;
+    p.family = family;
+    p.label = family;
+    p.bits = p.effectiveBits = bits;
+    p.perplexity = perplexity;
+    return p;
+}
+} // namespace
+
+class TestStudioSession : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase();
+    void perplexityChartNamesWhatDiffers();
+    void runsOfManyTensorsCompareAsTheirMedians();
+    void trainingDrawsEachStageAsItEnds();
+    void settingsAndTheLastModelRunSurviveARestart();
+    void changedPageRestoresNothing();
+
+private:
+    QTemporaryDir m_dir;
+};
+
+void TestStudioSession::initTestCase()
+{
+    QStandardPaths::setTestModeEnabled(true); // QSettings and paths away from the user's
+    QSettings().clear();                      // and from an earlier run of this suite
+    QApplication::setStyle("Fusion");
+}
+
+// The Runs page's "Perplexity of every evaluation" of one model on two texts (numbers as measured on
+// SmolLM2-135M, the Devil's Dictionary and the Debian reference): each series named by the text,
+// not by the model every set shares (eight legend entries read "SmolLM2-135M-I…"), each text's FP32
+// line its own; GSRQ and KM-RQ at the same effective bits drawn side by side; KIVI-1's 76,531 named
+// above the axis, which stays on the others' scale.
+void TestStudioSession::perplexityChartNamesWhatDiffers()
+{
+    const QString model = QStringLiteral("SmolLM2-135M-Instruct.Q4_1.gguf");
+    PerplexitySet devil{model + ", devil.eval.txt, 8×512 tokens",
+                        {model, "devil.eval.txt", "8×512 tokens"},
+                        74.38,
+                        {point("gsrq", 1.06, 91.1), point("km-rq", 1.06, 91.7), point("kivi", 1.5, 76531)},
+                        {1}};
+    PerplexitySet debian{model + ", debian-reference.eval.txt, 8×512 tokens",
+                         {model, "debian-reference.eval.txt", "8×512 tokens"},
+                         8.21,
+                         {point("gsrq", 1.06, 10.4), point("km-rq", 1.06, 10.6)},
+                         {2}};
+    QCOMPARE(shortSetNames({devil, debian}), QStringList({"devil.eval.txt", "debian-reference.eval.txt"}));
+    views::ChartPanel chart("p", "bits", "perplexity");
+    chart.resize(700, 450);
+    chart.show();
+    QVERIFY(drawPerplexity(chart, {devil, debian}));
+    chart.flush();
+    for (const auto& name : chart.seriesNames())
+        QVERIFY2(!name.contains("SmolLM2"), qPrintable(name));
+    QVERIFY(chart.seriesNames().contains("devil.eval.txt: FP32 74.380"));
+    QVERIFY(chart.seriesNames().contains("debian-reference.eval.txt: FP32 8.210"));
+    QVERIFY(chart.drawnPoints("devil.eval.txt: gsrq")[0].x() != chart.drawnPoints("devil.eval.txt: km-rq")[0].x());
+    QCOMPARE(chart.points("devil.eval.txt: gsrq")[0].x(), 1.06);
+    QCOMPARE(chart.clippedPoints(), QStringList{"devil.eval.txt: kivi at 1.5: 7.653e+04"});
+    // One set: its methods by name alone.
+    QVERIFY(drawPerplexity(chart, {devil}));
+    chart.flush();
+    QVERIFY(chart.seriesNames().contains("gsrq"));
+    QVERIFY(chart.seriesNames().contains("FP32 74.380"));
+}
+
+// Two trainings of 60 tensors each (SmolLM2's 30 layers' keys and values): selecting both draws each
+// run's median over its tensors at each stage with bars from the 25th to the 75th percentile, two
+// series where 120 curves overlaid were a tangle; "Every curve" draws all 120.
+void TestStudioSession::runsOfManyTensorsCompareAsTheirMedians()
+{
+    const QString path = m_dir.filePath("many.db");
+    std::vector<std::int64_t> ids;
+    {
+        RunStore store(path.toStdString());
+        for (int run = 0; run < 2; ++run) {
+            RunInfo info;
+            info.kind = "train";
+            const auto id = store.beginRun(info);
+            std::vector<SeriesPoint> series;
+            for (int t = 0; t < 60; ++t)
+                for (int stage = 1; stage <= 4; ++stage)
+                    series.push_back({cat("layers.", t / 2, t % 2 ? ".value" : ".key", ".nmse_vs_stage"), double(stage),
+                                      (t + 1) * 0.1 / stage * (run + 1)});
+            store.addSeries(id, series);
+            store.finishRun(id, RunStatus::Done);
+            ids.push_back(id);
+        }
+    }
+    MainWindow window(path);
+    window.resize(1200, 800);
+    window.show();
+    auto* runs = window.runsPage();
+    runs->refresh();
+    runs->selectRuns({qint64(ids[0]), qint64(ids[1])});
+    auto* chart = runs->overlayChart();
+    chart->flush();
+    const QString first = QStringLiteral("run %1: median of 60 curves").arg(ids[0]);
+    QCOMPARE(chart->seriesNames(), QStringList({first, QStringLiteral("run %1: median of 60 curves").arg(ids[1])}));
+    // Stage 1 of the first run: the values 0.1, 0.2, ..., 6.0; median 3.05, quartiles (type 7) at
+    // 0.25 · 59 = 14.75 and 0.75 · 59 = 44.25 of the sorted values: 1.575 and 4.525.
+    QCOMPARE(chart->points(first).size(), 4);
+    QVERIFY(std::abs(chart->points(first)[0].y() - 3.05) < 1e-9);
+    QVERIFY(std::abs(chart->intervals(first)[0].first - 1.575) < 1e-9);
+    QVERIFY(std::abs(chart->intervals(first)[0].second - 4.525) < 1e-9);
+    QVERIFY(runs->everyCurveBox()->isEnabled());
+    runs->everyCurveBox()->setChecked(true);
+    chart->flush();
+    QCOMPARE(chart->seriesNames().size(), 120);
+    QVERIFY(chart->seriesNames().contains(QStringLiteral("run %1: layers.29.value").arg(ids[1])));
+}
+
+// "After each stage" fills while the training runs: one point per stage as each ends (it stayed
+// empty until the whole training finished), then the finished result's, the same stages.
+void TestStudioSession::trainingDrawsEachStageAsItEnds()
+{
+    MainWindow window(m_dir.filePath("train.db"));
+    window.resize(1200, 800);
+    window.show();
+    QVERIFY(window.openDump(kSample));
+    auto* page = window.trainPage();
+    window.showPage("train");
+    page->tensorsEdit()->setText("layers.1.value,layers.2.value");
+    page->dimBox()->setValue(8);
+    page->stagesBox()->setValue(3);
+    page->kBox()->setValue(16);
+    QSignalSpy done(page, &TrainPage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(done.wait(test::waitMs(60000)));
+    QVERIFY(done.first().first().toBool());
+    QCOMPARE(page->liveStagePoints(), 2 * 3); // two tensors, three stages each, as they ended
+    QCOMPARE(page->stageChart()->points("layers.2.value").size(), 3);
+}
+
+// Closing the app keeps each page's settings and the Model page's last run: the next start shows the
+// same D, K, iterations and tensors, the GSRQ page's stages, and the model run's maps (the same cells)
+// with its run number, read back from the store.
+void TestStudioSession::settingsAndTheLastModelRunSurviveARestart()
+{
+    QSettings().clear();
+    const QString store = m_dir.filePath("restart.db");
+    std::int64_t runId = 0;
+    QStringList cells;
+    {
+        MainWindow window(store);
+        window.resize(1200, 800);
+        window.show();
+        QVERIFY(window.openDump(kSample));
+        auto* page = window.modelPage();
+        window.showPage("model");
+        page->tensorsEdit()->setText("layers.0.*,layers.3.*");
+        page->dimBox()->setValue(16);
+        page->kBox()->setValue(32);
+        page->itersBox()->setValue(5);
+        window.trainPage()->stagesBox()->setValue(7);
+        QSignalSpy done(page, &ModelPage::runFinished);
+        QTest::mouseClick(page->runButton(), Qt::LeftButton);
+        QVERIFY(done.wait(test::waitMs(120000)));
+        QVERIFY2(done.first().first().toBool(), qPrintable(page->statusLabel()->text()));
+        runId = page->lastRunId();
+        QVERIFY(runId > 0);
+        auto* map = page->heatmap("nmse");
+        for (int r = 0; r < map->rowCount(); ++r)
+            for (int c = 0; c < map->columnCount(); ++c)
+                cells << map->cell(r, c).text;
+        QVERIFY(window.close()); // saves, as quitting does
+    }
+    MainWindow again(store);
+    auto* page = again.modelPage();
+    QCOMPARE(page->tensorsEdit()->text(), QString("layers.0.*,layers.3.*"));
+    QCOMPARE(page->dimBox()->value(), 16);
+    QCOMPARE(page->kBox()->value(), 32);
+    QCOMPARE(page->itersBox()->value(), 5);
+    QCOMPARE(again.trainPage()->stagesBox()->value(), 7);
+    QCOMPARE(page->lastRunId(), runId);
+    auto* map = page->heatmap("nmse");
+    QCOMPARE(map->rowCount(), 2);
+    QStringList restored;
+    for (int r = 0; r < map->rowCount(); ++r)
+        for (int c = 0; c < map->columnCount(); ++c)
+            restored << map->cell(r, c).text;
+    QCOMPARE(restored, cells);
+    QVERIFY(page->statusLabel()->text().contains(QString::number(runId)));
+}
+
+// Settings saved from a page whose controls were others (an older version's) are not restored: no
+// value lands in the wrong control.
+void TestStudioSession::changedPageRestoresNothing()
+{
+    QSettings settings;
+    QWidget before, after;
+    auto* a = new QSpinBox(&before);
+    a->setRange(0, 100);
+    a->setValue(42);
+    savePageSettings(settings, "t", &before);
+    auto* b = new QSpinBox(&after);
+    b->setRange(0, 100);
+    new QCheckBox(&after); // a control the saved page did not have
+    QVERIFY(!restorePageSettings(settings, "t", &after));
+    QCOMPARE(b->value(), 0);
+    auto* c = new QSpinBox(&before); // the same controls: restored
+    QWidget same;
+    auto* d = new QSpinBox(&same);
+    new QSpinBox(&same);
+    c->setValue(7);
+    savePageSettings(settings, "t", &before);
+    QVERIFY(restorePageSettings(settings, "t", &same));
+    QCOMPARE(d->value(), 42);
+}
+
+QTEST_MAIN(TestStudioSession)
+#include "tst_studio_session.moc"
