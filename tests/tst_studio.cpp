@@ -232,6 +232,7 @@ private:
 void TestStudio::initTestCase()
 {
     QStandardPaths::setTestModeEnabled(true); // QSettings and paths away from the user's
+    QSettings().clear();                      // and from an earlier run's (pages restore what it saved)
     QApplication::setStyle("Fusion");
     m_store = m_dir.filePath("runs.db");
     m_window = std::make_unique<MainWindow>(m_store);

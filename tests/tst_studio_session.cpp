@@ -3,6 +3,7 @@
 // training's stages as they end, and closing the app and opening it again. Offscreen, Fusion style,
 // real widgets; the store and settings are the test's own.
 
+#include "latency_page.h"
 #include "main_window.h"
 #include "model_page.h"
 #include "page_settings.h"
@@ -18,6 +19,7 @@
 #include <QApplication>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDir>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
@@ -25,6 +27,7 @@
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QStandardPaths>
+#include <QTabWidget>
 #include <QtTest>
 
 using namespace gsrq;
@@ -54,6 +57,8 @@ private slots:
     void trainingDrawsEachStageAsItEnds();
     void settingsAndTheLastModelRunSurviveARestart();
     void changedPageRestoresNothing();
+    void latencyTabOffersToTrainWhatItNeeds();
+    void walkEveryPage();
 
 private:
     QTemporaryDir m_dir;
@@ -246,6 +251,68 @@ void TestStudioSession::changedPageRestoresNothing()
     savePageSettings(settings, "t", &before);
     QVERIFY(restorePageSettings(settings, "t", &same));
     QCOMPARE(d->value(), 42);
+}
+
+// The Latency page's real-model tab needs codebooks of keys after RoPE: "Train them…" opens the
+// GSRQ page set for them (every layer's keys and values, keys after RoPE), saying what comes next.
+void TestStudioSession::latencyTabOffersToTrainWhatItNeeds()
+{
+    MainWindow window(m_dir.filePath("latency.db"));
+    window.resize(1200, 800);
+    window.show();
+    window.showPage("latency");
+    auto* train = window.trainPage();
+    QVERIFY(!train->isVisible());
+    window.latencyPage()->trainCodebooksButton()->click();
+    QVERIFY(train->isVisible());
+    QCOMPARE(train->keyRopeBox()->currentData().toString(), QString("post"));
+    QCOMPARE(train->tensorsEdit()->text(), QString("layers.*.key,layers.*.value"));
+    QVERIFY(train->statusLabel()->text().contains("Latency"));
+}
+
+// Every page of the window at the documentation's size (1440 × 900) on the bundled sample after a
+// training and a model run: each laid out within the window (none squeezed below its minimum) and
+// drawn. The pictures stay beside the suite (walk/<page>.png in its build folder) for a person to
+// look at; tools/screenshots.sh --smollm2 takes the same walk on SmolLM2's dump for docs/app.md.
+void TestStudioSession::walkEveryPage()
+{
+    MainWindow window(m_dir.filePath("walk.db"));
+    window.resize(1440, 900);
+    window.show();
+    QVERIFY(window.openDump(kSample));
+    auto* model = window.modelPage();
+    window.showPage("model");
+    model->tensorsEdit()->setText("layers.*.*");
+    model->dimBox()->setValue(8);
+    model->kBox()->setValue(16);
+    model->itersBox()->setValue(4);
+    QSignalSpy modelDone(model, &ModelPage::runFinished);
+    QTest::mouseClick(model->runButton(), Qt::LeftButton);
+    QVERIFY(modelDone.wait(test::waitMs(120000)));
+    const QString dir = QCoreApplication::applicationDirPath() + QStringLiteral("/walk");
+    QVERIFY(QDir().mkpath(dir));
+    for (const QString page :
+         {"dataset", "model", "compare", "sweeps", "train", "weights", "runs", "latency", "long-context"}) {
+        QVERIFY(window.showPage(page));
+        QTest::qWait(100); // coalesced chart updates land
+        auto* shown = window.findChild<QTabWidget*>()->currentWidget();
+        QVERIFY2(shown->minimumSizeHint().height() <= shown->height() &&
+                     shown->minimumSizeHint().width() <= shown->width(),
+                 qPrintable(QString("%1: needs %2 × %3, has %4 × %5")
+                                .arg(page)
+                                .arg(shown->minimumSizeHint().width())
+                                .arg(shown->minimumSizeHint().height())
+                                .arg(shown->width())
+                                .arg(shown->height())));
+        const QImage image = window.grab().toImage();
+        QVERIFY(image.save(dir + "/" + page + ".png"));
+        // Drawn: more than a background (a blank page is one or two colours).
+        QSet<QRgb> colours;
+        for (int y = 0; y < image.height() && colours.size() < 50; y += 7)
+            for (int x = 0; x < image.width(); x += 7)
+                colours.insert(image.pixel(x, y));
+        QVERIFY2(colours.size() >= 50, qPrintable(page));
+    }
 }
 
 QTEST_MAIN(TestStudioSession)

@@ -227,7 +227,14 @@ LatencyPage::LatencyPage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
     auto* genForm = new QFormLayout;
     genForm->addRow(tr("Model"), m_genModel);
     genForm->addRow(tr("Text"), m_genText);
-    genForm->addRow(tr("Codebooks"), m_genBooks);
+    m_genTrain = new QPushButton(tr("Train them…"), this);
+    m_genTrain->setToolTip(tr("Open the GSRQ training page set for these codebooks: every layer's keys and values, "
+                              "keys after RoPE (the lookup path's); train, export, and choose the file here"));
+    connect(m_genTrain, &QPushButton::clicked, this, &LatencyPage::trainCodebooksRequested);
+    auto* booksRow = new QHBoxLayout;
+    booksRow->addWidget(m_genBooks, 1);
+    booksRow->addWidget(m_genTrain);
+    genForm->addRow(tr("Codebooks"), booksRow);
     auto* genSizes = new QHBoxLayout;
     genSizes->addWidget(m_genContexts, 1);
     genSizes->addWidget(new QLabel(tr("prefill"), this));

@@ -41,10 +41,15 @@ public:
     QComboBox* frontierAt() const { return m_frontierAt; }
     views::ChartPanel* modelChart() const { return m_modelChart; }
     QPushButton* decodeModelButton() const { return m_genRun; }
+    // "Train them…" beside the codebooks: the GSRQ page set up for what the real-model tab needs.
+    QPushButton* trainCodebooksButton() const { return m_genTrain; }
     QString modelLog() const;
 
 signals:
     void runFinished(bool ok); // the sweep Run started ended: finished (true), cancelled or failed
+    // The user asked to train codebooks for the real-model tab (keys after RoPE, every layer's keys
+    // and values).
+    void trainCodebooksRequested();
 
 private:
     void start();
@@ -82,6 +87,7 @@ private:
     QComboBox* m_genWeights;
     QSpinBox* m_genThreads;
     QPushButton* m_genRun;
+    QPushButton* m_genTrain;
     QPlainTextEdit* m_genLog;
     views::ChartPanel* m_modelChart;
     int m_job = 0;

@@ -140,7 +140,7 @@ int main(int argc, char** argv)
     QApplication::setStyle("Fusion");
     parser.process(app);
 
-    MainWindow w(parser.value(store));
+    MainWindow w(parser.value(store), nullptr, !parser.isSet(screenshot) && !parser.isSet(report));
     QString dump = parser.value(open);
     if (dump.isEmpty() && !parser.positionalArguments().isEmpty())
         dump = parser.positionalArguments().first();

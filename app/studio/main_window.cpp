@@ -46,7 +46,7 @@
 
 namespace gsrq::studio {
 
-MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
+MainWindow::MainWindow(QString storePath, QWidget* parent, bool restoreSession) : QMainWindow(parent)
 {
     QSettings settings;
     // A store given on the command line (--store) is this session's: Preferences keep the saved one
@@ -139,6 +139,10 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
                 m_compare->openTensor(tensor, residual, s, weights);
                 m_tabs->setCurrentWidget(m_compare);
             });
+    connect(m_latency, &LatencyPage::trainCodebooksRequested, this, [this] {
+        m_train->prepareLookupCodebooks();
+        m_tabs->setCurrentWidget(m_train);
+    });
     connect(m_dataset, &DatasetPage::openRequested, this, [this] {
         const QString path = QFileDialog::getOpenFileName(this, tr("Open KV dump"), {},
                                                           tr("KV dumps (*.safetensors *.npy);;All files (*)"));
@@ -158,10 +162,12 @@ MainWindow::MainWindow(QString storePath, QWidget* parent) : QMainWindow(parent)
     }
     m_tabs->setCurrentIndex(settings.value("window/page", 0).toInt());
     // Each page's settings as the window left them, and the Model page's last run from the store.
-    for (const auto& [name, page] : persistentPages())
-        restorePageSettings(settings, name, page);
-    if (const qint64 run = settings.value("pages/model/last_run", 0).toLongLong(); run > 0)
-        m_model->showRun(run);
+    if (restoreSession) {
+        for (const auto& [name, page] : persistentPages())
+            restorePageSettings(settings, name, page);
+        if (const qint64 run = settings.value("pages/model/last_run", 0).toLongLong(); run > 0)
+            m_model->showRun(run);
+    }
 }
 
 MainWindow::~MainWindow() = default;

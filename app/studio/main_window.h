@@ -30,7 +30,9 @@ class MainWindow : public QMainWindow {
     Q_OBJECT
 
 public:
-    explicit MainWindow(QString storePath, QWidget* parent = nullptr);
+    // restoreSession: each page's settings and the Model page's last run as the last window left them
+    // (off for --screenshot and --report, which show what their flags ask for alone).
+    explicit MainWindow(QString storePath, QWidget* parent = nullptr, bool restoreSession = true);
     ~MainWindow() override;
 
     StudioContext& context() { return *m_ctx; }

@@ -361,6 +361,14 @@ void TrainPage::start()
     });
 }
 
+void TrainPage::prepareLookupCodebooks()
+{
+    m_tensors->setText(QStringLiteral("layers.*.key,layers.*.value"));
+    m_keyRope->setCurrentIndex(m_keyRope->findData("post"));
+    m_status->setText(tr("Set for the Latency page's real model: every layer's keys (after RoPE) and values. Choose "
+                         "the rate, Train, Export, then give the file to the Latency page."));
+}
+
 void TrainPage::showResult(const TrainJobResult& r)
 {
     QStringList rows;

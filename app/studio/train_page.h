@@ -47,6 +47,9 @@ public:
     // Keys as dumped (before RoPE: the paper's path) or after RoPE (what the lookup decode path and
     // the Latency page's real-model tab read).
     QComboBox* keyRopeBox() const { return m_keyRope; }
+    // Set for the Latency page's real-model tab: every layer's keys and values, keys after RoPE,
+    // with a line saying what to do next.
+    void prepareLookupCodebooks();
     QPushButton* runButton() const { return m_run; }
     QPushButton* cancelButton() const { return m_cancel; }
     views::ChartPanel* stageChart() const { return m_stageChart; }
@@ -54,6 +57,7 @@ public:
     // its result redrew the chart.
     int liveStagePoints() const { return m_liveStagePoints; }
     QComboBox* stageMetricBox() const { return m_stageMetric; }
+    QLabel* statusLabel() const { return m_status; }
     views::ChartPanel* liveChart() const { return m_live; }
     views::MetricsTableModel* resultsModel() const { return m_model; }
     // Writes the last result's codebooks; false (with a message) when there is none or it fails.
