@@ -14,6 +14,8 @@
 #include "views/chart_panel.h"
 #include "views/heatmap_view.h"
 
+#include "core/io/safetensors.h"
+#include "core/io/synth.h"
 #include "core/store/run_store.h"
 
 #include <QApplication>
@@ -59,6 +61,7 @@ private slots:
     void changedPageRestoresNothing();
     void latencyTabOffersToTrainWhatItNeeds();
     void walkEveryPage();
+    void modelPageFollowsTheDumpsHeads();
 
 private:
     QTemporaryDir m_dir;
@@ -102,6 +105,15 @@ void TestStudioSession::perplexityChartNamesWhatDiffers()
     QVERIFY(chart.drawnPoints("devil.eval.txt: gsrq")[0].x() != chart.drawnPoints("devil.eval.txt: km-rq")[0].x());
     QCOMPARE(chart.points("devil.eval.txt: gsrq")[0].x(), 1.06);
     QCOMPARE(chart.clippedPoints(), QStringList{"devil.eval.txt: kivi at 1.5: 7.653e+04"});
+    // One evaluation by runs of codebooks calibrated on two texts (in and out of domain): a series
+    // for each calibration, not one line joining them.
+    PerplexitySet mixed = devil;
+    mixed.points = {point("gsrq", 1.06, 91.1), point("gsrq", 1.06, 104.2)};
+    mixed.calibration = {"calib-32x512", "calib-debian-reference-32x512"};
+    QVERIFY(drawPerplexity(chart, {mixed}));
+    chart.flush();
+    QCOMPARE(chart.points("gsrq [calib-32x512]").size(), 1);
+    QCOMPARE(chart.points("gsrq [calib-debian-reference-32x512]").size(), 1);
     // One set: its methods by name alone.
     QVERIFY(drawPerplexity(chart, {devil}));
     chart.flush();
@@ -313,6 +325,33 @@ void TestStudioSession::walkEveryPage()
                 colours.insert(image.pixel(x, y));
         QVERIFY2(colours.size() >= 50, qPrintable(page));
     }
+}
+
+// The Model page on a dump of heads of 64 (3 KV heads, as SmolLM2's; synthetic rows) compares whole
+// heads with K = 256, as the KM vs GSKM page does (it stayed at D = 8, K = 64), and the GSRQ page
+// trains at the paper's 1 bit (it stayed at custom D = 8, R = 4, K = 64); the bundled sample's
+// heads of 8 keep D = 8, K = 64.
+void TestStudioSession::modelPageFollowsTheDumpsHeads()
+{
+    const QString path = m_dir.filePath("hd64.safetensors");
+    writeSafetensors(
+        path.toStdString(),
+        {makeFloatBlob("layers.0.key", synthesize(SynthKind::KvLike, 600, 192, 7), DType::F32, {600, 3, 64}),
+         makeFloatBlob("layers.0.value", synthesize(SynthKind::Gaussian, 600, 192, 8), DType::F32, {600, 3, 64})},
+        {});
+    QSettings().clear(); // a first start: no page settings restored (the restart test saved some)
+    MainWindow window(m_dir.filePath("heads.db"));
+    QVERIFY(window.openDump(path));
+    QCOMPARE(window.modelPage()->dimBox()->value(), 64);
+    QCOMPARE(window.modelPage()->kBox()->value(), 256);
+    // The GSRQ page, at its toy defaults (custom D = 8, R = 4, K = 64), takes the paper's 1 bit there.
+    QCOMPARE(window.trainPage()->presetBox()->currentIndex(), 2);
+    QCOMPARE(window.trainPage()->dimBox()->value(), 64);
+    QCOMPARE(window.trainPage()->stagesBox()->value(), 8);
+    QCOMPARE(window.trainPage()->kBox()->value(), 256);
+    QVERIFY(window.openDump(kSample));
+    QCOMPARE(window.modelPage()->dimBox()->value(), 8);
+    QCOMPARE(window.modelPage()->kBox()->value(), 64);
 }
 
 QTEST_MAIN(TestStudioSession)

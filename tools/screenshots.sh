@@ -4,9 +4,44 @@
 # is shown on the sample and on a synthetic 16-layer dump (gsrq synth kv --layers 16), whose PDF
 # report's pages are rendered by pdftoppm (poppler-utils); the Runs page shows the perplexity of the
 # bundled model with KM-RQ and GSKM-RQ codebooks trained on the sample at 0.5, 1 and 2 bits.
+#
+#   tools/screenshots.sh --smollm2   the walk on a real model instead: every page on SmolLM2-135M's
+#                                    dump from the README's first job (bash tools/run.sh), its
+#                                    perplexity tables, a CPU latency sweep and a small long-context
+#                                    run, into docs/screenshots/smollm2/ (docs/app.md shows them;
+#                                    about 10 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 studio=build/app/studio/gsrq-studio
+if [[ ${1:-} == --smollm2 ]]; then
+  first=${GSRQ_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gsrq-studio}/tables/smollm2-devil-first
+  dump=$first/calib-32x512
+  if [[ ! -d $dump ]]; then
+    echo "screenshots.sh: no SmolLM2 dump at $dump: run the README's first job (bash tools/run.sh) first" >&2
+    exit 2
+  fi
+  out=docs/screenshots/smollm2
+  mkdir -p "$out"
+  store=$(mktemp -d)/walk.db
+  export QT_QPA_PLATFORM=offscreen
+  shot() { "$studio" --store "$store" --screenshot "$out/$1.png" "${@:2}"; echo "wrote $out/$1.png"; }
+  # The perplexity tables as ppl runs: the first job's, and the documented 3-seed tables of
+  # docs/real-models.md (512- and 2,048-token windows, in-domain and out-of-domain calibration).
+  ids=()
+  for table in "$first/table.json" docs/real-models/raw/smollm2-devil-*.json; do
+    build/app/cli/gsrq --db "$store" runs add-ppl "$table"
+    ids+=($((${#ids[@]} + 1))) # a new store numbers its runs from 1
+  done
+  shot dataset --open "$dump" --page dataset --tensor layers.15.key
+  shot model --open "$dump" --page model --run model --tensor 'layers.*.*'
+  shot compare --open "$dump" --page compare --run compare --tensor layers.26.value
+  shot train --open "$dump" --page train --run train --tensor layers.15.key,layers.15.value
+  shot weights --open "$dump" --page weights
+  shot runs --open "$dump" --page runs --select "$(IFS=,; echo "${ids[*]}")"
+  shot latency --page latency --run latency
+  shot long-context --page long-context --run tasks --tensor fp16,kivi-2,kivi-1
+  exit 0
+fi
 sample=resources/samples/stories260K-gpl3.safetensors
 out=docs/screenshots
 store=$(mktemp -d)/shots.db

@@ -50,4 +50,18 @@ void CompareControls::set(const CompareSettings& s, const QString& weightsName)
         weights->setCurrentText(weightsName);
 }
 
+void CompareControls::followHeads(const KvDump* dump)
+{
+    std::int64_t headDim = 0;
+    if (dump)
+        for (const auto& t : dump->tensors())
+            if (t.kind == KvKind::Key && t.view.shape.size() == 3) {
+                headDim = t.view.shape[2];
+                break;
+            }
+    const bool heads = headDim >= 32;
+    dim->setValue(heads ? int(headDim) : 8);
+    k->setValue(heads ? 256 : 64);
+}
+
 } // namespace gsrq::studio

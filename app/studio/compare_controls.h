@@ -2,6 +2,7 @@
 // The settings of a KM-against-GSKM comparison as controls, shared by the KM vs GSKM and Model
 // pages: subspace width D, codewords K, iterations (max), seed and weights.
 
+#include "core/io/kv_dump.h"
 #include "core/jobs/compare_job.h"
 
 #include <QString>
@@ -20,6 +21,9 @@ struct CompareControls {
     void addRows(QFormLayout* form) const; // one row each, in the order above
     CompareSettings settings() const;      // D, K, iterations and seed (not the methods or residual)
     void set(const CompareSettings& s, const QString& weights);
+    // D and K for a dump, as the GSRQ page's presets choose: a model's heads (of 32 features or more)
+    // whole with the paper's K = 256; the toy sample's heads of 8 (or no dump) D = 8, K = 64.
+    void followHeads(const KvDump* dump);
 
     QSpinBox *dim, *k, *iters, *seed;
     QComboBox* weights; // none, grad-raw, grad-log

@@ -107,19 +107,8 @@ ComparePage::ComparePage(StudioContext& ctx, QWidget* parent) : QWidget(parent),
 void ComparePage::onDumpChanged()
 {
     const auto dump = m_ctx.dump();
-    // D and K follow the dump's heads, as the GSRQ page's presets do: a model's heads (of 32 features
-    // or more) are compared whole with the paper's K = 256; the toy sample's heads of 8 keep D = 8, K = 64.
-    std::int64_t headDim = 0;
-    if (dump)
-        for (const auto& t : dump->tensors())
-            if (t.kind == KvKind::Key && t.view.shape.size() == 3) {
-                headDim = t.view.shape[2];
-                break;
-            }
     fillClusterableTensors(m_tensor, dump.get()); // the first tensor's width bounds D
-    const bool heads = headDim >= 32;
-    m_controls.dim->setValue(heads ? int(headDim) : 8);
-    m_controls.k->setValue(heads ? 256 : 64);
+    m_controls.followHeads(dump.get());           // D and K follow the dump's heads
     m_run->setEnabled(bool(dump));
 }
 

@@ -160,6 +160,8 @@ void ModelPage::onDumpChanged()
 {
     const auto dump = m_ctx.dump();
     m_run->setEnabled(bool(dump));
+    if (dump) // D and K follow the dump's heads, as on the KM vs GSKM page
+        m_controls.followHeads(dump.get());
     bool grads = false;
     if (dump)
         for (const auto& t : dump->tensors())

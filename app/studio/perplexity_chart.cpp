@@ -62,6 +62,12 @@ std::vector<PerplexitySet> perplexitySets(RunStore& store, const std::vector<std
         if (!set.fp32)
             set.fp32 = p.fp32;
         set.points.insert(set.points.end(), p.points.begin(), p.points.end());
+        const auto settings = nlohmann::json::parse(run.settingsJson, nullptr, false);
+        const QString calibration =
+            settings.is_object() && settings.contains("train_dump") && settings["train_dump"].is_string()
+                ? QFileInfo(QString::fromStdString(settings["train_dump"].get<std::string>())).fileName()
+                : QString();
+        set.calibration.insert(set.calibration.end(), p.points.size(), calibration);
         set.runs.push_back(id);
     }
     return sets;
@@ -112,12 +118,18 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
     for (std::size_t si = 0; si < sets.size(); ++si) {
         const auto& set = sets[si];
         const QString prefix = sets.size() > 1 ? setNames[int(si)] + QStringLiteral(": ") : QString();
-        for (const auto& p : set.points) {
+        // Runs of one evaluation calibrated on different dumps (in and out of domain): a series each.
+        const bool splitByCalibration = std::any_of(set.calibration.begin(), set.calibration.end(),
+                                                    [&](const QString& c) { return c != set.calibration.front(); });
+        for (std::size_t pi = 0; pi < set.points.size(); ++pi) {
+            const auto& p = set.points[pi];
             if (!std::isfinite(p.effectiveBits) || !(p.perplexity > 0))
                 continue;
             // Runs recorded before effective bits were have only their nominal bits: a series apart.
-            const QString family =
+            QString family =
                 QString::fromStdString(p.family) + (p.effectiveRecorded ? QString() : QObject::tr(" (nominal bits)"));
+            if (splitByCalibration && pi < set.calibration.size() && !set.calibration[pi].isEmpty())
+                family += QStringLiteral(" [%1]").arg(set.calibration[pi]);
             series[prefix + family] << QPointF(p.effectiveBits, p.perplexity);
             QPair<double, double> w(p.perplexity, p.perplexity);
             if (set.fp32 && p.deltaInterval.valid()) {

@@ -28,6 +28,10 @@ struct PerplexitySet {
     std::optional<double> fp32;
     std::vector<PerplexityPoint> points;
     std::vector<std::int64_t> runs;
+    // Each point's calibration: the file name of its run's `train_dump` (empty where none is recorded).
+    // Where a set's runs were calibrated on different dumps, each method's series is split by it
+    // ("gsrq [calib-debian-reference-32x512]"), rather than one line joining the two calibrations.
+    std::vector<QString> calibration;
 };
 
 // The ppl runs among `ids`, grouped by what they measured (model, text or samples and seed,

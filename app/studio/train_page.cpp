@@ -199,7 +199,22 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     layout->addLayout(right, 1);
 
     connect(m_preset, &QComboBox::currentIndexChanged, this, &TrainPage::applyPreset);
-    connect(&m_ctx, &StudioContext::dumpChanged, this, &TrainPage::applyPreset);
+    connect(&m_ctx, &StudioContext::dumpChanged, this, [this] {
+        // A model's dump (heads of 32 features or more) while the page still holds its toy defaults
+        // (custom D = 8, R = 4, K = 64): the paper's 1 bit at its heads, as the other pages follow them.
+        bool heads = false;
+        if (const auto dump = m_ctx.dump())
+            for (const auto& t : dump->tensors())
+                if (t.kind == KvKind::Key && t.view.shape.size() == 3) {
+                    heads = t.view.shape[2] >= 32;
+                    break;
+                }
+        if (heads && m_preset->currentIndex() == 0 && m_dim->value() == 8 && m_stages->value() == 4 &&
+            m_k->value() == 64)
+            m_preset->setCurrentIndex(2); // applies it
+        else
+            applyPreset();
+    });
     connect(m_stageMetric, &QComboBox::currentIndexChanged, this, &TrainPage::drawStages);
     connect(m_run, &QPushButton::clicked, this, &TrainPage::start);
     connect(m_ppl, &QPushButton::clicked, this, &TrainPage::evaluatePerplexity);
