@@ -5,7 +5,8 @@
 # report's pages are rendered by pdftoppm (poppler-utils); the Runs page shows the perplexity of the
 # bundled model with KM-RQ and GSKM-RQ codebooks trained on the sample at 0.5, 1 and 2 bits.
 #
-#   tools/screenshots.sh --smollm2   the walk on a real model instead: every page on SmolLM2-135M's
+#   tools/screenshots.sh --smollm2 [PAGE ...]
+#                                    the walk on a real model instead: every page (or those named) on SmolLM2-135M's
 #                                    dump from the README's first job (bash tools/run.sh), its
 #                                    perplexity tables, a CPU latency sweep and a small long-context
 #                                    run, into docs/screenshots/smollm2/ (docs/app.md shows them;
@@ -20,26 +21,46 @@ if [[ ${1:-} == --smollm2 ]]; then
     echo "screenshots.sh: no SmolLM2 dump at $dump: run the README's first job (bash tools/run.sh) first" >&2
     exit 2
   fi
+  pages=("${@:2}")
+  ((${#pages[@]})) || pages=(dataset model compare train weights runs latency long-context)
   out=docs/screenshots/smollm2
   mkdir -p "$out"
   store=$(mktemp -d)/walk.db
   export QT_QPA_PLATFORM=offscreen
   shot() { "$studio" --store "$store" --screenshot "$out/$1.png" "${@:2}"; echo "wrote $out/$1.png"; }
-  # The perplexity tables as ppl runs: the first job's, and the documented 3-seed tables of
-  # docs/real-models.md (512- and 2,048-token windows, in-domain and out-of-domain calibration).
-  ids=()
-  for table in "$first/table.json" docs/real-models/raw/smollm2-devil-*.json; do
-    build/app/cli/gsrq --db "$store" runs add-ppl "$table"
-    ids+=($((${#ids[@]} + 1))) # a new store numbers its runs from 1
+  start=$(date +%s)
+  for page in "${pages[@]}"; do
+    case $page in
+    dataset) shot dataset --open "$dump" --page dataset --tensor layers.15.key ;;
+    model) shot model --open "$dump" --page model --run model --tensor 'layers.*.*' ;;
+    compare) shot compare --open "$dump" --page compare --run compare --tensor layers.26.value ;;
+    train) shot train --open "$dump" --page train --run train --tensor layers.15.key,layers.15.value ;;
+    weights) shot weights --open "$dump" --page weights ;;
+    runs)
+      # The perplexity tables as ppl runs: the first job's, the documented 3-seed tables of
+      # docs/real-models.md (512- and 2,048-token windows, in-domain and out-of-domain calibration),
+      # and KIVI at 2 and 1 bits on the first job's evaluation windows (8 × 512 tokens).
+      ids=()
+      for table in "$first/table.json" docs/real-models/raw/smollm2-devil-*.json; do
+        build/app/cli/gsrq --db "$store" runs add-ppl "$table"
+        ids+=($((${#ids[@]} + 1))) # a new store numbers its runs from 1
+      done
+      model=$(python3 tools/fetch_model.py smollm2 | tail -1)
+      text=$(python3 tools/texts.py devil | tail -1)
+      build/app/cli/gsrq --db "$store" ppl "$model" --text "$text" --seq-len 512 --sequences 8 \
+        --methods fp32,kivi-2,kivi-1 -q >/dev/null
+      ids+=($((${#ids[@]} + 1)))
+      shot runs --open "$dump" --page runs --select "$(IFS=,; echo "${ids[*]}")"
+      ;;
+    latency) shot latency --page latency --run latency ;;
+    long-context) shot long-context --page long-context --run tasks --tensor fp16,kivi-2,kivi-1 ;;
+    *)
+      echo "screenshots.sh: --smollm2 $page: not one of dataset model compare train weights runs latency long-context" >&2
+      exit 2
+      ;;
+    esac
   done
-  shot dataset --open "$dump" --page dataset --tensor layers.15.key
-  shot model --open "$dump" --page model --run model --tensor 'layers.*.*'
-  shot compare --open "$dump" --page compare --run compare --tensor layers.26.value
-  shot train --open "$dump" --page train --run train --tensor layers.15.key,layers.15.value
-  shot weights --open "$dump" --page weights
-  shot runs --open "$dump" --page runs --select "$(IFS=,; echo "${ids[*]}")"
-  shot latency --page latency --run latency
-  shot long-context --page long-context --run tasks --tensor fp16,kivi-2,kivi-1
+  echo "the walk took $(($(date +%s) - start)) s"
   exit 0
 fi
 sample=resources/samples/stories260K-gpl3.safetensors

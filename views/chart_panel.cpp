@@ -62,13 +62,6 @@ ChartPanel::ChartPanel(const QString& title, const QString& xTitle, const QStrin
     auto* emptyLayout = new QVBoxLayout(m_view->viewport());
     emptyLayout->addWidget(m_empty, 0, Qt::AlignCenter);
     m_empty->hide();
-    // What a clipped axis leaves out, named at the plot's top.
-    m_clipNote = new QLabel(m_view->viewport());
-    m_clipNote->setWordWrap(true);
-    m_clipNote->setAttribute(Qt::WA_TransparentForMouseEvents);
-    m_clipNote->setStyleSheet(QStringLiteral("color: #7a1f1f; background: rgba(255, 255, 255, 200);"));
-    emptyLayout->insertWidget(0, m_clipNote, 0, Qt::AlignTop | Qt::AlignRight);
-    m_clipNote->hide();
 
     auto* bar = new QHBoxLayout();
     bar->addWidget(reset);
@@ -465,8 +458,16 @@ void ChartPanel::onTick()
             s->setPointsVisible(pts.size() < 32 && !m_references.contains(it.key()));
             drawWhiskers(it.key());
             if (m_references.contains(it.key())) {
+                // Gray, each reference in a dash of its own (several evaluations' FP32 lines).
+                static const Qt::PenStyle dashes[] = {Qt::DashLine, Qt::DotLine, Qt::DashDotLine, Qt::DashDotDotLine};
+                int nth = 0;
+                for (const QString& other : m_order)
+                    if (other == it.key())
+                        break;
+                    else
+                        nth += m_references.contains(other);
                 QPen pen(Qt::darkGray);
-                pen.setStyle(Qt::DashLine);
+                pen.setStyle(dashes[nth % 4]);
                 pen.setWidthF(1.5);
                 s->setPen(pen);
             }
@@ -518,9 +519,19 @@ void ChartPanel::onTick()
             }
         }
     }
-    m_clipNote->setText(m_clipped.isEmpty() ? QString()
-                                            : tr("Above the axis: %1").arg(m_clipped.join(QStringLiteral("; "))));
-    m_clipNote->setVisible(!m_clipped.isEmpty());
+    // What a clipped axis leaves out, named under the title (so exports carry it too).
+    const QString base = title();
+    if (m_clipped.isEmpty()) {
+        m_titleShown.clear();
+        if (m_view->chart()->title() != base)
+            m_view->chart()->setTitle(base);
+    } else {
+        m_titleBase = base;
+        m_titleShown = base.toHtmlEscaped() + QStringLiteral("<br><font color=\"#7a1f1f\">") +
+                       tr("Above the axis: %1").arg(m_clipped.join(QStringLiteral("; "))).toHtmlEscaped() +
+                       QStringLiteral("</font>");
+        m_view->chart()->setTitle(m_titleShown);
+    }
     fitTicks();
     emit redrawn();
 }
@@ -537,11 +548,13 @@ void ChartPanel::setAxisTitles(const QString& xTitle, const QString& yTitle)
 
 QString ChartPanel::title() const
 {
-    return m_view->chart()->title();
+    const QString shown = m_view->chart()->title();
+    return !m_titleShown.isEmpty() && shown == m_titleShown ? m_titleBase : shown;
 }
 
 void ChartPanel::setTitle(const QString& title)
 {
+    m_titleShown.clear();
     m_view->chart()->setTitle(title);
 }
 
@@ -616,7 +629,7 @@ bool ChartPanel::exportSvg(const QString& path)
     gen.setOutputDevice(&f);
     gen.setSize(m_view->size());
     gen.setViewBox(QRect(QPoint(0, 0), m_view->size()));
-    gen.setTitle(m_view->chart()->title());
+    gen.setTitle(title());
     QPainter painter;
     if (!painter.begin(&gen))
         return false;

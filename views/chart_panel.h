@@ -79,7 +79,8 @@ public:
     // no point hides another. The data (points(), CSV, hover) keep their own x.
     void setDodge(bool on);
     // Values above outlierCut() of every series' y are drawn at the top of the plot, the axis fitted to
-    // the others, and named in a note on the plot ("Above the axis: kivi-1 at 1.06: 7.65e+04").
+    // the others, and named in a line under the title ("Above the axis: kivi-1 at 1.06: 7.65e+04");
+    // title() stays the title as set.
     void setClipOutliers(bool on);
     // What is drawn above the axis: "<series> at <x>: <y>", one entry a point; empty when nothing is.
     QStringList clippedPoints() const { return m_clipped; }
@@ -140,7 +141,7 @@ private:
     double plotWidth() const;
 
     QLabel* m_empty = nullptr;
-    QLabel* m_clipNote = nullptr;
+    QString m_titleBase, m_titleShown; // the title as set, and as drawn with the clipped points' note
     QString m_xTitle, m_yTitle;
     bool m_logX = false, m_logY = false, m_integerX = false, m_dodge = false, m_clip = false;
     QHash<QString, double> m_dodgeSlot; // a dodged series' offset, in shares of the x span (log: of its octaves)

@@ -118,9 +118,28 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
     for (std::size_t si = 0; si < sets.size(); ++si) {
         const auto& set = sets[si];
         const QString prefix = sets.size() > 1 ? setNames[int(si)] + QStringLiteral(": ") : QString();
-        // Runs of one evaluation calibrated on different dumps (in and out of domain): a series each.
+        // Runs of one evaluation calibrated on different dumps (in and out of domain): a series each,
+        // named by the part of the dump's name that tells them apart ("debian-reference" of
+        // calib-debian-reference-32x512 beside calib-32x512; the whole name where that part is empty).
         const bool splitByCalibration = std::any_of(set.calibration.begin(), set.calibration.end(),
                                                     [&](const QString& c) { return c != set.calibration.front(); });
+        const auto calibrationLabel = [&](const QString& c) {
+            const QStringList mine = c.split('-');
+            qsizetype prefix = mine.size(), suffix = mine.size();
+            for (const auto& o : set.calibration) {
+                const QStringList other = o.split('-');
+                qsizetype p = 0;
+                while (p < prefix && p < other.size() && mine[p] == other[p])
+                    ++p;
+                prefix = p;
+                qsizetype q = 0;
+                while (q < suffix && q < other.size() && mine[mine.size() - 1 - q] == other[other.size() - 1 - q])
+                    ++q;
+                suffix = q;
+            }
+            const QStringList middle = mine.mid(prefix, std::max<qsizetype>(0, mine.size() - prefix - suffix));
+            return middle.isEmpty() ? c : middle.join('-');
+        };
         for (std::size_t pi = 0; pi < set.points.size(); ++pi) {
             const auto& p = set.points[pi];
             if (!std::isfinite(p.effectiveBits) || !(p.perplexity > 0))
@@ -128,8 +147,10 @@ bool drawPerplexity(views::ChartPanel& chart, const std::vector<PerplexitySet>& 
             // Runs recorded before effective bits were have only their nominal bits: a series apart.
             QString family =
                 QString::fromStdString(p.family) + (p.effectiveRecorded ? QString() : QObject::tr(" (nominal bits)"));
-            if (splitByCalibration && pi < set.calibration.size() && !set.calibration[pi].isEmpty())
-                family += QStringLiteral(" [%1]").arg(set.calibration[pi]);
+            // KIVI calibrates nothing: its runs stay one series.
+            if (splitByCalibration && p.family != "kivi" && pi < set.calibration.size() &&
+                !set.calibration[pi].isEmpty())
+                family += QStringLiteral(" [%1]").arg(calibrationLabel(set.calibration[pi]));
             series[prefix + family] << QPointF(p.effectiveBits, p.perplexity);
             QPair<double, double> w(p.perplexity, p.perplexity);
             if (set.fp32 && p.deltaInterval.valid()) {

@@ -121,6 +121,8 @@ RunsPage::RunsPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_ctx
     auto* right = new QSplitter(Qt::Vertical, this);
     right->addWidget(m_details);
     right->addWidget(overlayPane);
+    right->setStretchFactor(0, 1); // the chart two thirds of the height: its legend has room to wrap names
+    right->setStretchFactor(1, 2);
     auto* split = new QSplitter(this);
     split->addWidget(left);
     split->addWidget(right);

@@ -122,6 +122,7 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     form->addRow(m_ppl);
     form->addRow(m_pplResult);
     m_compareMethods = new QLineEdit(QStringLiteral("fp32,kivi-2,kivi-1,cq-2c8b,km-rq@1,gsrq@1,gsrq@0.75"), this);
+    m_compareMethods->setCursorPosition(0); // the list from its start (fp32 first), not its end
     m_compareMethods->setToolTip(
         tr("fp32, kivi-B[gG][rN], cq-<C>c<B>b, km-rq@BPA, gsrq@BPA, vqllm@BPA, or codebooks files: the trained "
            "methods learn on the open dump, which must be the model's"));
