@@ -62,6 +62,7 @@ private slots:
     void outliersAreNamedAboveTheAxis();
     void outlierCutNeedsAClearGap();
     void heatmapLabelsEveryLayerOfADeepModel();
+    void zoomSurvivesAResize();
 
 private:
     QTemporaryDir m_dir;
@@ -165,7 +166,12 @@ void TestCharts::seriesAtTheSameBitsAreDrawnSideBySide()
                                     : std::abs(a[i].x() - km[i].x()) / (2 - 0.375);
             QVERIFY2(off > 0 && off < 0.05, qPrintable(QString::number(off)));
         }
-        QCOMPARE(chart.drawnPoints("FP32 74").front().y(), 74.0); // the reference is not moved
+        // The reference is not moved: drawn across the whole x axis as fitted, at its own y.
+        const auto ref = chart.drawnPoints("FP32 74");
+        auto* ax = chart.view()->chart()->axes(Qt::Horizontal).value(0);
+        const double axMin = logX ? qobject_cast<QLogValueAxis*>(ax)->min() : qobject_cast<QValueAxis*>(ax)->min();
+        const double axMax = logX ? qobject_cast<QLogValueAxis*>(ax)->max() : qobject_cast<QValueAxis*>(ax)->max();
+        QCOMPARE(ref, QList<QPointF>({{axMin, 74}, {axMax, 74}}));
         const QString csv = m_dir.filePath("dodge.csv");
         QVERIFY(chart.exportCsv(csv));
         QFile f(csv);
@@ -248,6 +254,30 @@ void TestCharts::heatmapLabelsEveryLayerOfADeepModel()
     const auto some = map.labelledRows();
     QVERIFY(some.size() < 30 && some.size() >= 5);
     check(some);
+}
+
+// A zoomed chart made narrower keeps the user's zoom (the ticks refit on a new width must not fit
+// the axes to the data again).
+void TestCharts::zoomSurvivesAResize()
+{
+    views::ChartPanel chart("z", "x", "y");
+    chart.resize(600, 400);
+    chart.show();
+    QList<QPointF> pts;
+    for (int i = 0; i <= 100; ++i)
+        pts << QPointF(i, i * i);
+    chart.setSeries("s", pts);
+    chart.flush();
+    QTest::qWait(100); // the first layout's refit lands before the user zooms
+    auto* ax = qobject_cast<QValueAxis*>(chart.view()->chart()->axes(Qt::Horizontal).value(0));
+    const QRectF area = chart.view()->chart()->plotArea();
+    chart.view()->chart()->zoomIn(QRectF(area.left(), area.top(), area.width() / 4, area.height()));
+    const double zoomedMax = ax->max();
+    QVERIFY(zoomedMax < 50);
+    chart.resize(420, 400);
+    QCoreApplication::processEvents();
+    QTest::qWait(100); // a pending redraw would have run
+    QCOMPARE(ax->max(), zoomedMax);
 }
 
 QTEST_MAIN(TestCharts)

@@ -27,6 +27,7 @@
 #include <QPushButton>
 #include <QSettings>
 #include <QSignalSpy>
+#include <QSlider>
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QTabWidget>
@@ -167,8 +168,9 @@ void TestStudioSession::runsOfManyTensorsCompareAsTheirMedians()
     QVERIFY(chart->seriesNames().contains(QStringLiteral("run %1: layers.29.value").arg(ids[1])));
 }
 
-// "After each stage" fills while the training runs: one point per stage as each ends (it stayed
-// empty until the whole training finished), then the finished result's, the same stages.
+// "After each stage" fills while the training runs: a stage's point is on the chart while the run
+// is still going (it stayed empty until the whole training finished, then showed every stage at
+// once), and a cancel leaves the page ready. Then a short training's every stage, live and final.
 void TestStudioSession::trainingDrawsEachStageAsItEnds()
 {
     MainWindow window(m_dir.filePath("train.db"));
@@ -177,11 +179,23 @@ void TestStudioSession::trainingDrawsEachStageAsItEnds()
     QVERIFY(window.openDump(kSample));
     auto* page = window.trainPage();
     window.showPage("train");
-    page->tensorsEdit()->setText("layers.1.value,layers.2.value");
+    // Long enough to be watched: 16 stages of K = 256 on every value of the sample (seconds).
+    page->tensorsEdit()->setText("layers.*.value");
     page->dimBox()->setValue(8);
+    page->stagesBox()->setValue(16);
+    page->kBox()->setValue(256);
+    QSignalSpy done(page, &TrainPage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!page->stageChart()->seriesNames().isEmpty() || !done.isEmpty(), test::waitMs(60000));
+    QVERIFY2(done.isEmpty() && !page->runButton()->isEnabled(), "no stage was drawn before the training ended");
+    QVERIFY(page->liveStagePoints() >= 1);
+    QTest::mouseClick(page->cancelButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(page->runButton()->isEnabled(), test::waitMs(60000));
+
+    page->tensorsEdit()->setText("layers.1.value,layers.2.value");
     page->stagesBox()->setValue(3);
     page->kBox()->setValue(16);
-    QSignalSpy done(page, &TrainPage::runFinished);
+    done.clear();
     QTest::mouseClick(page->runButton(), Qt::LeftButton);
     QVERIFY(done.wait(test::waitMs(60000)));
     QVERIFY(done.first().first().toBool());
@@ -238,6 +252,15 @@ void TestStudioSession::settingsAndTheLastModelRunSurviveARestart()
             restored << map->cell(r, c).text;
     QCOMPARE(restored, cells);
     QVERIFY(page->statusLabel()->text().contains(QString::number(runId)));
+    // Opening the dump again keeps the restored D and K (the dump's heads are those they were set for),
+    // and the GSRQ page's preset list comes back by its place though its labels follow the dump.
+    QVERIFY(again.openDump(kSample));
+    QCOMPARE(page->dimBox()->value(), 16);
+    QCOMPARE(page->kBox()->value(), 32);
+    QCOMPARE(again.trainPage()->stagesBox()->value(), 7);
+    // Another store's window shows none of this store's runs as its last.
+    MainWindow other(m_dir.filePath("other.db"));
+    QCOMPARE(other.modelPage()->lastRunId(), std::int64_t(0));
 }
 
 // Settings saved from a page whose controls were others (an older version's) are not restored: no
@@ -255,6 +278,17 @@ void TestStudioSession::changedPageRestoresNothing()
     new QCheckBox(&after); // a control the saved page did not have
     QVERIFY(!restorePageSettings(settings, "t", &after));
     QCOMPARE(b->value(), 0);
+    auto* slider = new QSlider(&before); // sliders too (the Gradient weights page's τ)
+    slider->setRange(0, 100);
+    slider->setValue(30);
+    savePageSettings(settings, "s", &before);
+    QWidget withSlider;
+    new QSpinBox(&withSlider);
+    auto* restoredSlider = new QSlider(&withSlider);
+    restoredSlider->setRange(0, 100);
+    QVERIFY(restorePageSettings(settings, "s", &withSlider));
+    QCOMPARE(restoredSlider->value(), 30);
+    delete slider;
     auto* c = new QSpinBox(&before); // the same controls: restored
     QWidget same;
     auto* d = new QSpinBox(&same);

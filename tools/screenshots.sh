@@ -10,7 +10,7 @@
 #                                    dump from the README's first job (bash tools/run.sh), its
 #                                    perplexity tables, a CPU latency sweep and a small long-context
 #                                    run, into docs/screenshots/smollm2/ (docs/app.md shows them;
-#                                    about 10 minutes on 2 cores).
+#                                    about 8 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 studio=build/app/studio/gsrq-studio
@@ -27,7 +27,7 @@ if [[ ${1:-} == --smollm2 ]]; then
   mkdir -p "$out"
   store=$(mktemp -d)/walk.db
   export QT_QPA_PLATFORM=offscreen
-  shot() { "$studio" --store "$store" --screenshot "$out/$1.png" "${@:2}"; echo "wrote $out/$1.png"; }
+  shot() { "$studio" --store "${shotstore:-$store}" --screenshot "$out/$1.png" "${@:2}"; echo "wrote $out/$1.png"; }
   start=$(date +%s)
   for page in "${pages[@]}"; do
     case $page in
@@ -40,17 +40,20 @@ if [[ ${1:-} == --smollm2 ]]; then
       # The perplexity tables as ppl runs: the first job's, the documented 3-seed tables of
       # docs/real-models.md (512- and 2,048-token windows, in-domain and out-of-domain calibration),
       # and KIVI at 2 and 1 bits on the first job's evaluation windows (8 × 512 tokens).
+      # A store of their own, which numbers its runs from 1: the page shows these and nothing else.
+      shotstore=$(dirname "$store")/runs.db
       ids=()
       for table in "$first/table.json" docs/real-models/raw/smollm2-devil-*.json; do
-        build/app/cli/gsrq --db "$store" runs add-ppl "$table"
-        ids+=($((${#ids[@]} + 1))) # a new store numbers its runs from 1
+        build/app/cli/gsrq --db "$shotstore" runs add-ppl "$table"
+        ids+=($((${#ids[@]} + 1)))
       done
       model=$(python3 tools/fetch_model.py smollm2 | tail -1)
       text=$(python3 tools/texts.py devil | tail -1)
-      build/app/cli/gsrq --db "$store" ppl "$model" --text "$text" --seq-len 512 --sequences 8 \
+      build/app/cli/gsrq --db "$shotstore" ppl "$model" --text "$text" --seq-len 512 --sequences 8 \
         --methods fp32,kivi-2,kivi-1 -q >/dev/null
       ids+=($((${#ids[@]} + 1)))
       shot runs --open "$dump" --page runs --select "$(IFS=,; echo "${ids[*]}")"
+      shotstore=""
       ;;
     latency) shot latency --page latency --run latency ;;
     long-context) shot long-context --page long-context --run tasks --tensor fp16,kivi-2,kivi-1 ;;

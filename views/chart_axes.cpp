@@ -47,8 +47,9 @@ std::optional<double> outlierCut(QList<double> values, bool logScale)
     if (n < 3)
         return std::nullopt;
     std::sort(values.begin(), values.end());
-    // The lowest cut with at most a quarter of the values above it: a gap of ×10 on a log scale; on a
-    // linear one, ten times the span below it and half the value below it.
+    // The lowest cut with at most a quarter of the values above it (one, where there are fewer than
+    // eight): a gap of ×10 on a log scale; on a linear one, ten times the span below it and half the
+    // value below it.
     std::optional<double> cut;
     for (int k = 1; k <= std::max(1, n / 4); ++k) {
         const double below = values[n - k - 1], above = values[n - k];

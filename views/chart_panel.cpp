@@ -45,7 +45,13 @@ ChartPanel::ChartPanel(const QString& title, const QString& xTitle, const QStrin
 
     auto* reset = new QToolButton(this);
     reset->setText(tr("Reset zoom"));
-    connect(reset, &QToolButton::clicked, this, [this] { m_view->chart()->zoomReset(); });
+    connect(reset, &QToolButton::clicked, this, [this] {
+        m_view->chart()->zoomReset();
+        for (auto it = m_dirty.begin(); it != m_dirty.end(); ++it) // fitted to the data as it is now
+            it.value() = true;
+        if (!m_timer.isActive())
+            m_timer.start();
+    });
     auto* logY = new QToolButton(this);
     logY->setText(tr("Log y"));
     logY->setCheckable(true);
@@ -80,10 +86,12 @@ ChartPanel::ChartPanel(const QString& title, const QString& xTitle, const QStrin
     connect(&m_timer, &QTimer::timeout, this, &ChartPanel::onTick);
     // A new width may want other ticks (their labels side by side): the axes are fitted again.
     connect(chart, &QChart::plotAreaChanged, this, [this](const QRectF& area) {
-        if (m_fittedWidth >= 0 && std::abs(area.width() - m_fittedWidth) >= 1 && !m_timer.isActive()) {
+        // A zoomed chart keeps the user's zoom (a redraw fits the axes to the data again).
+        if (m_fittedWidth >= 0 && std::abs(area.width() - m_fittedWidth) >= 1 && !m_view->chart()->isZoomed()) {
             for (auto it = m_dirty.begin(); it != m_dirty.end(); ++it)
                 it.value() = true;
-            m_timer.start();
+            if (!m_timer.isActive())
+                m_timer.start();
         }
     });
     rebuildAxes();
@@ -337,11 +345,18 @@ void ChartPanel::removeSeries(const QString& name)
     m_dirty.remove(name);
     m_order.removeAll(name);
     updateEmptyHint();
+    if ((m_dodge || m_clip) && !m_order.isEmpty()) { // the others' places and the clipped note change
+        for (auto it = m_dirty.begin(); it != m_dirty.end(); ++it)
+            it.value() = true;
+        if (!m_timer.isActive())
+            m_timer.start();
+    }
 }
 
 void ChartPanel::clear()
 {
     m_timer.stop();
+    m_view->chart()->zoomReset(); // other data: fitted anew
     m_view->chart()->removeAllSeries();
     m_series.clear();
     m_areas.clear();
@@ -363,15 +378,15 @@ void ChartPanel::flush()
 
 void ChartPanel::onTick()
 {
+    bool anyDirty = false;
+    for (auto it = m_dirty.cbegin(); it != m_dirty.cend(); ++it)
+        anyDirty = anyDirty || it.value();
+    if (!anyDirty) // nothing to redraw: what is drawn (and clippedPoints()) stays as it is
+        return;
     // A dodged series' place, and what lies above a clipped axis, depend on every series: all are redrawn.
-    if (m_dodge || m_clip) {
-        bool anyDirty = false;
-        for (auto it = m_dirty.cbegin(); it != m_dirty.cend(); ++it)
-            anyDirty = anyDirty || it.value();
-        if (anyDirty)
-            for (auto it = m_dirty.begin(); it != m_dirty.end(); ++it)
-                it.value() = true;
-    }
+    if (m_dodge || m_clip)
+        for (auto it = m_dirty.begin(); it != m_dirty.end(); ++it)
+            it.value() = true;
     // A reference line across the plot (two points at one y, as the perplexity chart's FP32) takes
     // part in the fit by its data, as given, and is then drawn across the whole x axis as fitted.
     const auto across = [&](const QString& name) {
@@ -494,7 +509,8 @@ void ChartPanel::onTick()
             if (!cut || b.second <= *cut)
                 y1 = std::max(y1, b.second);
         }
-    if (std::isfinite(x0)) {
+    // A chart the user zoomed keeps the zoom (Reset zoom returns to the data's fit, clear() too).
+    if (std::isfinite(x0) && !m_view->chart()->isZoomed()) {
         fitAxes(x0, x1, y0, y1);
         double lo = 0, hi = 0, top = 0;
         const auto range = [](QAbstractAxis* a, double* from, double* to) {
@@ -532,7 +548,6 @@ void ChartPanel::onTick()
                        QStringLiteral("</font>");
         m_view->chart()->setTitle(m_titleShown);
     }
-    fitTicks();
     emit redrawn();
 }
 

@@ -37,7 +37,8 @@ QList<QPointF> histogramPoints(const Histogram& h);
 
 // Where an axis should stop so that a few values far above the rest do not flatten it: the largest
 // value below a gap of a factor of 10 or more (on a log scale; on a linear one, a gap of 10 times the
-// span below it), with at most a quarter of the values above it. Nothing when no value stands out so.
+// span below it), with at most a quarter of the values above it (one, where there are fewer than
+// eight; three values at least). Nothing when no value stands out so.
 std::optional<double> outlierCut(QList<double> values, bool logScale);
 
 class ChartPanel : public QWidget {

@@ -59,6 +59,9 @@ void CompareControls::followHeads(const KvDump* dump)
                 headDim = t.view.shape[2];
                 break;
             }
+    if (int(headDim) == headsFollowed)
+        return;
+    headsFollowed = int(headDim);
     const bool heads = headDim >= 32;
     dim->setValue(heads ? int(headDim) : 8);
     k->setValue(heads ? 256 : 64);

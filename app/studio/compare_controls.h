@@ -23,7 +23,10 @@ struct CompareControls {
     void set(const CompareSettings& s, const QString& weights);
     // D and K for a dump, as the GSRQ page's presets choose: a model's heads (of 32 features or more)
     // whole with the paper's K = 256; the toy sample's heads of 8 (or no dump) D = 8, K = 64.
+    // Only when the dump's heads differ from those D and K last followed (headsFollowed): reopening a
+    // dump of the same heads keeps the user's D and K (restored after a restart too).
     void followHeads(const KvDump* dump);
+    int headsFollowed = -1; // the head_dim D and K were set for (0: no heads; −1: none yet)
 
     QSpinBox *dim, *k, *iters, *seed;
     QComboBox* weights; // none, grad-raw, grad-log

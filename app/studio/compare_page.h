@@ -35,6 +35,9 @@ public:
     // Controls, for the main window's --run option and the tests.
     QComboBox* tensorBox() const { return m_tensor; }
     QSpinBox* dimBox() const { return m_controls.dim; }
+    // The head_dim D and K last followed (CompareControls::followHeads), kept across restarts.
+    int headsFollowed() const { return m_controls.headsFollowed; }
+    void setHeadsFollowed(int headDim) { m_controls.headsFollowed = headDim; }
     QSpinBox* kBox() const { return m_controls.k; }
     QSpinBox* itersBox() const { return m_controls.iters; }
     QPushButton* runButton() const { return m_run; }

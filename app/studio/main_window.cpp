@@ -164,8 +164,16 @@ MainWindow::MainWindow(QString storePath, QWidget* parent, bool restoreSession) 
     // Each page's settings as the window left them, and the Model page's last run from the store.
     if (restoreSession) {
         for (const auto& [name, page] : persistentPages())
-            restorePageSettings(settings, name, page);
-        if (const qint64 run = settings.value("pages/model/last_run", 0).toLongLong(); run > 0)
+            if (restorePageSettings(settings, name, page)) {
+                // The heads D and K were set for: reopening such a dump keeps them.
+                if (page == m_model)
+                    m_model->setHeadsFollowed(settings.value("heads/model", -1).toInt());
+                if (page == m_compare)
+                    m_compare->setHeadsFollowed(settings.value("heads/compare", -1).toInt());
+            }
+        // The last model run, of the store it was recorded in (another store's run N is another run).
+        if (const qint64 run = settings.value("model/last_run", 0).toLongLong();
+            run > 0 && settings.value("model/last_run_store").toString() == m_ctx->storePath())
             m_model->showRun(run);
     }
 }
@@ -186,8 +194,12 @@ void MainWindow::saveSettings()
     s.setValue("window/page", m_tabs->currentIndex());
     for (const auto& [name, page] : persistentPages())
         savePageSettings(s, name, page);
-    if (m_model->lastRunId() > 0)
-        s.setValue("pages/model/last_run", qint64(m_model->lastRunId()));
+    s.setValue("heads/model", m_model->headsFollowed());
+    s.setValue("heads/compare", m_compare->headsFollowed());
+    if (m_model->lastRunId() > 0) { // else the one saved before stays (a cancelled run replaces nothing)
+        s.setValue("model/last_run", qint64(m_model->lastRunId()));
+        s.setValue("model/last_run_store", m_ctx->storePath());
+    }
 }
 
 void MainWindow::buildMenus()

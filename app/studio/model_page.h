@@ -42,6 +42,9 @@ public:
 
     QLineEdit* tensorsEdit() const { return m_tensors; }
     QSpinBox* dimBox() const { return m_controls.dim; }
+    // The head_dim D and K last followed (CompareControls::followHeads), kept across restarts.
+    int headsFollowed() const { return m_controls.headsFollowed; }
+    void setHeadsFollowed(int headDim) { m_controls.headsFollowed = headDim; }
     QSpinBox* kBox() const { return m_controls.k; }
     QSpinBox* itersBox() const { return m_controls.iters; }
     QSpinBox* seedBox() const { return m_controls.seed; }

@@ -6,6 +6,7 @@
 #include <QDoubleSpinBox>
 #include <QLineEdit>
 #include <QSettings>
+#include <QSlider>
 #include <QSpinBox>
 
 namespace gsrq::studio {
@@ -31,6 +32,8 @@ QList<QPair<QString, QWidget*>> controls(const QWidget* root)
             type = QStringLiteral("text");
         else if (qobject_cast<QCheckBox*>(w))
             type = QStringLiteral("check");
+        else if (qobject_cast<QSlider*>(w))
+            type = QStringLiteral("slider");
         if (type.isEmpty())
             continue;
         const QString key = w->objectName().isEmpty() ? QStringLiteral("%1%2").arg(type).arg(seen[type]++)
@@ -61,12 +64,17 @@ void savePageSettings(QSettings& settings, const QString& page, const QWidget* r
             settings.setValue(key, s->value());
         else if (auto* d = qobject_cast<QDoubleSpinBox*>(w))
             settings.setValue(key, d->value());
-        else if (auto* b = qobject_cast<QComboBox*>(w))
+        else if (auto* b = qobject_cast<QComboBox*>(w)) {
             settings.setValue(key, b->currentText());
-        else if (auto* e = qobject_cast<QLineEdit*>(w))
+            // A fixed list whose labels follow the open dump (the GSRQ page's presets) comes back by place.
+            settings.setValue(key + QStringLiteral("_index"), b->currentIndex());
+            settings.setValue(key + QStringLiteral("_count"), b->count());
+        } else if (auto* e = qobject_cast<QLineEdit*>(w))
             settings.setValue(key, e->text());
         else if (auto* x = qobject_cast<QCheckBox*>(w))
             settings.setValue(key, x->isChecked());
+        else if (auto* l = qobject_cast<QSlider*>(w))
+            settings.setValue(key, l->value());
     }
     settings.endGroup();
 }
@@ -85,15 +93,28 @@ bool restorePageSettings(QSettings& settings, const QString& page, QWidget* root
         else if (auto* d = qobject_cast<QDoubleSpinBox*>(w))
             d->setValue(v.toDouble());
         else if (auto* b = qobject_cast<QComboBox*>(w)) {
-            // A choice the list no longer offers (a tensor of another dump) leaves the current one.
+            // By its text; a list of the same length whose labels changed (presets that follow the dump)
+            // by its place; a choice the list no longer offers (a tensor of another dump) leaves the
+            // current one.
+            const int index = settings.value(key + QStringLiteral("_index"), -1).toInt();
             if (b->isEditable())
                 b->setCurrentText(v.toString());
             else if (const int at = b->findText(v.toString()); at >= 0)
                 b->setCurrentIndex(at);
-        } else if (auto* e = qobject_cast<QLineEdit*>(w))
-            e->setText(v.toString());
-        else if (auto* x = qobject_cast<QCheckBox*>(w))
+            else if (index >= 0 && index < b->count() &&
+                     settings.value(key + QStringLiteral("_count")).toInt() == b->count())
+                b->setCurrentIndex(index);
+        } else if (auto* e = qobject_cast<QLineEdit*>(w)) {
+            // The user's own text, as if typed: a field that follows another setting until the user
+            // types (the Latency page's model) keeps it.
+            if (e->text() != v.toString()) {
+                e->setText(v.toString());
+                e->setModified(true);
+            }
+        } else if (auto* x = qobject_cast<QCheckBox*>(w))
             x->setChecked(v.toBool());
+        else if (auto* l = qobject_cast<QSlider*>(w))
+            l->setValue(v.toInt());
     }
     settings.endGroup();
     return same;

@@ -1,9 +1,11 @@
 #pragma once
-// A page's settings kept across restarts: every spin box, combo box, line edit and check box of the
-// page (not those inside another control: a spin box's own editor), saved under "pages/<page>/" in
-// the app's QSettings, each by its object name or, without one, by its type and place among the
-// page's controls. The page's controls as saved (their types and places) are saved with them: after
-// an update that changed the page, nothing is restored rather than a value put in the wrong control.
+// A page's settings kept across restarts: every spin box, combo box, line edit, check box and slider
+// of the page (not those inside another control: a spin box's own editor), saved under
+// "pages/<page>/" in the app's QSettings, each by its object name or, without one, by its type and
+// place among the page's controls of that type. The page's controls as saved (their types and places)
+// are saved with them: after an update that added, removed or retyped a control, nothing is restored.
+// (An update that only swapped two unnamed controls of one type would swap their values: such
+// controls should carry object names.)
 
 #include <QString>
 

@@ -297,6 +297,8 @@ void RunsPage::onSelectionChanged()
     }
     const std::string metric = m_overlayMetric->currentText().toStdString();
     m_overlay->clear();
+    m_overlay->setDodge(false); // the perplexity chart's (drawPerplexity sets them again)
+    m_overlay->setClipOutliers(false);
     // Errors (and perplexities across methods) span decades; cosine and shrinkage sit near 1.
     m_overlay->setLogY(metric == "nmse" || metric == "objective");
     m_overlay->setEmptyText(tr("Select runs in the table to draw their curves here."));
