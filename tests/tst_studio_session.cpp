@@ -24,6 +24,7 @@
 #include <QDir>
 #include <QLabel>
 #include <QLineEdit>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QSettings>
 #include <QSignalSpy>
@@ -63,6 +64,7 @@ private slots:
     void latencyTabOffersToTrainWhatItNeeds();
     void walkEveryPage();
     void modelPageFollowsTheDumpsHeads();
+    void perplexityShowsProgressAndCancels();
 
 private:
     QTemporaryDir m_dir;
@@ -87,12 +89,14 @@ void TestStudioSession::perplexityChartNamesWhatDiffers()
                         {model, "devil.eval.txt", "8×512 tokens"},
                         74.38,
                         {point("gsrq", 1.06, 91.1), point("km-rq", 1.06, 91.7), point("kivi", 1.5, 76531)},
-                        {1}};
+                        {1},
+                        {}};
     PerplexitySet debian{model + ", debian-reference.eval.txt, 8×512 tokens",
                          {model, "debian-reference.eval.txt", "8×512 tokens"},
                          8.21,
                          {point("gsrq", 1.06, 10.4), point("km-rq", 1.06, 10.6)},
-                         {2}};
+                         {2},
+                         {}};
     QCOMPARE(shortSetNames({devil, debian}), QStringList({"devil.eval.txt", "debian-reference.eval.txt"}));
     views::ChartPanel chart("p", "bits", "perplexity");
     chart.resize(700, 450);
@@ -386,6 +390,54 @@ void TestStudioSession::modelPageFollowsTheDumpsHeads()
     QVERIFY(window.openDump(kSample));
     QCOMPARE(window.modelPage()->dimBox()->value(), 8);
     QCOMPARE(window.modelPage()->kBox()->value(), 64);
+}
+
+// "Perplexity with these codebooks" shows its progress and can be cancelled like every job longer
+// than a moment (on SmolLM2 it runs minutes): a Cancel pressed while it loads leaves a cancelled run
+// and the page ready; run again, it measures, its bar filled, and hides its bar and Cancel.
+void TestStudioSession::perplexityShowsProgressAndCancels()
+{
+    const QString store = m_dir.filePath("ppl.db");
+    MainWindow window(store);
+    window.resize(1200, 800);
+    window.show();
+    QVERIFY(window.openDump(kSample));
+    window.context().setPplModel(QString::fromStdString(test::stories260KModel()),
+                                 QString::fromStdString(test::stories260KTokenizer()));
+    auto* page = window.trainPage();
+    window.showPage("train");
+    page->tensorsEdit()->setText("layers.*.key,layers.*.value");
+    page->dimBox()->setValue(8);
+    page->stagesBox()->setValue(2);
+    page->kBox()->setValue(16);
+    QSignalSpy trained(page, &TrainPage::runFinished);
+    QTest::mouseClick(page->runButton(), Qt::LeftButton);
+    QVERIFY(trained.wait(test::waitMs(60000)));
+    QSignalSpy done(page, &TrainPage::pplFinished);
+    QTest::mouseClick(page->pplButton(), Qt::LeftButton);
+    QVERIFY(page->pplProgress()->isVisible());
+    QVERIFY(page->pplCancelButton()->isEnabled());
+    QVERIFY(!page->pplButton()->isEnabled());
+    QTest::mouseClick(page->pplCancelButton(), Qt::LeftButton); // before its first forward pass ends
+    QVERIFY(!done.isEmpty() || done.wait(test::waitMs(10000)));
+    QVERIFY(!done.first().first().toBool());
+    QVERIFY(page->pplButton()->isEnabled());
+    QVERIFY(!page->pplProgress()->isVisible());
+    QVERIFY(page->pplResultText().contains("cancelled"));
+    QTRY_VERIFY_WITH_TIMEOUT(
+        [&] {
+            RunStore s(store.toStdString());
+            const auto runs = s.listRuns({"ppl", std::nullopt, "", 1});
+            return !runs.empty() && runs.front().status == RunStatus::Cancelled;
+        }(),
+        test::waitMs(30000));
+    done.clear();
+    QTest::mouseClick(page->pplButton(), Qt::LeftButton);
+    QVERIFY(done.wait(test::waitMs(120000)));
+    QVERIFY2(done.first().first().toBool(), qPrintable(page->pplResultText()));
+    QVERIFY(!page->pplProgress()->isVisible());
+    QVERIFY(!page->pplCancelButton()->isEnabled());
+    QVERIFY(page->pplResultText().startsWith("FP32"));
 }
 
 QTEST_MAIN(TestStudioSession)

@@ -119,8 +119,21 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     pplTitle->setWordWrap(true);
     form->addRow(pplTitle);
     form->addRow(tr("On"), m_pplText);
-    form->addRow(m_ppl);
+    m_pplCancel = new QPushButton(tr("Cancel"), this);
+    m_pplCancel->setEnabled(false);
+    m_pplBar = new QProgressBar(this);
+    m_pplBar->setRange(0, 1000);
+    m_pplBar->setVisible(false);
+    auto* pplRow = new QHBoxLayout();
+    pplRow->addWidget(m_ppl, 1);
+    pplRow->addWidget(m_pplCancel);
+    form->addRow(pplRow);
+    form->addRow(m_pplBar);
     form->addRow(m_pplResult);
+    connect(m_pplCancel, &QPushButton::clicked, this, [this] {
+        if (m_pplJob && m_ctx.runner().currentId() == m_pplJob)
+            m_ctx.runner().cancel();
+    });
     m_compareMethods = new QLineEdit(QStringLiteral("fp32,kivi-2,kivi-1,cq-2c8b,km-rq@1,gsrq@1,gsrq@0.75"), this);
     m_compareMethods->setCursorPosition(0); // the list from its start (fp32 first), not its end
     m_compareMethods->setToolTip(
@@ -144,8 +157,17 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
         if (m_compareJob && m_ctx.runner().currentId() == m_compareJob)
             m_ctx.runner().cancel();
     });
-    // A cancelled comparison posts nothing more: its end is the runner's notice.
+    // A cancelled perplexity or comparison posts nothing more: its end is the runner's notice.
     connect(&m_ctx.runner(), &JobRunner::cancelled, this, [this](int id) {
+        if (id != 0 && id == m_pplJob) {
+            m_pplJob = 0;
+            m_ppl->setEnabled(bool(m_last));
+            m_pplCancel->setEnabled(false);
+            m_pplBar->setVisible(false);
+            m_pplResult->setText(tr("Perplexity cancelled; recorded as a cancelled run"));
+            emit pplFinished(false);
+            return;
+        }
         if (id != m_compareJob)
             return;
         m_compareJob = 0;
@@ -469,6 +491,16 @@ void TrainPage::postFailure(const JobRunner::Context& job, const std::exception&
     job.post([this, why, button, finished] {
         m_pplResult->setText(why);
         button->setEnabled(true);
+        // The failed job's Cancel and progress go with it.
+        if (button == m_ppl) {
+            m_pplJob = 0;
+            m_pplCancel->setEnabled(false);
+            m_pplBar->setVisible(false);
+        } else if (button == m_compare) {
+            m_compareJob = 0;
+            m_compareCancel->setEnabled(false);
+            m_compareBar->setVisible(false);
+        }
         m_ctx.showMessage(why);
         emit(this->*finished)(false);
     });
@@ -491,8 +523,12 @@ void TrainPage::evaluatePerplexity()
     const QString storePath = m_ctx.storePath();
     const gpu::BackendRequest backendRequest = m_ctx.backendRequest();
     m_ppl->setEnabled(false);
+    m_pplCancel->setEnabled(true);
+    m_pplBar->setValue(0);
+    m_pplBar->setVisible(true);
     m_pplResult->setText(tr("Measuring…"));
-    m_ctx.runner().start(tr("perplexity"), [=, this](const JobRunner::Context& job) {
+    m_pplJob = 0; // the runner cancels whatever runs; that notice is not about this job
+    m_pplJob = m_ctx.runner().start(tr("perplexity"), [=, this](const JobRunner::Context& job) {
         try {
             auto backend = gpu::makeBackend(backendRequest).backend;
             // Recorded from the start: the run's start and finish span the job (loading the model and
@@ -505,7 +541,18 @@ void TrainPage::evaluatePerplexity()
             const auto setup = pageSequences(modelPath, tokPath, textPath);
             const auto& model = setup.opened.model;
             const auto& seqs = setup.seqs.sequences;
-            const auto r = runCodebookPerplexity(model, seqs, {{"trained codebooks", last->file}}, {}, *backend);
+            ProgressBatcher progress(job, [this](const std::vector<ProgressEvent>& es) {
+                if (es.empty())
+                    return;
+                m_pplResult->setText(tr("Measuring: %1").arg(QString::fromStdString(es.back().what)));
+                m_pplBar->setValue(int(1000 * es.back().fraction));
+            });
+            const auto r = runCodebookPerplexity(model, seqs, {{"trained codebooks", last->file}}, {}, *backend,
+                                                 [&](const ProgressEvent& e) { return progress.add(e); });
+            if (r.cancelled) { // the page heard it from the runner; the run says so
+                rec.finish(RunStatus::Cancelled);
+                return;
+            }
             const double fp32 = r.fp32();
             const auto& measured = r.rows.back();
             const double ppl = measured.perplexity;
@@ -530,6 +577,9 @@ void TrainPage::evaluatePerplexity()
             job.post([this, text, runId, storePath] {
                 m_pplResult->setText(text);
                 m_ppl->setEnabled(true);
+                m_pplJob = 0;
+                m_pplCancel->setEnabled(false);
+                m_pplBar->setVisible(false);
                 // The paper's figure: this evaluation beside every earlier one of the same model and text.
                 if (runId > 0) {
                     try {

@@ -66,6 +66,9 @@ public:
     // and values, against FP32: on the model's own samples (seed 0), or on pplTextEdit()'s file.
     void evaluatePerplexity();
     QPushButton* pplButton() const { return m_ppl; }
+    // The perplexity job's progress (each forward pass) and its Cancel.
+    QProgressBar* pplProgress() const { return m_pplBar; }
+    QPushButton* pplCancelButton() const { return m_pplCancel; }
     QPushButton* exportButton() const { return m_export; }
     // The paper's table on the Preferences' model (core/jobs/method_table.h): the methods of
     // compareMethodsEdit() (FP32, KIVI, CQ, KM-RQ, GSRQ, VQLLM-style at their bits), trained methods
@@ -111,14 +114,15 @@ private:
     views::ChartPanel* m_compareChart;
     QLineEdit* m_pplText;
     QLabel* m_pplResult;
-    QProgressBar *m_progress, *m_compareBar;
+    QProgressBar *m_progress, *m_compareBar, *m_pplBar;
+    QPushButton* m_pplCancel;
     QLabel* m_status;
     views::ChartPanel *m_live, *m_stageChart;
     int m_liveStagePoints = 0;
     views::MetricsTableModel* m_model;
     std::shared_ptr<const TrainJobResult> m_last;
     QElapsedTimer m_clock;
-    int m_job = 0, m_compareJob = 0;
+    int m_job = 0, m_compareJob = 0, m_pplJob = 0;
 };
 
 } // namespace gsrq::studio
