@@ -7,7 +7,7 @@
 // tooltips), and export to PNG, SVG and CSV. Ticks are spaced so that their labels fit the plot's
 // width, a log axis carries at least three labelled ticks, series that share x values can be drawn
 // side by side (setDodge), and values far above the rest can be left off the axis and named
-// instead (setClipOutliers). GUI thread only. The axes' fitting is in chart_axes.cpp.
+// instead (setClipOutliers). GUI thread only. The axes' fitting is in chart_axes.cpp, the exports in chart_export.cpp.
 
 #include "core/base/stats.h"
 

@@ -50,15 +50,19 @@ void CompareControls::set(const CompareSettings& s, const QString& weightsName)
         weights->setCurrentText(weightsName);
 }
 
-void CompareControls::followHeads(const KvDump* dump)
+const KvTensor* headedKey(const KvDump* dump)
 {
-    std::int64_t headDim = 0;
     if (dump)
         for (const auto& t : dump->tensors())
-            if (t.kind == KvKind::Key && t.view.shape.size() == 3) {
-                headDim = t.view.shape[2];
-                break;
-            }
+            if (t.kind == KvKind::Key && t.view.shape.size() == 3)
+                return &t;
+    return nullptr;
+}
+
+void CompareControls::followHeads(const KvDump* dump)
+{
+    const KvTensor* key = headedKey(dump);
+    const std::int64_t headDim = key ? key->view.shape[2] : 0;
     if (int(headDim) == headsFollowed)
         return;
     headsFollowed = int(headDim);

@@ -15,6 +15,9 @@ class QWidget;
 namespace gsrq::studio {
 
 QSpinBox* makeSpinBox(int lo, int hi, int value, QWidget* parent);
+// The dump's first key tensor laid out as [tokens, heads, head_dim] (a model's dump), or null: what
+// the pages' defaults follow (D = head_dim where heads are 32 features or more).
+const KvTensor* headedKey(const KvDump* dump);
 
 struct CompareControls {
     explicit CompareControls(QWidget* parent);

@@ -50,7 +50,7 @@ std::vector<PerplexitySet> perplexitySets(RunStore& store, const std::vector<std
         auto it = at.find(key);
         if (it == at.end()) {
             it = at.emplace(key, sets.size()).first;
-            sets.push_back({name, parts, std::nullopt, {}, {}});
+            sets.push_back({name, parts, std::nullopt, {}, {}, {}});
         }
         PerplexitySet& set = sets[it->second];
         // Two sets whose names read the same (the same file names in other folders) stay apart.

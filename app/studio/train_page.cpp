@@ -1,4 +1,6 @@
 #include "train_page.h"
+
+#include "compare_controls.h"
 #include "train_page_parts.h"
 
 #include "core/base/error.h"
@@ -225,15 +227,10 @@ TrainPage::TrainPage(StudioContext& ctx, QWidget* parent) : QWidget(parent), m_c
     connect(&m_ctx, &StudioContext::dumpChanged, this, [this] {
         // A model's dump (heads of 32 features or more) while the page still holds its toy defaults
         // (custom D = 8, R = 4, K = 64): the paper's 1 bit at its heads, as the other pages follow them.
-        bool heads = false;
-        if (const auto dump = m_ctx.dump())
-            for (const auto& t : dump->tensors())
-                if (t.kind == KvKind::Key && t.view.shape.size() == 3) {
-                    heads = t.view.shape[2] >= 32;
-                    break;
-                }
-        if (heads && m_preset->currentIndex() == 0 && m_dim->value() == 8 && m_stages->value() == 4 &&
-            m_k->value() == 64)
+        const auto dump = m_ctx.dump();
+        const KvTensor* key = headedKey(dump.get());
+        if (key && key->view.shape[2] >= 32 && m_preset->currentIndex() == 0 && m_dim->value() == 8 &&
+            m_stages->value() == 4 && m_k->value() == 64)
             m_preset->setCurrentIndex(2); // applies it
         else
             applyPreset();
@@ -267,14 +264,9 @@ void TrainPage::applyPreset()
     // The paper's four rates, carried to the open dump's heads (paperBpa): D = head_dim where its
     // keys are [tokens, heads, head_dim], so a model with heads of 64 trains at the paper's rates too.
     static const double rates[] = {2, 1, 0.75, 0.375};
-    std::int64_t headDim = 0, features = 0;
-    if (const auto dump = m_ctx.dump())
-        for (const auto& t : dump->tensors())
-            if (t.kind == KvKind::Key && t.view.shape.size() == 3) {
-                headDim = t.view.shape[2];
-                features = t.view.features();
-                break;
-            }
+    const auto dump = m_ctx.dump();
+    const KvTensor* key = headedKey(dump.get());
+    const std::int64_t headDim = key ? key->view.shape[2] : 0, features = key ? key->view.features() : 0;
     std::optional<BpaChoice> choice[4];
     for (int r = 0; r < 4; ++r) {
         choice[r] = headDim > 0 ? paperBpa(rates[r], headDim, features) : paperBpa(rates[r]);
