@@ -43,6 +43,7 @@ private slots:
     void q8ProductsWithinTheRoundingBound();
     void buildsAgreeAndTokensAreIndependent();
     void withoutVnniTheAvx2BuildRuns();
+    void activationsRoundAlikeInEveryBuild();
     void refusals();
     void prefillInChunksEqualsTokenByToken();
     void decodeStepReadsTheWeightBlocks();
@@ -70,7 +71,10 @@ void TestQuantProducts::q8ProductsWithinTheRoundingBound()
     for (const auto& [type, rows, cols] : cases) {
         const RandomBlocks b = randomBlocks(type, rows, cols, rng);
         QVERIFY(b.matrix);
-        for (const int T : {1, 5}) { // one token (a decode step: straight from the blocks), and a tile and one
+        // One token (a decode step: straight from the blocks); a tile of four and one (each row
+        // unpacked, dotted with up to four tokens); two tiles of six and one (the VNNI build's tiled
+        // kernel from 8 tokens: 32 rows packed at a time, the last panel part empty).
+        for (const int T : {1, 5, 13}) {
             std::vector<float> x(std::size_t(T * cols));
             for (auto& v : x)
                 v = normal(rng);
@@ -134,8 +138,8 @@ void TestQuantProducts::q8ProductsWithinTheRoundingBound()
 }
 
 // Every build gives every token the same result to FP32 rounding, whether the token is computed
-// alone or in a tile of four (a token's integers do not depend on its neighbours), and a row order
-// picks the stored rows.
+// alone or among 14 (the VNNI build's tiled kernel: two tiles of six and one of two; a token's
+// integers do not depend on its neighbours), and a row order picks the stored rows.
 void TestQuantProducts::buildsAgreeAndTokensAreIndependent()
 {
     std::mt19937 rng(5);
@@ -143,14 +147,15 @@ void TestQuantProducts::buildsAgreeAndTokensAreIndependent()
     for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
         const std::int64_t rows = 21, cols = 512;
         const RandomBlocks b = randomBlocks(type, rows, cols, rng);
-        std::vector<float> x(std::size_t(6 * cols));
+        constexpr int T = 14;
+        std::vector<float> x(std::size_t(T * cols));
         for (auto& v : x)
             v = normal(rng);
         Q8Activations all, one;
-        quantizeActivations(x.data(), 6, cols, cols, all);
-        std::vector<float> y(std::size_t(6 * rows)), single(static_cast<std::size_t>(rows));
+        quantizeActivations(x.data(), T, cols, cols, all);
+        std::vector<float> y(std::size_t(T * rows)), single(static_cast<std::size_t>(rows));
         quantGemm(b.matrix, all, y.data(), rows);
-        for (int t = 0; t < 6; ++t) {
+        for (int t = 0; t < T; ++t) {
             quantizeActivations(x.data() + t * cols, 1, cols, cols, one);
             quantGemm(b.matrix, one, single.data(), rows);
             for (std::int64_t r = 0; r < rows; ++r) {
@@ -189,7 +194,7 @@ void TestQuantProducts::buildsAgreeAndTokensAreIndependent()
             reversed.rowOrder.push_back(std::int32_t(r));
         std::vector<float> back(y.size());
         quantGemm(reversed, all, back.data(), rows);
-        for (int t = 0; t < 6; ++t)
+        for (int t = 0; t < T; ++t)
             for (std::int64_t r = 0; r < rows; ++r)
                 QCOMPARE(back[std::size_t(t * rows + r)], y[std::size_t(t * rows + rows - 1 - r)]);
     }
@@ -208,6 +213,50 @@ void TestQuantProducts::withoutVnniTheAvx2BuildRuns()
     f.avx512vnni = true;
     QCOMPARE(QString(quantGemmIsaFor(f)), QString("avx512-vnni"));
     QCOMPARE(QString(quantGemmIsa()), QString(quantGemmIsaFor(cpuFeatures())));
+}
+
+// The activations' rounding gives the same bytes, scales and sums in the vector build as in the
+// scalar loop (both round x · 127/amax to nearest even): values that round on a tie (amax = 127
+// puts x = k + ½ exactly on one), zeros, a block of subnormals (rounded to zeros: 127/amax is not
+// finite), negative values and a row read at a stride.
+void TestQuantProducts::activationsRoundAlikeInEveryBuild()
+{
+    std::mt19937 rng(41);
+    std::normal_distribution<float> normal(0.f, 3.f);
+    const std::int64_t rows = 5, cols = 256, ld = 288;
+    std::vector<float> x(std::size_t(rows * ld), std::numeric_limits<float>::quiet_NaN()); // the stride's gap unread
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c)
+            x[std::size_t(r * ld + c)] = normal(rng);
+    for (int i = 0; i < 32; ++i) // block 0 of row 1: ties at 127/amax = 1
+        x[std::size_t(ld + i)] = i == 0 ? 127.0f : float(i % 9) - 4.5f;
+    std::fill_n(x.begin() + 2 * ld + 32, 32, 0.0f);
+    std::fill_n(x.begin() + 3 * ld + 64, 32, 1e-39f);
+    Q8Activations fast, plain;
+    quantizeActivations(x.data(), rows, cols, ld, fast);
+    quantizeActivationsPortable(x.data(), rows, cols, ld, plain);
+    QVERIFY(fast.q == plain.q);
+    QVERIFY(fast.laneScale == plain.laneScale);
+    QVERIFY(fast.sum16 == plain.sum16);
+    QVERIFY(fast.qsum16 == plain.qsum16);
+    QVERIFY(fast.absMax == plain.absMax);
+    // The ties went to even (−4.5 → −4, −3.5 → −4, 0.5 → 0, 1.5 → 2), the tiny block to zeros.
+    QCOMPARE(int(plain.q[std::size_t(cols + 1)]), -4); // 1 % 9 − 4.5 = −3.5
+    QCOMPARE(int(plain.q[std::size_t(cols + 5)]), 0);  // 0.5
+    QCOMPARE(int(plain.q[std::size_t(cols + 6)]), 2);  // 1.5
+    for (int i = 0; i < 32; ++i)
+        QCOMPARE(int(plain.q[std::size_t(3 * cols + 64 + i)]), 0);
+    // Non-finite input is refused by both, naming the value.
+    x[std::size_t(4 * ld + 100)] = std::numeric_limits<float>::infinity();
+    for (const bool vector : {true, false}) {
+        try {
+            vector ? quantizeActivations(x.data(), rows, cols, ld, fast)
+                   : quantizeActivationsPortable(x.data(), rows, cols, ld, plain);
+            QFAIL("an infinite activation was rounded");
+        } catch (const Error& e) {
+            QVERIFY2(QString(e.what()).contains("row 4"), e.what());
+        }
+    }
 }
 
 void TestQuantProducts::refusals()

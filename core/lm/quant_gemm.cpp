@@ -4,6 +4,7 @@
 // scaled by the weight's and the activation's scales, the offsets added as a dot product of the
 // coefficients with the activations' 16-value sums. Block layouts are gguf_dequant.cpp's.
 #include "core/lm/quant_gemm.h"
+#include "core/lm/quant_gemm_tiled.h"
 
 #include "core/base/error.h"
 
@@ -29,20 +30,7 @@ float f16(const std::uint8_t* p)
     return halfToFloat(std::uint16_t(p[0] | (p[1] << 8)));
 }
 
-// One row of W unpacked: w (cols bytes), ls (cols/4 scales), oc (cols/16 offset coefficients).
-// Q8_0's signed quants: stored as they are (signedQuants, no offset; the AVX2 and portable kernels
-// take them with the sign trick or plainly), or shifted by 128 into unsigned bytes with a −128·d
-// offset (the VNNI kernel, whose vpdpbusd multiplies unsigned by signed bytes without saturating).
-struct Unpacked {
-    std::vector<std::uint8_t> w;
-    std::vector<float> ls, oc;
-    void size(std::int64_t cols)
-    {
-        w.resize(std::size_t(cols));
-        ls.resize(std::size_t(cols / 4));
-        oc.resize(std::size_t(cols / 16));
-    }
-};
+using Unpacked = detail::UnpackedRow;
 
 void fill(float* p, int n, float v)
 {
@@ -461,6 +449,10 @@ GSRQ_QG_VNNI float rowVnni(GgmlType type, const std::uint8_t* b, std::int64_t co
 
 enum class Isa { Portable, Avx2, Vnni };
 
+// From this many tokens the VNNI build packs 32 rows at a time for the tiled kernel
+// (quant_gemm_tiled.cpp); below it each row is unpacked once and dotted with up to four tokens.
+constexpr std::int64_t kTiledTokens = 8;
+
 // f.template operator()<N>() for N = n (1 to kTile): the kernels' token counts as constants, so
 // their accumulators stay in registers.
 template <class F> void dispatch(int n, F&& f)
@@ -500,6 +492,8 @@ void run(Isa isa, const QuantMatrix& w, const Q8Activations& x, float* y, std::i
         }
         return;
     }
+    if (isa == Isa::Vnni && T >= kTiledTokens && detail::tiledGemmVnni(w, x, y, ldy))
+        return;
 #endif
 #pragma omp parallel if (parallel)
     {
@@ -553,56 +547,15 @@ bool fits(const QuantMatrix& w, const Q8Activations& x)
 
 } // namespace
 
-void quantizeActivations(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, Q8Activations& out)
+void detail::unpackGemmRow(GgmlType type, const std::uint8_t* b, std::int64_t cols, bool shiftQ8, UnpackedRow& u)
 {
-    if (cols % 32 != 0 || cols < 0 || rows < 0)
-        throwInvalid("8-bit activations: ", cols, " values a row; blocks of 32 need a multiple of 32");
-    // Non-finite values first (a NaN would round to anything), named by row and column.
-    for (std::int64_t r = 0; r < rows; ++r) {
-        float sum = 0;
-        for (std::int64_t c = 0; c < cols; ++c)
-            sum += x[r * ld + c] * 0.0f; // NaN where any value is NaN or infinite
-        if (!(sum == 0.0f))
-            for (std::int64_t c = 0; c < cols; ++c)
-                if (!std::isfinite(x[r * ld + c]))
-                    throwInvalid("8-bit activations: value ", c, " of row ", r, " is not finite");
+#if GSRQ_QG_X86
+    if (cpuFeatures().avx2) {
+        unpackRowAvx2(type, b, cols, shiftQ8, u);
+        return;
     }
-    out.rows = rows;
-    out.cols = cols;
-    out.q.resize(std::size_t(rows * cols));
-    out.laneScale.resize(std::size_t(rows * cols / 4));
-    out.sum16.resize(std::size_t(rows * cols / 16));
-    out.absMax.resize(std::size_t(rows * cols / 32));
-    const std::int64_t blocks = cols / 32;
-#pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))
-    for (std::int64_t r = 0; r < rows; ++r) {
-        const float* xr = x + r * ld;
-        for (std::int64_t b = 0; b < blocks; ++b) {
-            const float* xb = xr + 32 * b;
-            float amax = 0;
-            for (int i = 0; i < 32; ++i)
-                amax = std::max(amax, std::fabs(xb[i]));
-            // A block too small for 127/amax to be finite (below about 4e-37) rounds to zeros.
-            const bool tiny = !(127.0f / amax < std::numeric_limits<float>::infinity());
-            const float d = tiny ? 0.0f : amax / 127.0f, inv = tiny ? 0.0f : 127.0f / amax;
-            std::int8_t* q = out.q.data() + r * cols + 32 * b;
-            int s0 = 0, s1 = 0;
-            for (int i = 0; i < 16; ++i) {
-                const int v = int(std::nearbyint(xb[i] * inv)); // |x·inv| ≤ 127: no clamp needed
-                q[i] = std::int8_t(v);
-                s0 += v;
-            }
-            for (int i = 16; i < 32; ++i) {
-                const int v = int(std::nearbyint(xb[i] * inv));
-                q[i] = std::int8_t(v);
-                s1 += v;
-            }
-            std::fill_n(out.laneScale.data() + r * (cols / 4) + 8 * b, 8, d);
-            out.sum16[std::size_t(r * (cols / 16) + 2 * b)] = d * float(s0);
-            out.sum16[std::size_t(r * (cols / 16) + 2 * b + 1)] = d * float(s1);
-            out.absMax[std::size_t(r * blocks + b)] = amax;
-        }
-    }
+#endif
+    unpackRow(type, b, cols, shiftQ8, u);
 }
 
 const char* quantGemmIsaFor(const CpuFeatures& f)

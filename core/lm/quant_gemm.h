@@ -23,15 +23,19 @@ namespace gsrq {
 // Rows of activations rounded to 8 bits per 32 values. cols: a multiple of 32.
 struct Q8Activations {
     std::int64_t rows = 0, cols = 0;
-    std::vector<std::int8_t> q;   // rows × cols
-    std::vector<float> laneScale; // rows × cols/4: each 4 values' scale (their block of 32's)
-    std::vector<float> sum16;     // rows × cols/16: scale · Σq over each 16 values
-    std::vector<float> absMax;    // rows × cols/32: each block's amax (for the error bound)
+    std::vector<std::int8_t> q;       // rows × cols
+    std::vector<float> laneScale;     // rows × cols/4: each 4 values' scale (their block of 32's)
+    std::vector<float> sum16;         // rows × cols/16: scale · Σq over each 16 values
+    std::vector<std::int32_t> qsum16; // rows × cols/16: Σq over each 16 values
+    std::vector<float> absMax;        // rows × cols/32: each block's amax (for the error bound)
 };
 
 // x: rows × cols floats, row r at x + r·ld. Throws Error(InvalidInput) when cols is not a multiple
 // of 32 or a value is not finite.
 void quantizeActivations(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, Q8Activations& out);
+// The same without vector instructions (the tests check that both give the same bytes and scales).
+void quantizeActivationsPortable(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                                 Q8Activations& out);
 
 // y (x.rows × w.rows, row t at y + t·ldy) = X·Wᵀ, rows of W split over OpenMP's threads; the
 // fastest build the CPU runs. quantGemmIsa() names it: "avx512-vnni", "avx2" or "portable".
