@@ -415,6 +415,18 @@ void TestLongContext::jobResumesWhereItStopped()
     QVERIFY2(diff.find("context") == 0, diff.c_str());
     QVERIFY(
         settingsDifference(contextTasksSettingsJson(s, "m", "", f), contextTasksSettingsJson(s, "m", "", f)).empty());
+    // A run recorded before the products' weights were a setting ran them in FP32: it resumes with
+    // the default and is refused with 8-bit activations.
+    auto legacy = contextTasksSettingsJson(s, "m", "", f);
+    QCOMPARE(legacy["weights"], nlohmann::ordered_json("fp32"));
+    legacy.erase("weights");
+    QVERIFY(settingsDifference(legacy, contextTasksSettingsJson(s, "m", "", f)).empty());
+    auto q8 = s;
+    q8.weights = TransformerModel::StepWeights::BlocksQ8;
+    const auto wdiff = settingsDifference(legacy, contextTasksSettingsJson(q8, "m", "", f));
+    QVERIFY2(wdiff.find("weights") == 0, wdiff.c_str());
+    QVERIFY(settingsDifference(contextTasksSettingsJson(s, "m", "", f), contextTasksSettingsJson(q8, "m", "", f))
+                .find("weights: \"fp32\" in that run, \"blocks-q8\" now") == 0);
 }
 
 void TestLongContext::methodNamesAndRefusals()

@@ -24,7 +24,7 @@ Command registerGenerate(CLI::App& root)
 {
     struct Opts {
         std::string model, tokenizer, text, codebooks, contexts = "4096", paths = "fp16,lookup", weights = "blocks-q8",
-                                                       prefillWeights = "blocks";
+                                                       prefillWeights = "blocks-q8";
         int prefill = 256, steps = 8, threads = 0;
         bool json = false, quiet = false;
     };
@@ -51,8 +51,9 @@ Command registerGenerate(CLI::App& root)
                     "the same blocks with FP32 activations; fp32, the dequantized FP32 matrices")
         ->capture_default_str();
     cmd->add_option("--prefill-weights", o->prefillWeights,
-                    "The prefill's products, the same choices (blocks: many tokens through the FP32 matrices of "
-                    "the blocks' values, Eigen's GEMM)")
+                    "The prefill's products, the same choices (blocks-q8: an integer GEMM over the blocks, 32 rows "
+                    "by 6 tokens at a time; blocks: the FP32 matrices of the blocks' values, a panel at a time, "
+                    "Eigen's GEMM)")
         ->capture_default_str();
     cmd->add_flag("--json", o->json, "Print one JSON object on stdout");
     cmd->add_flag("--quiet,-q", o->quiet, "No progress lines");

@@ -75,7 +75,7 @@ Command registerTasks(CLI::App& root)
 {
     struct Opts {
         std::string model, tokenizer, tasks = "passkey,niah-single", contexts = "1024", depths = "0,25,50,75,100";
-        std::string methods = "fp16,kivi-2,kivi-1", prefill = "deployed", haystack;
+        std::string methods = "fp16,kivi-2,kivi-1", prefill = "deployed", haystack, weights = "fp32";
         std::vector<std::string> codebooks;
         int samples = 5, chunk = 512;
         std::uint64_t seed = 0;
@@ -112,6 +112,11 @@ Command registerTasks(CLI::App& root)
                     "quantized: the prefill attends over each method's cache (one per method)")
         ->capture_default_str();
     cmd->add_option("--chunk", o->chunk, "Tokens per chunk of the deployed prefill")->capture_default_str();
+    cmd->add_option("--weights", o->weights,
+                    "The model's products, prefill and answers: fp32, exact (a GGUF model's blocks dequantized to "
+                    "FP32); blocks-q8, activations rounded to 8 bits and integer products over the blocks (about "
+                    "1.7x the prefill's speed, docs/benchmarks.md); blocks, FP32 activations over the blocks")
+        ->capture_default_str();
     cmd->add_option("--haystack", o->haystack, "UTF-8 text the niah tasks hide their needles in");
     cmd->add_flag("--beyond-trained", o->beyond, "Run contexts past the model's trained length");
     cmd->add_option("--resume", o->resume,
@@ -129,6 +134,10 @@ Command registerTasks(CLI::App& root)
                 s.seed = o->seed;
                 s.mode = parsePrefillMode(o->prefill);
                 s.chunk = o->chunk;
+                const auto weights = parseStepWeights(o->weights);
+                if (!weights)
+                    throwInvalid("--weights '", o->weights, "': fp32, blocks-q8 or blocks");
+                s.weights = *weights;
                 s.haystack = o->haystack;
                 s.beyondTrained = o->beyond;
                 s.tokenizer = o->tokenizer;
@@ -147,6 +156,7 @@ Command registerTasks(CLI::App& root)
                 const int longest = *std::max_element(s.contexts.begin(), s.contexts.end());
                 if (s.beyondTrained)
                     opened.model.allowPositions(longest);
+                opened.model.setForwardWeights(s.weights);
                 auto backend = openBackend(o->backend, true);
                 const auto methods = buildContextMethods(s, opened.model.config(), *backend);
 

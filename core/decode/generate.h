@@ -27,10 +27,11 @@ struct GenerateOptions {
     // The step's products: a GGUF model's quantized blocks with 8-bit activations (core/lm/quant_gemm.h,
     // llama.cpp's arithmetic: the fastest step measured, docs/benchmarks.md), the blocks with FP32
     // activations (quant_matvec.h), or the FP32 matrices. The prefill's: the same choices, where the
-    // blocks with FP32 activations multiply many tokens through panels of the blocks dequantized to
-    // FP32 (Eigen's GEMM; the fastest prefill measured).
+    // 8-bit activations run an integer GEMM over the blocks (quant_gemm_tiled.cpp; the fastest prefill
+    // measured) and FP32 activations multiply many tokens through panels of the blocks dequantized to
+    // FP32 (Eigen's GEMM).
     TransformerModel::StepWeights weights = TransformerModel::StepWeights::BlocksQ8;
-    TransformerModel::StepWeights prefillWeights = TransformerModel::StepWeights::Blocks;
+    TransformerModel::StepWeights prefillWeights = TransformerModel::StepWeights::BlocksQ8;
     int prefillChunk = 512; // tokens per forward call of the prefill
 };
 

@@ -221,6 +221,7 @@ nlohmann::ordered_json contextTasksSettingsJson(const ContextTasksSettings& s, c
             {"codebooks", codebooks},
             {"prefill", prefillModeName(s.mode)},
             {"chunk", s.chunk},
+            {"weights", stepWeightsName(s.weights)},
             {"haystack", s.haystack},
             {"haystack_sha256", haystackSha256},
             {"tokenizer", s.tokenizer},
@@ -231,9 +232,14 @@ nlohmann::ordered_json contextTasksSettingsJson(const ContextTasksSettings& s, c
 
 std::string settingsDifference(const nlohmann::ordered_json& recorded, const nlohmann::ordered_json& now)
 {
+    // Settings added since runs were first recorded, with the value those runs had.
+    static const nlohmann::ordered_json before = {{"weights", "fp32"}};
     for (const auto& [key, value] : now.items()) {
-        if (!recorded.contains(key))
+        if (!recorded.contains(key)) {
+            if (before.contains(key) && before[key] == value)
+                continue;
             return cat(key, ": not recorded in that run");
+        }
         if (recorded[key] != value)
             return cat(key, ": ", recorded[key].dump(), " in that run, ", value.dump(), " now");
     }

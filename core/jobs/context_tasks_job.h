@@ -35,6 +35,9 @@ struct ContextTasksSettings {
     std::vector<std::pair<std::string, std::string>> codebooks; // -c NAME=FILE (NAME = FILE for a bare file)
     PrefillMode mode = PrefillMode::Deployed;
     int chunk = 512;
+    // The model's products (prefill and answers): exact FP32 by default; blocks-q8 rounds the
+    // activations to 8 bits for an integer GEMM over a GGUF model's blocks (core/lm/quant_gemm.h).
+    TransformerModel::StepWeights weights = TransformerModel::StepWeights::Fp32;
     std::string haystack;  // the niah tasks' text file ("" when none runs)
     std::string tokenizer; // a llama2.c model's tokenizer file ("" for GGUF)
     bool beyondTrained = false;
@@ -72,7 +75,8 @@ std::vector<ContextMethod> buildContextMethods(const ContextTasksSettings& s, co
 nlohmann::ordered_json contextTasksSettingsJson(const ContextTasksSettings& s, const std::string& modelSha256,
                                                 const std::string& haystackSha256, const PromptFormat& format);
 // The first setting in which a recorded run's settings differ from these ("context: [1024] in run
-// 7, [2048] now"), or "" where they agree.
+// 7, [2048] now"), or "" where they agree. A setting added since a run was recorded counts, where
+// the run lacks it, as the value runs had before it (weights: fp32).
 std::string settingsDifference(const nlohmann::ordered_json& recorded, const nlohmann::ordered_json& now);
 
 // A resumed run's prompts as this generator makes them again: Error(InvalidInput) naming --resume

@@ -434,7 +434,8 @@ def test_tasks_resume_where_stopped_and_refusals(smollm2, tmp_path):
                        (["--context", "100"], "--context 100"),
                        (["--tasks", "niah-single"], "--haystack"),
                        (["-c", f"other={other_model}"], "trained on another model"),
-                       (["--samples", "0"], "--samples 0")]:
+                       (["--samples", "0"], "--samples 0"),
+                       (["--weights", "q4"], "--weights 'q4'")]:
         given = {"--tasks": "passkey", "--context": "512", "--samples": "1", "--methods": "fp16"}
         given.update(dict(zip(args[::2], args[1::2])))
         r = run_tasks(smollm2, *[x for kv in given.items() for x in kv])
