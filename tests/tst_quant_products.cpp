@@ -239,6 +239,8 @@ void TestQuantProducts::activationsRoundAlikeInEveryBuild()
     QVERIFY(fast.laneScale == plain.laneScale);
     QVERIFY(fast.sum16 == plain.sum16);
     QVERIFY(fast.qsum16 == plain.qsum16);
+    QVERIFY(fast.scale32 == plain.scale32);
+    QVERIFY(fast.sum32 == plain.sum32);
     QVERIFY(fast.absMax == plain.absMax);
     // The ties went to even (−4.5 → −4, −3.5 → −4, 0.5 → 0, 1.5 → 2), the tiny block to zeros.
     QCOMPARE(int(plain.q[std::size_t(cols + 1)]), -4); // 1 % 9 − 4.5 = −3.5

@@ -167,7 +167,16 @@ bool dequantizeGgufBlocks(GgmlType type, const void* src, std::int64_t count, fl
 
 // The 6-bit scales and mins of the eight 32-value sub-blocks of a Q4_K or Q5_K block (`s`: its 12
 // scale bytes), for readers of the blocks themselves (core/lm/quant_matvec.h).
-void ggufKScaleMin(const std::uint8_t* s, std::uint8_t (&sc)[8], std::uint8_t (&mn)[8]);
+// Inline: the decode kernels call it once a 256-value block.
+inline void ggufKScaleMin(const std::uint8_t* s, std::uint8_t (&sc)[8], std::uint8_t (&mn)[8])
+{
+    for (int j = 0; j < 4; ++j) {
+        sc[j] = s[j] & 0x3f;
+        mn[j] = s[j + 4] & 0x3f;
+        sc[j + 4] = std::uint8_t((s[j + 8] & 0x0f) | ((s[j] >> 2) & 0x30));
+        mn[j + 4] = std::uint8_t((s[j + 8] >> 4) | ((s[j + 4] >> 2) & 0x30));
+    }
+}
 
 // FP16 bits to FP32, exactly (subnormals, infinities and NaN payloads kept).
 float halfToFloat(std::uint16_t h);

@@ -10,16 +10,6 @@
 
 namespace gsrq {
 
-void ggufKScaleMin(const std::uint8_t* s, std::uint8_t (&sc)[8], std::uint8_t (&mn)[8])
-{
-    for (int j = 0; j < 4; ++j) {
-        sc[j] = s[j] & 0x3f;
-        mn[j] = s[j + 4] & 0x3f;
-        sc[j + 4] = std::uint8_t((s[j + 8] & 0x0f) | ((s[j] >> 2) & 0x30));
-        mn[j + 4] = std::uint8_t((s[j + 8] >> 4) | ((s[j + 4] >> 2) & 0x30));
-    }
-}
-
 float halfToFloat(std::uint16_t h)
 {
     const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;

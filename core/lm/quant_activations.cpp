@@ -27,7 +27,9 @@ struct RowOut {
     float* laneScale; // cols / 4
     float* sum16;     // cols / 16
     std::int32_t* qsum16;
-    float* absMax; // cols / 32
+    float* scale32; // cols / 32
+    float* sum32;
+    float* absMax;
 };
 
 // A block too small for 127/amax to be finite (below about 4e-37) rounds to zeros.
@@ -57,6 +59,8 @@ void rowScalar(const float* xr, std::int64_t cols, const RowOut& o)
             o.qsum16[2 * b + h] = sums[h];
             o.sum16[2 * b + h] = d * float(sums[h]);
         }
+        o.scale32[b] = d;
+        o.sum32[b] = d * float(sums[0] + sums[1]);
         o.absMax[b] = amax;
     }
 }
@@ -93,6 +97,8 @@ GSRQ_QA_AVX512 void rowAvx512(const float* xr, std::int64_t cols, const RowOut& 
         o.qsum16[2 * b + 1] = s1;
         o.sum16[2 * b] = d * float(s0);
         o.sum16[2 * b + 1] = d * float(s1);
+        o.scale32[b] = d;
+        o.sum32[b] = d * float(s0 + s1);
         o.absMax[b] = amax;
     }
 }
@@ -130,11 +136,17 @@ void quantize(const float* x, std::int64_t rows, std::int64_t cols, std::int64_t
     out.laneScale.resize(std::size_t(rows * cols / 4));
     out.sum16.resize(std::size_t(rows * cols / 16));
     out.qsum16.resize(std::size_t(rows * cols / 16));
+    out.scale32.resize(std::size_t(rows * cols / 32));
+    out.sum32.resize(std::size_t(rows * cols / 32));
     out.absMax.resize(std::size_t(rows * cols / 32));
 #pragma omp parallel for schedule(static) if (rows * cols >= (1 << 16))
     for (std::int64_t r = 0; r < rows; ++r) {
-        const RowOut o{out.q.data() + r * cols, out.laneScale.data() + r * (cols / 4),
-                       out.sum16.data() + r * (cols / 16), out.qsum16.data() + r * (cols / 16),
+        const RowOut o{out.q.data() + r * cols,
+                       out.laneScale.data() + r * (cols / 4),
+                       out.sum16.data() + r * (cols / 16),
+                       out.qsum16.data() + r * (cols / 16),
+                       out.scale32.data() + r * (cols / 32),
+                       out.sum32.data() + r * (cols / 32),
                        out.absMax.data() + r * (cols / 32)};
 #if GSRQ_QA_X86
         if (vector) {

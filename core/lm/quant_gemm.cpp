@@ -329,12 +329,23 @@ template <int N> GSRQ_QG_VNNI void dotsVnni(const Unpacked& u, std::int64_t cols
         out[j] = _mm512_reduce_add_ps(acc[j]);
 }
 
+// The bytes a decode step reads kDecodePrefetch ahead of a block into the caches: a step streams
+// the whole model once, and the hardware's prefetch alone left the kernel waiting on its loads.
+constexpr int kDecodePrefetch = 2048;
+inline void prefetchAhead(const std::uint8_t* b, int bytes)
+{
+    for (int at = 0; at < bytes; at += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(b + kDecodePrefetch + at), _MM_HINT_T0);
+}
+
 // One token straight from the blocks, no unpacked row (a decode step reads each weight once): 64
 // quants a step, unpacked in registers, vpdpbusd with the token's bytes; the offsets as scalars per
 // block (a vector per Q6_K block). Q8_0's quants shifted by 128 as in the unpacked build.
-GSRQ_QG_VNNI float rowVnni(GgmlType type, const std::uint8_t* b, std::int64_t cols, const std::int8_t* xq,
-                           const float* xl, const float* s16)
+GSRQ_QG_VNNI float rowVnni(GgmlType type, const std::uint8_t* b, std::int64_t cols, const Q8Activations& x)
 {
+    const std::int8_t* xq = x.q.data();
+    const float* xl = x.laneScale.data();
+    const float* s16 = x.sum16.data();
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m256i m4y = _mm256_set1_epi8(0x0f), m2y = _mm256_set1_epi8(0x03), flip = _mm256_set1_epi8(char(0x80));
     const __m128i m4x = _mm_set1_epi8(0x0f);
@@ -368,6 +379,7 @@ GSRQ_QG_VNNI float rowVnni(GgmlType type, const std::uint8_t* b, std::int64_t co
         };
         std::int64_t k = 0;
         for (; k + 2 <= blocks; k += 2, b += 2 * bytes) {
+            prefetchAhead(b, 2 * bytes);
             const float da = h16(b), db = h16(b + bytes);
             const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(nibbles(b)), nibbles(b + bytes), 1);
             step(w, pairScales(da, db), 32 * k, (k & 2) ? acc1 : acc0);
@@ -384,6 +396,7 @@ GSRQ_QG_VNNI float rowVnni(GgmlType type, const std::uint8_t* b, std::int64_t co
         const std::int64_t blocks = cols / 32;
         std::int64_t k = 0;
         for (; k + 2 <= blocks; k += 2, b += 68) {
+            prefetchAhead(b, 68);
             const float da = h16(b), db = h16(b + 34);
             const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_xor_si256(load32(b + 2), flip)),
                                                  _mm256_xor_si256(load32(b + 36), flip), 1);
@@ -397,34 +410,56 @@ GSRQ_QG_VNNI float rowVnni(GgmlType type, const std::uint8_t* b, std::int64_t co
         break;
     }
     case GgmlType::Q4_K: {
+        // Each sub-block of 32 is one activation block: its weight scale d·sc and the activations'
+        // scale multiplied once a block (8 lanes), then spread over a step's two sub-blocks (lanes 0–7
+        // and 8–15); the minimums' terms as one vector product a block.
+        const __m512i pairOf[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                   _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+                                   _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
+                                   _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
+        const auto bytes8 = [](const std::uint8_t(&v)[8]) GSRQ_QG_VNNI {
+            std::int64_t word;
+            std::memcpy(&word, v, 8);
+            return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(word)));
+        };
+        __m256 mins = _mm256_setzero_ps();
         for (std::int64_t k = 0; k < cols / 256; ++k, b += 144) {
-            const float d = h16(b), dmin = h16(b + 2);
+            prefetchAhead(b, 144);
             std::uint8_t sc[8], mn[8];
             ggufKScaleMin(b + 4, sc, mn);
+            const __m256 xs = _mm256_loadu_ps(x.scale32.data() + 8 * k);
+            const __m512 scales =
+                _mm512_castps256_ps512(_mm256_mul_ps(_mm256_mul_ps(bytes8(sc), xs), _mm256_set1_ps(h16(b))));
+            mins = _mm256_fmadd_ps(_mm256_mul_ps(bytes8(mn), _mm256_set1_ps(h16(b + 2))),
+                                   _mm256_loadu_ps(x.sum32.data() + 8 * k), mins);
             for (int p = 0; p < 4; ++p) {
                 const __m256i v = load32(b + 16 + 32 * p);
                 const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4y)),
                                                      _mm256_and_si256(_mm256_srli_epi16(v, 4), m4y), 1);
-                step(w, pairScales(d * float(sc[2 * p]), d * float(sc[2 * p + 1])), 256 * k + 64 * p,
-                     (p & 1) ? acc1 : acc0);
+                const __m512i prod =
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(xq + 256 * k + 64 * p));
+                __m512& acc = (p & 1) ? acc1 : acc0;
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(prod), _mm512_permutexvar_ps(pairOf[p], scales), acc);
             }
-            float m = 0;
-            for (int i = 0; i < 8; ++i)
-                m += float(mn[i]) * s32(8 * k + i);
-            off -= dmin * m;
         }
+        off -= _mm512_reduce_add_ps(_mm512_zextps256_ps512(mins));
         break;
     }
     case GgmlType::Q6_K: {
-        // Lane l of a 64-quant step belongs to 16-value group 4p + l / 4.
+        // Lane l of a 64-quant step belongs to 16-value group 4p + l / 4; group g's activations
+        // share block g / 2's scale, multiplied with the weights' scales once a block.
         const __m512i groupOf[4] = {_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
                                     _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7),
                                     _mm512_setr_epi32(8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11),
                                     _mm512_setr_epi32(12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15)};
+        const __m512i halfOf = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
         for (std::int64_t k = 0; k < cols / 256; ++k, b += 210) {
+            prefetchAhead(b, 210);
             const __m512 sf = _mm512_mul_ps(
                 _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)))),
                 _mm512_set1_ps(h16(b + 208)));
+            const __m512 scales = _mm512_mul_ps(
+                sf, _mm512_permutexvar_ps(halfOf, _mm512_castps256_ps512(_mm256_loadu_ps(x.scale32.data() + 8 * k))));
             for (int p = 0; p < 4; ++p) {
                 const int half = p / 2, odd = p % 2;
                 const __m512i l = _mm512_loadu_si512(b + 64 * half);
@@ -434,7 +469,10 @@ GSRQ_QG_VNNI float rowVnni(GgmlType type, const std::uint8_t* b, std::int64_t co
                 const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(h, 4 * odd + 2), m2y);
                 const __m512i high = _mm512_inserti64x4(_mm512_castsi256_si512(ha), hb, 1);
                 const __m512i w = _mm512_or_si512(low, _mm512_slli_epi16(high, 4)); // high ≤ 3: stays in its byte
-                step(w, _mm512_permutexvar_ps(groupOf[p], sf), 256 * k + 64 * p, (p & 1) ? acc1 : acc0);
+                const __m512i prod =
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(xq + 256 * k + 64 * p));
+                __m512& acc = (p & 1) ? acc1 : acc0;
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(prod), _mm512_permutexvar_ps(groupOf[p], scales), acc);
             }
             offv = _mm512_fmadd_ps(sf, _mm512_loadu_ps(s16 + 16 * k), offv); // × −32 below
         }
@@ -488,7 +526,7 @@ void run(Isa isa, const QuantMatrix& w, const Q8Activations& x, float* y, std::i
 #pragma omp parallel for schedule(static) if (parallel)
         for (std::int64_t r = 0; r < rows; ++r) {
             const std::int64_t stored = ordered ? w.rowOrder[std::size_t(r)] : r;
-            y[r] = rowVnni(w.type, w.data + stored * w.rowBytes, cols, x.q.data(), x.laneScale.data(), x.sum16.data());
+            y[r] = rowVnni(w.type, w.data + stored * w.rowBytes, cols, x);
         }
         return;
     }

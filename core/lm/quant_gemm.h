@@ -27,6 +27,8 @@ struct Q8Activations {
     std::vector<float> laneScale;     // rows × cols/4: each 4 values' scale (their block of 32's)
     std::vector<float> sum16;         // rows × cols/16: scale · Σq over each 16 values
     std::vector<std::int32_t> qsum16; // rows × cols/16: Σq over each 16 values
+    std::vector<float> scale32;       // rows × cols/32: each block's scale
+    std::vector<float> sum32;         // rows × cols/32: scale · Σq over each block
     std::vector<float> absMax;        // rows × cols/32: each block's amax (for the error bound)
 };
 
