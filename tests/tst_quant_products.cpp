@@ -8,6 +8,7 @@
 #include "core/io/gguf.h"
 #include "core/lm/gguf_model.h"
 #include "core/lm/quant_gemm.h"
+#include "core/lm/quant_gemm_tiled.h"
 #include "core/lm/quant_matvec.h"
 #include "test_blocks.h"
 #include "test_util.h"
@@ -138,16 +139,19 @@ void TestQuantProducts::q8ProductsWithinTheRoundingBound()
 }
 
 // Every build gives every token the same result to FP32 rounding, whether the token is computed
-// alone or among 14 (the VNNI build's tiled kernel: two tiles of six and one of two; a token's
-// integers do not depend on its neighbours), and a row order picks the stored rows.
+// alone or among 8 to 14 (the VNNI build's tiled kernel: a tile of six and every remainder from
+// two to five, or two tiles and one of two; a token's integers do not depend on its neighbours),
+// the product of many tokens on a VNNI CPU is the tiled kernel's, and a row order picks the stored rows.
 void TestQuantProducts::buildsAgreeAndTokensAreIndependent()
 {
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0.f, 1.f);
-    for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const std::vector<std::pair<GgmlType, int>> cases = {{GgmlType::Q4_0, 8},  {GgmlType::Q4_1, 9},
+                                                         {GgmlType::Q8_0, 10}, {GgmlType::Q4_K, 11},
+                                                         {GgmlType::Q6_K, 14}, {GgmlType::Q4_K, 14}};
+    for (const auto& [type, T] : cases) {
         const std::int64_t rows = 21, cols = 512;
         const RandomBlocks b = randomBlocks(type, rows, cols, rng);
-        constexpr int T = 14;
         std::vector<float> x(std::size_t(T * cols));
         for (auto& v : x)
             v = normal(rng);
@@ -173,6 +177,11 @@ void TestQuantProducts::buildsAgreeAndTokensAreIndependent()
                                         .arg(single[std::size_t(r)])
                                         .arg(y[std::size_t(t * rows + r)])));
             }
+        }
+        if (cpuFeatures().avx512vnni) {
+            std::vector<float> tiled(y.size());
+            QVERIFY(detail::tiledGemmVnni(b.matrix, all, tiled.data(), rows));
+            QVERIFY2(tiled == y, "quantGemm of 8 tokens or more is not the tiled kernel's");
         }
         std::vector<float> portable(y.size());
         QVERIFY(quantGemmBuild("portable", b.matrix, all, portable.data(), rows));

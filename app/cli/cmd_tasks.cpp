@@ -114,8 +114,8 @@ Command registerTasks(CLI::App& root)
     cmd->add_option("--chunk", o->chunk, "Tokens per chunk of the deployed prefill")->capture_default_str();
     cmd->add_option("--weights", o->weights,
                     "The model's products, prefill and answers: fp32, exact (a GGUF model's blocks dequantized to "
-                    "FP32); blocks-q8, activations rounded to 8 bits and integer products over the blocks (about "
-                    "1.7x the prefill's speed, docs/benchmarks.md); blocks, FP32 activations over the blocks")
+                    "FP32); blocks-q8, activations rounded to 8 bits and integer products over the blocks (a faster "
+                    "prefill, docs/benchmarks.md); blocks, FP32 activations over the blocks")
         ->capture_default_str();
     cmd->add_option("--haystack", o->haystack, "UTF-8 text the niah tasks hide their needles in");
     cmd->add_flag("--beyond-trained", o->beyond, "Run contexts past the model's trained length");
@@ -156,7 +156,6 @@ Command registerTasks(CLI::App& root)
                 const int longest = *std::max_element(s.contexts.begin(), s.contexts.end());
                 if (s.beyondTrained)
                     opened.model.allowPositions(longest);
-                opened.model.setForwardWeights(s.weights);
                 auto backend = openBackend(o->backend, true);
                 const auto methods = buildContextMethods(s, opened.model.config(), *backend);
 

@@ -236,9 +236,11 @@ std::string settingsDifference(const nlohmann::ordered_json& recorded, const nlo
     static const nlohmann::ordered_json before = {{"weights", "fp32"}};
     for (const auto& [key, value] : now.items()) {
         if (!recorded.contains(key)) {
-            if (before.contains(key) && before[key] == value)
-                continue;
-            return cat(key, ": not recorded in that run");
+            if (!before.contains(key))
+                return cat(key, ": not recorded in that run");
+            if (before[key] != value)
+                return cat(key, ": ", before[key].dump(), " (before the setting) in that run, ", value.dump(), " now");
+            continue;
         }
         if (recorded[key] != value)
             return cat(key, ": ", recorded[key].dump(), " in that run, ", value.dump(), " now");
@@ -368,6 +370,7 @@ ContextTasksResult runContextTasks(const OpenedModel& model, const TaskGenerator
     ContextEvalSettings es;
     es.mode = s.mode;
     es.chunk = s.chunk;
+    es.weights = s.weights;
     es.stops = stopTokens(vocab, promptFormatOf(model.chatTemplate, true));
     std::vector<CacheMethod> caches;
     for (const auto& m : methods)

@@ -69,12 +69,13 @@ std::vector<std::int32_t> stopTokens(const Tokenizer& vocab, const PromptFormat&
 
 std::vector<std::int32_t> greedyAnswer(const TransformerModel& model, TransformerModel::Cache& cache,
                                        const std::vector<std::int32_t>& question, int maxTokens,
-                                       const std::vector<std::int32_t>& stops, const KvHook& hook)
+                                       const std::vector<std::int32_t>& stops, const KvHook& hook,
+                                       TransformerModel::StepWeights weights)
 {
     std::vector<std::int32_t> out;
     if (maxTokens < 1)
         return out;
-    Eigen::RowVectorXf logits = model.forward(question, cache, hook, TransformerModel::Logits::Last).row(0);
+    Eigen::RowVectorXf logits = model.forward(question, cache, hook, TransformerModel::Logits::Last, weights).row(0);
     for (int i = 0; i < maxTokens; ++i) {
         const std::int32_t next = argmax(logits);
         if (std::find(stops.begin(), stops.end(), next) != stops.end())
@@ -83,7 +84,7 @@ std::vector<std::int32_t> greedyAnswer(const TransformerModel& model, Transforme
         if (i + 1 == maxTokens)
             break;
         const std::int32_t one[] = {next};
-        logits = model.forward(one, cache, hook, TransformerModel::Logits::Last).row(0);
+        logits = model.forward(one, cache, hook, TransformerModel::Logits::Last, weights).row(0);
     }
     return out;
 }
@@ -128,7 +129,7 @@ double answerWithMethods(const TransformerModel& model, const Tokenizer& vocab, 
             K.bottomRows(k.rows()) = k;
             V.bottomRows(v.rows()) = v;
         };
-        model.prefill(prompt.contextIds, prefilled, settings.chunk, record);
+        model.prefill(prompt.contextIds, prefilled, settings.chunk, record, settings.weights);
         prefillSeconds = since(t0);
     }
 
@@ -140,7 +141,7 @@ double answerWithMethods(const TransformerModel& model, const Tokenizer& vocab, 
         TransformerModel::Cache cache;
         if (settings.mode == PrefillMode::Quantized) {
             // One forward over the whole context, as the perplexity path runs a sequence.
-            model.forward(prompt.contextIds, cache, m.hook, TransformerModel::Logits::None);
+            model.forward(prompt.contextIds, cache, m.hook, TransformerModel::Logits::None, settings.weights);
         } else if (!m.hook) {
             cache = prefilled;
         } else {
@@ -156,7 +157,8 @@ double answerWithMethods(const TransformerModel& model, const Tokenizer& vocab, 
         }
         TaskAnswer a;
         a.method = m.name;
-        a.answerIds = greedyAnswer(model, cache, prompt.questionIds, prompt.answerTokens, settings.stops, m.hook);
+        a.answerIds = greedyAnswer(model, cache, prompt.questionIds, prompt.answerTokens, settings.stops, m.hook,
+                                   settings.weights);
         for (auto id : a.answerIds)
             a.answer += vocab.piece(id);
         a.answer = validUtf8(a.answer); // cut inside a character, or stray bytes: printable, JSON-safe

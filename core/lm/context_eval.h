@@ -40,6 +40,8 @@ struct ContextEvalSettings {
     PrefillMode mode = PrefillMode::Deployed;
     int chunk = 512;                 // tokens per chunk of the deployed mode's prefill
     std::vector<std::int32_t> stops; // tokens that end an answer (EOS, ChatML's <|im_end|>)
+    // The model's products in the prefill and the answers (exact FP32 unless asked otherwise).
+    TransformerModel::StepWeights weights = TransformerModel::StepWeights::Fp32;
 };
 
 struct TaskAnswer {
@@ -64,9 +66,11 @@ double answerWithMethods(const TransformerModel& model, const Tokenizer& vocab, 
                          const std::function<bool(std::size_t, const TaskAnswer&)>& done);
 
 // Greedy decoding from a cache holding the context: the question (one forward call), then up to
-// `maxTokens` tokens, each the argmax of the logits (the first of equal ones), until a stop token.
+// `maxTokens` tokens, each the argmax of the logits (the first of equal ones), until a stop token;
+// the model's products as `weights` says.
 std::vector<std::int32_t> greedyAnswer(const TransformerModel& model, TransformerModel::Cache& cache,
                                        const std::vector<std::int32_t>& question, int maxTokens,
-                                       const std::vector<std::int32_t>& stops, const KvHook& hook = {});
+                                       const std::vector<std::int32_t>& stops, const KvHook& hook = {},
+                                       TransformerModel::StepWeights weights = TransformerModel::StepWeights::Fp32);
 
 } // namespace gsrq

@@ -580,7 +580,11 @@ void run(Isa isa, const QuantMatrix& w, const Q8Activations& x, float* y, std::i
 bool fits(const QuantMatrix& w, const Q8Activations& x)
 {
     const QuantBlockLayout lay = quantBlockLayout(w.type);
-    return w && lay.elements > 0 && w.cols % lay.elements == 0 && w.cols == x.cols && x.cols % 32 == 0;
+    const auto sized = [&](std::size_t n, std::int64_t per) { return std::int64_t(n) == x.rows * (x.cols / per); };
+    return w && lay.elements > 0 && w.cols % lay.elements == 0 && w.cols == x.cols && x.cols % 32 == 0 &&
+           sized(x.q.size(), 1) && sized(x.laneScale.size(), 4) && sized(x.sum16.size(), 16) &&
+           sized(x.qsum16.size(), 16) && sized(x.scale32.size(), 32) && sized(x.sum32.size(), 32) &&
+           sized(x.absMax.size(), 32);
 }
 
 } // namespace

@@ -4,7 +4,9 @@
 // activations share a scale (amax / 127) and round to integers in [−127, 127]; each weight block
 // is unpacked once per row into unsigned bytes with a scale per 4 values and an offset term per 16
 // (Q4_0's −8, Q4_1's m, Q4_K's dmin·m, Q6_K's −32), so one kernel per instruction set serves every
-// block type: AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw, vpmaddwd), or plain C++.
+// block type: AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw, vpmaddwd), or plain C++. With VNNI a
+// decode step (one token) reads each block straight into registers, and from 8 tokens on the rows
+// are packed 32 at a time for an integer GEMM (quant_gemm_tiled.cpp).
 //
 // What the rounding costs: each activation moves by at most half its block's step, amax / 254, so
 // |y − y_fp32| ≤ Σ_blocks (amax_b / 254) · Σ_{i∈b} |w_i| (quantGemmErrorBound computes it); the

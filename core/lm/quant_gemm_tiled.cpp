@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <omp.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -29,6 +28,7 @@ namespace gsrq::detail {
 
 namespace {
 
+#if GSRQ_QT_X86
 constexpr int kPanelRows = 32; // two vectors of 16 rows
 constexpr int kTileTokens = 6;
 
@@ -79,12 +79,8 @@ void pack(const QuantMatrix& w, std::int64_t r0, const Plan& plan, Panel& p)
     for (int i = 0; i < kPanelRows && r0 + i < w.rows; ++i) {
         const std::int64_t r = r0 + i, stored = ordered ? w.rowOrder[std::size_t(r)] : r;
         unpackGemmRow(w.type, w.data + stored * w.rowBytes, cols, true, p.row);
-        std::uint32_t* q = reinterpret_cast<std::uint32_t*>(p.q.data());
-        for (std::int64_t k = 0; k < steps; ++k) {
-            std::uint32_t four;
-            std::memcpy(&four, p.row.w.data() + 4 * k, 4);
-            q[k * kPanelRows + i] = four;
-        }
+        for (std::int64_t k = 0; k < steps; ++k)
+            std::memcpy(p.q.data() + 4 * (k * kPanelRows + i), p.row.w.data() + 4 * k, 4);
         for (std::int64_t s = 0; s < spans; ++s)
             p.scale[std::size_t(s * kPanelRows + i)] = p.row.ls[std::size_t(s * plan.span / 4)];
         if (plan.minimum)
@@ -93,7 +89,6 @@ void pack(const QuantMatrix& w, std::int64_t r0, const Plan& plan, Panel& p)
     }
 }
 
-#if GSRQ_QT_X86
 #define GSRQ_QT_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 
 // Rows r0 … r0 + 31 (those below `rows`) of tokens t0 … t0 + N − 1 into y.
@@ -196,26 +191,18 @@ GSRQ_QT_VNNI void panelTokens(const Panel& p, const Q8Activations& x, std::int64
     }
 }
 
-void panelAllTokens(GgmlType type, const Panel& p, const Q8Activations& x, std::int64_t r0, std::int64_t rows, float* y,
-                    std::int64_t ldy)
+// The kernel for the plan's span, offset and minimum (every plan planOf gives).
+void panelAllTokens(const Plan& plan, const Panel& p, const Q8Activations& x, std::int64_t r0, std::int64_t rows,
+                    float* y, std::int64_t ldy)
 {
-    switch (type) {
-    case GgmlType::Q4_0:
-        panelTokens<32, -8, false>(p, x, r0, rows, y, ldy);
-        break;
-    case GgmlType::Q8_0:
-        panelTokens<32, -128, false>(p, x, r0, rows, y, ldy);
-        break;
-    case GgmlType::Q4_1:
-    case GgmlType::Q4_K:
-        panelTokens<32, 0, true>(p, x, r0, rows, y, ldy);
-        break;
-    case GgmlType::Q6_K:
+    if (plan.span == 16)
         panelTokens<16, -32, false>(p, x, r0, rows, y, ldy);
-        break;
-    default:
-        break;
-    }
+    else if (plan.minimum)
+        panelTokens<32, 0, true>(p, x, r0, rows, y, ldy);
+    else if (plan.intOffset == -8)
+        panelTokens<32, -8, false>(p, x, r0, rows, y, ldy);
+    else
+        panelTokens<32, -128, false>(p, x, r0, rows, y, ldy);
 }
 #endif
 
@@ -227,7 +214,7 @@ bool tiledGemmVnni(const QuantMatrix& w, const Q8Activations& x, float* y, std::
     const Plan plan = planOf(w.type);
     const QuantBlockLayout lay = quantBlockLayout(w.type);
     if (!cpuFeatures().avx512vnni || plan.span == 0 || !w || w.cols != x.cols || w.cols % lay.elements != 0 ||
-        x.cols % 32 != 0 || std::int64_t(x.qsum16.size()) != x.rows * (x.cols / 16))
+        x.cols % 32 != 0) // the activations' sizes: checked by quantGemm's callers
         return false;
     const std::int64_t panels = (w.rows + kPanelRows - 1) / kPanelRows;
     const bool parallel = panels > 1 && double(w.rows) * double(w.rowBytes) * double(x.rows) >= double(1 << 20);
@@ -237,7 +224,7 @@ bool tiledGemmVnni(const QuantMatrix& w, const Q8Activations& x, float* y, std::
 #pragma omp for schedule(dynamic, 1)
         for (std::int64_t i = 0; i < panels; ++i) {
             pack(w, i * kPanelRows, plan, p);
-            panelAllTokens(w.type, p, x, i * kPanelRows, w.rows, y, ldy);
+            panelAllTokens(plan, p, x, i * kPanelRows, w.rows, y, ldy);
         }
     }
     return true;
