@@ -162,7 +162,20 @@ GSRQ_QT_VNNI void tile(const Panel& p, const Q8Activations& x, std::int64_t t0, 
     }
 }
 
-// Every token of one panel, tiles of kTileTokens and the rest.
+// The last n < kTileTokens tokens: the tile of N = n tokens (a constant, so that its sums stay in registers).
+template <int Span, int IntOffset, bool Minimum, int N = kTileTokens - 1>
+GSRQ_QT_VNNI void rest(int n, const Panel& p, const Q8Activations& x, std::int64_t t0, std::int64_t r0,
+                       std::int64_t rows, float* y, std::int64_t ldy)
+{
+    if constexpr (N >= 1) {
+        if (n == N)
+            tile<Span, IntOffset, Minimum, N>(p, x, t0, r0, rows, y, ldy);
+        else
+            rest<Span, IntOffset, Minimum, N - 1>(n, p, x, t0, r0, rows, y, ldy);
+    }
+}
+
+// Every token of one panel: tiles of kTileTokens, then the rest.
 template <int Span, int IntOffset, bool Minimum>
 GSRQ_QT_VNNI void panelTokens(const Panel& p, const Q8Activations& x, std::int64_t r0, std::int64_t rows, float* y,
                               std::int64_t ldy)
@@ -170,25 +183,7 @@ GSRQ_QT_VNNI void panelTokens(const Panel& p, const Q8Activations& x, std::int64
     std::int64_t t0 = 0;
     for (; t0 + kTileTokens <= x.rows; t0 += kTileTokens)
         tile<Span, IntOffset, Minimum, kTileTokens>(p, x, t0, r0, rows, y, ldy);
-    switch (x.rows - t0) {
-    case 5:
-        tile<Span, IntOffset, Minimum, 5>(p, x, t0, r0, rows, y, ldy);
-        break;
-    case 4:
-        tile<Span, IntOffset, Minimum, 4>(p, x, t0, r0, rows, y, ldy);
-        break;
-    case 3:
-        tile<Span, IntOffset, Minimum, 3>(p, x, t0, r0, rows, y, ldy);
-        break;
-    case 2:
-        tile<Span, IntOffset, Minimum, 2>(p, x, t0, r0, rows, y, ldy);
-        break;
-    case 1:
-        tile<Span, IntOffset, Minimum, 1>(p, x, t0, r0, rows, y, ldy);
-        break;
-    default:
-        break;
-    }
+    rest<Span, IntOffset, Minimum>(int(x.rows - t0), p, x, t0, r0, rows, y, ldy);
 }
 
 // The kernel for the plan's span, offset and minimum (every plan planOf gives).
