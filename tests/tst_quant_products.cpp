@@ -45,6 +45,7 @@ private slots:
     void buildsAgreeAndTokensAreIndependent();
     void withoutVnniTheAvx2BuildRuns();
     void activationsRoundAlikeInEveryBuild();
+    void finiteFromTheScalesAlone();
     void refusals();
     void prefillInChunksEqualsTokenByToken();
     void decodeStepReadsTheWeightBlocks();
@@ -267,6 +268,52 @@ void TestQuantProducts::activationsRoundAlikeInEveryBuild()
         } catch (const Error& e) {
             QVERIFY2(QString(e.what()).contains("row 4"), e.what());
         }
+    }
+}
+
+// What the loader checks of a matrix kept as blocks: every value finite, read from the blocks' FP16
+// scales alone, agrees with dequantizing every value, for each type and each of its scales (the
+// first and the last block) set to NaN, ±Inf or the largest finite half; bytes that are not scales
+// (the quants, Q4_K's 6-bit sub-block scales, Q6_K's 8-bit ones) never make a value non-finite.
+void TestQuantProducts::finiteFromTheScalesAlone()
+{
+    std::mt19937 rng(17);
+    const std::vector<std::pair<GgmlType, std::vector<int>>> scales = {{GgmlType::Q4_0, {0}},
+                                                                       {GgmlType::Q4_1, {0, 2}},
+                                                                       {GgmlType::Q8_0, {0}},
+                                                                       {GgmlType::Q4_K, {0, 2}},
+                                                                       {GgmlType::Q6_K, {208}}};
+    for (const auto& [type, offsets] : scales) {
+        RandomBlocks b = randomBlocks(type, 7, 512, rng);
+        const std::int64_t rows = b.matrix.rows, cols = b.matrix.cols;
+        const auto dequantizedFinite = [&b, rows, cols] {
+            std::vector<float> all(std::size_t(rows * cols));
+            quantRows(b.matrix, 0, rows, all.data());
+            return std::all_of(all.begin(), all.end(), [](float v) { return std::isfinite(v); });
+        };
+        QVERIFY(quantMatrixFinite(b.matrix));
+        QVERIFY(dequantizedFinite());
+        const auto lay = quantBlockLayout(type);
+        const std::size_t lastBlock = b.raw.size() - std::size_t(lay.bytes);
+        // Every byte that is not a scale at its largest: still finite.
+        std::vector<std::uint8_t> saved = b.raw;
+        for (std::size_t k = 0; k < b.raw.size(); k += std::size_t(lay.bytes))
+            for (int i = 0; i < lay.bytes; ++i)
+                if (std::none_of(offsets.begin(), offsets.end(), [i](int o) { return i == o || i == o + 1; }))
+                    b.raw[k + std::size_t(i)] = 0xff;
+        QVERIFY(quantMatrixFinite(b.matrix));
+        QVERIFY(dequantizedFinite());
+        std::copy(saved.begin(), saved.end(), b.raw.begin()); // in place: the views point into raw
+        for (const int at : offsets)
+            for (const std::size_t block : {std::size_t(0), lastBlock})
+                for (const std::uint16_t half : {0x7e00, 0x7c00, 0xfc00, 0x7bff}) {
+                    b.raw[block + std::size_t(at)] = std::uint8_t(half & 0xff);
+                    b.raw[block + std::size_t(at) + 1] = std::uint8_t(half >> 8);
+                    const bool expected = dequantizedFinite();
+                    QCOMPARE(expected, half == 0x7bff);
+                    QCOMPARE(quantMatrixFinite(b.matrix), expected);
+                    std::copy(saved.begin(), saved.end(), b.raw.begin());
+                }
     }
 }
 

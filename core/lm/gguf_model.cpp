@@ -98,26 +98,6 @@ MatrixRF unpermuteRows(const MatrixRF& w, int heads)
     return out;
 }
 
-// Every value of a matrix kept only as blocks is finite (what ggufMatrix checks of a copy): the
-// blocks dequantized a few rows at a time, threads over the rows.
-void requireFinite(const GgufFile& f, const std::string& name, const QuantMatrix& q)
-{
-    if (q.rows == 0 || q.cols == 0)
-        return;
-    const std::int64_t step = std::max<std::int64_t>(1, (1 << 16) / q.cols);
-    bool finite = true;
-#pragma omp parallel for schedule(dynamic) reduction(&& : finite)
-    for (std::int64_t r0 = 0; r0 < q.rows; r0 += step) {
-        thread_local std::vector<float> rows;
-        const std::int64_t n = std::min(step, q.rows - r0);
-        rows.resize(std::size_t(n * q.cols));
-        quantRows(q, r0, n, rows.data());
-        finite = finite && Eigen::Map<const Eigen::ArrayXf>(rows.data(), Eigen::Index(rows.size())).allFinite();
-    }
-    if (!finite)
-        throwInvalid(f.path(), ": GGUF tensor '", name, "' holds NaN or Inf");
-}
-
 } // namespace
 
 TransformerModel loadGgufModel(const GgufFile& f, const GgufLoadOptions& options)
@@ -194,8 +174,8 @@ TransformerModel loadGgufModel(const GgufFile& f, const GgufLoadOptions& options
             if (permuted && heads > 0)
                 fp32 = unpermuteRows(fp32, heads);
         }
-        if (q && !options.fp32Copies)
-            requireFinite(f, name, q);
+        if (q && !options.fp32Copies && !quantMatrixFinite(q)) // the blocks' scales: a few bytes a block
+            throwInvalid(f.path(), ": GGUF tensor '", name, "' holds NaN or Inf");
         return q;
     };
     const auto present = [&](const std::string& name) {

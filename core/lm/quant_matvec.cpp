@@ -341,6 +341,27 @@ QuantBlockLayout quantBlockLayout(GgmlType type)
     }
 }
 
+bool quantMatrixFinite(const QuantMatrix& w)
+{
+    const QuantBlockLayout lay = quantBlockLayout(w.type);
+    if (!w || lay.elements == 0)
+        return true;
+    int at[2] = {0, -1}; // the FP16 scales' offsets in a block
+    if (w.type == GgmlType::Q4_1 || w.type == GgmlType::Q4_K)
+        at[1] = 2;
+    else if (w.type == GgmlType::Q6_K)
+        at[0] = 208;
+    const std::int64_t blocks = w.rows * (w.cols / lay.elements);                 // the rows are contiguous blocks
+    const auto bad = [](const std::uint8_t* p) { return (p[1] & 0x7c) == 0x7c; }; // exponent all ones
+    bool finite = true;
+#pragma omp parallel for schedule(static) reduction(&& : finite) if (blocks >= (1 << 16))
+    for (std::int64_t k = 0; k < blocks; ++k) {
+        const std::uint8_t* b = w.data + k * lay.bytes;
+        finite = finite && !bad(b + at[0]) && (at[1] < 0 || !bad(b + at[1]));
+    }
+    return finite;
+}
+
 void quantRows(const QuantMatrix& w, std::int64_t row0, std::int64_t count, float* out)
 {
     if (!w || row0 < 0 || count < 0 || row0 + count > w.rows)

@@ -42,6 +42,13 @@ QuantMatrix quantMatrix(const GgufTensor& t);
 // blocks: a panel at a time (TransformerModel's forward pass), never the whole matrix.
 void quantRows(const QuantMatrix& w, std::int64_t row0, std::int64_t count, float* out);
 
+// Whether every value of W is finite, read from its blocks' FP16 scales alone (Q4_0, Q8_0 and Q6_K's
+// d; Q4_1's d and m; Q4_K's d and dmin): a value is a finite scale times a small integer, plus a
+// finite minimum, so it is finite exactly when every scale is, and a NaN or infinite scale makes
+// some value of its block NaN or infinite (an infinite one times a zero quant is NaN). What the
+// loader checks of a matrix kept only as blocks: no dequantization, a few bytes a block.
+bool quantMatrixFinite(const QuantMatrix& w);
+
 // y (w.rows values) = W·x (w.cols values), rows split over OpenMP's threads; the widest build the CPU
 // runs. quantMatVecIsa() names it: "avx512", "avx2+fma" or "portable".
 void quantMatVec(const QuantMatrix& w, const float* x, float* y);
