@@ -85,6 +85,9 @@ private slots:
         QTest::newRow("R = 16 in two stage groups, two subspaces per head, GQA 8") << 8;
         QTest::newRow("R = 8, one stage group, two blocks and a partial one") << 9;
         QTest::newRow("R = 32: four stage groups") << 10;
+        QTest::newRow("K = 16, R = 16: 4-bit codes read packed, GQA 3 (SmolLM2's 1 bit)") << 11;
+        QTest::newRow("K = 16, R = 32: 4-bit codes read packed, GQA 6 in 8 lanes (Qwen's 1 bit)") << 12;
+        QTest::newRow("K = 16, R = 8: 4-bit codes read packed, two subspaces per head") << 13;
     }
     void everyPathMatchesItsReference()
     {
@@ -106,6 +109,11 @@ private slots:
             {"r16", {8, 1, 64}, 32, 16, 256, 600, 1, 1},
             {"r8", {8, 2, 128}, 128, 8, 256, 520, 1, 2},
             {"r32", {4, 1, 64}, 64, 32, 256, 300, 1, 1},
+            // K = 16 at R = 8, 16, 32: the lookup path reads the codes two a byte, as the cache packs
+            // them (the paper path's copy a byte per code is the other reading of the same bytes).
+            {"k16 r16", {9, 3, 64}, 64, 16, 16, 600, 1, 2},
+            {"k16 r32", {12, 2, 128}, 128, 32, 16, 530, 2, 2},
+            {"k16 r8", {8, 2, 64}, 32, 8, 16, 300, 1, 2},
         };
         const Case& cs = cases[index];
         const auto kb = syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 11);

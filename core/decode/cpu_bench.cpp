@@ -167,8 +167,8 @@ CpuRates measureCpuRates(int threads, const DecodeShape& shape, int dim, int sta
                 std::normal_distribution<float> normal;
                 for (auto& t : T)
                     t = normal(rng);
-                const cpudecode::CodeView kv{kc.data(), std::int64_t(d.P) * d.R, d.R},
-                    vv{vc.data(), std::int64_t(d.P) * d.R, d.R};
+                const cpudecode::CodeView kv{kc.data(), std::int64_t(d.P) * d.R, d.R, 8},
+                    vv{vc.data(), std::int64_t(d.P) * d.R, d.R, 8};
                 std::fill(m.begin(), m.end(), -1e30f);
                 kern.lookup(d, T.data(), kv, vv, n, m.data(), l.data(), W.data()); // warm
 #pragma omp barrier

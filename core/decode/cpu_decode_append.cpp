@@ -31,18 +31,23 @@ using namespace cpudecodeimpl;
 
 namespace {
 
+// Below this many codewords a stage's book is a few KB (16 × 64 FP32 values: 4 KB), read from the
+// inner caches: the FP16 screen's bound and second look would cost more than the bytes it saves.
+constexpr int kMinScreenedCodewords = 64;
+
 // The panels of every (subspace, stage) of a book, packed at the first append of a few rows: FP16
-// with an exact second look where the CPU has AVX-512 and every codeword fits FP16 (none is needed
-// past that), else the assignment kernel's FP32 panels.
+// with an exact second look where the CPU has AVX-512, the books are large enough and every codeword
+// fits FP16 (none is needed past that), else the assignment kernel's FP32 panels.
 void packFew(const Codebooks& cb, FewPanels& p, const nearest::NearestKernels& kernel)
 {
     if (p.packed)
         return;
     const int M = cb.subspaces, R = cb.stages;
-    for (int m = 0; m < M; ++m)
-        for (int r = 0; r < R; ++r)
-            p.screened.push_back(nearest::packScreened(MatrixRF(cb.book(m, r))));
-    if (std::any_of(p.screened.begin(), p.screened.end(), [](const auto& s) { return !s; })) {
+    if (cb.k >= kMinScreenedCodewords)
+        for (int m = 0; m < M; ++m)
+            for (int r = 0; r < R; ++r)
+                p.screened.push_back(nearest::packScreened(MatrixRF(cb.book(m, r))));
+    if (p.screened.empty() || std::any_of(p.screened.begin(), p.screened.end(), [](const auto& s) { return !s; })) {
         p.screened.clear();
         for (int m = 0; m < M; ++m)
             for (int r = 0; r < R; ++r)
@@ -83,7 +88,6 @@ void encodeFew(const MatrixRF& keys, const MatrixRF& values, const FewBooks& c, 
         const std::int64_t i = (item % (rows * M)) / M;
         const int m = int(item % M);
         const MatrixRF& X = isKey ? keys : values;
-        const Codebooks& cb = isKey ? c.keyBooks : c.valueBooks;
         const auto& few = isKey ? c.keyFew : c.valueFew;
         Codes& codes = isKey ? ck : cv;
         thread_local std::vector<float> res, scratch;
@@ -97,9 +101,22 @@ void encodeFew(const MatrixRF& keys, const MatrixRF& values, const FewBooks& c, 
             else
                 kernel.nearest(res.data(), 1, D, few.fp32[at], &label, &score);
             codes(i, Eigen::Index(m) * R + r) = label;
-            const float* cw = cb.book(m, r).row(label).data();
+            // The codeword from the bytes the search just read (the screen's FP32 copy, which scored
+            // the winner again, or the FP32 panel, a codeword every `width` floats): the same values as
+            // the book's row, which would be a miss to memory on the chain's critical path, stage
+            // after stage (the decode step's weights evict the books between steps).
+            const float* cw = nullptr;
+            std::size_t stride = 1;
+            if (!few.screened.empty()) {
+                cw = few.screened[at].C.row(label).data();
+            } else {
+                const nearest::NearestPanels& pn = few.fp32[at];
+                cw = pn.panels() + std::size_t(label / pn.width) * std::size_t(D) * std::size_t(pn.width) +
+                     std::size_t(label % pn.width);
+                stride = std::size_t(pn.width);
+            }
             for (int d = 0; d < D; ++d)
-                res[std::size_t(d)] -= cw[d];
+                res[std::size_t(d)] -= cw[std::size_t(d) * stride];
         }
     }
 }

@@ -92,13 +92,16 @@ struct CpuDecodeCache::Impl {
         return int(std::max<std::int64_t>(1, std::min(want, tokens / minTokens)));
     }
 
+    // The codes of tokens [t0, t1) of a KV head as the path reads them: as packed where a code is a byte,
+    // or where the lookup path reads 4-bit codes packed (cpu_kernels.h's lookupReadsNibbles).
     cpudecode::CodeView view(const PackedCodes& p, int head, std::int64_t t0, std::int64_t t1, std::size_t item,
-                             bool values)
+                             bool values, DecodePath path)
     {
-        if (bits == 8)
+        const bool nibbles = bits == 4 && path == DecodePath::Lookup && cpudecode::lookupReadsNibbles(d);
+        if (bits == 8 || nibbles)
             return {p.data.data() + (std::size_t(head) * d.P * p.capacity + std::size_t(t0)) * bpt, bpt,
-                    std::int64_t(p.capacity) * bpt};
-        // Codes narrower than a byte: unpacked once per step into the item's buffer, [token][subspace][stage].
+                    std::int64_t(p.capacity) * bpt, bits};
+        // Other codes narrower than a byte: unpacked once per step into the item's buffer, [token][subspace][stage].
         auto& buf = unpacked[item * 2 + (values ? 1 : 0)];
         const std::int64_t n = t1 - t0, per = std::int64_t(d.P) * d.R;
         buf.resize(std::size_t(n * per));
@@ -106,7 +109,7 @@ struct CpuDecodeCache::Impl {
             for (int sp = 0; sp < d.P; ++sp)
                 for (int r = 0; r < d.R; ++r)
                     buf[std::size_t(t * per + sp * d.R + r)] = std::uint8_t(packedCode(p, head * d.P + sp, t0 + t, r));
-        return {buf.data(), per, d.R};
+        return {buf.data(), per, d.R, 8};
     }
 
     void ensureRope()

@@ -91,8 +91,8 @@ void CpuDecodeCache::Impl::step(DecodePath path)
             k.fp16(d, k16[std::size_t(b)].data() + base, v16[std::size_t(b)].data() + base, t1 - t0, qh, mi, li, ai);
             return;
         }
-        const CodeView vv = view(vc[std::size_t(b)], h, t0, t1, std::size_t(i), true);
-        const CodeView kv = view(kc[std::size_t(b)], h, t0, t1, std::size_t(i), false);
+        const CodeView vv = view(vc[std::size_t(b)], h, t0, t1, std::size_t(i), true, path);
+        const CodeView kv = view(kc[std::size_t(b)], h, t0, t1, std::size_t(i), false, path);
         if (path == DecodePath::Lookup)
             k.lookup(d, tables.data() + std::size_t(head) * binsPerItem(), kv, vv, t1 - t0, mi, li, ai);
         else

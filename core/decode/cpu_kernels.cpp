@@ -417,27 +417,27 @@ inline void prefetchCodes(const CodeView& v, int P, std::int64_t t, int n)
     }
 }
 
-// f(r, code) for the N ≤ 8 codes c[0..N), unrolled: read as one little-endian word and taken apart
-// with shifts, one load for up to eight codes instead of one per code (with the stage groups below,
-// 1.5× faster for the whole lookup loop on a Zen 4, whose loads, not its arithmetic, bound it).
-template <int N, typename F> inline void forEachCode(const std::uint8_t* c, F&& f)
+// f(r, code) for the N ≤ 8 codes at c, `Bits` (8 or 4) wide each, unrolled: read as one little-endian
+// word and taken apart with shifts, one load for up to eight codes instead of one per code (with the
+// stage groups below, 1.5× faster for the whole lookup loop on a Zen 4, whose loads, not its
+// arithmetic, bound it).
+template <int N, int Bits, typename F> inline void forEachCode(const std::uint8_t* c, F&& f)
 {
-    static_assert(N >= 1 && N <= 8);
+    static_assert(N >= 1 && N <= 8 && (Bits == 8 || Bits == 4));
+    constexpr int bytes = (N * Bits + 7) / 8;
+    constexpr unsigned mask = (1u << Bits) - 1u;
+    std::uint64_t word = 0;
     if constexpr (std::endian::native == std::endian::little) {
-        std::uint64_t word = 0;
-        std::memcpy(&word, c, N);
-        [&]<int... I>(std::integer_sequence<int, I...>)
-        {
-            (f(I, unsigned(word >> (8 * I)) & 0xffu), ...);
-        }
-        (std::make_integer_sequence<int, N>{});
+        std::memcpy(&word, c, bytes);
     } else {
-        [&]<int... I>(std::integer_sequence<int, I...>)
-        {
-            (f(I, unsigned(c[I])), ...);
-        }
-        (std::make_integer_sequence<int, N>{});
+        for (int i = 0; i < bytes; ++i)
+            word |= std::uint64_t(c[i]) << (8 * i);
     }
+    [&]<int... I>(std::integer_sequence<int, I...>)
+    {
+        (f(I, unsigned(word >> (Bits * I)) & mask), ...);
+    }
+    (std::make_integer_sequence<int, N>{});
 }
 
 // f(first stage, stages) for R stages in groups of up to eight (the last one smaller), each group's
@@ -457,11 +457,13 @@ template <int R, typename F> inline void forEachStageGroup(F&& f)
 // group (token by token inside a group, two chains of adds), then the weights, then the bins, again
 // group by group. Measured on a Zen 4 against token by token over all stages with a byte load per
 // code: 1.3–1.6× faster (R = 8 to 16).
+// K = 16 reads the codes packed, two a byte (lookupReadsNibbles): a group of eight stages is 4 bytes.
 template <int Gp, int R, int K>
 void lookupFixed(const HeadDims& d, const float* T, CodeView kc, CodeView vc, std::int64_t n, float* m, float* l,
                  float* W)
 {
     using L = Lanes<Gp>;
+    constexpr int Bits = K == 16 ? 4 : 8;
     constexpr std::int64_t stage = std::int64_t(K) * Gp;
     alignas(32) float s[kLookupBlock * Gp];
     for (std::int64_t t0 = 0; t0 < n; t0 += kLookupBlock) {
@@ -474,11 +476,11 @@ void lookupFixed(const HeadDims& d, const float* T, CodeView kc, CodeView vc, st
         for (int p = 0; p < d.P; ++p)
             forEachStageGroup<R>([&](auto g0, auto width) {
                 const float* Tg = T + (std::size_t(p) * R + g0) * stage;
-                const std::uint8_t* c = kc.data + t0 * kc.tokenStride + p * kc.subspaceStride + g0;
+                const std::uint8_t* c = kc.data + t0 * kc.tokenStride + p * kc.subspaceStride + g0 * Bits / 8;
                 const bool first = p == 0 && g0 == 0;
                 for (int t = 0; t < bt; ++t) {
                     L a0 = first ? L::zero() : L::load(s + std::size_t(t) * Gp), a1 = L::zero();
-                    forEachCode<decltype(width)::value>(c + t * kc.tokenStride, [&](int r, unsigned code) {
+                    forEachCode<decltype(width)::value, Bits>(c + t * kc.tokenStride, [&](int r, unsigned code) {
                         const L e = L::load(Tg + r * stage + std::int64_t(code) * Gp);
                         if (r & 1)
                             a1 = a1 + e;
@@ -492,10 +494,10 @@ void lookupFixed(const HeadDims& d, const float* T, CodeView kc, CodeView vc, st
         for (int p = 0; p < d.P; ++p)
             forEachStageGroup<R>([&](auto g0, auto width) {
                 float* Wg = W + (std::size_t(p) * R + g0) * stage;
-                const std::uint8_t* c = vc.data + t0 * vc.tokenStride + p * vc.subspaceStride + g0;
+                const std::uint8_t* c = vc.data + t0 * vc.tokenStride + p * vc.subspaceStride + g0 * Bits / 8;
                 for (int t = 0; t < bt; ++t) {
                     const L w = L::load(s + std::size_t(t) * Gp);
-                    forEachCode<decltype(width)::value>(c + t * vc.tokenStride, [&](int r, unsigned code) {
+                    forEachCode<decltype(width)::value, Bits>(c + t * vc.tokenStride, [&](int r, unsigned code) {
                         float* bin = Wg + r * stage + std::int64_t(code) * Gp;
                         (L::load(bin) + w).store(bin);
                     });
@@ -540,6 +542,17 @@ template <int Gp>
 void lookupGroup(const HeadDims& d, const float* T, CodeView kc, CodeView vc, std::int64_t n, float* m, float* l,
                  float* W)
 {
+    if (kc.bits == 4 && lookupReadsNibbles(d))
+        switch (d.R) {
+        case 8:
+            return lookupFixed<Gp, 8, 16>(d, T, kc, vc, n, m, l, W);
+        case 16:
+            return lookupFixed<Gp, 16, 16>(d, T, kc, vc, n, m, l, W);
+        case 32:
+            return lookupFixed<Gp, 32, 16>(d, T, kc, vc, n, m, l, W);
+        default:
+            break;
+        }
     if (d.K == 256)
         switch (d.R) {
         case 4:

@@ -31,11 +31,22 @@ struct HeadDims {
     int K = 0;  // codewords per stage, ≤ 256
 };
 
-// Codes of one KV head, one byte per code: code(t, p, r) = data[t·tokenStride + p·subspaceStride + r].
+// Codes of one KV head: code(t, p, r) is field r, `bits` wide and least significant first, of the bytes
+// at data + t·tokenStride + p·subspaceStride. With 8 bits (every path) it is byte r; with 4 (the lookup
+// path's shapes of lookupReadsNibbles, read as the cache packs them) the low nibble of byte r/2 for an
+// even r, the high one for an odd r.
 struct CodeView {
     const std::uint8_t* data = nullptr;
     std::int64_t tokenStride = 0, subspaceStride = 0;
+    int bits = 8;
 };
+
+// The shapes whose codes the lookup path reads packed, 4 bits apiece (K = 16 with R = 8, 16 or 32: 1 bit
+// per activation at D = 64 with R = 16, and at D = 128 with R = 32), with no copy a byte per code.
+inline bool lookupReadsNibbles(const HeadDims& d)
+{
+    return d.K == 16 && (d.R == 8 || d.R == 16 || d.R == 32);
+}
 
 struct Kernels {
     const char* isa; // "avx512", "avx2+fma+f16c" or "portable"
