@@ -35,10 +35,13 @@ namespace {
 // inner caches: the FP16 screen's bound and second look would cost more than the bytes it saves.
 constexpr int kMinScreenedCodewords = 64;
 
-// The panels of every (subspace, stage) of a book, packed at the first append of a few rows: FP16
-// with an exact second look where the CPU has AVX-512, the books are large enough and every codeword
-// fits FP16 (none is needed past that), else the assignment kernel's FP32 panels.
-void packFew(const Codebooks& cb, FewPanels& p, const nearest::NearestKernels& kernel)
+} // namespace
+
+// The panels of every (subspace, stage) of a book, packed at the first append of a few rows (or the
+// first lookup step that reads the key panels): FP16 with an exact second look where the CPU has
+// AVX-512, the books are large enough and every codeword fits FP16 (none is needed past that), else
+// the assignment kernel's FP32 panels.
+void cpudecodeimpl::packFewPanels(const Codebooks& cb, FewPanels& p, const nearest::NearestKernels& kernel)
 {
     if (p.packed)
         return;
@@ -55,6 +58,8 @@ void packFew(const Codebooks& cb, FewPanels& p, const nearest::NearestKernels& k
     }
     p.packed = true;
 }
+
+namespace {
 
 // Greedy encoding of a few rows of keys and of values through every stage, as encode(X, cb, 1,
 // backend) gives it with the CPU backend: each stage's label is the assignment kernel's nearest
@@ -75,8 +80,8 @@ struct FewBooks {
 void encodeFew(const MatrixRF& keys, const MatrixRF& values, const FewBooks& c, const nearest::NearestKernels& kernel,
                Codes& ck, Codes& cv)
 {
-    packFew(c.keyBooks, c.keyFew, kernel);
-    packFew(c.valueBooks, c.valueFew, kernel);
+    packFewPanels(c.keyBooks, c.keyFew, kernel);
+    packFewPanels(c.valueBooks, c.valueFew, kernel);
     const int M = c.keyBooks.subspaces, R = c.keyBooks.stages, D = c.keyBooks.dim;
     const std::int64_t rows = keys.rows();
     ck.resize(rows, Eigen::Index(M) * R);

@@ -49,6 +49,11 @@ struct FewPanels {
     bool packed = false;
 };
 
+// Packs p from cb at its first use (cpu_decode_append.cpp): FP16 panels with an exact second look
+// where the CPU has AVX-512, the books are large enough and every codeword fits FP16, else the
+// assignment kernel's FP32 panels.
+void packFewPanels(const Codebooks& cb, FewPanels& p, const nearest::NearestKernels& kernel);
+
 } // namespace cpudecodeimpl
 
 struct CpuDecodeCache::Impl {
@@ -63,6 +68,9 @@ struct CpuDecodeCache::Impl {
     // once per (subspace, stage) (made at the first such append): the backend's labels, bit for bit
     // (see encodeFew), without its per-call packing and binding.
     cpudecodeimpl::FewPanels keyFew, valueFew;
+    // The lookup path's tables read the key panels the append searches (cpu_panel_kernels.h), where
+    // there are FP16 ones: per (KV head, subspace, stage), each panel's first half.
+    std::vector<const std::uint16_t*> keyPanels;
     Codebooks kb16, vb16; // rounded to FP16, as floats (for references)
     std::vector<std::uint16_t> kbh, vbh;
     std::vector<PackedCodes> kc, vc;                  // per sequence, with room for `capacity` tokens
@@ -131,6 +139,10 @@ struct CpuDecodeCache::Impl {
         ropeOffset = positionOffset;
         ropeTokens = tokens;
     }
+
+    // Whether the lookup path's tables come from the append's key panels here (the AVX-512 kernels,
+    // FP16 panels, contiguous subspaces), packing them at the first such step.
+    bool tablesFromKeyPanels();
 
     void step(DecodePath path);
 };

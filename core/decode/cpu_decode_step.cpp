@@ -2,6 +2,7 @@
 // partials combined (cpu_decode.h); the inner loops are cpu_kernels.cpp's.
 
 #include "core/decode/cpu_decode_impl.h"
+#include "core/decode/cpu_panel_kernels.h"
 
 #include "core/base/error.h"
 #include "core/base/process.h"
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <string_view>
 
 namespace gsrq {
 
@@ -27,6 +29,19 @@ using cpudecode::CodeView;
 using cpudecode::HeadDims;
 using cpudecode::Kernels;
 using namespace cpudecodeimpl;
+
+bool CpuDecodeCache::Impl::tablesFromKeyPanels()
+{
+    if (std::string_view(kernels->isa) != "avx512" || !cpudecode::panelKernelsRun(d) || !keyBooks.order.empty())
+        return false;
+    packFewPanels(keyBooks, keyFew, nearest::bestNearest());
+    if (keyFew.screened.empty())
+        return false;
+    if (keyPanels.empty())
+        for (const auto& panel : keyFew.screened)
+            keyPanels.push_back(panel.first());
+    return true;
+}
 
 void CpuDecodeCache::Impl::step(DecodePath path)
 {
@@ -71,10 +86,15 @@ void CpuDecodeCache::Impl::step(DecodePath path)
     const Kernels& k = *kernels;
     const std::size_t booksPerHead = std::size_t(headBooks());
 
+    const bool panels = path == DecodePath::Lookup && tablesFromKeyPanels();
     const auto buildTables = [&](std::int64_t i) {
         const int b = int(i / H), h = int(i % H);
-        k.tables(d, qs.data() + (std::size_t(b) * s.heads + std::size_t(h) * G) * hd,
-                 kbh.data() + std::size_t(h) * booksPerHead, tables.data() + std::size_t(i) * binsPerItem());
+        const float* qh = qs.data() + (std::size_t(b) * s.heads + std::size_t(h) * G) * hd;
+        float* T = tables.data() + std::size_t(i) * binsPerItem();
+        if (panels)
+            cpudecode::tablesFromPanels(d, qh, keyPanels.data() + std::size_t(h) * d.P * d.R, T);
+        else
+            k.tables(d, qh, kbh.data() + std::size_t(h) * booksPerHead, T);
     };
     const auto partial = [&](std::int64_t i) {
         const std::int64_t head = i / S;

@@ -641,46 +641,50 @@ void paper(const HeadDims& d, const float* q, const std::uint16_t* books, const 
 
 // ---- values: one product of the bins with the value codebooks ----
 
-// One pass over a tile of codewords (L1 resident) for CH chunks of 8 features, the accumulators
+// One pass over a tile of codewords (L1 resident) for CH chunks of V::N features, the accumulators
 // loaded from and stored back to out.
-template <int G, int CH>
+template <typename V, int G, int CH>
 void valuesPass(const HeadDims& d, const float* w, const std::uint16_t* cw, int rows, int c0, float* out)
 {
+    constexpr int N = V::N;
     const int D = d.D;
-    V8 a[G][CH];
+    V a[G][CH];
     GSRQ_UNROLL
     for (int g = 0; g < G; ++g) {
         GSRQ_UNROLL
         for (int j = 0; j < CH; ++j)
-            a[g][j] = V8::load(out + std::size_t(g) * d.hd + (c0 + j) * 8);
+            a[g][j] = V::load(out + std::size_t(g) * d.hd + (c0 + j) * N);
     }
     for (int i = 0; i < rows; ++i) {
-        V8 x[CH];
+        V x[CH];
         GSRQ_UNROLL
         for (int j = 0; j < CH; ++j)
-            x[j] = V8::loadHalf(cw + std::size_t(i) * D + (c0 + j) * 8);
+            x[j] = V::loadHalf(cw + std::size_t(i) * D + (c0 + j) * N);
         const float* wi = w + std::size_t(i) * d.Gp;
         GSRQ_UNROLL
         for (int g = 0; g < G; ++g) {
-            const V8 wg = V8::set1(wi[g]);
+            const V wg = V::set1(wi[g]);
             GSRQ_UNROLL
             for (int j = 0; j < CH; ++j)
-                a[g][j] = V8::fma(x[j], wg, a[g][j]);
+                a[g][j] = V::fma(x[j], wg, a[g][j]);
         }
     }
     GSRQ_UNROLL
     for (int g = 0; g < G; ++g) {
         GSRQ_UNROLL
         for (int j = 0; j < CH; ++j)
-            a[g][j].store(out + std::size_t(g) * d.hd + (c0 + j) * 8);
+            a[g][j].store(out + std::size_t(g) * d.hd + (c0 + j) * N);
     }
 }
 
-template <int G> void valuesGroup(const HeadDims& d, const float* W, const std::uint16_t* books, float* out)
+// The bins' product with the value codewords over vectors V (CH chunks of V::N features a pass):
+// VW, the build's widest, where D is a multiple of its width (AVX-512: half the instructions of
+// 8-wide chunks per codeword), else V8.
+template <typename V, int G, int CH>
+void valuesOver(const HeadDims& d, const float* W, const std::uint16_t* books, float* out)
 {
-    constexpr int CH = chunksPerPass<G>();
     constexpr int kTile = 16; // codewords per tile: 16 × D halves stay in L1 across the passes
-    const int C = d.D / 8;
+    const int C = d.D / V::N;
     const std::int64_t rows = std::int64_t(d.R) * d.K;
     for (int g = 0; g < G; ++g)
         std::fill(out + std::size_t(g) * d.hd, out + std::size_t(g + 1) * d.hd, 0.f);
@@ -697,11 +701,19 @@ template <int G> void valuesGroup(const HeadDims& d, const float* W, const std::
                     __builtin_prefetch(cw + std::size_t(kTile) * d.D + off, 0, 3);
             int c = 0;
             for (; c + CH <= C; c += CH)
-                valuesPass<G, CH>(d, w, cw, n, c, op);
+                valuesPass<V, G, CH>(d, w, cw, n, c, op);
             for (; c < C; ++c)
-                valuesPass<G, 1>(d, w, cw, n, c, op);
+                valuesPass<V, G, 1>(d, w, cw, n, c, op);
         }
     }
+}
+
+template <int G> void valuesGroup(const HeadDims& d, const float* W, const std::uint16_t* books, float* out)
+{
+    if (VW::N != V8::N && d.D % VW::N == 0)
+        valuesOver<VW, G, fp16ChunksPerPass<G>()>(d, W, books, out);
+    else
+        valuesOver<V8, G, chunksPerPass<G>()>(d, W, books, out);
 }
 
 void values(const HeadDims& d, const float* W, const std::uint16_t* books, float* out)
