@@ -194,6 +194,28 @@ def test_claims_give_the_known_verdicts(tmp_path):
     assert "GSRQ − KM-RQ at 1 BPA" in t2 and "within the interval" in t2 and "not measured in these tables" in t2
 
 
+def test_ablation_reads_the_main_methods_as_its_ends(tmp_path):
+    # A table of the main methods (km-rq, gsrq) with ablation rows beside them: km-rq@1 is the
+    # ablation's KM and gsrq@1 its GSKM with log weights (the same training in real_table.py), so
+    # claim 4 compares gskm@1 with km-rq@1 and gsrq@1 with gskm@1, and claim 5 gsrq@1 with its τ rows.
+    # GSKM (0.20 nat) sits between KM (0.25) and GSKM-log (0.15), 0.05 nat apart where the seeds
+    # spread ±0.01; τ = 2 is worse (0.25), τ = 0.5 the same as τ = 1: holds, holds, holds, within.
+    path = synthetic_table(tmp_path, "ablation.json", methods={
+        "km-rq@1": ("km-rq", 1.0, 0.25, 0.01), "gsrq@1": ("gsrq", 1.0, 0.15, 0.01),
+        "gskm@1": ("gskm", 1.0, 0.20, 0.01), "gsrq@1:tau2": ("gsrq", 1.0, 0.25, 0.01),
+        "gsrq@1:tau0.5": ("gsrq", 1.0, 0.15, 0.01)})
+    text = claims.generate([str(path)])
+    def line(start):
+        return next(ln.strip() for ln in text.splitlines() if ln.strip().startswith(start))
+    assert ": holds:" in line("- GSKM against KM (no weights) at 1 BPA (gskm@1 − km-rq@1)")
+    assert ": holds:" in line("- log weights on GSKM at 1 BPA (gsrq@1 − gskm@1)")
+    assert ": holds:" in line("- τ = 1 against τ = 2 at 1 BPA (gsrq@1 − gsrq@1:tau2)")
+    assert "within the interval" in line("- τ = 1 against τ = 0.5 at 1 BPA")
+    # Without an ablation row, the main methods alone claim no ablation.
+    main = claims.generate([str(synthetic_table(tmp_path, "main.json"))])
+    assert "GSKM against KM" not in main and "τ = 1 against" not in main
+
+
 def test_check_and_write_keep_a_document_generated(tmp_path):
     path = synthetic_table(tmp_path, "t.json")
     doc = tmp_path / "doc.md"
