@@ -11,6 +11,7 @@
 #include "core/cluster/nearest_screened.h"
 #include "core/decode/cpu_bench.h"
 #include "core/decode/cpu_decode.h"
+#include "core/decode/cpu_panel_kernels.h"
 #include "core/lm/rope.h"
 #include "core/store/run_store.h"
 #include "test_util.h"
@@ -23,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -88,6 +91,7 @@ private slots:
         QTest::newRow("K = 16, R = 16: 4-bit codes read packed, GQA 3 (SmolLM2's 1 bit)") << 11;
         QTest::newRow("K = 16, R = 32: 4-bit codes read packed, GQA 6 in 8 lanes (Qwen's 1 bit)") << 12;
         QTest::newRow("K = 16, R = 8: 4-bit codes read packed, two subspaces per head") << 13;
+        QTest::newRow("K = 16, R = 16: 4-bit codes read packed from a token split's first token") << 14;
     }
     void everyPathMatchesItsReference()
     {
@@ -114,6 +118,7 @@ private slots:
             {"k16 r16", {9, 3, 64}, 64, 16, 16, 600, 1, 2},
             {"k16 r32", {12, 2, 128}, 128, 32, 16, 530, 2, 2},
             {"k16 r8", {8, 2, 64}, 32, 8, 16, 300, 1, 2},
+            {"k16 splits", {4, 1, 64}, 64, 16, 16, 4500, 1, 3},
         };
         const Case& cs = cases[index];
         const auto kb = syntheticDecodeBooks(cs.shape, cs.dim, cs.stages, cs.k, 11);
@@ -151,6 +156,78 @@ private slots:
                 QCOMPARE(c.splits(DecodePath::Lookup), 1);
             }
         }
+    }
+
+    void tablesFromTheAppendsPanels()
+    {
+        // The lookup tables from the append's FP16 panels (cpu_panel_kernels.h) against the kernels'
+        // own, from the same FP16 codewords row by row: every query group G = 1..8 (the groups in
+        // flight and their tail), K = 64, 128, 256, one and two subspaces a head. Both are FP32 sums
+        // of the same D products in two orders, so an entry differs by at most about D·u·Σ|q·c|
+        // (u = 2⁻²⁴; 64·6e-8 = 4e-6): 1e-5 of Σ|q·c| per entry. Lanes past G are exactly 0.
+        const cpudecode::Kernels* wide = cpudecode::avx512Kernels();
+        if (!wide || !cpudecode::panelKernelsRun({1, 4, 64, 64, 1, 1, 64}))
+            QSKIP("this CPU has no AVX-512: the append's FP16 panels, and the tables from them, do not exist here");
+        std::mt19937 rng(5);
+        std::normal_distribution<float> normal;
+        for (int G = 1; G <= 8; ++G)
+            for (const int K : {64, 128, 256})
+                for (const int P : {1, 2}) {
+                    cpudecode::HeadDims d;
+                    d.G = G;
+                    d.Gp = G <= 4 ? 4 : 8;
+                    d.hd = 64;
+                    d.D = 64 / P;
+                    d.P = P;
+                    d.R = 3;
+                    d.K = K;
+                    std::vector<float> q(std::size_t(G) * d.hd);
+                    for (auto& x : q)
+                        x = normal(rng);
+                    std::vector<std::uint16_t> halves(std::size_t(P) * d.R * K * d.D);
+                    std::vector<nearest::ScreenedPanels> packed;
+                    std::vector<const std::uint16_t*> panels;
+                    for (int p = 0; p < P; ++p)
+                        for (int r = 0; r < d.R; ++r) {
+                            MatrixRF C(K, d.D);
+                            for (Eigen::Index i = 0; i < C.size(); ++i)
+                                C.data()[i] = normal(rng);
+                            for (int c = 0; c < K; ++c)
+                                for (int f = 0; f < d.D; ++f)
+                                    halves[((std::size_t(p) * d.R + r) * K + c) * d.D + f] =
+                                        Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(C(c, f)));
+                            packed.push_back(nearest::packScreened(C));
+                            QVERIFY(bool(packed.back()));
+                        }
+                    for (const auto& pn : packed)
+                        panels.push_back(pn.first());
+                    const std::size_t entries = std::size_t(P) * d.R * K * d.Gp;
+                    std::vector<float> a(entries, -1.f), b(entries, -1.f);
+                    cpudecode::tablesFromPanels(d, q.data(), panels.data(), a.data());
+                    wide->tables(d, q.data(), halves.data(), b.data());
+                    for (std::size_t e = 0; e < entries; ++e) {
+                        const int g = int(e % std::size_t(d.Gp));
+                        const std::size_t row = e / std::size_t(d.Gp);
+                        const int p = int(row / (std::size_t(d.R) * K));
+                        if (g >= G) {
+                            QCOMPARE(a[e], 0.f);
+                            continue;
+                        }
+                        double mag = 0;
+                        for (int f = 0; f < d.D; ++f)
+                            mag += std::fabs(double(q[std::size_t(g) * d.hd + std::size_t(p) * d.D + f]) *
+                                             double(float(Eigen::numext::bit_cast<Eigen::half>(
+                                                 halves[row * std::size_t(d.D) + std::size_t(f)]))));
+                        QVERIFY2(std::fabs(double(a[e]) - double(b[e])) <= 1e-5 * mag,
+                                 qPrintable(QString("G %1 K %2 P %3 entry %4: %5 against %6")
+                                                .arg(G)
+                                                .arg(K)
+                                                .arg(P)
+                                                .arg(e)
+                                                .arg(a[e])
+                                                .arg(b[e])));
+                    }
+                }
     }
 
     void vectorKernelsAgreeWithPortableOnes()
@@ -361,6 +438,27 @@ private slots:
                 QCOMPARE(ck, encode(k, kb1, 1, *backend));
                 QCOMPARE(cv, encode(v, vb1, 1, *backend));
             }
+        }
+        // A K = 256 book with one codeword past FP16's range: the FP16 screen refuses it, and the
+        // append searches the FP32 panels, eight of 32 codewords (16 on AVX2) a stage, taking each
+        // chosen codeword back out of its panel: the quantizer's codes still, for labels in any panel.
+        {
+            const DecodeShape s1{2, 1, 64};
+            Codebooks kb1 = syntheticDecodeBooks(s1, 32, 4, 256, 9);
+            const Codebooks vb1 = syntheticDecodeBooks(s1, 32, 4, 256, 10);
+            kb1.book(1, 2)(255, 5) = 70000.f;
+            CpuDecodeCache one({s1, 1, 64, true, 10000, 2, ""}, kb1, vb1);
+            std::vector<int> panels(8, 0);
+            for (int t = 0; t < 40; ++t) {
+                const MatrixRF k = test::randomRows(1, 64, 300 + t, 0.7f), v = test::randomRows(1, 64, 400 + t, 0.7f);
+                const auto [ck, cv] = one.append(k, v);
+                QCOMPARE(ck, encode(k, kb1, 1, *backend));
+                QCOMPARE(cv, encode(v, vb1, 1, *backend));
+                for (Eigen::Index j = 0; j < ck.cols(); ++j)
+                    ++panels[std::size_t(ck(0, j) / 32)];
+            }
+            QVERIFY2(std::count_if(panels.begin(), panels.end(), [](int n) { return n > 0; }) >= 6,
+                     "the labels should fall in most of the eight panels");
         }
         // FP16 copies only: the rows rounded, their codes 0, the FP16 path reads them as append's.
         {

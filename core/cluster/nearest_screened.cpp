@@ -49,12 +49,12 @@ GSRQ_SCREEN_AVX512 __m512 groupScores(const float* x, const ScreenedPanels& p, i
     const std::uint16_t* P = p.first() + std::size_t(g0) * std::size_t(D) * kLanes;
     // The next G groups (G·D·32 bytes), a few lines each feature, on their way in while these are
     // scored (the panels are out of the cache at a decode step's append).
-    const std::size_t ahead = g0 + 2 * G <= p.groups ? std::size_t(G) * std::size_t(D) * kLanes : 0;
-    const std::size_t linesPerFeature = ahead ? (std::size_t(G) * kLanes * 2 + 63) / 64 : 0;
+    const std::size_t lines = g0 + 2 * G <= p.groups ? (std::size_t(G) * std::size_t(D) * kLanes * 2 + 63) / 64 : 0;
+    const std::size_t perFeature = (lines + std::size_t(D) - 1) / std::size_t(D);
+    const char* next = reinterpret_cast<const char*>(P + std::size_t(G) * std::size_t(D) * kLanes);
     for (int d = 0; d < D; ++d) {
-        for (std::size_t l = 0; l < linesPerFeature; ++l)
-            __builtin_prefetch(reinterpret_cast<const char*>(P + ahead) + (std::size_t(d) * linesPerFeature + l) * 64,
-                               0, 3);
+        for (std::size_t l = std::size_t(d) * perFeature; l < std::min(lines, std::size_t(d + 1) * perFeature); ++l)
+            __builtin_prefetch(next + l * 64, 0, 3);
         const __m512 xv = _mm512_set1_ps(x[d]);
 #pragma GCC unroll 8
         for (int j = 0; j < G; ++j) {

@@ -8,6 +8,7 @@
 #include "core/decode/cpu_decode.h"
 #include "core/decode/cpu_kernels.h"
 #include "core/decode/decode_sweep.h"
+#include "core/lm/decode_cache.h"
 #include "core/lm/rope.h"
 
 #include <omp.h>
@@ -156,8 +157,12 @@ CpuRates measureCpuRates(int threads, const DecodeShape& shape, int dim, int sta
 #pragma omp parallel num_threads(threads) reduction(max : seconds)
             {
                 std::mt19937 rng(unsigned(17 + omp_get_thread_num()));
-                std::uniform_int_distribution<int> code(0, d.K - 1);
-                std::vector<std::uint8_t> kc(std::size_t(n * d.P * d.R)), vc(kc.size());
+                // Codes as the step reads them: packed two a byte where the loop reads them so (any byte
+                // then holds two codes of 0..15), else a byte each.
+                const bool nibbles = cpudecode::lookupReadsNibbles(d);
+                const int perSubspace = nibbles ? PackedCodes::bytesFor(d.R, 4) : d.R;
+                std::uniform_int_distribution<int> code(0, nibbles ? 255 : d.K - 1);
+                std::vector<std::uint8_t> kc(std::size_t(n * d.P * perSubspace)), vc(kc.size());
                 for (auto& c : kc)
                     c = std::uint8_t(code(rng));
                 for (auto& c : vc)
@@ -167,8 +172,9 @@ CpuRates measureCpuRates(int threads, const DecodeShape& shape, int dim, int sta
                 std::normal_distribution<float> normal;
                 for (auto& t : T)
                     t = normal(rng);
-                const cpudecode::CodeView kv{kc.data(), std::int64_t(d.P) * d.R, d.R, 8},
-                    vv{vc.data(), std::int64_t(d.P) * d.R, d.R, 8};
+                const int bits = nibbles ? 4 : 8;
+                const cpudecode::CodeView kv{kc.data(), std::int64_t(d.P) * perSubspace, perSubspace, bits},
+                    vv{vc.data(), std::int64_t(d.P) * perSubspace, perSubspace, bits};
                 std::fill(m.begin(), m.end(), -1e30f);
                 kern.lookup(d, T.data(), kv, vv, n, m.data(), l.data(), W.data()); // warm
 #pragma omp barrier

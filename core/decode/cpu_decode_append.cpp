@@ -29,14 +29,6 @@ using cpudecode::Kernels;
 using cpudecodeimpl::FewPanels;
 using namespace cpudecodeimpl;
 
-namespace {
-
-// Below this many codewords a stage's book is a few KB (16 × 64 FP32 values: 4 KB), read from the
-// inner caches: the FP16 screen's bound and second look would cost more than the bytes it saves.
-constexpr int kMinScreenedCodewords = 64;
-
-} // namespace
-
 // The panels of every (subspace, stage) of a book, packed at the first append of a few rows (or the
 // first lookup step that reads the key panels): FP16 with an exact second look where the CPU has
 // AVX-512, the books are large enough and every codeword fits FP16 (none is needed past that), else

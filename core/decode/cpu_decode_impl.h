@@ -49,6 +49,10 @@ struct FewPanels {
     bool packed = false;
 };
 
+// Below this many codewords a stage's book is a few KB (16 × 64 FP32 values: 4 KB), read from the
+// inner caches: the append's FP16 screen would cost more than the bytes it saves (FP32 panels then).
+inline constexpr int kMinScreenedCodewords = 64;
+
 // Packs p from cb at its first use (cpu_decode_append.cpp): FP16 panels with an exact second look
 // where the CPU has AVX-512, the books are large enough and every codeword fits FP16, else the
 // assignment kernel's FP32 panels.

@@ -32,7 +32,8 @@ using namespace cpudecodeimpl;
 
 bool CpuDecodeCache::Impl::tablesFromKeyPanels()
 {
-    if (std::string_view(kernels->isa) != "avx512" || !cpudecode::panelKernelsRun(d) || !keyBooks.order.empty())
+    if (std::string_view(kernels->isa) != "avx512" || !cpudecode::panelKernelsRun(d) || !keyBooks.order.empty() ||
+        keyBooks.k < kMinScreenedCodewords)
         return false;
     packFewPanels(keyBooks, keyFew, nearest::bestNearest());
     if (keyFew.screened.empty())

@@ -678,8 +678,9 @@ void valuesPass(const HeadDims& d, const float* w, const std::uint16_t* cw, int 
 }
 
 // The bins' product with the value codewords over vectors V (CH chunks of V::N features a pass):
-// VW, the build's widest, where D is a multiple of its width (AVX-512: half the instructions of
-// 8-wide chunks per codeword), else V8.
+// VW, the build's widest, where D is a multiple of its width and a pass still has its CH chunks
+// (AVX-512: half the instructions of 8-wide chunks per codeword), else V8 (where a 16-wide pass
+// would hold fewer independent chains than an 8-wide one).
 template <typename V, int G, int CH>
 void valuesOver(const HeadDims& d, const float* W, const std::uint16_t* books, float* out)
 {
@@ -710,7 +711,7 @@ void valuesOver(const HeadDims& d, const float* W, const std::uint16_t* books, f
 
 template <int G> void valuesGroup(const HeadDims& d, const float* W, const std::uint16_t* books, float* out)
 {
-    if (VW::N != V8::N && d.D % VW::N == 0)
+    if (VW::N != V8::N && d.D % VW::N == 0 && d.D / VW::N >= fp16ChunksPerPass<G>())
         valuesOver<VW, G, fp16ChunksPerPass<G>()>(d, W, books, out);
     else
         valuesOver<V8, G, chunksPerPass<G>()>(d, W, books, out);

@@ -34,7 +34,8 @@ struct HeadDims {
 // Codes of one KV head: code(t, p, r) is field r, `bits` wide and least significant first, of the bytes
 // at data + t·tokenStride + p·subspaceStride. With 8 bits (every path) it is byte r; with 4 (the lookup
 // path's shapes of lookupReadsNibbles, read as the cache packs them) the low nibble of byte r/2 for an
-// even r, the high one for an odd r.
+// even r, the high one for an odd r. The cache's views of keys and values agree in `bits`, and 4 is
+// given only to the lookup path for those shapes: the other loops read a byte per code.
 struct CodeView {
     const std::uint8_t* data = nullptr;
     std::int64_t tokenStride = 0, subspaceStride = 0;
