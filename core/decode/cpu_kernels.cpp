@@ -538,36 +538,23 @@ void lookupAny(const HeadDims& d, const float* T, CodeView kc, CodeView vc, std:
     }
 }
 
+// lookupFixed for this R if it is one of Rs (the compiled stage counts of codebook size K); false if not.
+template <int Gp, int K, int... Rs>
+bool lookupCompiled(const HeadDims& d, const float* T, CodeView kc, CodeView vc, std::int64_t n, float* m, float* l,
+                    float* W, std::integer_sequence<int, Rs...>)
+{
+    return ((d.R == Rs ? (lookupFixed<Gp, Rs, K>(d, T, kc, vc, n, m, l, W), true) : false) || ...);
+}
+
 template <int Gp>
 void lookupGroup(const HeadDims& d, const float* T, CodeView kc, CodeView vc, std::int64_t n, float* m, float* l,
                  float* W)
 {
-    if (kc.bits == 4 && lookupReadsNibbles(d))
-        switch (d.R) {
-        case 8:
-            return lookupFixed<Gp, 8, 16>(d, T, kc, vc, n, m, l, W);
-        case 16:
-            return lookupFixed<Gp, 16, 16>(d, T, kc, vc, n, m, l, W);
-        case 32:
-            return lookupFixed<Gp, 32, 16>(d, T, kc, vc, n, m, l, W);
-        default:
-            break;
-        }
-    if (d.K == 256)
-        switch (d.R) {
-        case 4:
-            return lookupFixed<Gp, 4, 256>(d, T, kc, vc, n, m, l, W);
-        case 8:
-            return lookupFixed<Gp, 8, 256>(d, T, kc, vc, n, m, l, W);
-        case 12:
-            return lookupFixed<Gp, 12, 256>(d, T, kc, vc, n, m, l, W);
-        case 16:
-            return lookupFixed<Gp, 16, 256>(d, T, kc, vc, n, m, l, W);
-        case 32:
-            return lookupFixed<Gp, 32, 256>(d, T, kc, vc, n, m, l, W);
-        default:
-            break;
-        }
+    if (kc.bits == 4 && lookupReadsNibbles(d) &&
+        lookupCompiled<Gp, 16>(d, T, kc, vc, n, m, l, W, std::integer_sequence<int, 8, 16, 32>{}))
+        return;
+    if (d.K == 256 && lookupCompiled<Gp, 256>(d, T, kc, vc, n, m, l, W, std::integer_sequence<int, 4, 8, 12, 16, 32>{}))
+        return;
     lookupAny<Gp>(d, T, kc, vc, n, m, l, W);
 }
 
